@@ -1,0 +1,37 @@
+# gpugov developer entry points. README.md explains each.
+SHELL := /bin/bash
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
+
+.PHONY: run test build temporal postgres bench stop clean
+
+## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
+## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
+run:
+	deploy/dev/run.sh
+
+## test: every test, including end-to-end (needs PostgreSQL and the Temporal CLI; both are set up if missing).
+test: postgres temporal
+	go test $(GO_TEST_FLAGS) ./...
+
+## build: the gpugov binary into bin/.
+build:
+	go build -o bin/gpugov ./cmd/gpugov
+
+temporal:
+	deploy/dev/ensure-temporal.sh
+
+postgres:
+	deploy/dev/ensure-postgres.sh
+
+## bench: the performance targets (scheduling cycle, snapshot load, simulation, reports).
+bench: postgres
+	go test -run '^$$' -bench . -benchmem ./...
+
+## stop: stop what `make run` started.
+stop:
+	deploy/dev/stop.sh
+
+clean: stop
+	rm -rf bin .gpugov

@@ -1,0 +1,16 @@
+# Shared settings for the dev scripts; sourced, not run.
+# Everything a local run creates lives under .gpugov/ (git-ignored) and bin/ (git-ignored).
+GPUGOV_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export GPUGOV_ROOT
+export GPUGOV_STATE="${GPUGOV_STATE:-$GPUGOV_ROOT/.gpugov}"
+export TEMPORAL_VERSION="${TEMPORAL_VERSION:-v1.5.1}"
+export TEMPORAL_BIN="${TEMPORAL_BIN:-$GPUGOV_ROOT/bin/temporal}"
+export TEMPORAL_ADDRESS="${TEMPORAL_ADDRESS:-127.0.0.1:7233}"
+export TEMPORAL_UI_PORT="${TEMPORAL_UI_PORT:-8233}"
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpugov?sslmode=disable}"
+export GPUGOV_API_ADDR="${GPUGOV_API_ADDR:-127.0.0.1:8080}"
+export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
+# The custom search attributes every gpugov workflow may set (DESIGN.md §2).
+GPUGOV_SEARCH_ATTRIBUTES=(GpugovQueue=Keyword GpugovTier=Keyword GpugovPool=Keyword GpugovWaitReason=Keyword GpugovJobState=Keyword)
+mkdir -p "$GPUGOV_STATE"
+log() { printf '[gpugov] %s\n' "$*" >&2; }

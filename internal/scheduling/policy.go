@@ -1,0 +1,86 @@
+package scheduling
+
+// Policy is one version of the scheduling rules (DESIGN.md §1 "policy version").
+// All weights are dimensionless priority points; durations are in seconds.
+type Policy struct {
+	Version string // content hash or name of the policy version
+
+	// TierBase is the priority points each tier starts from. Tiers must be spaced
+	// further apart than Aging.CapPoints + FairShare.Weight where one tier must
+	// never be overtaken by the one below it.
+	TierBase map[Tier]float64
+
+	Aging       AgingPolicy
+	FairShare   FairSharePolicy
+	Reservation ReservationPolicy
+	Preemption  PreemptionPolicy
+}
+
+// AgingPolicy is the bounded aging rule: a waiting job gains StepPoints for each
+// full IntervalSeconds of eligible wait, up to CapPoints. Aging never lifts a
+// job's score to or above the production tier's base (DESIGN.md invariant 5).
+type AgingPolicy struct {
+	Enabled         bool
+	StepPoints      float64
+	IntervalSeconds float64
+	CapPoints       float64
+}
+
+// FairSharePolicy is Slurm's classic multifactor fair-share term:
+// factor = 2^(-usage/share), usage being the project's decayed share of all
+// decayed usage (half-life HalfLifeSeconds) and share its normalised share
+// (Slurm priority/multifactor, PriorityDecayHalfLife). Points = Weight × factor.
+type FairSharePolicy struct {
+	Enabled         bool
+	Weight          float64
+	HalfLifeSeconds float64
+}
+
+// ReservationPolicy keeps a blocked high-ranked job from being overtaken forever
+// by smaller later jobs (Slurm backfill, Kueue "BestEffortFIFO" with reservations).
+type ReservationPolicy struct {
+	Enabled bool
+	Depth   int // how many blocked jobs per pool hold reservations, highest rank first
+}
+
+// PreemptionPolicy decides which running jobs may be victims.
+type PreemptionPolicy struct {
+	Enabled                  bool
+	MinRuntimeSeconds        float64 // a run younger than this is never a victim
+	MaxPreemptions           int     // anti-thrash: at most this many preemptions ...
+	WindowSeconds            float64 // ... within this window
+	SaveRestoreSeconds       float64 // estimate of checkpoint save + restore time, charged per victim GPU
+	GraceSeconds             float64 // how long a victim has to checkpoint after notice
+	RequireVerifiedResume    bool    // victims need at least one verified resume
+	ReleaseWithoutCheckpoint bool    // when the grace expires without a checkpoint: release anyway (true) or abort
+}
+
+// DefaultPolicy returns the policy gpugov uses when none is configured: tiers
+// 10,000 points apart, aging of 100 points per 10 minutes capped at 3,000
+// points, fair share worth up to 1,000 points with a 7-day half-life (Slurm's
+// default PriorityDecayHalfLife), reservations for the top 4 blocked jobs per pool,
+// and preemption of checkpointable jobs with a verified resume after 10 minutes
+// of run time, at most 3 times per 24 h.
+func DefaultPolicy() Policy {
+	return Policy{
+		Version: "default",
+		TierBase: map[Tier]float64{
+			TierExperiment: 0,
+			TierStandard:   10000,
+			TierKeyProject: 20000,
+			TierProduction: 30000,
+		},
+		Aging:       AgingPolicy{Enabled: true, StepPoints: 100, IntervalSeconds: 600, CapPoints: 3000},
+		FairShare:   FairSharePolicy{Enabled: true, Weight: 1000, HalfLifeSeconds: 7 * 24 * 3600},
+		Reservation: ReservationPolicy{Enabled: true, Depth: 4},
+		Preemption: PreemptionPolicy{
+			Enabled:               true,
+			MinRuntimeSeconds:     600,
+			MaxPreemptions:        3,
+			WindowSeconds:         24 * 3600,
+			SaveRestoreSeconds:    60,
+			GraceSeconds:          120,
+			RequireVerifiedResume: true,
+		},
+	}
+}

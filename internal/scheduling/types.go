@@ -1,0 +1,278 @@
+// Package scheduling is gpugov's pure decision core: Plan(snapshot, policy, now)
+// decides which pending jobs get which GPUs, records exactly one wait reason with
+// quantities for every job that does not run, reports each job's effective
+// priority by parts, and proposes preemptions. It does no I/O, reads no clock and
+// imports neither Temporal nor pgx, so the same inputs always give the same plan
+// (DESIGN.md invariant 4).
+//
+// Units used throughout: GPU shares in milli-GPU (1000 = one whole GPU), memory in
+// MiB, CPU in milli-cores, durations in seconds unless the type is time.Duration.
+package scheduling
+
+import (
+	"fmt"
+	"time"
+)
+
+// MilliPerGPU is the capacity of one GPU in milli-GPU; a whole-GPU grant uses all of it.
+const MilliPerGPU = 1000
+
+// Tier is a queue's service tier. Tiers are ordered: a larger value is served first.
+// The set is fixed by DESIGN.md §1.
+type Tier int
+
+// The four tiers, lowest first.
+const (
+	TierExperiment Tier = iota // best effort, reclaimable (Alibaba QoS BE)
+	TierStandard               // normal training (Alibaba QoS Burstable)
+	TierKeyProject             // delivery window (Alibaba QoS Guaranteed)
+	TierProduction             // online inference, protected (Alibaba QoS LS)
+)
+
+// Tiers lists every tier from highest to lowest.
+var Tiers = []Tier{TierProduction, TierKeyProject, TierStandard, TierExperiment}
+
+// String returns the tier's stable name: production, key-project, standard or experiment.
+func (t Tier) String() string {
+	switch t {
+	case TierExperiment:
+		return "experiment"
+	case TierStandard:
+		return "standard"
+	case TierKeyProject:
+		return "key-project"
+	case TierProduction:
+		return "production"
+	}
+	return fmt.Sprintf("tier(%d)", int(t))
+}
+
+// ParseTier maps a tier name to a Tier. It returns an error naming the accepted
+// values for anything else.
+func ParseTier(s string) (Tier, error) {
+	for _, t := range Tiers {
+		if t.String() == s {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown tier %q (want production, key-project, standard or experiment)", s)
+}
+
+// Topology is the placement constraint among the GPUs of one multi-GPU request.
+type Topology string
+
+// Accepted topologies.
+const (
+	TopologyAny          Topology = "any"           // GPUs may be spread across nodes of the pool
+	TopologySameNode     Topology = "same-node"     // all GPUs on one node
+	TopologyNVLinkDomain Topology = "nvlink-domain" // all GPUs in one NVLink/NVSwitch domain of one node
+)
+
+// WaitReason is the stable code of why a pending job is not running (DESIGN.md §1).
+type WaitReason string
+
+// The wait reasons. Every waiting job has exactly one.
+const (
+	ReasonEnvironmentNotReady       WaitReason = "environment_not_ready"
+	ReasonQuotaExhausted            WaitReason = "quota_exhausted"
+	ReasonNoMatchingCapacity        WaitReason = "no_matching_capacity"
+	ReasonFragmented                WaitReason = "fragmented"
+	ReasonCapacityBusy              WaitReason = "capacity_busy"
+	ReasonReservedForHigherPriority WaitReason = "reserved_for_higher_priority"
+	ReasonPreemptionInProgress      WaitReason = "preemption_in_progress"
+	ReasonHeld                      WaitReason = "held"
+	ReasonPoolUnavailable           WaitReason = "pool_unavailable"
+)
+
+// WaitReasons lists every wait reason in the order of DESIGN.md's table.
+var WaitReasons = []WaitReason{
+	ReasonEnvironmentNotReady, ReasonQuotaExhausted, ReasonNoMatchingCapacity,
+	ReasonFragmented, ReasonCapacityBusy, ReasonReservedForHigherPriority,
+	ReasonPreemptionInProgress, ReasonHeld, ReasonPoolUnavailable,
+}
+
+// AutomationStage is a pool's rollout stage for preemption and reclaim (DESIGN.md §1).
+type AutomationStage string
+
+// The automation stages.
+const (
+	StageObserve  AutomationStage = "observe"  // record "would preempt", change nothing
+	StageTrial    AutomationStage = "trial"    // act only on victims in low-risk queues
+	StageAutomate AutomationStage = "automate" // act on every eligible victim
+)
+
+// GPU is one device as reported by NVML (or a static inventory). Its capacity is
+// MilliPerGPU.
+type GPU struct {
+	UUID         string // NVML UUID, unique across the inventory
+	Model        string // e.g. "A100-SXM4-80GB", "T4", "G2"
+	MemoryMiB    int64  // total device memory in MiB
+	NVLinkDomain string // NVLink/NVSwitch domain within the node; "" means the GPU is alone in its domain
+	Healthy      bool   // false keeps the GPU out of every placement
+}
+
+// Node is one machine of a pool.
+type Node struct {
+	Name        string
+	CPUMilli    int64 // allocatable CPU in milli-cores; 0 means not tracked
+	MemoryMiB   int64 // allocatable host memory in MiB; 0 means not tracked
+	Schedulable bool  // false when cordoned or drained
+	GPUs        []GPU
+}
+
+// Pool is a named group of nodes; quotas and automation stages are per pool.
+type Pool struct {
+	Name      string
+	Available bool // false when the pool is drained or cordoned as a whole
+	Stage     AutomationStage
+	Nodes     []Node
+}
+
+// ResourceRequest is what one job asks for (DESIGN.md §1 "resource request").
+type ResourceRequest struct {
+	GPUs         int      // number of GPUs, 0..n
+	GPUMilli     int      // share of one GPU in milli-GPU; only below 1000 with GPUs == 1; 0 or 1000 means whole GPUs
+	GPUMemoryMiB int64    // minimum memory per GPU in MiB; 0 means any
+	GPUModels    []string // allowed models; empty means any
+	Pool         string   // pool name; required
+	Topology     Topology // "" is treated as TopologyAny
+	CPUMilli     int64    // CPU per job in milli-cores (placed on the node of the first GPU)
+	MemoryMiB    int64    // host memory in MiB (placed on the node of the first GPU)
+	Labels       map[string]string
+}
+
+// MilliPerDevice returns the milli-GPU the request needs on each of its GPUs.
+func (r ResourceRequest) MilliPerDevice() int {
+	if r.GPUMilli > 0 && r.GPUMilli < MilliPerGPU {
+		return r.GPUMilli
+	}
+	return MilliPerGPU
+}
+
+// TotalMilli returns the request's whole GPU demand in milli-GPU.
+func (r ResourceRequest) TotalMilli() int64 {
+	return int64(r.GPUs) * int64(r.MilliPerDevice())
+}
+
+// Prerequisite is one thing that must be ready before a job can use GPUs
+// (image, data volume, runtime).
+type Prerequisite struct {
+	Name    string
+	Ready   bool
+	Message string
+}
+
+// Checkpoint is one saved state of a job's run.
+type Checkpoint struct {
+	At       time.Time
+	Step     int64
+	Location string
+}
+
+// RecoveryEvidence says whether a job can be saved and resumed (DESIGN.md §1).
+type RecoveryEvidence struct {
+	Checkpointable            bool
+	CheckpointIntervalSeconds int64
+	LastCheckpoint            *Checkpoint // nil when the current run has none yet
+	VerifiedResumes           int         // count of resumes verified to start at the saved step
+}
+
+// PendingJob is a job waiting for an allocation.
+type PendingJob struct {
+	ID            string
+	Project       string
+	Queue         string
+	Tier          Tier
+	Request       ResourceRequest
+	SubmitTime    time.Time // original submit time; kept across preemption requeues
+	WaitingSince  time.Time // start of the current wait (submit, or requeue after preemption)
+	AccruedAgingS float64   // eligible wait seconds carried over from earlier waits (kept on requeue)
+	Prerequisites []Prerequisite
+	Held          bool
+	// PreemptionInProgress names the victims' job IDs being checkpointed and released
+	// for this job; non-empty makes the reason preemption_in_progress.
+	PreemptionInProgress []string
+	Recovery             RecoveryEvidence
+	Protected            bool
+}
+
+// GPUShare is a slice of one GPU held by an allocation.
+type GPUShare struct {
+	UUID  string
+	Milli int // 1..1000
+}
+
+// Allocation is the GPUs (or GPU share) held by one run of a job, from grant to release.
+type Allocation struct {
+	ID        string
+	JobID     string
+	Pool      string
+	Node      string // node of the first GPU (CPU and host memory are charged there)
+	GPUs      []GPUShare
+	CPUMilli  int64
+	MemoryMiB int64
+	Borrowed  bool // granted beyond the project's nominal quota (Kueue-style borrowing)
+}
+
+// RunningJob is a job holding an allocation.
+type RunningJob struct {
+	ID         string
+	Project    string
+	Queue      string
+	Tier       Tier
+	Request    ResourceRequest
+	Allocation Allocation
+	StartedAt  time.Time // start of the current run
+	Recovery   RecoveryEvidence
+	Protected  bool
+	// RecentPreemptions holds the times this job was preempted, for the anti-thrash rule.
+	RecentPreemptions []time.Time
+}
+
+// Quota is a project's GPU quota in one pool, in milli-GPU (Kueue ClusterQueue
+// nominalQuota and borrowingLimit).
+type Quota struct {
+	Project             string
+	Pool                string
+	NominalMilli        int64
+	BorrowingLimitMilli int64 // how much more than nominal the project may borrow from idle quota
+}
+
+// Queue is a named service lane with a tier, a service share and a wait objective.
+type Queue struct {
+	Name         string
+	Tier         Tier
+	ServiceShare float64       // relative weight of the queue's share of the pool
+	MaxWait      time.Duration // wait objective; 0 means none
+	LowRisk      bool          // victims in this queue may be preempted in the trial stage
+	Protected    bool          // jobs in this queue are never preempted or reclaimed
+}
+
+// ProjectUsage is a project's decayed GPU usage, the input to the fair-share factor.
+type ProjectUsage struct {
+	Project           string
+	DecayedGPUSeconds float64 // sum of GPU-seconds, each decayed by policy half-life to AsOf
+	AsOf              time.Time
+	Share             float64 // the project's normalised share (0..1]; 0 means equal shares
+}
+
+// ProtectionWindow is a time window during which jobs of the named queues (all
+// queues when empty) may not be preempted or reclaimed.
+type ProtectionWindow struct {
+	Name   string
+	Start  time.Time
+	End    time.Time
+	Queues []string
+}
+
+// Snapshot is everything Plan needs, loaded at one instant.
+type Snapshot struct {
+	Pools             []Pool
+	Allocations       []Allocation // every active allocation, including those of Running
+	Running           []RunningJob
+	Pending           []PendingJob
+	Quotas            []Quota
+	Queues            []Queue
+	Usage             []ProjectUsage
+	ProtectionWindows []ProtectionWindow
+}
