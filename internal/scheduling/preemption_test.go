@@ -1,0 +1,271 @@
+package scheduling
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// preemptScenario is one 8-GPU node fully held by experiment job "v" (eligible
+// by default) and a pending key-project job "j" that needs the whole node.
+func preemptScenario() (*Snapshot, *Policy) {
+	n := mkNode("n1", 8, "A100", 81920, 8)
+	var uuids []string
+	for _, g := range n.GPUs {
+		uuids = append(uuids, g.UUID)
+	}
+	j := mkJob("j", TierKeyProject, 8, "p", 0)
+	j.Request.Topology = TopologySameNode
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j},
+		Queues: []Queue{{Name: "q-experiment", Tier: TierExperiment}, {Name: "q-key-project", Tier: TierKeyProject}}}
+	withRunning(s, mkRunning("v", TierExperiment, "p", "n1", time.Hour, uuids...))
+	return s, testPolicy()
+}
+
+// TestVictimEligibility checks every gate of checkpoint-gated preemption.
+func TestVictimEligibility(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(s *Snapshot, p *Policy)
+		propose bool
+	}{
+		{"eligible", func(s *Snapshot, p *Policy) {}, true},
+		{"not checkpointable", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.Checkpointable = false }, false},
+		{"no verified resume", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.VerifiedResumes = 0 }, false},
+		{"verified resume not required", func(s *Snapshot, p *Policy) {
+			s.Running[0].Recovery.VerifiedResumes = 0
+			p.Preemption.RequireVerifiedResume = false
+		}, true},
+		{"protected job", func(s *Snapshot, p *Policy) { s.Running[0].Protected = true }, false},
+		{"protected queue", func(s *Snapshot, p *Policy) { s.Queues[0].Protected = true }, false},
+		{"protection window on its queue", func(s *Snapshot, p *Policy) {
+			s.ProtectionWindows = []ProtectionWindow{{Name: "launch", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour), Queues: []string{"q-experiment"}}}
+		}, false},
+		{"protection window on all queues", func(s *Snapshot, p *Policy) {
+			s.ProtectionWindows = []ProtectionWindow{{Name: "freeze", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}}
+		}, false},
+		{"protection window on another queue", func(s *Snapshot, p *Policy) {
+			s.ProtectionWindows = []ProtectionWindow{{Name: "launch", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour), Queues: []string{"q-other"}}}
+		}, true},
+		{"protection window over", func(s *Snapshot, p *Policy) {
+			s.ProtectionWindows = []ProtectionWindow{{Name: "launch", Start: t0.Add(-2 * time.Hour), End: t0}}
+		}, true},
+		{"too young", func(s *Snapshot, p *Policy) { s.Running[0].StartedAt = t0.Add(-5 * time.Minute) }, false},
+		{"preempted too often", func(s *Snapshot, p *Policy) {
+			s.Running[0].RecentPreemptions = []time.Time{t0.Add(-time.Hour), t0.Add(-3 * time.Hour), t0.Add(-20 * time.Hour)}
+		}, false},
+		{"preemptions outside the window", func(s *Snapshot, p *Policy) {
+			s.Running[0].RecentPreemptions = []time.Time{t0.Add(-30 * time.Hour), t0.Add(-40 * time.Hour), t0.Add(-50 * time.Hour)}
+		}, true},
+		{"same tier", func(s *Snapshot, p *Policy) { s.Running[0].Tier = TierKeyProject }, false},
+		{"aging never lifts eligibility", func(s *Snapshot, p *Policy) {
+			s.Running[0].Tier = TierStandard
+			s.Pending[0].Tier = TierStandard
+			s.Pending[0].WaitingSince = t0.Add(-48 * time.Hour)
+		}, false},
+		{"preemption disabled", func(s *Snapshot, p *Policy) { p.Preemption.Enabled = false }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, p := preemptScenario()
+			tc.mod(s, p)
+			res := Plan(s, p, t0)
+			w := waitOf(res, "j")
+			if w == nil || w.Reason != ReasonCapacityBusy {
+				t.Fatalf("job j: %+v", w)
+			}
+			if got := len(res.Preemptions) == 1; got != tc.propose {
+				t.Fatalf("proposed %v, want %v: %+v", got, tc.propose, res.Preemptions)
+			}
+			if tc.propose {
+				pp := res.Preemptions[0]
+				if pp.ForJobID != "j" || pp.Node != "n1" || len(pp.Victims) != 1 || pp.Victims[0].JobID != "v" || !pp.Act {
+					t.Fatalf("proposal %+v", pp)
+				}
+				// 8 GPUs × (3600 s since start + 60 s save/restore).
+				if pp.EstimatedLossGPUSeconds != 8*3660 || pp.Victims[0].AllocationID != "alloc-v" {
+					t.Fatalf("loss %v", pp.EstimatedLossGPUSeconds)
+				}
+				if !strings.Contains(w.Detail, "preemption of 1 job(s) on node n1 proposed") {
+					t.Fatalf("detail %q", w.Detail)
+				}
+			}
+		})
+	}
+}
+
+// lossVictim is a running experiment job on the given GPUs of node whose last
+// checkpoint was sinceCkpt ago (it started an hour ago).
+func lossVictim(id, node string, sinceCkpt time.Duration, gpus ...int) RunningJob {
+	var uuids []string
+	for _, g := range gpus {
+		uuids = append(uuids, node+"-gpu"+string(rune('0'+g)))
+	}
+	r := mkRunning(id, TierExperiment, "p", node, time.Hour, uuids...)
+	r.Recovery.LastCheckpoint = &Checkpoint{At: t0.Add(-sinceCkpt), Step: 10, Location: "s3://ckpt/" + id}
+	return r
+}
+
+// TestLeastLossVictims checks the victim set with the least effective run
+// loss: GPUs × (time since last checkpoint + 60 s save/restore) summed.
+func TestLeastLossVictims(t *testing.T) {
+	tests := []struct {
+		name    string
+		count   int
+		running []RunningJob
+		nodes   []string
+		want    []string
+		loss    float64
+		node    string
+	}{
+		{
+			// Need 3 GPUs on n1. x: 2×(40+60)=200, y: 2×(50+60)=220, z: 1×(90+60)=150;
+			// greedy by loss per GPU would take x+y (420); the least is x+z (350).
+			name: "exact beats greedy", count: 3, nodes: []string{"n1"},
+			running: []RunningJob{
+				lossVictim("x", "n1", 40*time.Second, 0, 1), lossVictim("y", "n1", 50*time.Second, 2, 3),
+				lossVictim("z", "n1", 90*time.Second, 4), pinned("n1", 5), pinned("n1", 6), pinned("n1", 7),
+			},
+			want: []string{"x", "z"}, loss: 350, node: "n1",
+		},
+		{
+			// A recent checkpoint makes a victim cheaper.
+			name: "recent checkpoint", count: 4, nodes: []string{"n1"},
+			running: []RunningJob{
+				lossVictim("old", "n1", 1000*time.Second, 0, 1, 2, 3),
+				lossVictim("fresh", "n1", 100*time.Second, 4, 5, 6, 7),
+			},
+			want: []string{"fresh"}, loss: 4 * 160, node: "n1",
+		},
+		{
+			// The cheaper target wins across nodes.
+			name: "across nodes", count: 8, nodes: []string{"n1", "n2"},
+			running: []RunningJob{
+				lossVictim("a", "n1", 500*time.Second, 0, 1, 2, 3), lossVictim("b", "n1", 500*time.Second, 4, 5, 6, 7),
+				lossVictim("c", "n2", 200*time.Second, 0, 1, 2, 3, 4, 5, 6, 7),
+			},
+			want: []string{"c"}, loss: 8 * 260, node: "n2",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var nodes []Node
+			for _, n := range tc.nodes {
+				nodes = append(nodes, mkNode(n, 8, "A100", 81920, 8))
+			}
+			j := mkJob("j", TierKeyProject, tc.count, "p", 0)
+			j.Request.Topology = TopologySameNode
+			s := &Snapshot{Pools: []Pool{mkPool("p", nodes...)}, Pending: []PendingJob{j}}
+			withRunning(s, tc.running...)
+			res := Plan(s, testPolicy(), t0)
+			if len(res.Preemptions) != 1 {
+				t.Fatalf("proposals %+v", res.Preemptions)
+			}
+			pp := res.Preemptions[0]
+			var got []string
+			for _, v := range pp.Victims {
+				got = append(got, v.JobID)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") || pp.EstimatedLossGPUSeconds != tc.loss || pp.Node != tc.node {
+				t.Fatalf("victims %v loss %v node %s, want %v %v %s", got, pp.EstimatedLossGPUSeconds, pp.Node, tc.want, tc.loss, tc.node)
+			}
+		})
+	}
+}
+
+// pinned is a job on one GPU that can never be a victim.
+func pinned(node string, gpu int) RunningJob {
+	r := lossVictim(node+"-pinned"+string(rune('0'+gpu)), node, time.Second, gpu)
+	r.Recovery.Checkpointable = false
+	return r
+}
+
+// TestVictimsNotProposedTwice checks that one cycle never names a victim in two
+// proposals and that later jobs get none when victims run out.
+func TestVictimsNotProposedTwice(t *testing.T) {
+	n := mkNode("n1", 8, "A100", 81920, 4)
+	var pending []PendingJob
+	for _, id := range []string{"j1", "j2", "j3"} {
+		j := mkJob(id, TierKeyProject, 4, "p", 0)
+		j.Request.Topology = TopologySameNode
+		pending = append(pending, j)
+	}
+	pending[1].SubmitTime = t0.Add(time.Second)
+	pending[2].SubmitTime = t0.Add(2 * time.Second)
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: pending}
+	withRunning(s, lossVictim("cheap", "n1", 100*time.Second, 0, 1, 2, 3), lossVictim("dear", "n1", 900*time.Second, 4, 5, 6, 7))
+	res := Plan(s, testPolicy(), t0)
+	if len(res.Preemptions) != 2 || res.Preemptions[0].ForJobID != "j1" || res.Preemptions[0].Victims[0].JobID != "cheap" ||
+		res.Preemptions[1].ForJobID != "j2" || res.Preemptions[1].Victims[0].JobID != "dear" {
+		t.Fatalf("proposals %+v", res.Preemptions)
+	}
+	if w := waitOf(res, "j3"); w.Reason != ReasonCapacityBusy || strings.Contains(w.Detail, "preempt") {
+		t.Fatalf("j3 %+v", w)
+	}
+}
+
+// TestStageActs checks Act by automation stage: observe records only, trial
+// acts on low-risk queues only, automate acts.
+func TestStageActs(t *testing.T) {
+	tests := []struct {
+		stage   AutomationStage
+		lowRisk bool
+		act     bool
+		phrase  string
+	}{
+		{StageObserve, true, false, "would preempt 1 job(s) on node n1 (pool stage observe)"},
+		{StageTrial, false, false, "would preempt"},
+		{StageTrial, true, true, "proposed"},
+		{StageAutomate, false, true, "proposed"},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.stage), func(t *testing.T) {
+			s, p := preemptScenario()
+			s.Pools[0].Stage = tc.stage
+			s.Queues[0].LowRisk = tc.lowRisk
+			res := Plan(s, p, t0)
+			if len(res.Preemptions) != 1 || res.Preemptions[0].Act != tc.act {
+				t.Fatalf("proposals %+v", res.Preemptions)
+			}
+			if w := waitOf(res, "j"); !strings.Contains(w.Detail, tc.phrase) {
+				t.Fatalf("detail %q lacks %q", w.Detail, tc.phrase)
+			}
+		})
+	}
+}
+
+// TestLenderReclaimsBorrowed checks that a project within its nominal quota
+// may preempt borrowed allocations of its own tier, but not lent-free ones.
+func TestLenderReclaimsBorrowed(t *testing.T) {
+	tests := []struct {
+		name     string
+		borrowed bool
+		nominal  int64
+		propose  bool
+	}{
+		{"borrowed victim, lender within nominal", true, 8000, true},
+		{"victim not borrowed", false, 8000, false},
+		{"job would itself borrow", true, 4000, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, p := preemptScenario()
+			s.Pending[0].Tier, s.Pending[0].Project = TierStandard, "lender"
+			s.Running[0].Tier, s.Running[0].Project = TierStandard, "borrower"
+			s.Running[0].Allocation.Borrowed = tc.borrowed
+			s.Allocations[0].Borrowed = tc.borrowed
+			s.Quotas = []Quota{
+				{Project: "lender", Pool: "p", NominalMilli: tc.nominal, BorrowingLimitMilli: 8000},
+				{Project: "borrower", Pool: "p", NominalMilli: 4000, BorrowingLimitMilli: 8000},
+				{Project: "idle", Pool: "p", NominalMilli: 16000}, // leaves quota to borrow
+			}
+			res := Plan(s, p, t0)
+			if w := waitOf(res, "j"); w == nil || w.Reason != ReasonCapacityBusy {
+				t.Fatalf("job j %+v", w)
+			}
+			if got := len(res.Preemptions) == 1; got != tc.propose {
+				t.Fatalf("proposed %v, want %v (%+v, %+v)", got, tc.propose, res.Preemptions, res.Waiting)
+			}
+		})
+	}
+}

@@ -1,0 +1,136 @@
+package scheduling
+
+import "strconv"
+
+// quotaRow is one project's quota in a pool with its current usage in milli-GPU.
+type quotaRow struct {
+	q    Quota
+	used int64
+}
+
+// poolQuota is the Kueue-style quota accounting of one pool. The cohort is
+// the set of projects with a row in the pool; nominal and used are its sums.
+type poolQuota struct {
+	rows          map[string]*quotaRow // by project
+	nominal, used int64
+}
+
+// quotaState holds every pool's quota accounting for one cycle. A project's
+// usage in a pool is the milli-GPU of its allocations there. A project with no
+// quota row in a pool is unlimited there (it neither lends nor borrows).
+type quotaState struct {
+	pools map[string]*poolQuota
+}
+
+// newQuotaState indexes the quotas (the first row of a duplicate project/pool
+// pair wins) and charges each allocation to the project of its running job.
+// Allocations whose job is not in Running have no known project and count
+// only against capacity.
+func newQuotaState(s *Snapshot, ci *capacityIndex, projectOf map[string]string) *quotaState {
+	qs := &quotaState{pools: make(map[string]*poolQuota)}
+	for _, q := range s.Quotas {
+		pq := qs.pools[q.Pool]
+		if pq == nil {
+			pq = &poolQuota{rows: make(map[string]*quotaRow)}
+			qs.pools[q.Pool] = pq
+		}
+		if _, dup := pq.rows[q.Project]; dup {
+			continue
+		}
+		pq.rows[q.Project] = &quotaRow{q: q}
+		pq.nominal += q.NominalMilli
+	}
+	if len(qs.pools) == 0 {
+		return qs
+	}
+	for i := range s.Allocations {
+		a := &s.Allocations[i]
+		project, ok := projectOf[a.JobID]
+		if !ok {
+			continue
+		}
+		if pq := qs.pools[allocationPool(a, ci)]; pq != nil {
+			pq.charge(pq.rows[project], allocationMilli(a))
+		}
+	}
+	return qs
+}
+
+// allocationPool is the allocation's pool, or that of its first known GPU.
+func allocationPool(a *Allocation, ci *capacityIndex) string {
+	if a.Pool != "" {
+		return a.Pool
+	}
+	for _, sh := range a.GPUs {
+		if ps := ci.poolOfGPU(sh.UUID); ps != nil {
+			return ps.name
+		}
+	}
+	return ""
+}
+
+// allocationMilli is the allocation's total milli-GPU.
+func allocationMilli(a *Allocation) int64 {
+	var m int64
+	for _, sh := range a.GPUs {
+		m += int64(sh.Milli)
+	}
+	return m
+}
+
+// charge adds milli-GPU to a project's usage (row nil: unlimited, nothing to
+// account).
+func (pq *poolQuota) charge(row *quotaRow, milli int64) {
+	if row == nil {
+		return
+	}
+	row.used += milli
+	pq.used += milli
+}
+
+// quotaVerdict is the quota decision for one request.
+type quotaVerdict struct {
+	ok       bool
+	borrowed bool      // admitted beyond nominal quota
+	lender   bool      // has a row and stays within nominal: may reclaim borrowed GPUs
+	row      *quotaRow // nil when the project is unlimited in the pool
+	need     int64     // the request in milli-GPU
+	why      string    // for a refusal: what blocked it, with numbers
+}
+
+// canBorrow reports whether a tier may borrow beyond nominal quota: only
+// standard and experiment work does (Kueue borrowing for best-effort lanes).
+func canBorrow(t Tier) bool { return t == TierStandard || t == TierExperiment }
+
+// check decides whether the project of quota row r (nil: no row, unlimited)
+// may take need more milli-GPU in the pool:
+// within nominal; or borrowing (standard/experiment only) up to nominal +
+// borrowing limit when the cohort's unused nominal quota covers it, i.e.
+// cohort usage + need ≤ cohort nominal (Kueue admits borrowing only from
+// unused cohort quota).
+func (pq *poolQuota) check(r *quotaRow, tier Tier, need int64) quotaVerdict {
+	if r == nil || need == 0 {
+		return quotaVerdict{ok: true, need: need}
+	}
+	v := quotaVerdict{row: r, need: need}
+	after := r.used + need
+	if after <= r.q.NominalMilli {
+		v.ok, v.lender = true, true
+		return v
+	}
+	switch {
+	case !canBorrow(tier):
+		v.why = "tier " + tier.String() + " may not borrow"
+	case after > r.q.NominalMilli+r.q.BorrowingLimitMilli:
+		v.why = "borrowing limit " + strconv.FormatInt(r.q.BorrowingLimitMilli, 10) + " milli-GPU would be exceeded"
+	case pq.used+need > pq.nominal:
+		// Equivalent to: the part beyond own nominal exceeds the other projects'
+		// unused nominal quota net of what they already borrow.
+		othersUnused := (pq.nominal - r.q.NominalMilli) - (pq.used - r.used)
+		v.why = "unused nominal quota of other projects is " + strconv.FormatInt(max(0, othersUnused), 10) +
+			" milli-GPU, less than the " + strconv.FormatInt(after-r.q.NominalMilli, 10) + " to borrow"
+	default:
+		v.ok, v.borrowed = true, true
+	}
+	return v
+}
