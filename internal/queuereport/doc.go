@@ -1,0 +1,104 @@
+// Package queuereport computes gpugov's queue service report (DESIGN.md §4) from
+// job, run, wait-event and GPU-release records, and compares two reports. It is
+// pure: no I/O, no clock (the window and "now" are inputs) and deterministic
+// output ordering, so the service (records loaded from PostgreSQL) and the trace
+// simulator (records from the simulation) always agree on the definitions.
+//
+// # Time
+//
+// A report covers the half-open interval [Window.From, end) where
+// end = min(Window.To, Now): nothing after Now has been observed. A timestamped
+// event (submit, start, cancellation, release) belongs to the window when it
+// falls in that interval. An interval (run, wait, wait event) without an end
+// runs to end.
+//
+// # Waits
+//
+// A job's waits are derived from the job and its runs, not from wait events:
+//
+//   - the initial wait runs from SubmitTime to FirstStart; a job that never
+//     started waits until End (cancelled or otherwise removed) or is still waiting;
+//   - a requeue wait runs from the End of one run to the Start of the next run;
+//     after the last run the job waits again when it has no End (requeued, not yet
+//     restarted), or until End when End is later than that run's End.
+//
+// Runs must therefore hold every run of every job given, not only those that
+// overlap the window, and FirstStart must equal the earliest run's Start.
+//
+// # Metrics per group
+//
+//   - jobs: jobs submitted before end and not ended before Window.From.
+//   - submitted: jobs whose SubmitTime is in the window; cancelled: cancelled
+//     jobs whose End is in the window.
+//   - started, wait_p50_s … wait_max_s: initial waits that ended with a start in
+//     the window (Kueue's admission wait time is likewise observed at admission).
+//     requeue_starts and requeue_wait_* are the same for requeue waits.
+//   - Percentiles are nearest-rank (see NearestRank).
+//   - longest_wait_s: the longest wait that overlaps the window, measured from its
+//     start (which may be before the window) to its end or, for a wait still open
+//     at the end of the window, to end. Waits are never measured past end.
+//   - still_waiting: jobs with a wait open at end.
+//   - jobs_over_objective: jobs with a wait overlapping the window that, measured
+//     as for longest_wait_s, is longer than their queue's MaxWait (queues with a
+//     zero MaxWait have no objective).
+//   - cancellation_rate: cancelled_while_waiting / waits_ended, where
+//     waits_ended counts waits that ended in the window with a start or a
+//     cancellation and cancelled_while_waiting those that ended with a
+//     cancellation (the abandonment rate of queueing theory: abandoned /
+//     (abandoned + served)). Waits still open are not in the denominator because
+//     their outcome is unknown.
+//   - gpu_seconds: Σ run length clipped to the window × GPUMilli / 1000.
+//     service_share: gpu_seconds / gpu_seconds of the whole report, or of the
+//     group's pool when the report is grouped by pool (service shares are per
+//     pool). target_share: the queue's ServiceShare / Σ ServiceShare of all
+//     targets (Slurm's normalised shares), reported when the report is grouped
+//     by queue. share_vs_target: the whole queue's delivered share in the same
+//     scope (its GPU-seconds over the same denominator) / target_share; it
+//     equals service_share / target_share unless job_type or project splits
+//     the queue into several rows, which then all show the queue's comparison.
+//   - wait_reason_seconds: wait-event intervals clipped to the window, summed per
+//     reason.
+//
+// # Starvation signals
+//
+// Signals are evaluated on each wait of a job that requests GPUs, over the part
+// [lo, hi) of the wait inside the window, strictly after the instant the wait
+// began (when a job is requeued its own GPUs are released and its preemptor
+// starts at that instant). A job carries a signal when the largest count over
+// its waits reaches the threshold in Options:
+//
+//   - overtaken: run starts in [lo, hi) of other GPU jobs of the same pool that
+//     were submitted after this job's SubmitTime and fit the same GPUs: their allowed
+//     models are the same as or a subset of this job's (an empty set means any
+//     model) and their demand in milli-GPU (GPUs × milli per GPU) is at most this
+//     job's. A start at hi is not counted: both started in the same cycle.
+//     The overtaking job's tier is not looked at (the definition does not);
+//     higher_tier_arrivals shows the pressure of higher tiers on its own.
+//   - releases: Release events in [lo, hi) in the job's pool that freed a GPU of
+//     a model the job accepts (a release without models matches every job).
+//     The freed amount is not compared with the request: fragments add up.
+//   - higher_tier_arrivals: jobs of a higher tier submitted to the same pool in
+//     [lo, hi).
+//
+// Every group counts its starving jobs exactly; Report.Starving lists the
+// first Options.StarvingLimit of them (longest wait first, then job ID), each
+// with its signals, its largest counts, its longest wait in the window and the
+// reason of its latest wait event.
+//
+// # Cost
+//
+// For J jobs, R runs, E wait events and W waits, Compute is linear in J, R and
+// E apart from sorting the run starts of each pool (a radix sort) and, per
+// pool, one sweep over its run starts for each distinct (models, demand)
+// request shape of its waiting jobs. Runs and wait events that come grouped
+// by job and in the order of Jobs (as a loader ordering both by job gives
+// them) are matched to their job without building an ID map.
+//
+// # Shared fixture
+//
+// testdata/fixture.json holds a small hand-computed case: {"input": Input,
+// "options": Options, "expected": Report}. Decoding it with encoding/json into
+// those three types and calling Compute must give the expected report (floats
+// equal within 1e-9). The PostgreSQL-backed report endpoint test loads the same
+// file, stores the input, and checks its answer against the same expectation.
+package queuereport

@@ -1,0 +1,155 @@
+package queuereport
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"testing"
+)
+
+// fixtureFile is the shared hand-computed fixture (see doc.go, "Shared fixture").
+//
+// Times below are seconds after T0 = 2026-01-05T00:00:00Z. Window [0, 36000),
+// now 28800, so the report end is 28800. Targets: qa share 3 (0.75), max wait
+// 3600; qb share 1 (0.25), max wait 600. Groups are queue × tier × job type ×
+// pool: A = qa/standard/train/p1, C = qa/…/p2, B = qb/production/serve/p1,
+// D = qb/…/p2.
+//
+//	J0 A  submit −7200, run [−7000, −3600), end −3600: ended before the window, not counted
+//	J1 A  submit −3600, models {A100}, run [3600, 7200): initial wait 7200 (> 3600 objective)
+//	J2 A  submit 0, runs [600, 4200) and [5400, open): wait 600, requeue wait 1200
+//	J3 A  submit 300, 2 GPUs, never started: still waiting, 28800 − 300 = 28500
+//	J4 A  submit 900, run [1800, 9000): wait 900
+//	J5 B  submit 3000, 500 milli, run [3000, 6600): wait 0
+//	J6 B  submit 3600, cancelled while waiting at 4800: wait 1200 (> 600 objective)
+//	J7 B  submit 7200, run [7500, open): wait 300
+//	J8 C  submit 0, run [0, open): wait 0
+//	J9 D  submit 600, 2 GPUs, run [1200, 4800): wait 600 (= objective, not over)
+//	J10 C submit 300, run [2400, 6000): wait 2100
+//
+// Group A: jobs J1–J4 = 4; submitted J2, J3, J4 = 3; samples [600, 900, 7200]
+// → P50 = rank ⌈1.5⌉ = 2 → 900, P95 = P99 = max = 7200; requeue [1200]; longest
+// J3 28500 ongoing; over objective J1, J3 = 2; waits ended 4 (J1, J2 ×2, J4),
+// none cancelled → rate 0. GPU-s: J1 3600 + J2 3600 + 23400 + J4 7200 = 37800;
+// pool p1 = 37800 + B's (J5 3600 × 0.5 = 1800, J7 21300) 23100 = 60900, so
+// share 37800/60900, target 0.75. Reasons: capacity_busy J1 1800 (clipped from
+// −3600) + J2 600 + J3 6900 + J4 900 = 10200; reserved 1800; quota 1200;
+// fragmented J3 [7200, 28800) = 21600. Starvation of J3 in [301, 28800):
+// overtaken by J4 (start 1800), J5 (3000), J7 (7500) = 3 — not by J2's rerun
+// at 5400 (J2 was submitted before J3); releases 4200, 6600, 7200, 9000 in p1
+// = 4; higher-tier arrivals J5, J6, J7 = 3. J1 (models {A100}) is not
+// overtaken by the any-model jobs; J2's requeue wait [4200, 5400) does not
+// count the release at 4200 (its own).
+// Group B: jobs 3, submitted 3, cancelled 1 (J6); samples [0, 300] → P50 rank
+// ⌈1.0⌉ = 1 → 0, P95 = 300; longest J6 1200; over objective J6 = 1; waits
+// ended 3 (J5, J6, J7) with 1 cancelled → 1/3; GPU-s 23100 / 60900.
+// Group C: samples [0, 2100]; longest J10 2100; GPU-s J8 28800 + J10 3600 =
+// 32400 of p2's 32400 + J9 2 × 3600 = 39600. J10 is not overtaken by J9 (2 GPUs
+// > 1).
+// Group D: sample [600]; GPU-s 7200 / 39600; environment_not_ready 600.
+// Total: 10 jobs, samples [0, 0, 300, 600, 600, 900, 2100, 7200] → P50 rank 4 →
+// 600, P95 rank ⌈7.6⌉ = 8 → 7200; waits ended 10, cancelled 1 → 0.1; GPU-s 100500.
+const fixtureFile = "testdata/fixture.json"
+
+// fixture is the file's layout.
+type fixture struct {
+	Input    Input           `json:"input"`
+	Options  Options         `json:"options"`
+	Expected json.RawMessage `json:"expected"`
+}
+
+func loadFixture(t testing.TB) fixture {
+	t.Helper()
+	b, err := os.ReadFile(fixtureFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f fixture
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("decode %s: %v", fixtureFile, err)
+	}
+	return f
+}
+
+func TestFixtureReport(t *testing.T) {
+	f := loadFixture(t)
+	got, err := Compute(f.Input, f.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotJSON, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, have any
+	if err := json.Unmarshal(f.Expected, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(gotJSON, &have); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range jsonDiff("report", want, have) {
+		t.Error(d)
+	}
+}
+
+// jsonDiff lists the differences between two decoded JSON values; numbers are
+// equal within 1e-9 (relative to the larger magnitude, at least 1).
+func jsonDiff(path string, want, have any) []string {
+	switch w := want.(type) {
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: want object, have %v", path, have)}
+		}
+		keys := map[string]bool{}
+		for k := range w {
+			keys[k] = true
+		}
+		for k := range h {
+			keys[k] = true
+		}
+		var names []string
+		for k := range keys {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		var out []string
+		for _, k := range names {
+			wv, wok := w[k]
+			hv, hok := h[k]
+			switch {
+			case !wok:
+				out = append(out, fmt.Sprintf("%s.%s: unexpected %v", path, k, hv))
+			case !hok:
+				out = append(out, fmt.Sprintf("%s.%s: missing, want %v", path, k, wv))
+			default:
+				out = append(out, jsonDiff(path+"."+k, wv, hv)...)
+			}
+		}
+		return out
+	case []any:
+		h, ok := have.([]any)
+		if !ok || len(h) != len(w) {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		var out []string
+		for i := range w {
+			out = append(out, jsonDiff(fmt.Sprintf("%s[%d]", path, i), w[i], h[i])...)
+		}
+		return out
+	case float64:
+		h, ok := have.(float64)
+		if !ok || math.Abs(w-h) > 1e-9*math.Max(1, math.Max(math.Abs(w), math.Abs(h))) {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		return nil
+	default:
+		if want != have {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		return nil
+	}
+}
