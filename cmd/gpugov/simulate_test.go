@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runSimulateArgs runs a fresh `simulate` command with args and returns its
+// stdout, stderr and error.
+func runSimulateArgs(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newSimulateCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+const (
+	simNodes    = "../../internal/simulation/testdata/nodes_two_t4.csv"
+	simPods     = "../../internal/simulation/testdata/pods_small.csv"
+	simBadPods  = "../../internal/trace/alibaba/testdata/pods_mixed.csv"
+	simBadNodes = "../../internal/trace/alibaba/testdata/pods_good.csv" // a pod file is not a node list
+)
+
+func isUsageError(err error) bool {
+	var ue usageError
+	return errors.As(err, &ue)
+}
+
+func TestSimulateJSON(t *testing.T) {
+	out, progress, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simPods, "--format", "json", "--seed", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Seed   uint64 `json:"seed"`
+		Groups []struct {
+			Tier string `json:"tier"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if report.Seed != 42 || len(report.Groups) != 4 || report.Groups[0].Tier != "production" {
+		t.Fatalf("report %+v", report)
+	}
+	if !strings.Contains(progress, "simulate: done at") {
+		t.Fatalf("stderr %q has no progress", progress)
+	}
+}
+
+func TestSimulateText(t *testing.T) {
+	out, _, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"production", "experiment", "assumptions:", "seconds per wait reason:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q", want)
+		}
+	}
+}
+
+func TestSimulateBadInput(t *testing.T) {
+	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte("stage: later\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed pod row", []string{"--nodes", simNodes, "--pods", simBadPods}, simBadPods + `:3: unknown qos "Gold"`},
+		{"malformed node list", []string{"--nodes", simBadNodes, "--pods", simPods}, simBadNodes + ":1: header is"},
+		{"missing file", []string{"--nodes", simNodes, "--pods", "absent.csv"}, "absent.csv"},
+		{"no nodes", []string{"--pods", simPods}, "--nodes is required"},
+		{"no pods", []string{"--nodes", simNodes}, "--pods is required"},
+		{"bad format", []string{"--nodes", simNodes, "--pods", simPods, "--format", "xml"}, `--format "xml"`},
+		{"bad policy", []string{"--nodes", simNodes, "--pods", simPods, "--policy", badPolicy}, `stage: "later"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runSimulateArgs(t, tc.args...)
+			if err == nil || !isUsageError(err) {
+				t.Fatalf("error %v, want a usage error (exit 2)", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q lacks %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSimulateSkipInvalid(t *testing.T) {
+	out, _, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simBadPods, "--skip-invalid", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Skipped struct {
+			Count    int      `json:"count"`
+			Messages []string `json:"messages"`
+		} `json:"skipped_rows"`
+		GPUJobs int `json:"gpu_jobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatal(err)
+	}
+	if report.Skipped.Count != 6 || report.GPUJobs != 3 || !strings.HasPrefix(report.Skipped.Messages[0], simBadPods+":3: ") {
+		t.Fatalf("skipped %+v, GPU jobs %d", report.Skipped, report.GPUJobs)
+	}
+}

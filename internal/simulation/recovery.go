@@ -1,0 +1,30 @@
+package simulation
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// drawRecovery applies cfg.Recovery to one job: a job of a listed tier is
+// checkpointable when the first draw of PCG(cfg.Seed, FNV-64a(id)) is below
+// Probability. Seeding by job ID makes each job's evidence independent of
+// the order and number of the others.
+func drawRecovery(cfg Config, id string, tier scheduling.Tier) scheduling.RecoveryEvidence {
+	r := cfg.Recovery
+	if !slices.Contains(r.Tiers, tier) {
+		return scheduling.RecoveryEvidence{}
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	if rand.New(rand.NewPCG(cfg.Seed, h.Sum64())).Float64() >= r.Probability {
+		return scheduling.RecoveryEvidence{}
+	}
+	return scheduling.RecoveryEvidence{
+		Checkpointable:            true,
+		CheckpointIntervalSeconds: r.CheckpointIntervalSeconds,
+		VerifiedResumes:           r.VerifiedResumes,
+	}
+}

@@ -1,0 +1,667 @@
+// Package simulation replays a GPU cluster trace through scheduling.Plan on a
+// virtual clock and reports the queue service it would have given: waits per
+// tier against the waits recorded in the trace, time per wait reason,
+// preemptions and their effective run loss, GPU utilisation and starvation.
+//
+// It is a discrete-event simulation: pods arrive at their creation time, run
+// for the time the trace gives, and a scheduling cycle runs at every instant
+// where something changed (an arrival, a release while jobs wait, a
+// preemption) and on a periodic timer while some job waits for a reason that
+// time alone can change. Everything the trace does not carry (recovery
+// evidence, projects, queues) comes from Config and is stated in the report's
+// assumptions.
+package simulation
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/trace/alibaba"
+)
+
+// Input is a trace as read by package alibaba.
+type Input struct {
+	Nodes   []alibaba.NodeRow
+	Pods    []alibaba.PodRow
+	Skipped alibaba.Skipped // pod rows the reader dropped (ReadOptions.SkipInvalid), reported as given
+}
+
+// BatchGCPercent is the GOGC value `gpugov simulate` runs a simulation
+// under (runtime/debug.SetGCPercent). Every scheduling cycle builds a fresh
+// capacity index inside scheduling.Plan; a heap goal of 5× the live heap
+// instead of 2× costs about 100 MiB on the default trace and saves about a
+// third of the CPU time otherwise spent collecting those indexes.
+const BatchGCPercent = 400
+
+// maxRoundsPerInstant bounds the cycles run at one instant after preemptions
+// freed GPUs (each round may preempt for the next blocked job).
+const maxRoundsPerInstant = 8
+
+type jobState uint8
+
+const (
+	stFuture    jobState = iota // not yet created
+	stWaiting                   // pending, first wait or after a preemption
+	stRunning                   // holding an allocation
+	stDone                      // run ended
+	stCancelled                 // deleted while waiting (never-scheduled trace pods)
+)
+
+// simJob is one GPU pod's life in the simulation. Times are trace seconds.
+type simJob struct {
+	idx        int
+	pod        *alibaba.PodRow
+	spec       scheduling.PendingJob // as converted; WaitingSince, aging and recovery set on each (re)queue
+	objectiveS int64                 // the queue's wait objective; 0 means none
+	recovery   scheduling.RecoveryEvidence
+	state      jobState
+
+	deleteAt int64 // never-scheduled trace pods: deleted then, waiting or running
+	runLeft  int64 // trace-scheduled pods: run seconds still to do
+
+	waitStart     int64
+	reason        scheduling.WaitReason
+	reasonSince   int64
+	accruedS      float64 // eligible wait of earlier waits, carried into aging on requeue
+	firstStart    int64   // -1 until the first run starts
+	firstWaitS    int64
+	requeueWaits  []int64
+	longestWaitS  int64
+	overObjective bool
+	seenCycle     int
+
+	runSeq      int
+	runStart    int64
+	runEnd      int64
+	milli       int64
+	ckptStep    int64
+	preemptedAt []time.Time
+	pendIdx     int
+	runIdx      int
+}
+
+func (j *simJob) order() int {
+	if j == nil {
+		return -1
+	}
+	return j.idx
+}
+
+// engine is the simulation state. pending/pendJobs and running/allocs/runJobs
+// are parallel slices kept in a deterministic order (swap-remove), handed to
+// Plan without copying.
+type engine struct {
+	cfg        Config
+	epoch      time.Time
+	pools      []scheduling.Pool
+	healthyGPU map[string]bool // UUIDs of the pool's healthy GPUs
+	used       map[string]int  // milli-GPU held per GPU UUID
+	gpus       int
+
+	jobs     []*simJob
+	byID     map[string]*simJob
+	cpuOnly  int
+	cutOff   int // Running pods deleted at the window end (cut off by it)
+	pending  []scheduling.PendingJob
+	pendJobs []*simJob
+	running  []scheduling.RunningJob
+	allocs   []scheduling.Allocation
+	runJobs  []*simJob
+
+	events  eventQueue
+	now     int64 // the instant the state has been advanced to
+	start   int64 // first arrival
+	timerAt int64 // the armed timer's instant, -1 when none
+
+	projects  []string
+	projIdx   map[string]int
+	usage     []float64 // decayed GPU-seconds per project as of now
+	rate      []float64 // GPUs (milli/1000) each project holds now
+	usageRows []scheduling.ProjectUsage
+
+	allocMilli  int64   // milli-GPU allocated now
+	allocMilliS float64 // integral of allocMilli over time
+
+	cycleNo int
+	// changeable counts the waiting jobs whose last reason is changeable. It
+	// is exact after each cycle; jobs queued since then (arrivals, requeued
+	// victims) get a cycle at their own instant.
+	changeable   int
+	placed       int
+	reasonS      map[scheduling.Tier]map[scheduling.WaitReason]float64
+	preempts     map[scheduling.Tier]int
+	lossGPUS     map[scheduling.Tier]float64
+	wouldPreempt int
+
+	progress     io.Writer
+	arrived      int
+	nextProgress int
+}
+
+// Run replays in under cfg and returns the report. progress, when not nil,
+// receives a line at every 5% of arrivals. It returns cfg.Validate's error
+// for an invalid Config; any other error means Plan broke its
+// contract (a job left without outcome, a GPU granted beyond capacity, a
+// victim without recovery evidence …): the simulation stops rather than
+// report numbers built on it.
+func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("simulation config: %w", err)
+	}
+	e := newEngine(in, cfg, progress)
+	if err := e.loop(); err != nil {
+		return nil, err
+	}
+	return e.report(in), nil
+}
+
+func newEngine(in Input, cfg Config, progress io.Writer) *engine {
+	e := &engine{
+		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
+		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
+		healthyGPU: map[string]bool{}, used: map[string]int{}, byID: map[string]*simJob{}, projIdx: map[string]int{},
+		reasonS:  map[scheduling.Tier]map[scheduling.WaitReason]float64{},
+		preempts: map[scheduling.Tier]int{}, lossGPUS: map[scheduling.Tier]float64{},
+	}
+	for _, n := range e.pools[0].Nodes {
+		for _, g := range n.GPUs {
+			e.healthyGPU[g.UUID] = true
+			e.gpus++
+		}
+	}
+	e.addJobs(in.Pods)
+	return e
+}
+
+// addJobs converts the GPU pods, draws their recovery evidence and queues
+// their arrival (and, for never-scheduled pods, their deletion) events.
+func (e *engine) addJobs(pods []alibaba.PodRow) {
+	var windowEnd int64
+	for i := range pods {
+		windowEnd = max(windowEnd, pods[i].DeletionTime)
+	}
+	opts := alibaba.JobOptions{Pool: e.cfg.PoolName, Projects: e.cfg.Projects, Epoch: e.epoch}
+	e.start = math.MaxInt64
+	for i := range pods {
+		p := &pods[i]
+		spec, ok := alibaba.PendingJob(*p, opts)
+		if !ok {
+			e.cpuOnly++
+			continue
+		}
+		if p.Phase == alibaba.PhaseRunning && p.DeletionTime == windowEnd {
+			e.cutOff++
+		}
+		j := &simJob{idx: len(e.jobs), pod: p, spec: spec, firstStart: -1, pendIdx: -1, runIdx: -1}
+		if q := e.queue(spec.Queue); q != nil {
+			j.objectiveS = int64(q.MaxWait / time.Second)
+			j.spec.Protected = q.Protected
+		}
+		j.recovery = drawRecovery(e.cfg, spec.ID, spec.Tier)
+		if run, ok := p.TraceRunSeconds(); ok {
+			j.runLeft = run
+		} else {
+			j.deleteAt = p.DeletionTime
+			e.events.push(event{t: p.DeletionTime, kind: evCancel, job: j})
+		}
+		e.events.push(event{t: p.CreationTime, kind: evArrival, job: j})
+		e.start = min(e.start, p.CreationTime)
+		e.jobs = append(e.jobs, j)
+		e.byID[spec.ID] = j
+		e.project(spec.Project)
+	}
+	if len(e.jobs) == 0 {
+		e.start = 0
+	}
+	e.now = e.start
+	slices.Sort(e.projects)
+	for i, p := range e.projects {
+		e.projIdx[p] = i
+	}
+}
+
+func (e *engine) queue(name string) *scheduling.Queue {
+	for i := range e.cfg.Queues {
+		if e.cfg.Queues[i].Name == name {
+			return &e.cfg.Queues[i]
+		}
+	}
+	return nil
+}
+
+func (e *engine) project(name string) {
+	if _, ok := e.projIdx[name]; !ok {
+		e.projIdx[name] = -1
+		e.projects = append(e.projects, name)
+		e.usage = append(e.usage, 0)
+		e.rate = append(e.rate, 0)
+	}
+}
+
+// at converts a trace second to the instant Plan sees.
+func (e *engine) at(t int64) time.Time { return e.epoch.Add(time.Duration(t) * time.Second) }
+
+// loop runs the virtual clock until no event is left.
+func (e *engine) loop() error {
+	for e.events.Len() > 0 {
+		if ev := e.events[0]; ev.kind == evTimer && (ev.t != e.timerAt || len(e.pending) == 0) {
+			e.events.pop() // superseded or idle: not an instant of the simulation
+			continue
+		}
+		t := e.events[0].t
+		e.advance(t)
+		changed := false
+		for e.events.Len() > 0 && e.events[0].t == t {
+			if e.apply(e.events.pop(), t) {
+				changed = true
+			}
+		}
+		if changed {
+			if err := e.schedule(t); err != nil {
+				return err
+			}
+		}
+		e.logProgress(t)
+	}
+	e.finish()
+	if e.progress != nil {
+		fmt.Fprintf(e.progress, "simulate: done at t=%ds (day %.1f), cycles %d, placed %d, still waiting %d\n",
+			e.now, float64(e.now)/86400, e.cycleNo, e.placed, len(e.pending))
+	}
+	return nil
+}
+
+// apply carries out one event and reports whether a scheduling cycle is due.
+func (e *engine) apply(ev event, t int64) bool {
+	j := ev.job
+	switch ev.kind {
+	case evCompletion:
+		if j.state != stRunning || ev.seq != j.runSeq {
+			return false // a run that was preempted; its completion is void
+		}
+		e.release(j)
+		j.state = stDone
+		return e.changeable > 0
+	case evArrival:
+		j.state = stWaiting
+		j.waitStart, j.reasonSince = t, t
+		e.addPending(j, t)
+		e.arrived++
+		return true
+	case evCancel:
+		if j.state != stWaiting {
+			return false // running: its run ends at the deletion by its completion event
+		}
+		e.endWait(j, t, waitCancelled)
+		e.removePending(j)
+		j.state = stCancelled
+		return e.changeable > 0
+	case evTimer:
+		if t != e.timerAt {
+			return false // superseded by a later arming
+		}
+		e.timerAt = -1
+		return true
+	}
+	return false
+}
+
+// schedule runs the cycles of instant t and arms the timer.
+func (e *engine) schedule(t int64) error {
+	preempted := true
+	for round := 0; preempted && round < maxRoundsPerInstant; round++ {
+		var err error
+		if preempted, err = e.cycle(t); err != nil {
+			return err
+		}
+	}
+	// A preemption in the last round leaves requeued victims without a cycle:
+	// the timer gives them one.
+	e.timerAt = -1
+	if len(e.pending) > 0 && (preempted || len(e.running) > 0 && e.changeable > 0) {
+		e.timerAt = t + e.cfg.CycleIntervalSeconds
+		e.events.push(event{t: e.timerAt, kind: evTimer})
+	}
+	return nil
+}
+
+// changeable lists the reasons that a release, a deletion or time alone may
+// change: freed GPUs can be granted, aging reorders ranks and reservations,
+// runs become old enough to be preemption victims, anti-thrash windows
+// expire. The others cannot change that way (no_matching_capacity holds
+// "even if empty"; holds, prerequisites and pools do not occur in a trace), so
+// a release while only they wait needs no cycle.
+var changeable = map[scheduling.WaitReason]bool{
+	scheduling.ReasonCapacityBusy: true, scheduling.ReasonFragmented: true,
+	scheduling.ReasonReservedForHigherPriority: true, scheduling.ReasonQuotaExhausted: true,
+	scheduling.ReasonPreemptionInProgress: true,
+}
+
+// cycle runs one scheduling cycle at t and applies its outcome. It reports
+// whether a preemption was carried out (GPUs were freed for a blocked job).
+func (e *engine) cycle(t int64) (bool, error) {
+	now := e.at(t)
+	e.refreshCheckpoints(t)
+	snap := &scheduling.Snapshot{
+		Pools: e.pools, Allocations: e.allocs, Running: e.running, Pending: e.pending,
+		Quotas: e.cfg.Quotas, Queues: e.cfg.Queues, Usage: e.usageAt(now),
+	}
+	res := scheduling.Plan(snap, &e.cfg.Policy, now)
+	if res == nil {
+		return false, fmt.Errorf("t=%ds: scheduling.Plan returned no result", t)
+	}
+	e.cycleNo++
+	e.changeable = 0
+	for _, w := range res.Waiting {
+		j, err := e.pendingByID(w.JobID, t, "wait status")
+		if err != nil {
+			return false, err
+		}
+		e.closeReason(j, t)
+		j.reason = w.Reason
+		if changeable[w.Reason] {
+			e.changeable++
+		}
+	}
+	for i := range res.Placements {
+		j, err := e.pendingByID(res.Placements[i].JobID, t, "placement")
+		if err != nil {
+			return false, err
+		}
+		if err := e.startRun(j, &res.Placements[i], t); err != nil {
+			return false, err
+		}
+	}
+	for _, j := range e.pendJobs {
+		if j.seenCycle != e.cycleNo {
+			return false, fmt.Errorf("t=%ds: scheduling.Plan gave pending job %s neither a placement nor a wait status", t, j.spec.ID)
+		}
+	}
+	return e.applyPreemptions(res.Preemptions, t)
+}
+
+// pendingByID finds the pending job an outcome names and marks it as having
+// one in this cycle; a second outcome or an unknown job is a Plan error.
+func (e *engine) pendingByID(id string, t int64, what string) (*simJob, error) {
+	j := e.byID[id]
+	switch {
+	case j == nil || j.state != stWaiting:
+		return nil, fmt.Errorf("t=%ds: scheduling.Plan gave a %s to %q, which is not pending", t, what, id)
+	case j.seenCycle == e.cycleNo:
+		return nil, fmt.Errorf("t=%ds: scheduling.Plan gave pending job %s more than one outcome", t, id)
+	}
+	j.seenCycle = e.cycleNo
+	return j, nil
+}
+
+// startRun grants pl to j: it checks the grant against GPU capacity and the
+// request, records the wait that ends, and queues the run's completion.
+func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
+	var milli int64
+	for _, g := range pl.GPUs {
+		if !e.healthyGPU[g.UUID] {
+			return fmt.Errorf("t=%ds: placement of %s names GPU %q, not a healthy GPU of the pool", t, j.spec.ID, g.UUID)
+		}
+		if g.Milli < 1 || e.used[g.UUID]+g.Milli > scheduling.MilliPerGPU {
+			return fmt.Errorf("t=%ds: placement of %s grants %d milli of GPU %s, which has %d of %d in use (DESIGN.md invariant 1)",
+				t, j.spec.ID, g.Milli, g.UUID, e.used[g.UUID], scheduling.MilliPerGPU)
+		}
+		e.used[g.UUID] += g.Milli
+		milli += int64(g.Milli)
+	}
+	if want := j.spec.Request.TotalMilli(); milli != want || len(pl.GPUs) != j.spec.Request.GPUs {
+		return fmt.Errorf("t=%ds: placement of %s grants %d milli-GPU on %d GPUs, the request needs %d on %d",
+			t, j.spec.ID, milli, len(pl.GPUs), want, j.spec.Request.GPUs)
+	}
+	e.endWait(j, t, waitStarted)
+	e.removePending(j)
+	if j.firstStart >= 0 {
+		j.recovery.VerifiedResumes++ // the resume from the checkpoint is this run
+	} else {
+		j.firstStart = t
+	}
+	j.state, j.runSeq, j.runStart, j.ckptStep, j.milli = stRunning, j.runSeq+1, t, 0, milli
+	j.runEnd = t + j.runLeft
+	if !j.pod.Scheduled {
+		j.runEnd = j.deleteAt // the owner deleted the pod then, whenever it started
+	}
+	now := e.at(t)
+	req := j.spec.Request
+	alloc := scheduling.Allocation{
+		ID: fmt.Sprintf("%s/run-%d", j.spec.ID, j.runSeq), JobID: j.spec.ID, Pool: pl.Pool, Node: pl.Node,
+		GPUs: pl.GPUs, CPUMilli: req.CPUMilli, MemoryMiB: req.MemoryMiB, Borrowed: pl.Borrowed,
+	}
+	j.runIdx = len(e.running)
+	e.running = append(e.running, scheduling.RunningJob{
+		ID: j.spec.ID, Project: j.spec.Project, Queue: j.spec.Queue, Tier: j.spec.Tier, Request: req,
+		Allocation: alloc, StartedAt: now, Recovery: j.recovery, Protected: j.spec.Protected,
+		RecentPreemptions: e.recentPreemptions(j, now),
+	})
+	e.allocs = append(e.allocs, alloc)
+	e.runJobs = append(e.runJobs, j)
+	e.allocMilli += milli
+	e.rate[e.projIdx[j.spec.Project]] += float64(milli) / scheduling.MilliPerGPU
+	e.placed++
+	e.events.push(event{t: j.runEnd, kind: evCompletion, job: j, seq: j.runSeq})
+	return nil
+}
+
+// recentPreemptions returns j's preemption times inside the anti-thrash window.
+func (e *engine) recentPreemptions(j *simJob, now time.Time) []time.Time {
+	var recent []time.Time
+	window := time.Duration(e.cfg.Policy.Preemption.WindowSeconds * float64(time.Second))
+	for _, p := range j.preemptedAt {
+		if now.Sub(p) < window {
+			recent = append(recent, p)
+		}
+	}
+	return recent
+}
+
+// applyPreemptions stops the victims of every proposal Plan lets act and
+// counts the others as "would preempt". It reports whether any victim stopped.
+func (e *engine) applyPreemptions(props []scheduling.PreemptionProposal, t int64) (bool, error) {
+	stopped := false
+	for _, pr := range props {
+		if !pr.Act {
+			e.wouldPreempt++
+			continue
+		}
+		for _, v := range pr.Victims {
+			if err := e.preempt(v.JobID, pr.ForJobID, t); err != nil {
+				return stopped, err
+			}
+			stopped = true
+		}
+	}
+	return stopped, nil
+}
+
+// preempt stops victim id at t, charges its effective run loss and requeues
+// it. Checkpoints are taken every CheckpointIntervalSeconds of the run, so the
+// work since the last one (t − runStart mod interval) is lost; the loss is
+// that plus Policy.Preemption.SaveRestoreSeconds, times the GPUs held
+// (milli/1000), as DESIGN.md defines effective run loss. The requeued job keeps
+// its submit time and accrued aging; its remaining work is what it had left
+// plus the lost seconds plus the save/restore time.
+func (e *engine) preempt(id, forID string, t int64) error {
+	j := e.byID[id]
+	switch {
+	case j == nil || j.state != stRunning:
+		return fmt.Errorf("t=%ds: scheduling.Plan proposed %q as a victim for %s, but it is not running", t, id, forID)
+	case !j.recovery.Checkpointable || j.spec.Protected:
+		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (DESIGN.md invariant 5)",
+			t, id, j.recovery.Checkpointable, j.spec.Protected, forID)
+	}
+	lost := (t - j.runStart) % j.recovery.CheckpointIntervalSeconds
+	saveRestore := e.cfg.Policy.Preemption.SaveRestoreSeconds
+	e.preempts[j.spec.Tier]++
+	e.lossGPUS[j.spec.Tier] += (float64(lost) + saveRestore) * float64(j.milli) / scheduling.MilliPerGPU
+	e.release(j)
+	if j.pod.Scheduled {
+		j.runLeft = (j.runEnd - t) + lost + int64(math.Ceil(saveRestore))
+	}
+	j.preemptedAt = append(j.preemptedAt, e.at(t))
+	j.state = stWaiting
+	j.waitStart, j.reasonSince, j.reason = t, t, ""
+	e.addPending(j, t)
+	return nil
+}
+
+// release returns j's GPUs and takes it off the running list.
+func (e *engine) release(j *simJob) {
+	for _, g := range e.allocs[j.runIdx].GPUs {
+		e.used[g.UUID] -= g.Milli
+	}
+	e.allocMilli -= j.milli
+	e.rate[e.projIdx[j.spec.Project]] -= float64(j.milli) / scheduling.MilliPerGPU
+	last := len(e.running) - 1
+	i := j.runIdx
+	e.running[i], e.allocs[i], e.runJobs[i] = e.running[last], e.allocs[last], e.runJobs[last]
+	e.runJobs[i].runIdx = i
+	e.running, e.allocs, e.runJobs = e.running[:last], e.allocs[:last], e.runJobs[:last]
+	j.runIdx = -1
+}
+
+// addPending puts j on the pending list as Plan sees it: waiting since t,
+// with its accrued aging and current recovery evidence.
+func (e *engine) addPending(j *simJob, t int64) {
+	pj := j.spec
+	pj.WaitingSince = e.at(t)
+	pj.AccruedAgingS = j.accruedS
+	pj.Recovery = j.recovery
+	j.pendIdx = len(e.pending)
+	e.pending = append(e.pending, pj)
+	e.pendJobs = append(e.pendJobs, j)
+}
+
+func (e *engine) removePending(j *simJob) {
+	last := len(e.pending) - 1
+	i := j.pendIdx
+	e.pending[i], e.pendJobs[i] = e.pending[last], e.pendJobs[last]
+	e.pendJobs[i].pendIdx = i
+	e.pending, e.pendJobs = e.pending[:last], e.pendJobs[:last]
+	j.pendIdx = -1
+}
+
+// closeReason charges the time since the last cycle to j's current reason: a
+// reason holds from the cycle that gave it until the next cycle.
+func (e *engine) closeReason(j *simJob, t int64) {
+	if j.reason != "" && t > j.reasonSince {
+		m := e.reasonS[j.spec.Tier]
+		if m == nil {
+			m = map[scheduling.WaitReason]float64{}
+			e.reasonS[j.spec.Tier] = m
+		}
+		m[j.reason] += float64(t - j.reasonSince)
+	}
+	j.reasonSince = t
+}
+
+// How a wait ends, for endWait.
+type waitEnd uint8
+
+const (
+	waitStarted    waitEnd = iota // a run started
+	waitCancelled                 // the pod was deleted while waiting
+	waitUnfinished                // the simulation ended first
+)
+
+// endWait records the wait of j that ends at t: a first wait or a requeue
+// wait when a run starts, and in every case the longest continuous wait and
+// whether it broke the queue's objective.
+func (e *engine) endWait(j *simJob, t int64, how waitEnd) {
+	e.closeReason(j, t)
+	w := t - j.waitStart
+	if how == waitStarted {
+		if j.firstStart < 0 {
+			j.firstWaitS = w
+		} else {
+			j.requeueWaits = append(j.requeueWaits, w)
+		}
+	}
+	j.longestWaitS = max(j.longestWaitS, w)
+	if j.objectiveS > 0 && w > j.objectiveS {
+		j.overObjective = true
+	}
+	j.accruedS += float64(w)
+}
+
+// refreshCheckpoints sets each checkpointable run's last checkpoint as of t:
+// runs checkpoint every CheckpointIntervalSeconds from their start.
+func (e *engine) refreshCheckpoints(t int64) {
+	for i, j := range e.runJobs {
+		if !j.recovery.Checkpointable {
+			continue
+		}
+		step := (t - j.runStart) / j.recovery.CheckpointIntervalSeconds
+		if step == j.ckptStep {
+			continue
+		}
+		j.ckptStep = step
+		at := j.runStart + step*j.recovery.CheckpointIntervalSeconds
+		e.running[i].Recovery.LastCheckpoint = &scheduling.Checkpoint{
+			At: e.at(at), Step: step, Location: fmt.Sprintf("sim://%s/run-%d/ckpt-%d", j.spec.ID, j.runSeq, step),
+		}
+	}
+}
+
+// advance moves the clock to t, integrating allocated GPU-seconds and every
+// project's decayed usage. Usage grows at the project's GPU rate r and decays
+// with half-life h (scheduling.DecayUsage), so over dt it becomes
+// U·d + r·h/ln2·(1−d) with d = 2^(−dt/h), the exact integral of decayed usage.
+func (e *engine) advance(t int64) {
+	dt := t - e.now
+	if dt <= 0 {
+		return
+	}
+	e.allocMilliS += float64(e.allocMilli) * float64(dt)
+	if e.cfg.Policy.FairShare.Enabled {
+		h := e.cfg.Policy.FairShare.HalfLifeSeconds
+		d := scheduling.DecayUsage(1, e.at(e.now), e.at(t), h)
+		gain := float64(dt)
+		if h > 0 {
+			gain = h / math.Ln2 * (1 - d)
+		}
+		for i := range e.usage {
+			e.usage[i] = e.usage[i]*d + e.rate[i]*gain
+		}
+	}
+	e.now = t
+}
+
+// usageAt returns the projects' decayed usage as of now (the clock is there).
+func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
+	if !e.cfg.Policy.FairShare.Enabled {
+		return nil
+	}
+	e.usageRows = e.usageRows[:0]
+	for i, p := range e.projects {
+		e.usageRows = append(e.usageRows, scheduling.ProjectUsage{Project: p, DecayedGPUSeconds: e.usage[i], AsOf: now})
+	}
+	return e.usageRows
+}
+
+// finish ends the waits of the jobs still pending when no event is left.
+func (e *engine) finish() {
+	for _, j := range e.pendJobs {
+		e.endWait(j, e.now, waitUnfinished)
+	}
+}
+
+func (e *engine) logProgress(t int64) {
+	if e.progress == nil || len(e.jobs) == 0 {
+		return
+	}
+	pct := e.arrived * 100 / len(e.jobs)
+	if pct < e.nextProgress {
+		return
+	}
+	e.nextProgress = pct/5*5 + 5
+	fmt.Fprintf(e.progress, "simulate: %3d%% of arrivals, t=%ds (day %.1f), cycles %d, placed %d, running %d, waiting %d\n",
+		pct, t, float64(t)/86400, e.cycleNo, e.placed, len(e.running), len(e.pending))
+}
