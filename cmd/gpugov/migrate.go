@@ -1,0 +1,59 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/store"
+)
+
+// defaultDatabaseURL is the database used when neither --database-url nor
+// DATABASE_URL is given (DESIGN.md §5).
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/gpugov?sslmode=disable"
+
+func init() {
+	var databaseURL string
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create the gpugov database if missing and apply the embedded schema migrations",
+		Long: `migrate applies gpugov's embedded goose migrations to PostgreSQL.
+
+The database is --database-url, else $DATABASE_URL, else
+` + defaultDatabaseURL + `.
+When that database does not exist, migrate first creates it by connecting to
+the server's "postgres" maintenance database with the same host, port, user and
+password (the role needs CREATEDB). Concurrent migrators are serialised by a
+PostgreSQL advisory lock; running migrate again applies nothing.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return newUsageError("migrate takes no arguments, got %q", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url := cmp.Or(databaseURL, os.Getenv("DATABASE_URL"), defaultDatabaseURL)
+			if _, err := pgx.ParseConfig(url); err != nil {
+				return newUsageError("database URL: %v", err)
+			}
+			created, err := store.EnsureDatabase(cmd.Context(), url)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintln(cmd.OutOrStdout(), "created database")
+			}
+			applied, err := store.MigrateUp(cmd.Context(), url)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s) %v; schema is up to date\n", len(applied), applied)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL, else "+defaultDatabaseURL+")")
+	rootCmd.AddCommand(cmd)
+}

@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AuditEntry is one governance action (DESIGN.md invariant 6): who (Actor:
+// "scheduler", a project, an operator), what (Action, e.g. "place", "hold",
+// "preempt"), on what (Subject: a job, allocation, pool or policy ID), why
+// (Reason) and the evidence (Evidence, stored as jsonb).
+type AuditEntry struct {
+	ID       int64 // assigned by the database
+	At       time.Time
+	Actor    string
+	Action   string
+	Subject  string
+	Reason   string
+	Evidence map[string]any
+}
+
+// AppendAudit appends one entry; a zero At means now. Actor, Action and
+// Subject are required. It is not idempotent by itself: a workflow that may
+// retry it should fold the append into the transaction of the action it
+// records, or name its workflow step in Evidence so duplicates can be told
+// apart. Errors are wrapped with "append audit".
+func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
+	if e.Actor == "" || e.Action == "" || e.Subject == "" {
+		return fmt.Errorf("store: append audit: actor, action and subject are required")
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if _, err := s.pool.Exec(ctx, insertAuditSQL, e.At, e.Actor, e.Action, e.Subject, e.Reason, evidenceJSON(e.Evidence)); err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	return nil
+}
+
+const insertAuditSQL = `INSERT INTO audit_log (at, actor, action, subject, reason, evidence) VALUES ($1, $2, $3, $4, $5, $6)`
+
+func appendAuditTx(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
+	if _, err := tx.Exec(ctx, insertAuditSQL, e.At, e.Actor, e.Action, e.Subject, e.Reason, evidenceJSON(e.Evidence)); err != nil {
+		return fmt.Errorf("audit %s %s: %w", e.Action, e.Subject, err)
+	}
+	return nil
+}
+
+func evidenceJSON(ev map[string]any) []byte {
+	if ev == nil {
+		return []byte("{}")
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		// Evidence comes from callers; keep the entry and say what was lost
+		// rather than dropping a governance record.
+		b = mustJSON(map[string]string{"unencodable_evidence": err.Error()})
+	}
+	return b
+}
+
+// AuditFor returns the audit entries about subject, oldest first, at most
+// limit of them (all when limit ≤ 0). Errors are wrapped with "audit for".
+func (s *Store) AuditFor(ctx context.Context, subject string, limit int) ([]AuditEntry, error) {
+	sql := `SELECT id, at, actor, action, subject, reason, evidence FROM audit_log WHERE subject = $1 ORDER BY id`
+	args := []any{subject}
+	if limit > 0 {
+		sql += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	var out []AuditEntry
+	err := forEachRow(ctx, s.pool, sql, args, func(rows pgx.Rows) error {
+		var e AuditEntry
+		var ev []byte
+		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &e.Reason, &ev); err != nil {
+			return err
+		}
+		e.At = e.At.UTC()
+		if err := json.Unmarshal(ev, &e.Evidence); err != nil {
+			return fmt.Errorf("decode evidence of audit %d: %w", e.ID, err)
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: audit for %s: %w", subject, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,675 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// ActorScheduler is the audit actor of everything ApplyCycle records.
+const ActorScheduler = "scheduler"
+
+// CycleOutcome is what ApplyCycle did with one scheduling cycle's result. It
+// is stored with the cycle, so a replay returns the same value.
+type CycleOutcome struct {
+	CycleID string `json:"cycle_id"`
+	// Replayed is true when the cycle had already been applied: nothing was
+	// changed and the stored outcome was returned.
+	Replayed bool `json:"-"`
+	// Placed lists the placements granted, in the result's order.
+	Placed []PlacedJob `json:"placed"`
+	// Conflicts lists the placements refused because the stored state no
+	// longer allowed them (GPU capacity taken, job no longer pending, GPU
+	// unhealthy or gone, …); the jobs stay pending for the next cycle.
+	Conflicts []Conflict `json:"conflicts"`
+	// Preemptions lists the preemptions started by this cycle (proposals with
+	// Act set whose victim allocation had no preemption in progress); the
+	// caller starts one PreemptionWorkflow for each.
+	Preemptions []StartedPreemption `json:"preemptions"`
+	// WaitTransitions counts the wait events opened (reason or detail changed).
+	WaitTransitions int `json:"wait_transitions"`
+	// StaleWaits counts wait statuses ignored because their job was no longer
+	// pending (cancelled, or placed by an earlier cycle).
+	StaleWaits int `json:"stale_waits"`
+}
+
+// PlacedJob is one granted placement.
+type PlacedJob struct {
+	JobID        string                `json:"job_id"`
+	AllocationID string                `json:"allocation_id"`
+	Pool         string                `json:"pool"`
+	Node         string                `json:"node"`
+	GPUs         []scheduling.GPUShare `json:"gpus"`
+}
+
+// Conflict is one refused placement and why.
+type Conflict struct {
+	JobID  string `json:"job_id"`
+	Reason string `json:"reason"`
+}
+
+// StartedPreemption is one victim allocation a preemption workflow must now
+// checkpoint and release for ForJobID.
+type StartedPreemption struct {
+	PreemptionID string `json:"preemption_id"`
+	ForJobID     string `json:"for_job_id"`
+	VictimJobID  string `json:"victim_job_id"`
+	AllocationID string `json:"allocation_id"`
+}
+
+// ApplyCycle persists one scheduling cycle's result in ONE transaction:
+//
+//   - placements become allocations (with allocation_gpus rows); the GPU rows
+//     are locked in UUID order and a placement whose GPUs would pass 1000
+//     milli-GPU (or whose job is no longer pending, or whose GPU is unhealthy,
+//     cordoned or gone) is skipped and listed in Conflicts; placed jobs become
+//     placed, their open wait event closes at now and their wait seconds are
+//     added to AccruedAgingS;
+//   - each wait status updates the job's reason and explanation and writes a
+//     wait-event transition only when the reason or detail changed;
+//   - placements and preemption proposals are recorded as decisions and in
+//     the audit log (actor "scheduler"); proposals with Act start preemptions.
+//
+// It is idempotent by cycleID: when the cycle was already applied (a retried
+// activity), it changes nothing and returns the stored outcome with Replayed
+// set; two concurrent calls with one ID apply it once. Errors are wrapped with
+// "apply cycle <id>"; on error nothing is stored.
+func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
+	if cycleID == "" || res == nil {
+		return nil, fmt.Errorf("store: apply cycle: cycle ID and result are required")
+	}
+	var out *CycleOutcome
+	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {
+		var err error
+		out, err = applyCycleTx(ctx, tx, cycleID, res, now)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// cycleJob is a job row locked by a cycle.
+type cycleJob struct {
+	state           JobState
+	held, cancelled bool
+	pool            string
+	cpuMilli, memMi int64
+}
+
+func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO scheduling_cycles (id, at, policy_version) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+		cycleID, now, res.PolicyVersion)
+	if err != nil {
+		return nil, fmt.Errorf("record cycle: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return storedOutcome(ctx, tx, cycleID)
+	}
+	out := &CycleOutcome{CycleID: cycleID, Placed: []PlacedJob{}, Conflicts: []Conflict{}, Preemptions: []StartedPreemption{}}
+	// Waits first, then placements: every job row this transaction locks is
+	// locked before the first GPU row (the package's lock order). A wait
+	// status of a job the result also places is ignored, granted or not.
+	inPlacements := make(map[string]bool, len(res.Placements))
+	for _, p := range res.Placements {
+		inPlacements[p.JobID] = true
+	}
+	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out); err != nil {
+		return nil, err
+	}
+	jobs, err := lockCycleJobs(ctx, tx, res)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyPlacements(ctx, tx, cycleID, res.Placements, jobs, now, out); err != nil {
+		return nil, err
+	}
+	if err := applyPreemptions(ctx, tx, cycleID, res.Preemptions, now, out); err != nil {
+		return nil, err
+	}
+	stats := map[string]int{
+		"placements": len(out.Placed), "conflicts": len(out.Conflicts), "waiting": len(res.Waiting),
+		"wait_transitions": out.WaitTransitions, "stale_waits": out.StaleWaits,
+		"proposals": len(res.Preemptions), "preemptions_started": len(out.Preemptions),
+	}
+	if _, err := tx.Exec(ctx, `UPDATE scheduling_cycles SET stats = $2, outcome = $3 WHERE id = $1`,
+		cycleID, mustJSON(stats), mustJSON(out)); err != nil {
+		return nil, fmt.Errorf("record outcome: %w", err)
+	}
+	return out, nil
+}
+
+// storedOutcome returns the outcome saved by the first application of a cycle.
+func storedOutcome(ctx context.Context, tx pgx.Tx, cycleID string) (*CycleOutcome, error) {
+	var raw []byte
+	if err := tx.QueryRow(ctx, `SELECT outcome FROM scheduling_cycles WHERE id = $1`, cycleID).Scan(&raw); err != nil {
+		return nil, fmt.Errorf("read stored outcome: %w", err)
+	}
+	out := &CycleOutcome{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, fmt.Errorf("decode stored outcome: %w", err)
+	}
+	out.Replayed = true
+	return out, nil
+}
+
+// lockCycleJobs locks, in ID order, the jobs the result places and returns
+// their current state. Waiting jobs are not locked here: applyWaits' update
+// locks the ones it changes.
+func lockCycleJobs(ctx context.Context, tx pgx.Tx, res *scheduling.Result) (map[string]cycleJob, error) {
+	ids := make([]string, 0, len(res.Placements))
+	for _, p := range res.Placements {
+		ids = append(ids, p.JobID)
+	}
+	jobs := make(map[string]cycleJob, len(ids))
+	if len(ids) == 0 {
+		return jobs, nil
+	}
+	err := forEachRow(ctx, tx, `
+		SELECT id, state, held, cancel_requested, coalesce(request->>'pool', ''),
+			coalesce((request->>'cpu_milli')::int8, 0), coalesce((request->>'memory_mib')::int8, 0)
+		FROM jobs WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`, []any{ids}, func(rows pgx.Rows) error {
+		var id string
+		var j cycleJob
+		if err := rows.Scan(&id, &j.state, &j.held, &j.cancelled, &j.pool, &j.cpuMilli, &j.memMi); err != nil {
+			return err
+		}
+		jobs[id] = j
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// lockedGPU is a gpus row locked by a cycle, with its node's and pool's state
+// and the milli-GPU its active allocations hold.
+type lockedGPU struct {
+	node, pool           string
+	healthy, schedulable bool
+	poolAvailable        bool
+	used                 int
+}
+
+// lockGPUs locks the GPU rows of uuids in UUID order (the package's lock
+// order, so concurrent cycles and releases cannot deadlock) and reads the
+// milli-GPU already granted on each. Only after the locks are held is the
+// usage read, so it cannot change before this transaction commits.
+func lockGPUs(ctx context.Context, tx pgx.Tx, uuids []string) (map[string]*lockedGPU, error) {
+	gpus := make(map[string]*lockedGPU, len(uuids))
+	err := forEachRow(ctx, tx, `
+		SELECT g.uuid, g.node, n.pool, g.healthy, n.schedulable, p.available
+		FROM gpus g JOIN nodes n ON n.name = g.node JOIN pools p ON p.name = n.pool
+		WHERE g.uuid = ANY($1) ORDER BY g.uuid FOR UPDATE OF g`, []any{uuids}, func(rows pgx.Rows) error {
+		var uuid string
+		g := &lockedGPU{}
+		if err := rows.Scan(&uuid, &g.node, &g.pool, &g.healthy, &g.schedulable, &g.poolAvailable); err != nil {
+			return err
+		}
+		gpus[uuid] = g
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock GPUs: %w", err)
+	}
+	err = forEachRow(ctx, tx, `
+		SELECT gpu_uuid, sum(milli)::int4 FROM allocation_gpus WHERE active AND gpu_uuid = ANY($1) GROUP BY gpu_uuid`,
+		[]any{uuids}, func(rows pgx.Rows) error {
+			var uuid string
+			var used int
+			if err := rows.Scan(&uuid, &used); err != nil {
+				return err
+			}
+			if g := gpus[uuid]; g != nil {
+				g.used = used
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read GPU usage: %w", err)
+	}
+	return gpus, nil
+}
+
+// placementRows accumulates the rows of granted placements for bulk inserts.
+type placementRows struct {
+	allocIDs, jobIDs, pools, nodes []string
+	cpu, mem                       []int64
+	borrowed                       []bool
+	explanations                   []string
+	gpuAlloc, gpuUUIDs             []string
+	gpuMilli                       []int32
+	gpuOrd                         []int16
+}
+
+// applyPlacements admits each placement in order against the locked GPU
+// capacity, then writes the granted ones in bulk.
+func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []scheduling.Placement,
+	jobs map[string]cycleJob, now time.Time, out *CycleOutcome) error {
+	placed := make(map[string]bool, len(ps)) // jobs already seen in this result
+	if len(ps) == 0 {
+		return nil
+	}
+	var uuids []string
+	for _, p := range ps {
+		for _, g := range p.GPUs {
+			uuids = append(uuids, g.UUID)
+		}
+	}
+	slices.Sort(uuids)
+	gpus, err := lockGPUs(ctx, tx, slices.Compact(uuids))
+	if err != nil {
+		return err
+	}
+	var rows placementRows
+	var decisions []decisionRow
+	var audits []AuditEntry
+	for _, p := range ps {
+		if why := admit(p, jobs, gpus, placed); why != "" {
+			out.Conflicts = append(out.Conflicts, Conflict{JobID: p.JobID, Reason: why})
+			decisions = append(decisions, decisionRow{p.JobID, "conflict", mustJSON(map[string]any{
+				"reason": why, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs), "rank": p.Rank})})
+			placed[p.JobID] = true
+			continue
+		}
+		placed[p.JobID] = true
+		allocID := newID("a-")
+		grant(&rows, allocID, p, jobs[p.JobID], gpus)
+		out.Placed = append(out.Placed, PlacedJob{JobID: p.JobID, AllocationID: allocID, Pool: p.Pool, Node: p.Node,
+			GPUs: slices.Clone(p.GPUs)})
+		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
+			"borrowed": p.Borrowed, "rank": p.Rank, "priority": priorityParts(p.Priority)}
+		decisions = append(decisions, decisionRow{p.JobID, "place", mustJSON(body)})
+		audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: "place", Subject: p.JobID,
+			Reason: fmt.Sprintf("rank %d, score %.1f: granted %s on node %s", p.Rank, p.Priority.Score,
+				describeShares(p.GPUs), p.Node), Evidence: body})
+	}
+	if err := insertPlacements(ctx, tx, cycleID, &rows, now); err != nil {
+		return err
+	}
+	if err := insertDecisions(ctx, tx, cycleID, decisions, now); err != nil {
+		return err
+	}
+	if err := insertAudits(ctx, tx, audits); err != nil {
+		return err
+	}
+	return nil
+}
+
+// admit checks one placement against the locked job and GPU rows and returns
+// why it must be refused, or "" to grant it.
+func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lockedGPU, placed map[string]bool) string {
+	j, ok := jobs[p.JobID]
+	switch {
+	case !ok:
+		return "job not found"
+	case placed[p.JobID]:
+		return "job placed twice in one cycle"
+	case j.state != StateSubmitted && j.state != StateWaiting:
+		return fmt.Sprintf("job is %s, not pending", j.state)
+	case j.held:
+		return "job is held"
+	case j.cancelled:
+		return "job has a cancel requested"
+	case j.pool != p.Pool:
+		return fmt.Sprintf("job asks for pool %q, placement is in %q", j.pool, p.Pool)
+	case len(p.GPUs) == 0:
+		return "placement names no GPU"
+	}
+	seen := map[string]bool{}
+	for i, s := range p.GPUs {
+		g := gpus[s.UUID]
+		switch {
+		case seen[s.UUID]:
+			return fmt.Sprintf("GPU %s listed twice", s.UUID)
+		case s.Milli < 1 || s.Milli > scheduling.MilliPerGPU:
+			return fmt.Sprintf("GPU %s share %d milli outside 1..%d", s.UUID, s.Milli, scheduling.MilliPerGPU)
+		case g == nil:
+			return fmt.Sprintf("GPU %s not in inventory", s.UUID)
+		case g.pool != p.Pool:
+			return fmt.Sprintf("GPU %s is in pool %q, not %q", s.UUID, g.pool, p.Pool)
+		case i == 0 && g.node != p.Node:
+			return fmt.Sprintf("first GPU %s is on node %q, not %q", s.UUID, g.node, p.Node)
+		case !g.healthy:
+			return fmt.Sprintf("GPU %s is unhealthy", s.UUID)
+		case !g.schedulable:
+			return fmt.Sprintf("node %s is not schedulable", g.node)
+		case !g.poolAvailable:
+			return fmt.Sprintf("pool %s is unavailable", p.Pool)
+		case g.used+s.Milli > scheduling.MilliPerGPU:
+			return fmt.Sprintf("GPU %s has %d milli granted; %d more would exceed %d", s.UUID, g.used, s.Milli,
+				scheduling.MilliPerGPU)
+		}
+		seen[s.UUID] = true
+	}
+	return ""
+}
+
+// grant charges p's shares to the locked GPUs and appends its rows.
+func grant(rows *placementRows, allocID string, p scheduling.Placement, j cycleJob, gpus map[string]*lockedGPU) {
+	rows.allocIDs = append(rows.allocIDs, allocID)
+	rows.jobIDs = append(rows.jobIDs, p.JobID)
+	rows.pools = append(rows.pools, p.Pool)
+	rows.nodes = append(rows.nodes, p.Node)
+	rows.cpu = append(rows.cpu, j.cpuMilli)
+	rows.mem = append(rows.mem, j.memMi)
+	rows.borrowed = append(rows.borrowed, p.Borrowed)
+	rows.explanations = append(rows.explanations, string(mustJSON(Explanation{Rank: p.Rank,
+		Priority: priorityParts(p.Priority),
+		Placed:   &PlacedOn{Pool: p.Pool, Node: p.Node, GPUs: gpuSharesJ(p.GPUs), Borrowed: p.Borrowed}})))
+	for i, s := range p.GPUs {
+		gpus[s.UUID].used += s.Milli
+		rows.gpuAlloc = append(rows.gpuAlloc, allocID)
+		rows.gpuUUIDs = append(rows.gpuUUIDs, s.UUID)
+		rows.gpuMilli = append(rows.gpuMilli, int32(s.Milli))
+		rows.gpuOrd = append(rows.gpuOrd, int16(i))
+	}
+}
+
+// describeShares renders shares as "2 GPU(s), 2000 milli (GPU-a, GPU-b)".
+func describeShares(gs []scheduling.GPUShare) string {
+	ids := make([]string, len(gs))
+	total := 0
+	for i, g := range gs {
+		ids[i] = g.UUID
+		total += g.Milli
+	}
+	return fmt.Sprintf("%d GPU(s), %d milli (%s)", len(gs), total, strings.Join(ids, ", "))
+}
+
+// insertPlacements writes allocations and allocation_gpus (the trigger adds
+// them to gpu_usage, whose CHECK is the backstop), marks the jobs placed,
+// carries their wait seconds into accrued_aging_s and closes their wait events.
+func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placementRows, now time.Time) error {
+	if len(r.allocIDs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO allocations (id, job_id, pool, node, cpu_milli, memory_mib, borrowed, cycle_id, granted_at,
+			gpu_uuids, gpu_milli)
+		SELECT u.*, $8, $9, g.uuids, g.milli
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::bool[]) AS u(id)
+		JOIN (SELECT a, array_agg(uuid ORDER BY o) AS uuids, array_agg(m ORDER BY o) AS milli
+			FROM unnest($10::text[], $11::text[], $12::int4[], $13::int2[]) AS x(a, uuid, m, o) GROUP BY a) AS g
+			ON g.a = u.id`,
+		r.allocIDs, r.jobIDs, r.pools, r.nodes, r.cpu, r.mem, r.borrowed, cycleID, now,
+		r.gpuAlloc, r.gpuUUIDs, r.gpuMilli, r.gpuOrd); err != nil {
+		return fmt.Errorf("insert allocations: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO allocation_gpus (allocation_id, gpu_uuid, milli, ord, active)
+		SELECT u.*, true FROM unnest($1::text[], $2::text[], $3::int4[], $4::int2[]) AS u(a, g, m, o) ORDER BY u.g`,
+		r.gpuAlloc, r.gpuUUIDs, r.gpuMilli, r.gpuOrd); err != nil {
+		return fmt.Errorf("insert allocation GPUs: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE jobs j SET state = 'placed', reason = NULL, explanation = u.expl::jsonb,
+			accrued_aging_s = j.accrued_aging_s + greatest(0, extract(epoch FROM $3::timestamptz - j.waiting_since))::float8,
+			updated_at = $3
+		FROM unnest($1::text[], $2::text[]) AS u(id, expl) WHERE j.id = u.id`,
+		r.jobIDs, r.explanations, now); err != nil {
+		return fmt.Errorf("mark jobs placed: %w", err)
+	}
+	return closeWaitEvents(ctx, tx, r.jobIDs, now)
+}
+
+// applyWaits refreshes the reason and explanation of every job the result
+// explains that is still pending, and writes a wait-event transition (close
+// the open event, open a new one) where the reason or detail differs from the
+// open event. The jobs update locks the rows it changes, and the transitions
+// are written only for rows it changed, so a job cancelled or placed
+// concurrently gets no new wait event. Rows whose reason and explanation are
+// unchanged are not rewritten, so a steady queue costs reads, not writes.
+func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.WaitStatus,
+	placed map[string]bool, now time.Time, out *CycleOutcome) error {
+	ws = pendingWaits(ws, placed, out)
+	if len(ws) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.JobID
+	}
+	type current struct {
+		pending        bool
+		open           bool
+		reason, detail string
+	}
+	cur := make(map[string]current, len(ws))
+	err := forEachRow(ctx, tx, `
+		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''), coalesce(w.detail, '')
+		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL
+		WHERE j.id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
+		var id string
+		var c current
+		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail); err != nil {
+			return err
+		}
+		cur[id] = c
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read wait state: %w", err)
+	}
+	var upd, updReason, updExpl []string
+	expls := make([]string, len(ws)) // parallel to ws
+	transition := map[string]bool{}
+	for i, w := range ws {
+		c := cur[w.JobID]
+		if !c.pending {
+			out.StaleWaits++
+			continue
+		}
+		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: NextAction(w.Reason),
+			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
+		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
+		if !c.open || c.reason != string(w.Reason) || c.detail != w.Detail {
+			transition[w.JobID] = true
+		}
+	}
+	changed := make(map[string]bool, len(upd))
+	err = forEachRow(ctx, tx, `
+		UPDATE jobs j SET state = 'waiting', reason = u.reason, explanation = u.expl::jsonb, updated_at = $4
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, reason, expl)
+		WHERE j.id = u.id AND j.state IN ('submitted', 'waiting')
+			AND (j.state <> 'waiting' OR j.reason IS DISTINCT FROM u.reason OR j.explanation IS DISTINCT FROM u.expl::jsonb)
+		RETURNING j.id`, []any{upd, updReason, updExpl, now}, func(rows pgx.Rows) error {
+		var id string
+		err := rows.Scan(&id)
+		changed[id] = true
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update waiting jobs: %w", err)
+	}
+	var tr waitRows
+	var decisions []decisionRow
+	for i, w := range ws {
+		if !transition[w.JobID] {
+			continue
+		}
+		if !changed[w.JobID] { // no longer pending when the update ran
+			out.StaleWaits++
+			continue
+		}
+		tr.add(w)
+		decisions = append(decisions, decisionRow{w.JobID, "wait", []byte(expls[i])})
+	}
+	out.WaitTransitions = len(tr.jobIDs)
+	if err := closeWaitEvents(ctx, tx, tr.jobIDs, now); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO wait_events (job_id, reason, detail, next_action, reevaluate, blocking_job_id, started_at)
+		SELECT u.j, u.r, u.d, u.n, u.e, nullif(u.b, ''), $7
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(j, r, d, n, e, b)`,
+		tr.jobIDs, tr.reasons, tr.details, tr.next, tr.reeval, tr.blocking, now); err != nil {
+		return fmt.Errorf("open wait events: %w", err)
+	}
+	return insertDecisions(ctx, tx, cycleID, decisions, now)
+}
+
+// pendingWaits drops the wait statuses of jobs the result also places and
+// all but the first status of a job, and sorts the rest by job ID so that
+// concurrent cycles lock rows in the same order.
+func pendingWaits(ws []scheduling.WaitStatus, placed map[string]bool, out *CycleOutcome) []scheduling.WaitStatus {
+	seen := make(map[string]bool, len(ws))
+	kept := make([]scheduling.WaitStatus, 0, len(ws))
+	for _, w := range ws {
+		if placed[w.JobID] || seen[w.JobID] {
+			out.StaleWaits++
+			continue
+		}
+		seen[w.JobID] = true
+		kept = append(kept, w)
+	}
+	slices.SortFunc(kept, func(a, b scheduling.WaitStatus) int { return cmpString(a.JobID, b.JobID) })
+	return kept
+}
+
+// waitRows accumulates new wait events as column arrays.
+type waitRows struct {
+	jobIDs, reasons, details, next, reeval, blocking []string
+}
+
+func (w *waitRows) add(s scheduling.WaitStatus) {
+	w.jobIDs = append(w.jobIDs, s.JobID)
+	w.reasons = append(w.reasons, string(s.Reason))
+	w.details = append(w.details, s.Detail)
+	w.next = append(w.next, NextAction(s.Reason))
+	w.reeval = append(w.reeval, s.ReEvaluate)
+	w.blocking = append(w.blocking, s.BlockingJobID)
+}
+
+// applyPreemptions records every proposal as a decision and one audit entry
+// per victim, and for proposals with Act opens a preemption per victim
+// allocation that has none in progress.
+func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []scheduling.PreemptionProposal,
+	now time.Time, out *CycleOutcome) error {
+	var decisions []decisionRow
+	var audits []AuditEntry
+	var ids, forJobs, victims, allocs, reasons []string
+	var losses []float64
+	for _, p := range props {
+		body := proposalBody(p)
+		kind, action := "would_preempt", "would_preempt"
+		if p.Act {
+			kind, action = "preempt", "preempt"
+		}
+		decisions = append(decisions, decisionRow{p.ForJobID, kind, body})
+		for _, v := range p.Victims {
+			audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: action, Subject: v.JobID,
+				Reason:   fmt.Sprintf("for job %s: %s", p.ForJobID, p.Reason),
+				Evidence: map[string]any{"proposal": json.RawMessage(body), "allocation_id": v.AllocationID}})
+			if p.Act {
+				ids = append(ids, newID("p-"))
+				forJobs, victims = append(forJobs, p.ForJobID), append(victims, v.JobID)
+				allocs, reasons = append(allocs, v.AllocationID), append(reasons, p.Reason)
+				losses = append(losses, v.EstimatedLossGPUSeconds)
+			}
+		}
+	}
+	if len(ids) > 0 {
+		// Only live victim allocations of the named job qualify; the partial
+		// unique index keeps one open preemption per allocation.
+		err := forEachRow(ctx, tx, `
+			INSERT INTO preemptions (id, cycle_id, for_job_id, victim_job_id, allocation_id, estimated_loss_gpu_s,
+				reason, started_at)
+			SELECT u.id, $1, u.f, u.v, u.a, u.l, u.r, $2
+			FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[]) AS u(id, f, v, a, l, r)
+			JOIN allocations al ON al.id = u.a AND al.job_id = u.v AND al.released_at IS NULL
+			ORDER BY u.a
+			ON CONFLICT (allocation_id) WHERE ended_at IS NULL DO NOTHING
+			RETURNING id, for_job_id, victim_job_id, allocation_id`,
+			[]any{cycleID, now, ids, forJobs, victims, allocs, losses, reasons}, func(rows pgx.Rows) error {
+				var sp StartedPreemption
+				if err := rows.Scan(&sp.PreemptionID, &sp.ForJobID, &sp.VictimJobID, &sp.AllocationID); err != nil {
+					return err
+				}
+				out.Preemptions = append(out.Preemptions, sp)
+				return nil
+			})
+		if err != nil {
+			return fmt.Errorf("start preemptions: %w", err)
+		}
+		slices.SortFunc(out.Preemptions, func(a, b StartedPreemption) int { return cmpString(a.AllocationID, b.AllocationID) })
+	}
+	if err := insertDecisions(ctx, tx, cycleID, decisions, now); err != nil {
+		return err
+	}
+	return insertAudits(ctx, tx, audits)
+}
+
+func proposalBody(p scheduling.PreemptionProposal) []byte {
+	type victim struct {
+		JobID        string  `json:"job_id"`
+		AllocationID string  `json:"allocation_id"`
+		GPUs         int     `json:"gpus"`
+		LossGPUS     float64 `json:"estimated_loss_gpu_s"`
+	}
+	vs := make([]victim, len(p.Victims))
+	for i, v := range p.Victims {
+		vs[i] = victim{v.JobID, v.AllocationID, v.GPUs, v.EstimatedLossGPUSeconds}
+	}
+	return mustJSON(map[string]any{"for_job_id": p.ForJobID, "pool": p.Pool, "node": p.Node, "victims": vs,
+		"act": p.Act, "estimated_loss_gpu_s": p.EstimatedLossGPUSeconds, "reason": p.Reason})
+}
+
+// decisionRow is one decisions row of a cycle.
+type decisionRow struct {
+	jobID, kind string
+	body        []byte
+}
+
+func insertDecisions(ctx context.Context, tx pgx.Tx, cycleID string, ds []decisionRow, at time.Time) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	jobIDs := make([]string, len(ds))
+	kinds := make([]string, len(ds))
+	bodies := make([]string, len(ds))
+	for i, d := range ds {
+		jobIDs[i], kinds[i], bodies[i] = d.jobID, d.kind, string(d.body)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO decisions (cycle_id, job_id, kind, body, at)
+		SELECT $1, u.j, u.k, u.b::jsonb, $2 FROM unnest($3::text[], $4::text[], $5::text[]) AS u(j, k, b)`,
+		cycleID, at, jobIDs, kinds, bodies); err != nil {
+		return fmt.Errorf("insert decisions: %w", err)
+	}
+	return nil
+}
+
+func insertAudits(ctx context.Context, tx pgx.Tx, es []AuditEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	ats := make([]time.Time, len(es))
+	actors := make([]string, len(es))
+	actions := make([]string, len(es))
+	subjects := make([]string, len(es))
+	reasons := make([]string, len(es))
+	evidence := make([]string, len(es))
+	for i, e := range es {
+		ats[i], actors[i], actions[i], subjects[i], reasons[i] = e.At, e.Actor, e.Action, e.Subject, e.Reason
+		evidence[i] = string(evidenceJSON(e.Evidence))
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO audit_log (at, actor, action, subject, reason, evidence)
+		SELECT u.t, u.a, u.c, u.s, u.r, u.e::jsonb
+		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(t, a, c, s, r, e)`,
+		ats, actors, actions, subjects, reasons, evidence); err != nil {
+		return fmt.Errorf("insert audit entries: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,606 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// JobState is the life-cycle state of a job.
+type JobState string
+
+// The job states. submitted and waiting are pending (in the snapshot's
+// Pending); placed (allocation granted, run not started) and running hold GPUs;
+// the rest are final.
+const (
+	StateSubmitted JobState = "submitted"
+	StateWaiting   JobState = "waiting"
+	StatePlaced    JobState = "placed"
+	StateRunning   JobState = "running"
+	StateSucceeded JobState = "succeeded"
+	StateFailed    JobState = "failed"
+	StateCancelled JobState = "cancelled"
+)
+
+// Final reports whether the state is succeeded, failed or cancelled.
+func (s JobState) Final() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled
+}
+
+// NewJob is a submission. Request.Pool names the pool; Tier normally comes from
+// the queue. RunSeconds is the simulated executor's run duration in seconds.
+// IdempotencyKey, when not empty, makes a repeated submission of the same
+// project return the first job. SubmitTime zero means now.
+type NewJob struct {
+	Project        string
+	Queue          string
+	Tier           scheduling.Tier
+	Request        scheduling.ResourceRequest
+	Prerequisites  []scheduling.Prerequisite
+	Recovery       scheduling.RecoveryEvidence
+	Protected      bool
+	Held           bool
+	Command        []string
+	Env            map[string]string
+	RunSeconds     float64
+	IdempotencyKey string
+	SubmitTime     time.Time
+}
+
+// Job is a stored job.
+type Job struct {
+	ID            string
+	Project       string
+	Queue         string
+	Tier          scheduling.Tier
+	Request       scheduling.ResourceRequest
+	State         JobState
+	SubmitTime    time.Time
+	WaitingSince  time.Time // start of the current (or last) wait
+	AccruedAgingS float64   // wait seconds carried over from earlier waits, in seconds
+	Held          bool
+	Prerequisites []scheduling.Prerequisite
+	Recovery      scheduling.RecoveryEvidence
+	Protected     bool
+	// CancelRequested is set by CancelJob on a placed or running job; the job
+	// workflow stops the run and releases the allocation.
+	CancelRequested bool
+	IdempotencyKey  string
+	Command         []string
+	Env             map[string]string
+	RunSeconds      float64
+	// Reason is the current wait reason; empty when the job is not waiting or
+	// has not been through a scheduling cycle yet.
+	Reason scheduling.WaitReason
+	// Explanation is the last scheduling cycle's account of the job (wait or
+	// placement); nil before the first cycle.
+	Explanation *Explanation
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Explanation is what the last scheduling cycle said about a job: its rank,
+// effective priority by parts and, while it waits, the reason with its
+// quantities, what would change it and the job blocking it. Stored as
+// jobs.explanation.
+type Explanation struct {
+	Reason        scheduling.WaitReason `json:"reason,omitempty"`
+	Detail        string                `json:"detail,omitempty"`
+	NextAction    string                `json:"next_action,omitempty"`
+	ReEvaluate    string                `json:"reevaluate,omitempty"`
+	BlockingJobID string                `json:"blocking_job_id,omitempty"`
+	Rank          int                   `json:"rank"`
+	Priority      PriorityParts         `json:"priority"`
+	// Placed is set when the cycle placed the job: pool, node and GPU shares.
+	Placed *PlacedOn `json:"placed,omitempty"`
+}
+
+// PriorityParts is scheduling.Priority with stable JSON names: score =
+// tier_base + aging_credit + fair_share (points).
+type PriorityParts struct {
+	Score       float64   `json:"score"`
+	TierBase    float64   `json:"tier_base"`
+	AgingCredit float64   `json:"aging_credit"`
+	AgingCapped bool      `json:"aging_capped"`
+	FairShare   float64   `json:"fair_share"`
+	FairFactor  float64   `json:"fair_factor"`
+	SubmitTime  time.Time `json:"submit_time"`
+}
+
+// PlacedOn names where a placement put a job.
+type PlacedOn struct {
+	Pool     string      `json:"pool"`
+	Node     string      `json:"node"`
+	GPUs     []GPUShareJ `json:"gpus"`
+	Borrowed bool        `json:"borrowed,omitempty"`
+}
+
+// GPUShareJ is scheduling.GPUShare with JSON names: a GPU UUID and milli-GPU.
+type GPUShareJ struct {
+	UUID  string `json:"uuid"`
+	Milli int    `json:"milli"`
+}
+
+func priorityParts(p scheduling.Priority) PriorityParts {
+	return PriorityParts{
+		Score: p.Score, TierBase: p.TierBase, AgingCredit: p.AgingCredit, AgingCapped: p.AgingCapped,
+		FairShare: p.FairShare, FairFactor: p.FairFactor, SubmitTime: p.SubmitTime.UTC(),
+	}
+}
+
+func gpuSharesJ(gs []scheduling.GPUShare) []GPUShareJ {
+	out := make([]GPUShareJ, len(gs))
+	for i, g := range gs {
+		out[i] = GPUShareJ(g)
+	}
+	return out
+}
+
+// WaitEvent is one interval during which a job waited for one reason. EndedAt
+// is nil while it is the job's current wait.
+type WaitEvent struct {
+	ID            int64
+	JobID         string
+	Reason        scheduling.WaitReason
+	Detail        string
+	NextAction    string
+	ReEvaluate    string
+	BlockingJobID string
+	StartedAt     time.Time
+	EndedAt       *time.Time
+}
+
+// nextActions is the action each wait reason implies (DESIGN.md §1 wait reason table).
+var nextActions = map[scheduling.WaitReason]string{
+	scheduling.ReasonEnvironmentNotReady:       "fix the prerequisite",
+	scheduling.ReasonQuotaExhausted:            "quota adjustment or wait for the project's own jobs to end",
+	scheduling.ReasonNoMatchingCapacity:        "fix the request; waiting will not help",
+	scheduling.ReasonFragmented:                "consolidation or wait",
+	scheduling.ReasonCapacityBusy:              "wait for release, preemption if eligible, or capacity",
+	scheduling.ReasonReservedForHigherPriority: "wait for the higher-ranked job named in the explanation",
+	scheduling.ReasonPreemptionInProgress:      "wait for the preemption workflow",
+	scheduling.ReasonHeld:                      "release the hold",
+	scheduling.ReasonPoolUnavailable:           "operator action on the pool",
+}
+
+// NextAction returns the next action DESIGN.md gives for a wait reason, or ""
+// for an unknown code.
+func NextAction(r scheduling.WaitReason) string { return nextActions[r] }
+
+// jobColumns is the select list scanJob reads, in order.
+const jobColumns = `id, project, queue, tier, request, state, submit_time, waiting_since, accrued_aging_s,
+	held, prerequisites, recovery, protected, cancel_requested, coalesce(idempotency_key, ''), spec,
+	coalesce(reason, ''), explanation, created_at, updated_at`
+
+// scanJob scans one row of jobColumns.
+func scanJob(row pgx.Row) (*Job, error) {
+	var j Job
+	var tier string
+	var request, prereqs, recovery, spec, expl []byte
+	err := row.Scan(&j.ID, &j.Project, &j.Queue, &tier, &request, &j.State, &j.SubmitTime, &j.WaitingSince,
+		&j.AccruedAgingS, &j.Held, &prereqs, &recovery, &j.Protected, &j.CancelRequested, &j.IdempotencyKey,
+		&spec, &j.Reason, &expl, &j.CreatedAt, &j.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	if j.Tier, err = scheduling.ParseTier(tier); err != nil {
+		return nil, fmt.Errorf("job %s: %w", j.ID, err)
+	}
+	var rd requestDoc
+	var pd []prerequisiteDoc
+	var recd recoveryDoc
+	var sd specDoc
+	for _, d := range []struct {
+		raw []byte
+		v   any
+	}{{request, &rd}, {prereqs, &pd}, {recovery, &recd}, {spec, &sd}} {
+		if err := json.Unmarshal(d.raw, d.v); err != nil {
+			return nil, fmt.Errorf("job %s: decode %T: %w", j.ID, d.v, err)
+		}
+	}
+	if expl != nil {
+		j.Explanation = &Explanation{}
+		if err := json.Unmarshal(expl, j.Explanation); err != nil {
+			return nil, fmt.Errorf("job %s: decode explanation: %w", j.ID, err)
+		}
+	}
+	j.Request, j.Prerequisites, j.Recovery = rd.request(), prerequisites(pd), recd.recovery()
+	j.Command, j.Env, j.RunSeconds = sd.Command, sd.Env, sd.RunSeconds
+	j.SubmitTime, j.WaitingSince = j.SubmitTime.UTC(), j.WaitingSince.UTC()
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	return &j, nil
+}
+
+// CreateJob stores a submission in state submitted and audits it (actor the
+// project, action "submit") in the same transaction. With an IdempotencyKey, a
+// second submission with the same (project, key) — a client or workflow retry —
+// stores nothing and returns the first job with created=false; this holds under
+// concurrent submissions too (unique index jobs_idempotency_idx). Errors: an
+// empty project or queue, an unknown tier, or database errors, wrapped with
+// "create job".
+func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
+	if nj.Project == "" || nj.Queue == "" {
+		return nil, false, fmt.Errorf("store: create job: project and queue are required")
+	}
+	if _, err := scheduling.ParseTier(nj.Tier.String()); err != nil {
+		return nil, false, fmt.Errorf("store: create job: %w", err)
+	}
+	submit := nj.SubmitTime
+	if submit.IsZero() {
+		submit = time.Now()
+	}
+	var key *string
+	if nj.IdempotencyKey != "" {
+		key = &nj.IdempotencyKey
+	}
+	var job *Job
+	var created bool
+	err := s.inTx(ctx, "create job", func(tx pgx.Tx) error {
+		id := newID("j-")
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, held,
+				prerequisites, recovery, protected, idempotency_key, spec)
+			VALUES ($1, $2, $3, $4, $5, 'submitted', $6, $6, $7, $8, $9, $10, $11, $12)
+			ON CONFLICT (project, idempotency_key) DO NOTHING`,
+			id, nj.Project, nj.Queue, nj.Tier.String(), mustJSON(toRequestDoc(nj.Request)), submit, nj.Held,
+			mustJSON(toPrerequisiteDocs(nj.Prerequisites)), mustJSON(toRecoveryDoc(nj.Recovery)), nj.Protected, key,
+			mustJSON(specDoc{Command: nj.Command, Env: nj.Env, RunSeconds: nj.RunSeconds}))
+		if err != nil {
+			return err
+		}
+		created = tag.RowsAffected() == 1
+		if created {
+			err = appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: nj.Project, Action: "submit", Subject: id,
+				Reason: "submitted to queue " + nj.Queue,
+				Evidence: map[string]any{"queue": nj.Queue, "tier": nj.Tier.String(), "pool": nj.Request.Pool,
+					"gpus": nj.Request.GPUs, "gpu_milli": nj.Request.GPUMilli, "idempotency_key": nj.IdempotencyKey}})
+			if err != nil {
+				return err
+			}
+			job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+		} else {
+			job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE project = $1 AND idempotency_key = $2`,
+				nj.Project, nj.IdempotencyKey))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return job, created, nil
+}
+
+// GetJob returns the job with the given ID, or an error wrapping ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: get job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobFilter selects jobs for ListJobs; empty fields match everything. Limit
+// defaults to DefaultListLimit and is capped at MaxListLimit; AfterID is the
+// cursor returned by the previous page.
+type JobFilter struct {
+	Project string
+	Queue   string
+	State   JobState
+	Reason  scheduling.WaitReason
+	Limit   int
+	AfterID string
+}
+
+// Page sizes of ListJobs.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListJobs returns one page of jobs matching f in ID order (IDs are ULIDs, so
+// this is submission order) and the cursor for the next page, "" after the
+// last page. Errors are wrapped with "list jobs".
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Job, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Project != "" {
+		add("project = $%d", f.Project)
+	}
+	if f.Queue != "" {
+		add("queue = $%d", f.Queue)
+	}
+	if f.State != "" {
+		add("state = $%d", string(f.State))
+	}
+	if f.Reason != "" {
+		add("reason = $%d", string(f.Reason))
+	}
+	if f.AfterID != "" {
+		add("id > $%d", f.AfterID)
+	}
+	sql := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit+1)
+	sql += fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args))
+	var jobs []Job
+	err := forEachRow(ctx, s.pool, sql, args, func(rows pgx.Rows) error {
+		j, err := scanJob(rows)
+		if err == nil {
+			jobs = append(jobs, *j)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = jobs[limit-1].ID
+	}
+	return jobs, next, nil
+}
+
+// JobWaitEvents returns the job's wait events, oldest first; the current one,
+// if any, is last with EndedAt nil. A job that never waited gives an empty
+// slice; an unknown job gives an error wrapping ErrNotFound.
+func (s *Store) JobWaitEvents(ctx context.Context, jobID string) ([]WaitEvent, error) {
+	var events []WaitEvent
+	err := forEachRow(ctx, s.pool, `
+		SELECT id, job_id, reason, detail, next_action, reevaluate, coalesce(blocking_job_id, ''), started_at, ended_at
+		FROM wait_events WHERE job_id = $1 ORDER BY started_at, id`, []any{jobID}, func(rows pgx.Rows) error {
+		var e WaitEvent
+		if err := rows.Scan(&e.ID, &e.JobID, &e.Reason, &e.Detail, &e.NextAction, &e.ReEvaluate, &e.BlockingJobID,
+			&e.StartedAt, &e.EndedAt); err != nil {
+			return err
+		}
+		e.StartedAt = e.StartedAt.UTC()
+		if e.EndedAt != nil {
+			t := e.EndedAt.UTC()
+			e.EndedAt = &t
+		}
+		events = append(events, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: wait events of %s: %w", jobID, err)
+	}
+	if len(events) == 0 {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)`, jobID).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("store: wait events of %s: %w", jobID, err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("store: wait events of %s: %w", jobID, ErrNotFound)
+		}
+	}
+	return events, nil
+}
+
+// lockJob locks one job row and returns its state and flags; ErrNotFound when
+// it does not exist.
+func lockJob(ctx context.Context, tx pgx.Tx, id string) (state JobState, held, cancelRequested bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT state, held, cancel_requested FROM jobs WHERE id = $1 FOR NO KEY UPDATE`, id).
+		Scan(&state, &held, &cancelRequested)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	return state, held, cancelRequested, err
+}
+
+// SetHold holds (held=true) or releases a job's hold, auditing who and why
+// (actions "hold" and "release_hold"). Holding a job that is already held (or
+// releasing one that is not) changes and audits nothing, so retries are safe.
+// The next scheduling cycle gives a held pending job the reason held. Errors
+// wrap ErrNotFound, ErrConflict for a finished job, or database errors.
+func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error {
+	return s.inTx(ctx, "set hold on "+jobID, func(tx pgx.Tx) error {
+		state, cur, _, err := lockJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if state.Final() {
+			return fmt.Errorf("job is %s: %w", state, ErrConflict)
+		}
+		if cur == held {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET held = $2, updated_at = now() WHERE id = $1`, jobID, held); err != nil {
+			return err
+		}
+		action := "hold"
+		if !held {
+			action = "release_hold"
+		}
+		return appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: action, Subject: jobID,
+			Reason: reason, Evidence: map[string]any{"state": string(state)}})
+	})
+}
+
+// CancelJob cancels a job. A pending job becomes cancelled at once and its
+// open wait event is closed; a placed or running job only gets
+// CancelRequested, because its job workflow must stop the run and release the
+// allocation (then FinishRun or ReleasePlacement with outcome cancelled). Both
+// are audited (actions "cancel" and "cancel_requested"). Cancelling a job that
+// is already cancelled or has a cancel requested does nothing, so retries are
+// safe. Errors wrap ErrNotFound, ErrConflict for a job that succeeded or
+// failed, or database errors.
+func (s *Store) CancelJob(ctx context.Context, jobID, actor, reason string) error {
+	return s.inTx(ctx, "cancel job "+jobID, func(tx pgx.Tx) error {
+		state, _, cancelRequested, err := lockJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		switch {
+		case state == StateCancelled || (cancelRequested && !state.Final()):
+			return nil
+		case state.Final():
+			return fmt.Errorf("job already %s: %w", state, ErrConflict)
+		case state == StateSubmitted || state == StateWaiting:
+			if _, err := tx.Exec(ctx, `
+				UPDATE jobs SET state = 'cancelled', reason = NULL, updated_at = $2 WHERE id = $1`, jobID, now); err != nil {
+				return err
+			}
+			if err := closeWaitEvents(ctx, tx, []string{jobID}, now); err != nil {
+				return err
+			}
+			return appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: "cancel", Subject: jobID,
+				Reason: reason, Evidence: map[string]any{"state": string(state)}})
+		default: // placed or running
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = $2 WHERE id = $1`,
+				jobID, now); err != nil {
+				return err
+			}
+			return appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: "cancel_requested", Subject: jobID,
+				Reason: reason, Evidence: map[string]any{"state": string(state)}})
+		}
+	})
+}
+
+// closeWaitEvents ends the open wait event of each job at at.
+func closeWaitEvents(ctx context.Context, tx pgx.Tx, jobIDs []string, at time.Time) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE wait_events SET ended_at = greatest($2, started_at) WHERE job_id = ANY($1) AND ended_at IS NULL`,
+		jobIDs, at)
+	if err != nil {
+		return fmt.Errorf("close wait events: %w", err)
+	}
+	return nil
+}
+
+// CreateJobs stores many submissions in one transaction (trace replay, bulk
+// import) with CreateJob's rules: each created job is audited ("submit"), and
+// a submission whose (project, idempotency key) already exists — stored
+// before or earlier in the same batch — is not stored again. It returns the
+// job IDs in input order (the existing ID for such duplicates). Errors: a
+// submission without project or queue, an unknown tier, or database errors,
+// wrapped with "create jobs"; on error nothing is stored.
+func (s *Store) CreateJobs(ctx context.Context, njs []*NewJob) ([]string, error) {
+	cols := newJobColumns(len(njs))
+	now := time.Now()
+	for i, nj := range njs {
+		if nj.Project == "" || nj.Queue == "" {
+			return nil, fmt.Errorf("store: create jobs: submission %d: project and queue are required", i)
+		}
+		if _, err := scheduling.ParseTier(nj.Tier.String()); err != nil {
+			return nil, fmt.Errorf("store: create jobs: submission %d: %w", i, err)
+		}
+		cols.add(nj, now)
+	}
+	ids := make([]string, len(njs))
+	err := s.inTx(ctx, "create jobs", func(tx pgx.Tx) error {
+		for i := range cols.ids {
+			cols.ids[i] = newID("j-")
+		}
+		created := make(map[string]bool, len(njs))
+		err := forEachRow(ctx, tx, `
+			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, held,
+				prerequisites, recovery, protected, idempotency_key, spec)
+			SELECT u.id, u.project, u.queue, u.tier, u.request::jsonb, 'submitted', u.submit, u.submit, u.held,
+				u.prereqs::jsonb, u.recovery::jsonb, u.protected, nullif(u.key, ''), u.spec::jsonb
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bool[],
+				$8::text[], $9::text[], $10::bool[], $11::text[], $12::text[])
+				WITH ORDINALITY AS u(id, project, queue, tier, request, submit, held, prereqs, recovery, protected, key, spec, n)
+			ORDER BY u.n
+			ON CONFLICT (project, idempotency_key) DO NOTHING
+			RETURNING id`, cols.args(), func(rows pgx.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			created[id] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		existing := map[[2]string]string{}
+		err = forEachRow(ctx, tx, `
+			SELECT j.project, j.idempotency_key, j.id FROM jobs j
+			JOIN unnest($1::text[], $2::text[]) AS u(project, key) ON j.project = u.project AND j.idempotency_key = u.key`,
+			[]any{cols.projects, cols.keys}, func(rows pgx.Rows) error {
+				var p, k, id string
+				if err := rows.Scan(&p, &k, &id); err != nil {
+					return err
+				}
+				existing[[2]string{p, k}] = id
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		var audits []AuditEntry
+		for i, nj := range njs {
+			ids[i] = cols.ids[i]
+			if !created[ids[i]] {
+				ids[i] = existing[[2]string{nj.Project, nj.IdempotencyKey}]
+				continue
+			}
+			audits = append(audits, AuditEntry{At: now, Actor: nj.Project, Action: "submit", Subject: ids[i],
+				Reason: "submitted to queue " + nj.Queue, Evidence: map[string]any{"queue": nj.Queue,
+					"tier": nj.Tier.String(), "pool": nj.Request.Pool, "gpus": nj.Request.GPUs, "bulk": true}})
+		}
+		return insertAudits(ctx, tx, audits)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// jobColumnsIn holds submissions as column arrays for unnest.
+type jobColumnsIn struct {
+	ids, projects, queues, tiers, requests []string
+	submits                                []time.Time
+	held, protected                        []bool
+	prereqs, recovery, keys, specs         []string
+}
+
+func newJobColumns(n int) *jobColumnsIn {
+	return &jobColumnsIn{ids: make([]string, n)}
+}
+
+func (c *jobColumnsIn) add(nj *NewJob, now time.Time) {
+	submit := nj.SubmitTime
+	if submit.IsZero() {
+		submit = now
+	}
+	c.projects = append(c.projects, nj.Project)
+	c.queues = append(c.queues, nj.Queue)
+	c.tiers = append(c.tiers, nj.Tier.String())
+	c.requests = append(c.requests, string(mustJSON(toRequestDoc(nj.Request))))
+	c.submits = append(c.submits, submit)
+	c.held = append(c.held, nj.Held)
+	c.prereqs = append(c.prereqs, string(mustJSON(toPrerequisiteDocs(nj.Prerequisites))))
+	c.recovery = append(c.recovery, string(mustJSON(toRecoveryDoc(nj.Recovery))))
+	c.protected = append(c.protected, nj.Protected)
+	c.keys = append(c.keys, nj.IdempotencyKey)
+	c.specs = append(c.specs, string(mustJSON(specDoc{Command: nj.Command, Env: nj.Env, RunSeconds: nj.RunSeconds})))
+}
+
+func (c *jobColumnsIn) args() []any {
+	return []any{c.ids, c.projects, c.queues, c.tiers, c.requests, c.submits, c.held, c.prereqs, c.recovery,
+		c.protected, c.keys, c.specs}
+}

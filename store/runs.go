@@ -1,0 +1,363 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// Run outcomes accepted by FinishRun.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeCancelled = "cancelled"
+	OutcomePreempted = "preempted" // the job goes back to waiting, keeping its aging credit
+	// OutcomeRequeued is accepted by ReleasePlacement only: the job goes back
+	// to waiting without having run.
+	OutcomeRequeued = "requeued"
+)
+
+// MarkRunning starts a run of a placed job on its allocation: it creates the
+// run (numbered 1, 2, … per job; startStep is the step it resumes from, 0 for
+// a fresh start), links it to the allocation and makes the job running. It is
+// idempotent per allocation: a retry returns the run already created. Errors
+// wrap ErrNotFound (job or allocation), ErrConflict (allocation of another
+// job or already released, job not placed) or database errors.
+func (s *Store) MarkRunning(ctx context.Context, jobID, allocationID string, startStep int64, at time.Time) (string, error) {
+	var runID string
+	err := s.inTx(ctx, "mark running "+jobID, func(tx pgx.Tx) error {
+		state, _, _, err := lockJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		var runJob string
+		err = tx.QueryRow(ctx, `SELECT id, job_id FROM runs WHERE allocation_id = $1`, allocationID).Scan(&runID, &runJob)
+		switch {
+		case err == nil && runJob == jobID:
+			return nil
+		case err == nil:
+			return fmt.Errorf("allocation %s runs job %s: %w", allocationID, runJob, ErrConflict)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		if err := checkLiveAllocation(ctx, tx, jobID, allocationID); err != nil {
+			return err
+		}
+		if state != StatePlaced {
+			return fmt.Errorf("job is %s, not placed: %w", state, ErrConflict)
+		}
+		runID = newID("r-")
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO runs (id, job_id, run_number, allocation_id, started_at, start_step)
+			SELECT $1, $2, coalesce(max(run_number), 0) + 1, $3, $4, $5 FROM runs WHERE job_id = $2`,
+			runID, jobID, allocationID, at, startStep); err != nil {
+			return fmt.Errorf("insert run: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE allocations SET run_id = $2 WHERE id = $1`, allocationID, runID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE jobs SET state = 'running', updated_at = $2 WHERE id = $1`, jobID, at)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return runID, nil
+}
+
+// checkLiveAllocation verifies that allocationID exists, belongs to jobID and
+// is not released.
+func checkLiveAllocation(ctx context.Context, tx pgx.Tx, jobID, allocationID string) error {
+	var owner string
+	var released *time.Time
+	err := tx.QueryRow(ctx, `SELECT job_id, released_at FROM allocations WHERE id = $1`, allocationID).Scan(&owner, &released)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("allocation %s: %w", allocationID, ErrNotFound)
+	case err != nil:
+		return err
+	case owner != jobID:
+		return fmt.Errorf("allocation %s belongs to job %s: %w", allocationID, owner, ErrConflict)
+	case released != nil:
+		return fmt.Errorf("allocation %s was released at %s: %w", allocationID, released.UTC().Format(time.RFC3339), ErrConflict)
+	}
+	return nil
+}
+
+// FinishRun ends a run with outcome (succeeded, failed, cancelled or
+// preempted) and detail (exit code, signal, message). In one transaction it
+// releases the run's allocation (released_at, allocation_gpus inactive, which
+// frees the GPUs' gpu_usage), closes any preemption in progress on it, adds
+// the run's decayed GPU-seconds to the project's usage, and moves the job to
+// the outcome's state — or, for preempted, back to waiting with
+// waiting_since=at and its accrued aging kept (cancelled instead when a cancel
+// was requested). A run already ended makes it a no-op, so retries are safe
+// and usage is charged once. Errors wrap ErrNotFound (run), ErrConflict (run
+// of another job) or database errors.
+func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail string, at time.Time) error {
+	switch outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomePreempted:
+	default:
+		return fmt.Errorf("store: finish run %s: outcome %q is not succeeded, failed, cancelled or preempted", runID, outcome)
+	}
+	return s.inTx(ctx, "finish run "+runID, func(tx pgx.Tx) error {
+		_, _, cancelRequested, err := lockJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		var runJob, allocationID, project string
+		var startedAt time.Time
+		var endedAt *time.Time
+		err = tx.QueryRow(ctx, `
+			SELECT r.job_id, r.allocation_id, r.started_at, r.ended_at, j.project
+			FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).
+			Scan(&runJob, &allocationID, &startedAt, &endedAt, &project)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
+		case err != nil:
+			return err
+		case runJob != jobID:
+			return fmt.Errorf("run %s belongs to job %s: %w", runID, runJob, ErrConflict)
+		case endedAt != nil:
+			return nil
+		}
+		milli, err := releaseAllocation(ctx, tx, allocationID, "run ended: "+outcome, at)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET ended_at = greatest($2, started_at), outcome = $3, detail = $4 WHERE id = $1`,
+			runID, at, outcome, detail); err != nil {
+			return fmt.Errorf("end run: %w", err)
+		}
+		if err := s.chargeUsage(ctx, tx, project, float64(milli)/scheduling.MilliPerGPU, at.Sub(startedAt), at); err != nil {
+			return err
+		}
+		next := outcome
+		if outcome == OutcomePreempted && !cancelRequested {
+			next = OutcomeRequeued
+		} else if outcome == OutcomePreempted {
+			next = OutcomeCancelled
+		}
+		return setJobAfterRelease(ctx, tx, jobID, next, at)
+	})
+}
+
+// setJobAfterRelease moves a job whose allocation was released to the state
+// of outcome: requeued → waiting (waiting_since=at, accrued aging kept).
+func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID, outcome string, at time.Time) error {
+	var err error
+	if outcome == OutcomeRequeued {
+		_, err = tx.Exec(ctx, `
+			UPDATE jobs SET state = 'waiting', waiting_since = $2, reason = NULL, explanation = NULL, updated_at = $2
+			WHERE id = $1`, jobID, at)
+	} else {
+		_, err = tx.Exec(ctx, `UPDATE jobs SET state = $3, reason = NULL, updated_at = $2 WHERE id = $1`, jobID, at, outcome)
+	}
+	if err != nil {
+		return fmt.Errorf("set job state after release: %w", err)
+	}
+	return nil
+}
+
+// releaseAllocation releases an allocation if it is still active and returns
+// the milli-GPU it held (0 when it was already released). The GPU rows are
+// locked in UUID order first, as ApplyCycle does.
+func releaseAllocation(ctx context.Context, tx pgx.Tx, allocationID, why string, at time.Time) (int, error) {
+	if _, err := tx.Exec(ctx, `
+		SELECT g.uuid FROM gpus g
+		WHERE g.uuid IN (SELECT gpu_uuid FROM allocation_gpus WHERE allocation_id = $1 AND active)
+		ORDER BY g.uuid FOR UPDATE`, allocationID); err != nil {
+		return 0, fmt.Errorf("lock GPUs of %s: %w", allocationID, err)
+	}
+	var milli int
+	if err := tx.QueryRow(ctx, `
+		WITH freed AS (
+			UPDATE allocation_gpus SET active = false WHERE allocation_id = $1 AND active RETURNING milli)
+		SELECT coalesce(sum(milli), 0)::int4 FROM freed`, allocationID).Scan(&milli); err != nil {
+		return 0, fmt.Errorf("free GPUs of %s: %w", allocationID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE allocations SET released_at = greatest($2, granted_at) WHERE id = $1 AND released_at IS NULL`,
+		allocationID, at); err != nil {
+		return 0, fmt.Errorf("release %s: %w", allocationID, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE preemptions SET state = 'released', detail = $2, ended_at = greatest($3, started_at)
+		WHERE allocation_id = $1 AND ended_at IS NULL`, allocationID, why, at); err != nil {
+		return 0, fmt.Errorf("close preemptions of %s: %w", allocationID, err)
+	}
+	return milli, nil
+}
+
+// ReleasePlacement releases the allocation of a placed job whose run never
+// started (the executor could not launch it, or it was cancelled while
+// placed). outcome is cancelled, failed or requeued (back to waiting, aging
+// kept). An allocation already released makes it a no-op, so retries are
+// safe. Errors wrap ErrNotFound, ErrConflict (allocation of another job, or
+// one that has a run: use FinishRun) or database errors.
+func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID, outcome, detail string, at time.Time) error {
+	switch outcome {
+	case OutcomeCancelled, OutcomeFailed, OutcomeRequeued:
+	default:
+		return fmt.Errorf("store: release placement %s: outcome %q is not cancelled, failed or requeued", allocationID, outcome)
+	}
+	return s.inTx(ctx, "release placement "+allocationID, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
+		var owner string
+		var runID *string
+		var released *time.Time
+		err := tx.QueryRow(ctx, `SELECT job_id, run_id, released_at FROM allocations WHERE id = $1`, allocationID).
+			Scan(&owner, &runID, &released)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("allocation %s: %w", allocationID, ErrNotFound)
+		case err != nil:
+			return err
+		case owner != jobID:
+			return fmt.Errorf("allocation %s belongs to job %s: %w", allocationID, owner, ErrConflict)
+		case released != nil:
+			return nil
+		case runID != nil:
+			return fmt.Errorf("allocation %s has run %s; finish the run instead: %w", allocationID, *runID, ErrConflict)
+		}
+		if _, err := releaseAllocation(ctx, tx, allocationID, "placement released: "+detail, at); err != nil {
+			return err
+		}
+		return setJobAfterRelease(ctx, tx, jobID, outcome, at)
+	})
+}
+
+// chargeUsage adds to the project's decayed usage the GPU-seconds of gpus GPUs
+// held for d, decayed to at with the store's half-life h. A constant load g
+// over [at-d, at] contributes ∫ g·2^(-(at-t)/h) dt = g·h/ln2·(1-2^(-d/h)) —
+// the continuous form of Slurm's PriorityDecayHalfLife decay, so a long run's
+// early hours count less than its last ones. The stored total is decayed to
+// the later of its as_of and at before the two are added.
+func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus float64, d time.Duration, at time.Time) error {
+	if d <= 0 || gpus <= 0 {
+		return nil
+	}
+	h := s.usageHalfLife.Seconds()
+	add := decayedGPUSeconds(gpus, d.Seconds(), h)
+	_, err := tx.Exec(ctx, `
+		INSERT INTO project_usage AS u (project, decayed_gpu_seconds, as_of) VALUES ($1, $2, $3)
+		ON CONFLICT (project) DO UPDATE SET
+			decayed_gpu_seconds =
+				u.decayed_gpu_seconds * power(0.5::float8, greatest(0, extract(epoch FROM EXCLUDED.as_of - u.as_of))::float8 / $4)
+				+ EXCLUDED.decayed_gpu_seconds * power(0.5::float8, greatest(0, extract(epoch FROM u.as_of - EXCLUDED.as_of))::float8 / $4),
+			as_of = greatest(u.as_of, EXCLUDED.as_of)`, project, add, at, h)
+	if err != nil {
+		return fmt.Errorf("charge usage of %s: %w", project, err)
+	}
+	return nil
+}
+
+// decayedGPUSeconds is g·h/ln2·(1-2^(-d/h)): g GPUs held for d seconds,
+// decayed with half-life h seconds to the end of the interval.
+func decayedGPUSeconds(g, d, h float64) float64 {
+	return g * h / math.Ln2 * -math.Expm1(-d/h*math.Ln2)
+}
+
+// RecordCheckpoint records a valid checkpoint of a run, as the run's last
+// checkpoint and the job's recovery evidence. A checkpoint at a lower step
+// than the one stored (a late retry) is ignored; the same one again changes
+// nothing, so retries are safe. Errors wrap ErrNotFound (job or run of that
+// job) or database errors.
+func (s *Store) RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error {
+	doc := mustJSON(toCheckpointDoc(&cp))
+	return s.inTx(ctx, "record checkpoint of "+runID, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND job_id = $2)`, runID, jobID).
+			Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("run %s of job %s: %w", runID, jobID, ErrNotFound)
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE runs SET last_checkpoint = $2 WHERE id = $1
+				AND (last_checkpoint IS NULL OR (last_checkpoint->>'step')::int8 <= $3)`, runID, doc, cp.Step); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE jobs SET recovery = jsonb_set(recovery, '{last_checkpoint}', $2::jsonb), updated_at = now()
+			WHERE id = $1 AND (recovery->'last_checkpoint' IS NULL OR (recovery->'last_checkpoint'->>'step')::int8 <= $3)`,
+			jobID, doc, cp.Step)
+		return err
+	})
+}
+
+// RecordResumeVerified records that a run was verified to have resumed from
+// its job's checkpoint (the preemption workflow's verify-resume step) and adds
+// one to the job's verified resumes. It counts once per run, so retries are
+// safe. Errors wrap ErrNotFound or database errors.
+func (s *Store) RecordResumeVerified(ctx context.Context, jobID, runID string) error {
+	return s.inTx(ctx, "record verified resume of "+runID, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
+		var verifiedBefore bool
+		err := tx.QueryRow(ctx, `SELECT resume_verified FROM runs WHERE id = $1 AND job_id = $2`, runID, jobID).Scan(&verifiedBefore)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %s of job %s: %w", runID, jobID, ErrNotFound)
+		}
+		if err != nil || verifiedBefore {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET resume_verified = true WHERE id = $1`, runID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE jobs SET recovery = jsonb_set(recovery, '{verified_resumes}',
+				to_jsonb(coalesce((recovery->>'verified_resumes')::int4, 0) + 1)), updated_at = now()
+			WHERE id = $1`, jobID)
+		return err
+	})
+}
+
+// Preemption states passed to EndPreemption.
+const (
+	PreemptionReleased = "released" // the victim's GPUs were released
+	PreemptionAborted  = "aborted"  // no valid checkpoint in the grace period and policy said abort, or the victim ended
+)
+
+// EndPreemption closes a preemption started by ApplyCycle with state released
+// or aborted and a detail, and records the effective run loss in GPU-seconds
+// (negative: not known yet). FinishRun with outcome preempted already closes
+// it as released; a later call then only records the effective loss, which the
+// verify-resume step measures after the release. Retries are safe. Errors wrap
+// ErrNotFound or database errors.
+func (s *Store) EndPreemption(ctx context.Context, preemptionID, state, detail string, effectiveLossGPUSeconds float64, at time.Time) error {
+	if state != PreemptionReleased && state != PreemptionAborted {
+		return fmt.Errorf("store: end preemption %s: state %q is not released or aborted", preemptionID, state)
+	}
+	var loss *float64
+	if effectiveLossGPUSeconds >= 0 {
+		loss = &effectiveLossGPUSeconds
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE preemptions SET
+			state = CASE WHEN ended_at IS NULL THEN $2 ELSE state END,
+			detail = CASE WHEN ended_at IS NULL THEN $3 ELSE detail END,
+			ended_at = coalesce(ended_at, greatest($5, started_at)),
+			effective_loss_gpu_s = coalesce($4, effective_loss_gpu_s)
+		WHERE id = $1`, preemptionID, state, detail, loss, at)
+	if err != nil {
+		return fmt.Errorf("store: end preemption %s: %w", preemptionID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("store: end preemption %s: %w", preemptionID, ErrNotFound)
+	}
+	return nil
+}

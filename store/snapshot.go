@@ -1,0 +1,496 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// LoadSnapshot reads everything scheduling.Plan needs at now, in one
+// read-only REPEATABLE READ transaction so that every table is seen at the
+// same instant: inventory, active allocations, running jobs (placed or
+// running, with their allocation, run start, current-run checkpoint and
+// recent preemptions), pending jobs (submitted or waiting, with the victims of
+// preemptions in progress for them), quotas, queues and project usage.
+//
+// Order: pools, nodes and queues by name, GPUs by device index, running jobs
+// and allocations by job ID, pending jobs by submit time then ID, quotas by
+// project then pool, usage by project.
+//
+// Speed (BenchmarkLoadSnapshot): the queries are pipelined in one round trip
+// and read narrow, typed rows — live jobs from job_queue (kept by a trigger on
+// jobs), allocations with their GPU shares inline — so no JSON is decoded but
+// checkpoints. What cannot change is read once: the inventory is reused until
+// inventory_version moves, and each live job's ID, project, queue, tier,
+// request and submit time are cached, keyed by job_queue.seq, from the load
+// that first sees the job (they are immutable after submission) until it
+// finishes. Calls are serialised per Store, which keeps that cache simple; the
+// scheduler is the single caller anyway. The returned snapshot is the
+// caller's own, except that request GPU-model slices and label maps are
+// shared with the cache: treat them as read-only (scheduling.Plan does).
+//
+// Usage is each project's stored decayed GPU-seconds decayed to now, plus the
+// decayed GPU-seconds of its running allocations so far (same formula as
+// FinishRun), so fair share sees long runs before they end. ProjectUsage.Share
+// and Snapshot.ProtectionWindows come from configuration, not the store, and
+// are left zero. Errors are wrapped with "load snapshot".
+func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	l := &snapshotLoader{cache: &s.cache}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			l.reset()
+			if err := runQueries(ctx, tx, l.queries()); err != nil {
+				return err
+			}
+			return l.loadMissingStatic(ctx, tx)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: load snapshot: %w", err)
+	}
+	snap, err := l.assemble()
+	if err != nil {
+		return nil, fmt.Errorf("store: load snapshot: %w", err)
+	}
+	snap.Usage = s.usageAt(l.usage, snap.Running, now)
+	return snap, nil
+}
+
+// snapshotCache is what LoadSnapshot keeps between calls; guarded by mu,
+// which each call holds throughout.
+type snapshotCache struct {
+	mu sync.Mutex
+	// inventory and its inventory_version; version 0 means none cached.
+	inventory        []scheduling.Pool
+	inventoryVersion int64
+	// jobs holds the immutable part of every job live at the last load;
+	// generation marks the entries seen by the current load.
+	jobs       map[int64]*jobStatic // by job_queue.seq
+	generation uint64
+	lastCounts rowCounts
+}
+
+// jobStatic is the part of a job that never changes after submission.
+type jobStatic struct {
+	id, project string
+	queue       string
+	tier        scheduling.Tier
+	request     scheduling.ResourceRequest
+	submitTime  time.Time
+	seen        uint64 // generation of the last load that saw the job live
+}
+
+// snapshotLoader collects the rows of one load. Rows are scanned straight
+// into the snapshot's slices, with what assemble needs to finish them kept in
+// parallel slices, so each row is copied once.
+type snapshotLoader struct {
+	cache   *snapshotCache
+	inv     inventoryLoader
+	version int64
+
+	allocs []scheduling.Allocation // ordered by job ID
+
+	running           []scheduling.RunningJob // StartedAt: current run's start, or the grant time before it starts
+	runningAlloc      []int                   // index of each running job's allocation in allocs
+	runningSeq        []int64
+	runningStatic     []*jobStatic
+	runningCheckpoint [][]byte               // current run's last checkpoint document
+	preempted         map[string][]time.Time // running job → times it was preempted
+
+	pending           []scheduling.PendingJob
+	pendingSeq        []int64
+	pendingStatic     []*jobStatic
+	pendingCheckpoint [][]byte
+	inProgress        map[string][]string // pending job → victims being preempted for it
+
+	quotas  []scheduling.Quota
+	queues  []scheduling.Queue
+	usage   []scheduling.ProjectUsage
+	missing []int64 // job_queue.seq of live jobs not in the cache
+}
+
+// reset prepares the loader for one load, sizing its slices from the previous
+// load's row counts, and starts a cache generation.
+func (l *snapshotLoader) reset() {
+	c := l.cache
+	n := c.lastCounts
+	*l = snapshotLoader{cache: c, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
+		allocs:  make([]scheduling.Allocation, 0, n.allocs),
+		running: make([]scheduling.RunningJob, 0, n.running), runningStatic: make([]*jobStatic, 0, n.running),
+		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
+		runningSeq: make([]int64, 0, n.running), pendingSeq: make([]int64, 0, n.pending),
+		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: make([]*jobStatic, 0, n.pending),
+		pendingCheckpoint: make([][]byte, 0, n.pending)}
+	c.generation++
+	if c.jobs == nil {
+		c.jobs = map[int64]*jobStatic{}
+	}
+}
+
+// rowCounts are a load's row counts, the capacity hints of the next one.
+type rowCounts struct{ allocs, running, pending int }
+
+// recoveryCols holds job_queue's recovery columns (rec_checkpointable,
+// rec_interval_s, rec_verified_resumes).
+type recoveryCols struct {
+	checkpointable bool
+	interval       int64
+	resumes        int32
+}
+
+func (c *recoveryCols) recovery() scheduling.RecoveryEvidence {
+	return scheduling.RecoveryEvidence{Checkpointable: c.checkpointable, CheckpointIntervalSeconds: c.interval,
+		VerifiedResumes: int(c.resumes)}
+}
+
+// lookup returns the cached static part of a live job (by job_queue.seq) and
+// marks it seen, or records the job as missing.
+func (l *snapshotLoader) lookup(seq int64) *jobStatic {
+	st := l.cache.jobs[seq]
+	if st == nil {
+		l.missing = append(l.missing, seq)
+		return nil
+	}
+	st.seen = l.cache.generation
+	return st
+}
+
+func (l *snapshotLoader) queries() []rowQuery {
+	// The inventory queries return no rows when the cached version is current.
+	var qs []rowQuery
+	qs = append(qs, rowQuery{sql: `SELECT version FROM inventory_version`, fn: func(rows pgx.Rows) error {
+		return rows.Scan(&l.version)
+	}})
+	for _, q := range l.inv.queries() {
+		q.sql += ` WHERE (SELECT version FROM inventory_version) IS DISTINCT FROM $1`
+		q.args = []any{l.cache.inventoryVersion}
+		qs = append(qs, q)
+	}
+	return append(qs,
+		// One row per active allocation, with its job's queue row when the
+		// job is placed or running (the two always go together through this
+		// package's writes) and its current run.
+		rowQuery{sql: `
+			SELECT CASE WHEN q.state IN ('placed', 'running') THEN '' ELSE a.job_id END, a.id, a.pool, a.node,
+				a.cpu_milli, a.memory_mib, a.borrowed, a.gpu_uuids, a.gpu_milli,
+				coalesce(r.started_at, a.granted_at), r.last_checkpoint,
+				coalesce(q.state IN ('placed', 'running'), false), coalesce(q.seq, 0), coalesce(q.protected, false),
+				coalesce(q.rec_checkpointable, false), coalesce(q.rec_interval_s, 0), coalesce(q.rec_verified_resumes, 0)
+			FROM allocations a
+			LEFT JOIN job_queue q ON q.job_id = a.job_id
+			LEFT JOIN runs r ON r.id = a.run_id
+			WHERE a.released_at IS NULL`, fn: l.scanAllocation},
+		rowQuery{sql: `
+			SELECT r.job_id, r.ended_at FROM runs r
+			WHERE r.outcome = 'preempted'
+				AND EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = r.job_id AND a.released_at IS NULL)
+			ORDER BY r.ended_at`, fn: func(rows pgx.Rows) error {
+			var id string
+			var at time.Time
+			err := rows.Scan(&id, &at)
+			l.preempted[id] = append(l.preempted[id], at.UTC())
+			return err
+		}},
+		rowQuery{sql: `
+			SELECT seq, protected, held, waiting_since, accrued_aging_s, prereq_triples,
+				rec_checkpointable, rec_interval_s, rec_verified_resumes, last_checkpoint
+			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
+		rowQuery{sql: `SELECT for_job_id, victim_job_id FROM preemptions WHERE ended_at IS NULL ORDER BY victim_job_id`,
+			fn: func(rows pgx.Rows) error {
+				var forJob, victim string
+				err := rows.Scan(&forJob, &victim)
+				l.inProgress[forJob] = append(l.inProgress[forJob], victim)
+				return err
+			}},
+		quotasQuery(&l.quotas),
+		queuesQuery(&l.queues),
+		rowQuery{sql: `SELECT project, decayed_gpu_seconds, as_of FROM project_usage`, fn: func(rows pgx.Rows) error {
+			var u scheduling.ProjectUsage
+			err := rows.Scan(&u.Project, &u.DecayedGPUSeconds, &u.AsOf)
+			l.usage = append(l.usage, u)
+			return err
+		}},
+	)
+}
+
+func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
+	var a scheduling.Allocation
+	var uuids []string
+	var milli []int32
+	var startedAt time.Time
+	var checkpoint []byte
+	var running bool
+	var seq int64
+	var rj scheduling.RunningJob
+	var c recoveryCols
+	// The job ID of a running job comes from the cache (assemble), so the
+	// query sends it only for the others.
+	if err := rows.Scan(&a.JobID, &a.ID, &a.Pool, &a.Node, &a.CPUMilli, &a.MemoryMiB, &a.Borrowed, &uuids, &milli,
+		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes); err != nil {
+		return err
+	}
+	if len(uuids) != len(milli) {
+		return fmt.Errorf("allocation %s: %d GPUs but %d shares", a.ID, len(uuids), len(milli))
+	}
+	a.GPUs = make([]scheduling.GPUShare, len(uuids))
+	for i := range uuids {
+		a.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+	}
+	l.allocs = append(l.allocs, a)
+	// A placed or running job always has an active allocation and the other
+	// way round; an allocation whose job is in another state is listed but
+	// gets no running job.
+	if !running {
+		return nil
+	}
+	rj.StartedAt, rj.Recovery = startedAt.UTC(), c.recovery()
+	l.running = append(l.running, rj)
+	l.runningAlloc = append(l.runningAlloc, len(l.allocs)-1)
+	l.runningSeq = append(l.runningSeq, seq)
+	l.runningStatic = append(l.runningStatic, l.lookup(seq))
+	l.runningCheckpoint = append(l.runningCheckpoint, checkpoint)
+	return nil
+}
+
+func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
+	l.pending = append(l.pending, scheduling.PendingJob{})
+	pj := &l.pending[len(l.pending)-1]
+	var triples []string
+	var checkpoint []byte
+	var c recoveryCols
+	var seq int64
+	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &triples,
+		&c.checkpointable, &c.interval, &c.resumes, &checkpoint); err != nil {
+		return err
+	}
+	pj.Recovery, pj.WaitingSince = c.recovery(), pj.WaitingSince.UTC()
+	if len(triples) >= 3 {
+		pj.Prerequisites = make([]scheduling.Prerequisite, 0, len(triples)/3)
+		for i := 0; i+2 < len(triples); i += 3 {
+			pj.Prerequisites = append(pj.Prerequisites,
+				scheduling.Prerequisite{Name: triples[i], Ready: triples[i+1] == "true", Message: triples[i+2]})
+		}
+	}
+	l.pendingSeq = append(l.pendingSeq, seq)
+	l.pendingStatic = append(l.pendingStatic, l.lookup(seq))
+	l.pendingCheckpoint = append(l.pendingCheckpoint, checkpoint)
+	return nil
+}
+
+// requestColumns is the select list of job_queue's request columns;
+// requestCols scans it.
+const requestColumns = `req_gpus, req_gpu_milli, req_gpu_memory_mib, req_gpu_models, req_pool,
+	req_topology, req_cpu_milli, req_memory_mib, req_labels`
+
+// requestCols holds the scan targets of requestColumns.
+type requestCols struct {
+	gpus, milli      int32
+	gpuMem, cpu, mem int64
+	models, labels   []string // labels as key, value pairs
+	pool, topology   string
+}
+
+func (c *requestCols) targets() []any {
+	return []any{&c.gpus, &c.milli, &c.gpuMem, &c.models, &c.pool, &c.topology, &c.cpu, &c.mem, &c.labels}
+}
+
+func (c *requestCols) request() scheduling.ResourceRequest {
+	r := scheduling.ResourceRequest{GPUs: int(c.gpus), GPUMilli: int(c.milli), GPUMemoryMiB: c.gpuMem, GPUModels: c.models,
+		Pool: c.pool, Topology: scheduling.Topology(c.topology), CPUMilli: c.cpu, MemoryMiB: c.mem}
+	if len(c.labels) >= 2 {
+		r.Labels = make(map[string]string, len(c.labels)/2)
+		for i := 0; i+1 < len(c.labels); i += 2 {
+			r.Labels[c.labels[i]] = c.labels[i+1]
+		}
+	}
+	return r
+}
+
+// tiers maps stored tier names to tiers.
+var tiers = func() map[string]scheduling.Tier {
+	m := map[string]scheduling.Tier{}
+	for _, t := range scheduling.Tiers {
+		m[t.String()] = t
+	}
+	return m
+}()
+
+// loadMissingStatic reads, in the snapshot's transaction, the static part of
+// the live jobs the cache lacks (all of them on the first load, then the jobs
+// submitted since the previous load) and adds it to the cache.
+func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error {
+	if len(l.missing) == 0 {
+		return nil
+	}
+	return forEachRow(ctx, tx, `SELECT seq, job_id, project, queue, tier, submit_time, `+requestColumns+`
+		FROM job_queue WHERE seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
+		var seq int64
+		var tier string
+		st := &jobStatic{seen: l.cache.generation}
+		var c requestCols
+		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime}, c.targets()...)...); err != nil {
+			return err
+		}
+		var ok bool
+		if st.tier, ok = tiers[tier]; !ok {
+			return fmt.Errorf("job %s: unknown tier %q", st.id, tier)
+		}
+		st.request, st.submitTime = c.request(), st.submitTime.UTC()
+		l.cache.jobs[seq] = st
+		return nil
+	})
+}
+
+// assemble fills in the static parts and checkpoints, links preemptions and
+// drops finished jobs from the cache.
+func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
+	l.cache.lastCounts = rowCounts{len(l.allocs), len(l.running), len(l.pending)}
+	snap := &scheduling.Snapshot{Quotas: l.quotas, Queues: l.queues}
+	if l.version != l.cache.inventoryVersion {
+		l.cache.inventory, l.cache.inventoryVersion = l.inv.pools(), l.version
+	}
+	snap.Pools = clonePools(l.cache.inventory)
+
+	for i := range l.running {
+		rj := &l.running[i]
+		st := l.staticOf(l.runningStatic[i], l.runningSeq[i])
+		if st == nil {
+			return nil, fmt.Errorf("running job with queue seq %d: static columns not loaded", l.runningSeq[i])
+		}
+		a := &l.allocs[l.runningAlloc[i]]
+		a.JobID = st.id
+		rj.ID, rj.Project, rj.Queue, rj.Tier, rj.Request, rj.Allocation = st.id, st.project, st.queue, st.tier, st.request, *a
+		cp, err := decodeCheckpoint(l.runningCheckpoint[i])
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", rj.ID, err)
+		}
+		rj.Recovery.LastCheckpoint, rj.RecentPreemptions = cp, l.preempted[rj.ID]
+	}
+
+	for i := range l.pending {
+		pj := &l.pending[i]
+		st := l.staticOf(l.pendingStatic[i], l.pendingSeq[i])
+		if st == nil {
+			return nil, fmt.Errorf("pending job with queue seq %d: static columns not loaded", l.pendingSeq[i])
+		}
+		pj.ID, pj.Project, pj.Queue, pj.Tier, pj.Request, pj.SubmitTime = st.id, st.project, st.queue, st.tier, st.request, st.submitTime
+		cp, err := decodeCheckpoint(l.pendingCheckpoint[i])
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", pj.ID, err)
+		}
+		pj.Recovery.LastCheckpoint, pj.PreemptionInProgress = cp, l.inProgress[pj.ID]
+	}
+	// Sorting here rather than in SQL keeps the wide allocation rows out of
+	// the server's sort; the running jobs' IDs come from the cache anyway.
+	snap.Allocations = sortedCopy(l.allocs, func(a, b *scheduling.Allocation) int { return cmpString(a.JobID, b.JobID) })
+	snap.Running = sortedCopy(l.running, func(a, b *scheduling.RunningJob) int { return cmpString(a.ID, b.ID) })
+	snap.Pending = l.pending // in submit order from job_queue_pending_order
+	l.pruneCache()
+	return snap, nil
+}
+
+// sortedCopy returns xs sorted by cmp. It sorts a permutation and copies each
+// element once, which beats swapping the large snapshot structs around.
+func sortedCopy[T any](xs []T, cmp func(a, b *T) int) []T {
+	perm := make([]int32, len(xs))
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	slices.SortFunc(perm, func(a, b int32) int { return cmp(&xs[a], &xs[b]) })
+	out := make([]T, len(xs))
+	for i, j := range perm {
+		out[i] = xs[j]
+	}
+	return out
+}
+
+// staticOf returns st, or the entry loadMissingStatic added for seq.
+func (l *snapshotLoader) staticOf(st *jobStatic, seq int64) *jobStatic {
+	if st != nil {
+		return st
+	}
+	return l.cache.jobs[seq]
+}
+
+// pruneCache drops the jobs this load did not see live; it only walks the
+// cache when it holds more entries than there are live jobs.
+func (l *snapshotLoader) pruneCache() {
+	if len(l.cache.jobs) <= len(l.running)+len(l.pending) {
+		return
+	}
+	for id, st := range l.cache.jobs {
+		if st.seen != l.cache.generation {
+			delete(l.cache.jobs, id)
+		}
+	}
+}
+
+// clonePools copies the pool, node and GPU slices so that callers may modify
+// their snapshot without touching the cached inventory.
+func clonePools(pools []scheduling.Pool) []scheduling.Pool {
+	out := slices.Clone(pools)
+	for i := range out {
+		out[i].Nodes = slices.Clone(out[i].Nodes)
+		for j := range out[i].Nodes {
+			out[i].Nodes[j].GPUs = slices.Clone(out[i].Nodes[j].GPUs)
+		}
+	}
+	return out
+}
+
+// decodeCheckpoint decodes a checkpoint document; nil gives nil.
+func decodeCheckpoint(raw []byte) (*scheduling.Checkpoint, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var cd checkpointDoc
+	if err := json.Unmarshal(raw, &cd); err != nil {
+		return nil, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	return cd.checkpoint(), nil
+}
+
+// usageAt returns each project's decayed GPU-seconds at now, ordered by
+// project: the stored total decayed from its as_of, plus the running
+// allocations' usage so far.
+func (s *Store) usageAt(stored []scheduling.ProjectUsage, running []scheduling.RunningJob, now time.Time) []scheduling.ProjectUsage {
+	h := s.usageHalfLife.Seconds()
+	index := make(map[string]int, len(stored))
+	var out []scheduling.ProjectUsage
+	for _, u := range stored {
+		if age := now.Sub(u.AsOf).Seconds(); age > 0 {
+			u.DecayedGPUSeconds *= math.Exp2(-age / h)
+		}
+		u.AsOf = now
+		index[u.Project] = len(out)
+		out = append(out, u)
+	}
+	for _, rj := range running {
+		d := now.Sub(rj.StartedAt).Seconds()
+		if d <= 0 {
+			continue
+		}
+		milli := 0
+		for _, g := range rj.Allocation.GPUs {
+			milli += g.Milli
+		}
+		i, ok := index[rj.Project]
+		if !ok {
+			i = len(out)
+			index[rj.Project] = i
+			out = append(out, scheduling.ProjectUsage{Project: rj.Project, AsOf: now})
+		}
+		out[i].DecayedGPUSeconds += decayedGPUSeconds(float64(milli)/scheduling.MilliPerGPU, d, h)
+	}
+	slices.SortFunc(out, func(a, b scheduling.ProjectUsage) int { return cmpString(a.Project, b.Project) })
+	return out
+}

@@ -1,0 +1,138 @@
+// Package store is gpugov's PostgreSQL persistence through pgx/v5: inventory,
+// queues, quotas, jobs, runs, allocations, wait events, scheduling cycles,
+// preemptions, the audit log and decayed project usage, with the schema as
+// embedded goose migrations.
+//
+// Invariant 1 of DESIGN.md (no GPU granted beyond 1000 milli-GPU, whole GPUs
+// exclusive) is enforced twice: ApplyCycle locks the GPU rows it grants in UUID
+// order and refuses a placement that would exceed capacity, and the gpu_usage
+// table, kept by a trigger on allocation_gpus, carries a CHECK that makes any
+// over-grant fail its transaction whoever writes it.
+//
+// Lock order, followed by every method so that concurrent writers do not
+// deadlock in the normal course: scheduling_cycles row, then jobs rows (in ID
+// order within a statement), then gpus rows in UUID order, then gpu_usage rows
+// (through the trigger). Two racing schedulers can still deadlock on job rows;
+// PostgreSQL then aborts one, and inTx retries transactions that fail with a
+// deadlock or serialisation error.
+//
+// Schema notes: identifiers use the "C" collation; job_queue mirrors the live
+// jobs (submitted, waiting, placed, running) with the typed columns the
+// scheduling snapshot reads, kept by a trigger on jobs; inventory_version
+// moves on every real inventory change, so LoadSnapshot can reuse the
+// inventory it read before.
+//
+// Idempotency: each mutating method says how a retry by a Temporal activity is
+// absorbed; the short form is that results are keyed by cycle ID, allocation
+// ID, run ID or (project, idempotency key), and repeated state changes are
+// no-ops.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned (wrapped) when a job, run, allocation or preemption
+// does not exist; test with errors.Is.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned (wrapped) when a request contradicts the stored state,
+// e.g. finishing a run on another job or cancelling a job that already succeeded.
+var ErrConflict = errors.New("conflict with stored state")
+
+// DefaultUsageHalfLife is the half-life of the decay applied to project GPU
+// usage: 7 days, Slurm's default PriorityDecayHalfLife, and the same as
+// scheduling.DefaultPolicy's fair-share half-life.
+const DefaultUsageHalfLife = 7 * 24 * time.Hour
+
+// maxTxAttempts bounds the retries of a transaction that failed with a
+// deadlock or serialisation error.
+const maxTxAttempts = 5
+
+// Store is the PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool          *pgxpool.Pool
+	usageHalfLife time.Duration
+	cache         snapshotCache // what LoadSnapshot reuses between calls
+}
+
+// Option configures a Store at Open.
+type Option func(*Store)
+
+// WithUsageHalfLife sets the half-life used to decay project GPU-seconds in
+// FinishRun and LoadSnapshot (default DefaultUsageHalfLife). Values ≤ 0 are
+// ignored.
+func WithUsageHalfLife(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.usageHalfLife = d
+		}
+	}
+}
+
+// Open connects a pgxpool to databaseURL (a postgres:// URL or key=value DSN)
+// and pings it. The schema is not migrated; call Migrate first. It returns an
+// error naming the database when the URL is invalid or the server cannot be
+// reached.
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: parse database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", describe(cfg.ConnConfig), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: open: cannot reach PostgreSQL at %s: %w", describe(cfg.ConnConfig), err)
+	}
+	s := &Store{pool: pool, usageHalfLife: DefaultUsageHalfLife}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// describe names a connection target without its password.
+func describe(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s:%d/%s (user %s)", c.Host, c.Port, c.Database, c.User)
+}
+
+// Close closes every connection of the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Pool returns the underlying pgx pool, for tests and read-only reports that
+// need SQL the Store does not offer.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// inTx runs fn in one READ COMMITTED transaction and commits it. A deadlock
+// (40P01) or serialisation failure (40001) rolls back and runs fn again, up to
+// maxTxAttempts times, so fn must build its results from scratch on each call.
+// Errors are wrapped with op.
+func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
+		err = pgx.BeginFunc(ctx, s.pool, fn)
+		if err == nil || !retryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	return nil
+}
+
+// retryable reports whether err is a transient conflict between transactions.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
