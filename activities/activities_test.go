@@ -1,0 +1,242 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
+)
+
+const testPool = "p1"
+
+// newStore opens a store on a fresh database with pool p1 (one node of gpus
+// whole GPUs) and queue "train".
+func newStore(t testing.TB, gpus int) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	node := scheduling.Node{Name: "p1-n1", CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
+	for i := range gpus {
+		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
+	}
+	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{node}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func submit(t testing.TB, st *store.Store, gpus int) *store.Job {
+	t.Helper()
+	j, _, err := st.CreateJob(context.Background(), &store.NewJob{
+		Project: "vision", Queue: "train", Tier: scheduling.TierStandard, RunSeconds: 90.5,
+		Request:  scheduling.ResourceRequest{GPUs: gpus, Pool: testPool},
+		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 30},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// recordingSignaler stands in for the Temporal client at the signal boundary:
+// it records `wait-reason` signals and fails those of the jobs in fail.
+type recordingSignaler struct {
+	mu   sync.Mutex
+	sent map[string][]scheduling.WaitReason // by workflow ID
+	fail map[string]error
+}
+
+func newSignaler() *recordingSignaler {
+	return &recordingSignaler{sent: map[string][]scheduling.WaitReason{}, fail: map[string]error{}}
+}
+
+func (r *recordingSignaler) SignalWorkflow(_ context.Context, workflowID, runID, name string, arg any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name != temporalx.SignalWaitReason || runID != "" {
+		return fmt.Errorf("unexpected signal %s to %s/%s", name, workflowID, runID)
+	}
+	if err := r.fail[workflowID]; err != nil {
+		return err
+	}
+	r.sent[workflowID] = append(r.sent[workflowID], arg.(temporalx.WaitReasonSignal).Reason)
+	return nil
+}
+
+func (r *recordingSignaler) take() map[string][]scheduling.WaitReason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.sent
+	r.sent = map[string][]scheduling.WaitReason{}
+	return out
+}
+
+// runCycle executes RunCycle through Temporal's activity test environment.
+func runCycle(t *testing.T, a *activities.Scheduler, in *activities.RunCycleInput) *activities.RunCycleResult {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	val, err := env.ExecuteActivity(a.RunCycle, in)
+	if err != nil {
+		t.Fatalf("run cycle %s: %v", in.CycleID, err)
+	}
+	var res activities.RunCycleResult
+	if err := val.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	return &res
+}
+
+func TestRunCycleRetriedWithSameIDPlacesOnce(t *testing.T) {
+	st := newStore(t, 2)
+	a, b := submit(t, st, 1), submit(t, st, 1)
+	sched := activities.NewScheduler(activities.Deps{Store: st})
+
+	first := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+	if first.Replayed || len(first.Placements) != 2 || first.PolicyVersion == "" {
+		t.Fatalf("first attempt %+v, want two placements", first)
+	}
+	// A retried attempt (the first one's result was lost) re-plans and re-applies c1.
+	retry := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+	if !retry.Replayed || len(retry.Placements) != 2 {
+		t.Fatalf("retry %+v, want the stored outcome replayed", retry)
+	}
+	for i := range first.Placements {
+		if first.Placements[i].AllocationID != retry.Placements[i].AllocationID || first.Placements[i].JobID != retry.Placements[i].JobID {
+			t.Fatalf("retry placements %+v differ from %+v", retry.Placements, first.Placements)
+		}
+	}
+	var allocations int
+	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM allocations WHERE job_id IN ($1, $2)`, a.ID, b.ID).Scan(&allocations); err != nil {
+		t.Fatal(err)
+	}
+	if allocations != 2 {
+		t.Fatalf("%d allocations, want 2 (one per job)", allocations)
+	}
+}
+
+func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
+	st := newStore(t, 1)
+	runner := submit(t, st, 1)
+	waiter := submit(t, st, 1)
+	sig := newSignaler()
+	sched := activities.NewScheduler(activities.Deps{Store: st, Temporal: sig})
+	wf := temporalx.JobWorkflowID
+
+	c1 := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+	if len(c1.Placements) != 1 || c1.Placements[0].JobID != runner.ID || c1.ReasonChanges != 1 {
+		t.Fatalf("cycle 1 %+v", c1)
+	}
+	if got := sig.take(); len(got) != 1 || len(got[wf(waiter.ID)]) != 1 || got[wf(waiter.ID)][0] != scheduling.ReasonCapacityBusy {
+		t.Fatalf("cycle 1 signalled %v, want capacity_busy to %s only", got, waiter.ID)
+	}
+
+	// Same reason next cycle: no signal.
+	c2 := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c2", PreviousCycleID: "c1"})
+	if got := sig.take(); len(got) != 0 || c2.ReasonChanges != 0 {
+		t.Fatalf("cycle 2 signalled %v (%d changes), want nothing", got, c2.ReasonChanges)
+	}
+
+	// Another worker (a fresh Scheduler) runs the next cycle: it rebuilds what
+	// was signalled from the store and signals only the new job.
+	other := activities.NewScheduler(activities.Deps{Store: st, Temporal: sig})
+	big := submit(t, st, 2) // never fits one GPU
+	runCycle(t, other, &activities.RunCycleInput{Shard: "default", CycleID: "c3", PreviousCycleID: "c2"})
+	got := sig.take()
+	if len(got) != 1 || len(got[wf(big.ID)]) != 1 || got[wf(big.ID)][0] != scheduling.ReasonNoMatchingCapacity {
+		t.Fatalf("cycle 3 signalled %v, want no_matching_capacity to %s only", got, big.ID)
+	}
+
+	// A signal failing for a transient reason is sent again next cycle; one
+	// whose workflow is gone (NotFound) is not.
+	late := submit(t, st, 1)
+	gone := submit(t, st, 1)
+	sig.fail[wf(late.ID)] = errors.New("frontend unavailable")
+	sig.fail[wf(gone.ID)] = serviceerror.NewNotFound("workflow execution already completed")
+	c4 := runCycle(t, other, &activities.RunCycleInput{Shard: "default", CycleID: "c4", PreviousCycleID: "c3"})
+	if c4.ReasonChanges != 2 || c4.ReasonSignalsFailed != 1 {
+		t.Fatalf("cycle 4 %+v, want 2 changes, 1 failed", c4)
+	}
+	delete(sig.fail, wf(late.ID))
+	runCycle(t, other, &activities.RunCycleInput{Shard: "default", CycleID: "c5", PreviousCycleID: "c4"})
+	if got := sig.take(); len(got) != 1 || len(got[wf(late.ID)]) != 1 {
+		t.Fatalf("cycle 5 signalled %v, want only the failed signal to %s again", got, late.ID)
+	}
+}
+
+func TestJobActivities(t *testing.T) {
+	st := newStore(t, 1)
+	job := submit(t, st, 1)
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	jobs := &activities.Jobs{Store: st, Now: func() time.Time { return now }}
+	ctx := context.Background()
+
+	loaded, err := jobs.LoadJob(ctx, &activities.LoadJobInput{JobID: job.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := activities.LoadJobResult{JobID: job.ID, Project: "vision", Queue: "train", Tier: "standard", Pool: testPool,
+		State: "submitted", RunSeconds: 91, CheckpointIntervalSeconds: 30}
+	if *loaded != want {
+		t.Fatalf("LoadJob = %+v, want %+v", *loaded, want)
+	}
+	if _, err := jobs.LoadJob(ctx, &activities.LoadJobInput{JobID: "j-missing"}); !isNonRetryable(err, activities.ErrTypeNotFound) {
+		t.Fatalf("LoadJob(missing) error %v, want non-retryable NotFound", err)
+	}
+
+	out, err := st.ApplyCycle(ctx, "c1", &scheduling.Result{PolicyVersion: "test", At: now, Placements: []scheduling.Placement{{
+		JobID: job.ID, Pool: testPool, Node: "p1-n1", Rank: 1, GPUs: []scheduling.GPUShare{{UUID: "GPU-0", Milli: 1000}},
+	}}}, now)
+	if err != nil || len(out.Placed) != 1 {
+		t.Fatalf("place: %v %+v", err, out)
+	}
+	alloc := out.Placed[0].AllocationID
+	r1, err := jobs.MarkRunning(ctx, &activities.MarkRunningInput{JobID: job.ID, AllocationID: alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := jobs.MarkRunning(ctx, &activities.MarkRunningInput{JobID: job.ID, AllocationID: alloc})
+	if err != nil || r2.RunID != r1.RunID || !r1.StartedAt.Equal(now) {
+		t.Fatalf("MarkRunning retry = %+v (%v), want run %s again", r2, err, r1.RunID)
+	}
+	if _, err := jobs.ReleasePlacement(ctx, &activities.ReleasePlacementInput{JobID: job.ID, AllocationID: alloc, Outcome: "cancelled"}); !isNonRetryable(err, activities.ErrTypeConflict) {
+		t.Fatalf("ReleasePlacement of a running allocation: %v, want non-retryable Conflict", err)
+	}
+	if _, err := jobs.FinishRun(ctx, &activities.FinishRunInput{JobID: job.ID, RunID: r1.RunID, Outcome: "exploded"}); !isNonRetryable(err, activities.ErrTypeInvalidInput) {
+		t.Fatalf("FinishRun(bad outcome) error %v, want non-retryable InvalidInput", err)
+	}
+	for range 2 { // a retry is a no-op
+		if _, err := jobs.FinishRun(ctx, &activities.FinishRunInput{JobID: job.ID, RunID: r1.RunID, Outcome: "succeeded", Detail: "exit 0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := jobs.CancelJob(ctx, &activities.CancelJobInput{JobID: job.ID, Actor: "alice", Reason: "late"})
+	if err != nil || !res.AlreadyFinal {
+		t.Fatalf("CancelJob after success = %+v (%v), want AlreadyFinal", res, err)
+	}
+}
+
+func isNonRetryable(err error, errType string) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.NonRetryable() && appErr.Type() == errType
+}

@@ -1,0 +1,200 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+)
+
+// GovernanceStore is the part of *store.Store the preemption and reclaim
+// activities use.
+type GovernanceStore interface {
+	GetPreemption(ctx context.Context, id string) (*store.PreemptionRecord, error)
+	GetPreemptionVictim(ctx context.Context, id string) (*store.PreemptionVictim, error)
+	NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*store.PreemptionRecord, error)
+	AbortPreemption(ctx context.Context, id, outcome, detail string, at time.Time) error
+	RecordPreemptionCheckpoint(ctx context.Context, id string, stepAtNotice *int64) (*store.CheckpointOutcome, error)
+	ReleasePreempted(ctx context.Context, id, detail string, at time.Time) (*store.PreemptionRelease, error)
+	RequeuePreempted(ctx context.Context, id string, at time.Time) (*store.Requeue, error)
+	FinishPreemption(ctx context.Context, id string, r store.PreemptionResume) (*store.PreemptionRecord, error)
+	GetRunProgress(ctx context.Context, runID string) (*store.RunProgress, error)
+
+	ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error)
+	OpenReclaim(ctx context.Context, nr store.NewReclaim) (*store.Reclaim, bool, error)
+	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
+	SetReclaimState(ctx context.Context, id, state, detail string, at time.Time) error
+	NoticeReclaim(ctx context.Context, id string, deadline, at time.Time) (*store.Reclaim, error)
+	DisputeReclaim(ctx context.Context, id, by, reason string, at time.Time) (*store.Reclaim, bool, error)
+	ConfirmReclaim(ctx context.Context, id, by, reason string, at time.Time) (*store.Reclaim, error)
+	ReleaseReclaimed(ctx context.Context, id, by string, at time.Time) (*store.Reclaim, error)
+	MarkReclaimReleased(ctx context.Context, id, by string, at time.Time) (*store.Reclaim, error)
+	CancelJob(ctx context.Context, jobID, actor, reason string) error
+}
+
+var _ GovernanceStore = (*store.Store)(nil)
+
+// RunProgressSource reports the step a job's current run has reached, as
+// its run activity last heartbeated it; ok is false when no run activity
+// is pending or it has not heartbeated yet.
+type RunProgressSource interface {
+	RunStep(ctx context.Context, jobID string) (step int64, ok bool, err error)
+}
+
+// GovernanceDeps are the dependencies of the preemption and reclaim activities.
+type GovernanceDeps struct {
+	Store GovernanceStore
+	// Temporal signals job workflows (preempt, preempt-aborted, cancel) and
+	// the scheduler (allocation-released); nil sends none.
+	Temporal Signaler
+	// Policy gives the grace period and the no-checkpoint rule; nil means
+	// scheduling.DefaultPolicy.
+	Policy PolicySource
+	// Config gives the governance configuration in force (a
+	// governance.Watcher's Current); nil means governance.Default().
+	Config func() *governance.Config
+	// Progress reads runs' heartbeated steps for the recompute measurement;
+	// nil uses only the store's evidence (checkpoints and run ends).
+	Progress RunProgressSource
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// PollInterval is how often waiting activities look again; 0 means 1 s.
+	PollInterval time.Duration
+	// SchedulerWorkflowID is the scheduler told about released GPUs; ""
+	// means the default shard's.
+	SchedulerWorkflowID string
+	// Metrics records final preemption outcomes and reclaims
+	// (*telemetry.GovernanceMetrics); nil records nothing.
+	Metrics GovernanceRecorder
+}
+
+// GovernanceRecorder receives the final outcome of each preemption and
+// reclaim, for metrics. *telemetry.GovernanceMetrics implements it.
+type GovernanceRecorder interface {
+	RecordPreemption(ctx context.Context, pool, outcome string, lossGPUSeconds *float64, resumedCorrectly *bool)
+	RecordReclaim(ctx context.Context, pool, class, mode, state string, gpusReleased float64, disputed bool)
+}
+
+// recordPreemption reports a finished preemption record to Metrics.
+func (d *GovernanceDeps) recordPreemption(ctx context.Context, id string) {
+	if d.Metrics == nil {
+		return
+	}
+	if rec, err := d.Store.GetPreemption(ctx, id); err == nil && rec.FinishedAt != nil {
+		d.Metrics.RecordPreemption(ctx, rec.Pool, rec.Outcome, rec.EffectiveLossGPUSeconds, rec.ResumedCorrectly)
+	}
+}
+
+// recordReclaim reports a reclaim in a final state to Metrics.
+func (d *GovernanceDeps) recordReclaim(ctx context.Context, id string) {
+	if d.Metrics == nil {
+		return
+	}
+	if r, err := d.Store.GetReclaim(ctx, id); err == nil {
+		d.Metrics.RecordReclaim(ctx, r.Pool, string(r.Class), string(r.Mode), r.State, r.GPUsReleased, r.Disputed)
+	}
+}
+
+// RegisterGovernance registers the preemption activities (Notify,
+// Checkpoint, Release, Reschedule, VerifyResume, Abort) and the reclaim
+// activities (ScanReclaims, AssessReclaim, NotifyOwner, AwaitConfirmation,
+// RecordDispute, ReleaseReclaimed, CloseReclaim) on w, the worker polling
+// temporalx.ServiceTaskQueue next to workflows.RegisterGovernance.
+func RegisterGovernance(w worker.ActivityRegistry, d GovernanceDeps) {
+	w.RegisterActivity(&Preemptions{d: d})
+	w.RegisterActivity(&Reclaims{d: d})
+}
+
+func (d *GovernanceDeps) now() time.Time { return clock(d.Now) }
+
+func (d *GovernanceDeps) config() *governance.Config {
+	if d.Config == nil {
+		return governance.Default()
+	}
+	if c := d.Config(); c != nil {
+		return c
+	}
+	return governance.Default()
+}
+
+func (d *GovernanceDeps) policy(ctx context.Context) (*scheduling.Policy, error) {
+	if d.Policy == nil {
+		p := scheduling.DefaultPolicy()
+		return &p, nil
+	}
+	return d.Policy(ctx)
+}
+
+func (d *GovernanceDeps) poll() time.Duration {
+	if d.PollInterval <= 0 {
+		return time.Second
+	}
+	return d.PollInterval
+}
+
+func (d *GovernanceDeps) schedulerID() string {
+	if d.SchedulerWorkflowID == "" {
+		return temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
+	}
+	return d.SchedulerWorkflowID
+}
+
+// signal sends a signal, if a client is configured. A workflow that is
+// closed or absent is reported as errWorkflowGone.
+func (d *GovernanceDeps) signal(ctx context.Context, workflowID, name string, arg any) error {
+	if d.Temporal == nil {
+		return nil
+	}
+	err := d.Temporal.SignalWorkflow(ctx, workflowID, "", name, arg)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return fmt.Errorf("%s: %w", workflowID, errWorkflowGone)
+	}
+	return err
+}
+
+// tellScheduler wakes the scheduler after GPUs were released; a failure is
+// not an error (its timer cycle finds the free GPUs anyway).
+func (d *GovernanceDeps) tellScheduler(ctx context.Context, jobID, allocationID, outcome string) {
+	_ = d.signal(ctx, d.schedulerID(), temporalx.SignalAllocationReleased,
+		temporalx.AllocationReleasedSignal{JobID: jobID, AllocationID: allocationID, Outcome: outcome})
+}
+
+var errWorkflowGone = errors.New("workflow closed or not found")
+
+// TemporalRunProgress is the RunProgressSource of a Temporal client: it
+// describes the job's workflow and decodes the heartbeat details
+// (executor.Progress) of its pending run activity.
+type TemporalRunProgress struct {
+	Client client.Client
+}
+
+// RunStep returns the step the job's pending run activity last heartbeated.
+func (p TemporalRunProgress) RunStep(ctx context.Context, jobID string) (int64, bool, error) {
+	d, err := p.Client.DescribeWorkflowExecution(ctx, temporalx.JobWorkflowID(jobID), "")
+	if err != nil {
+		return 0, false, err
+	}
+	for _, pa := range d.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != executor.RunActivityName || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var pr executor.Progress
+		if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &pr); err != nil {
+			return 0, false, fmt.Errorf("decode heartbeat of job %s: %w", jobID, err)
+		}
+		return pr.Step, true, nil
+	}
+	return 0, false, nil
+}

@@ -1,0 +1,190 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpugov/gpugov/store"
+)
+
+// Jobs are the activities of one job's life cycle, called by JobWorkflow.
+type Jobs struct {
+	Store Store
+	Now   func() time.Time // nil means time.Now
+}
+
+// LoadJobInput names the job to load.
+type LoadJobInput struct {
+	JobID string
+}
+
+// LoadJobResult is what JobWorkflow needs to know about its job.
+type LoadJobResult struct {
+	JobID           string
+	Project         string
+	Queue           string
+	Tier            string // tier name: production, key-project, standard, experiment
+	Pool            string
+	State           string // store.JobState
+	CancelRequested bool
+	// RunSeconds is the job's work in seconds, rounded up (the executor's last step).
+	RunSeconds int64
+	// CheckpointIntervalSeconds is the checkpoint interval in seconds of work;
+	// 0 when the job is not checkpointable.
+	CheckpointIntervalSeconds int64
+	// ResumeStep is the step of the job's last valid checkpoint; 0 when none.
+	ResumeStep int64
+}
+
+// LoadJob reads the job. An unknown job is a non-retryable NotFound error.
+func (a *Jobs) LoadJob(ctx context.Context, in *LoadJobInput) (*LoadJobResult, error) {
+	if in == nil || in.JobID == "" {
+		return nil, invalidInput("load job: job ID is required")
+	}
+	j, err := a.Store.GetJob(ctx, in.JobID)
+	if err != nil {
+		return nil, nonRetryable(err)
+	}
+	res := &LoadJobResult{
+		JobID:           j.ID,
+		Project:         j.Project,
+		Queue:           j.Queue,
+		Tier:            j.Tier.String(),
+		Pool:            j.Request.Pool,
+		State:           string(j.State),
+		CancelRequested: j.CancelRequested,
+		RunSeconds:      int64(math.Ceil(j.RunSeconds)),
+	}
+	if j.Recovery.Checkpointable {
+		res.CheckpointIntervalSeconds = j.Recovery.CheckpointIntervalSeconds
+	}
+	if cp := j.Recovery.LastCheckpoint; cp != nil {
+		res.ResumeStep = cp.Step
+	}
+	return res, nil
+}
+
+// MarkRunningInput starts a run of a placed job on its allocation.
+type MarkRunningInput struct {
+	JobID        string
+	AllocationID string
+	StartStep    int64 // the step the run resumes from; 0 for a fresh start
+}
+
+// MarkRunningResult names the run created.
+type MarkRunningResult struct {
+	RunID     string
+	StartedAt time.Time
+}
+
+// MarkRunning creates the run (idempotent per allocation: a retry returns the
+// same run ID). A missing job or allocation, or an allocation that is released
+// or belongs to another job, is a non-retryable error.
+func (a *Jobs) MarkRunning(ctx context.Context, in *MarkRunningInput) (*MarkRunningResult, error) {
+	if in == nil || in.JobID == "" || in.AllocationID == "" || in.StartStep < 0 {
+		return nil, invalidInput("mark running: job ID, allocation ID and a start step ≥ 0 are required")
+	}
+	at := clock(a.Now)
+	runID, err := a.Store.MarkRunning(ctx, in.JobID, in.AllocationID, in.StartStep, at)
+	if err != nil {
+		return nil, nonRetryable(err)
+	}
+	return &MarkRunningResult{RunID: runID, StartedAt: at}, nil
+}
+
+// FinishRunInput ends a run.
+type FinishRunInput struct {
+	JobID   string
+	RunID   string
+	Outcome string // store.OutcomeSucceeded, OutcomeFailed, OutcomeCancelled or OutcomePreempted
+	Detail  string
+}
+
+// FinishRunResult says when the run was finished.
+type FinishRunResult struct {
+	FinishedAt time.Time
+}
+
+// FinishRun ends the run and releases its allocation in one store transaction;
+// a run already ended makes it a no-op, so retries are safe.
+func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunResult, error) {
+	if in == nil || in.JobID == "" || in.RunID == "" {
+		return nil, invalidInput("finish run: job ID and run ID are required")
+	}
+	switch in.Outcome {
+	case store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomeCancelled, store.OutcomePreempted:
+	default:
+		return nil, invalidInput(fmt.Sprintf("finish run %s: unknown outcome %q", in.RunID, in.Outcome))
+	}
+	at := clock(a.Now)
+	if err := a.Store.FinishRun(ctx, in.JobID, in.RunID, in.Outcome, in.Detail, at); err != nil {
+		return nil, nonRetryable(err)
+	}
+	return &FinishRunResult{FinishedAt: at}, nil
+}
+
+// ReleasePlacementInput releases an allocation whose run never started.
+type ReleasePlacementInput struct {
+	JobID        string
+	AllocationID string
+	Outcome      string // store.OutcomeCancelled, OutcomeFailed or OutcomeRequeued
+	Detail       string
+}
+
+// ReleasePlacementResult says when the allocation was released.
+type ReleasePlacementResult struct {
+	ReleasedAt time.Time
+}
+
+// ReleasePlacement releases the allocation of a placed job that will not run
+// on it (cancelled while placed, or its job workflow had already closed); an
+// allocation already released makes it a no-op, so retries are safe.
+func (a *Jobs) ReleasePlacement(ctx context.Context, in *ReleasePlacementInput) (*ReleasePlacementResult, error) {
+	if in == nil || in.JobID == "" || in.AllocationID == "" {
+		return nil, invalidInput("release placement: job ID and allocation ID are required")
+	}
+	switch in.Outcome {
+	case store.OutcomeCancelled, store.OutcomeFailed, store.OutcomeRequeued:
+	default:
+		return nil, invalidInput(fmt.Sprintf("release placement %s: unknown outcome %q", in.AllocationID, in.Outcome))
+	}
+	at := clock(a.Now)
+	if err := a.Store.ReleasePlacement(ctx, in.JobID, in.AllocationID, in.Outcome, in.Detail, at); err != nil {
+		return nil, nonRetryable(err)
+	}
+	return &ReleasePlacementResult{ReleasedAt: at}, nil
+}
+
+// CancelJobInput cancels a job in the store.
+type CancelJobInput struct {
+	JobID  string
+	Actor  string
+	Reason string
+}
+
+// CancelJobResult says whether the job had already ended otherwise.
+type CancelJobResult struct {
+	// AlreadyFinal is true when the job had succeeded or failed before the
+	// cancellation, which then changed nothing.
+	AlreadyFinal bool
+}
+
+// CancelJob records a cancellation in the store (idempotent: cancelling a
+// cancelled job does nothing). JobWorkflow calls it when it is cancelled
+// through Temporal rather than by the API, which cancels in the store itself.
+func (a *Jobs) CancelJob(ctx context.Context, in *CancelJobInput) (*CancelJobResult, error) {
+	if in == nil || in.JobID == "" {
+		return nil, invalidInput("cancel job: job ID is required")
+	}
+	err := a.Store.CancelJob(ctx, in.JobID, in.Actor, in.Reason)
+	if errors.Is(err, store.ErrConflict) {
+		return &CancelJobResult{AlreadyFinal: true}, nil
+	}
+	if err != nil {
+		return nil, nonRetryable(err)
+	}
+	return &CancelJobResult{}, nil
+}

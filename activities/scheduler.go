@@ -1,0 +1,322 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+)
+
+// defaultSignalConcurrency bounds the wait-reason signals in flight per cycle.
+const defaultSignalConcurrency = 16
+
+// Scheduler holds the scheduling-cycle activity. It remembers, per shard, the
+// wait reason last signalled to each waiting job, so that it signals only
+// transitions; that memory is valid only for the cycle it was built from and
+// is rebuilt from the store (the reasons the previous cycle stored) whenever
+// the cycle handed to it is not its successor — another worker ran the
+// previous cycle, or this process restarted.
+type Scheduler struct {
+	Store    Store
+	Temporal Signaler     // nil: wait-reason signals are not sent
+	Policy   PolicySource // nil: scheduling.DefaultPolicy
+	Now      func() time.Time
+	// SignalConcurrency bounds the wait-reason signals in flight; 0 means 16.
+	SignalConcurrency int
+
+	mu      sync.Mutex
+	reasons map[string]*signalledReasons // by shard
+}
+
+// signalledReasons is the wait reason last signalled to each job, as of a cycle.
+type signalledReasons struct {
+	cycleID string
+	byJob   map[string]scheduling.WaitReason
+}
+
+// NewScheduler returns the scheduler activities on d's dependencies.
+func NewScheduler(d Deps) *Scheduler {
+	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now}
+}
+
+// RunCycleInput identifies one scheduling cycle.
+type RunCycleInput struct {
+	Shard string
+	// CycleID is deterministic (scheduler run ID + iteration), so a retried
+	// attempt re-applies the same cycle and the store absorbs it.
+	CycleID string
+	// PreviousCycleID is the shard's cycle before this one; "" for the first.
+	PreviousCycleID string
+}
+
+// PlacedJob is one placement granted by a cycle.
+type PlacedJob struct {
+	JobID        string
+	AllocationID string
+	Pool         string
+	Node         string
+	GPUs         []scheduling.GPUShare
+}
+
+// StartedPreemption is a preemption a cycle opened; a PreemptionWorkflow must
+// carry it out.
+type StartedPreemption struct {
+	PreemptionID string
+	ForJobID     string
+	VictimJobID  string
+	AllocationID string
+	// RunID is the victim's run on the allocation; "" when the victim was
+	// placed but its run had not started.
+	RunID string
+}
+
+// preemptionRecorder is the part of *store.Store that records the
+// "would preempt" proposals of observe-stage pools and names the victims'
+// runs; a Store without it (a test double) records neither.
+type preemptionRecorder interface {
+	RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error)
+	PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error)
+}
+
+// RunCycleResult is what one cycle did.
+type RunCycleResult struct {
+	CycleID       string
+	PolicyVersion string
+	// Replayed is true when the store had already applied this cycle (a retried
+	// attempt): Placements are the stored ones and no wait-reason signal was sent.
+	Replayed    bool
+	Placements  []PlacedJob
+	Preemptions []StartedPreemption
+	Conflicts   int // placements the store refused (capacity taken, job no longer pending, …)
+	Waiting     int // jobs left waiting
+	// ReasonChanges counts waiting jobs whose reason differs from the one last
+	// signalled; ReasonSignalsFailed counts those whose signal failed for a
+	// reason other than a closed workflow (they are signalled again next cycle).
+	ReasonChanges       int
+	ReasonSignalsFailed int
+	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
+}
+
+// RunCycle runs one scheduling cycle: load the snapshot, plan, apply the plan in
+// one store transaction (idempotent by CycleID), then signal `wait-reason` to
+// the waiting jobs whose reason changed. It returns the placements for the
+// scheduler workflow to signal. Errors of loading, policy and applying are
+// returned for Temporal to retry; a failed wait-reason signal is not an error.
+func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleResult, error) {
+	if in == nil || in.CycleID == "" {
+		return nil, invalidInput("run cycle: cycle ID is required")
+	}
+	now := clock(a.Now)
+	snap, err := a.Store.LoadSnapshot(ctx, now)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
+	}
+	pol, err := a.policy(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)
+	}
+	began := time.Now()
+	plan := scheduling.Plan(snap, pol, now)
+	planMillis := time.Since(began).Milliseconds()
+	prev, err := a.reasonsBefore(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
+	}
+	out, err := a.Store.ApplyCycle(ctx, in.CycleID, plan, now)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
+	}
+	res := cycleResult(out, plan)
+	res.PlanMillis = planMillis
+	if err := a.recordPreemptions(ctx, in.CycleID, plan, out, res, now); err != nil {
+		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
+	}
+	if out.Replayed {
+		// The stored cycle's reasons are not this plan's: forget what was
+		// signalled and rebuild it from the store at the next cycle.
+		a.forgetReasons(in.Shard)
+		return res, nil
+	}
+	changes := reasonChanges(prev, plan.Waiting)
+	res.ReasonChanges = len(changes)
+	failed := a.signalReasons(ctx, changes)
+	res.ReasonSignalsFailed = len(failed)
+	a.rememberReasons(in, plan.Waiting, prev, failed)
+	return res, ctx.Err()
+}
+
+// cycleResult copies the store's outcome into the activity result.
+func cycleResult(out *store.CycleOutcome, plan *scheduling.Result) *RunCycleResult {
+	res := &RunCycleResult{
+		CycleID:       out.CycleID,
+		PolicyVersion: plan.PolicyVersion,
+		Replayed:      out.Replayed,
+		Placements:    make([]PlacedJob, len(out.Placed)),
+		Conflicts:     len(out.Conflicts),
+		Waiting:       len(plan.Waiting),
+	}
+	for i, p := range out.Placed {
+		res.Placements[i] = PlacedJob{JobID: p.JobID, AllocationID: p.AllocationID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs}
+	}
+	for _, p := range out.Preemptions {
+		res.Preemptions = append(res.Preemptions, StartedPreemption{PreemptionID: p.PreemptionID, ForJobID: p.ForJobID,
+			VictimJobID: p.VictimJobID, AllocationID: p.AllocationID})
+	}
+	return res
+}
+
+// recordPreemptions stores the cycle's "would preempt" proposals (the
+// stage's record when it may not act; a replayed cycle's were stored by its
+// first attempt, or are proposed again by the next cycle) and names the run
+// of each started preemption's victim, for its workflow ID.
+func (a *Scheduler) recordPreemptions(ctx context.Context, cycleID string, plan *scheduling.Result,
+	out *store.CycleOutcome, res *RunCycleResult, now time.Time) error {
+	rec, ok := a.Store.(preemptionRecorder)
+	if !ok {
+		return nil
+	}
+	if !out.Replayed {
+		if _, err := rec.RecordWouldPreempt(ctx, cycleID, plan.Preemptions, now); err != nil {
+			return err
+		}
+	}
+	if len(res.Preemptions) == 0 {
+		return nil
+	}
+	allocs := make([]string, len(res.Preemptions))
+	for i, p := range res.Preemptions {
+		allocs[i] = p.AllocationID
+	}
+	runs, err := rec.PreemptionRunIDs(ctx, allocs)
+	if err != nil {
+		return err
+	}
+	for i := range res.Preemptions {
+		res.Preemptions[i].RunID = runs[res.Preemptions[i].AllocationID]
+	}
+	return nil
+}
+
+func (a *Scheduler) policy(ctx context.Context) (*scheduling.Policy, error) {
+	if a.Policy == nil {
+		p := scheduling.DefaultPolicy()
+		return &p, nil
+	}
+	return a.Policy(ctx)
+}
+
+// reasonsBefore returns the reasons signalled as of in.PreviousCycleID: the
+// remembered ones when this Scheduler ran that cycle, else those the store
+// holds for waiting jobs (what the previous cycle stored and signalled).
+func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]scheduling.WaitReason, error) {
+	a.mu.Lock()
+	r := a.reasons[in.Shard]
+	a.mu.Unlock()
+	if r != nil && in.PreviousCycleID != "" && r.cycleID == in.PreviousCycleID {
+		return r.byJob, nil
+	}
+	byJob := map[string]scheduling.WaitReason{}
+	after := ""
+	for {
+		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: store.StateWaiting, Limit: store.MaxListLimit, AfterID: after})
+		if err != nil {
+			return nil, fmt.Errorf("read stored wait reasons: %w", err)
+		}
+		for _, j := range page {
+			if j.Reason != "" {
+				byJob[j.ID] = j.Reason
+			}
+		}
+		if next == "" {
+			return byJob, nil
+		}
+		after = next
+	}
+}
+
+// reasonChange is one waiting job whose reason differs from the one signalled.
+type reasonChange struct {
+	jobID  string
+	reason scheduling.WaitReason
+}
+
+// reasonChanges lists the waiting jobs whose reason is not the one in prev.
+func reasonChanges(prev map[string]scheduling.WaitReason, waiting []scheduling.WaitStatus) []reasonChange {
+	var out []reasonChange
+	for _, w := range waiting {
+		if prev[w.JobID] != w.Reason {
+			out = append(out, reasonChange{w.JobID, w.Reason})
+		}
+	}
+	return out
+}
+
+// signalReasons sends `wait-reason` to each changed job's workflow, a bounded
+// number at a time, and returns the job IDs whose signal failed for a reason
+// other than the workflow being closed or absent (NotFound: nothing to update).
+func (a *Scheduler) signalReasons(ctx context.Context, changes []reasonChange) map[string]bool {
+	if a.Temporal == nil || len(changes) == 0 {
+		return nil
+	}
+	n := a.SignalConcurrency
+	if n <= 0 {
+		n = defaultSignalConcurrency
+	}
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for _, c := range changes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(c.jobID), "", temporalx.SignalWaitReason,
+				temporalx.WaitReasonSignal{Reason: c.reason})
+			var nf *serviceerror.NotFound
+			if err != nil && !errors.As(err, &nf) {
+				mu.Lock()
+				failed[c.jobID] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+// rememberReasons records the reasons signalled as of in.CycleID: this
+// cycle's reason for every waiting job, except where the signal failed, which
+// keeps the earlier reason so that the next cycle signals it again.
+func (a *Scheduler) rememberReasons(in *RunCycleInput, waiting []scheduling.WaitStatus,
+	prev map[string]scheduling.WaitReason, failed map[string]bool) {
+	byJob := make(map[string]scheduling.WaitReason, len(waiting))
+	for _, w := range waiting {
+		switch {
+		case !failed[w.JobID]:
+			byJob[w.JobID] = w.Reason
+		case prev[w.JobID] != "":
+			byJob[w.JobID] = prev[w.JobID]
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.reasons == nil {
+		a.reasons = map[string]*signalledReasons{}
+	}
+	a.reasons[in.Shard] = &signalledReasons{cycleID: in.CycleID, byJob: byJob}
+}
+
+// forgetReasons drops the shard's remembered reasons.
+func (a *Scheduler) forgetReasons(shard string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.reasons, shard)
+}

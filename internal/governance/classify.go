@@ -1,0 +1,172 @@
+package governance
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// Sample is one utilisation measurement of one GPU (store.GPUSample's fields
+// the classification needs).
+type Sample struct {
+	GPUUUID    string
+	At         time.Time
+	GPUPercent int
+}
+
+// Evidence is what the reclaim scan knows about one active allocation.
+type Evidence struct {
+	AllocationID string
+	JobID        string
+	Project      string
+	Queue        string
+	Pool         string
+	Node         string
+	GPUs         float64                    // GPU equivalents held (milli-GPU / 1000)
+	GPUUUIDs     []string                   // the GPUs the allocation holds a share of
+	Stage        scheduling.AutomationStage // the pool's automation stage
+	// Reclaimed is true when a reclaim is already recorded for the
+	// allocation (one reclaim per allocation; the scan skips it).
+	Reclaimed bool
+	JobState  string // the store's job state
+	// Protected is true when the job or its queue is protected.
+	Protected bool
+	GrantedAt time.Time
+	// RunID is the allocation's run; "" when none started.
+	RunID        string
+	RunStartedAt time.Time
+	RunEndedAt   *time.Time
+	RunOutcome   string // succeeded, failed, cancelled, preempted; "" while running
+	// LastCheckpointAt is the time of the run's newest checkpoint: progress.
+	LastCheckpointAt *time.Time
+	// Samples are the utilisation samples of GPUUUIDs in the observation window.
+	Samples []Sample
+}
+
+// Finding is an allocation the scan would reclaim: its class and the basis,
+// a sentence with the quantities, for the record and the owner's notice.
+type Finding struct {
+	Class Class
+	Basis string
+}
+
+// Classify decides whether the allocation is reclaimable at now and why.
+// In order: completed (its run succeeded or its job did, yet the GPUs are
+// held), failed (its run ended otherwise, its job failed or was cancelled, or
+// no run started within the observation window of the grant), idle (its run
+// has been going for the whole window, made no checkpoint in it, and every
+// GPU it holds has utilisation samples spanning the window all at or below
+// the idle threshold; missing samples are no evidence of idleness, and
+// protected jobs, queues and windows are never idle). It returns false when
+// the allocation is not reclaimable.
+func Classify(ev *Evidence, c *Config, now time.Time) (Finding, bool) {
+	window := Seconds(c.Reclaim.ObservationWindowSeconds)
+	switch {
+	case ev.RunOutcome == "succeeded" || ev.JobState == "succeeded":
+		return Finding{ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
+			endedText(ev.RunEndedAt), ev.GPUs)}, true
+	case ev.RunEndedAt != nil:
+		return Finding{ClassFailed, fmt.Sprintf("run %s ended %s%s but %.3g GPU(s) are still held", ev.RunID, ev.RunOutcome,
+			endedText(ev.RunEndedAt), ev.GPUs)}, true
+	case ev.JobState == "failed" || ev.JobState == "cancelled":
+		return Finding{ClassFailed, fmt.Sprintf("job is %s but %.3g GPU(s) are still held", ev.JobState, ev.GPUs)}, true
+	case ev.RunID == "" && now.Sub(ev.GrantedAt) >= window:
+		return Finding{ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
+			ev.GrantedAt.UTC().Format(time.RFC3339), window)}, true
+	}
+	if basis, ok := idle(ev, c, now, window); ok {
+		return Finding{ClassIdle, basis}, true
+	}
+	return Finding{}, false
+}
+
+// idle applies the idle rule; see Classify.
+func idle(ev *Evidence, c *Config, now time.Time, window time.Duration) (string, bool) {
+	from := now.Add(-window)
+	switch {
+	case ev.RunID == "" || ev.Protected || c.InProtectionWindow(ev.Queue, now) != "":
+		return "", false
+	case ev.RunStartedAt.After(from):
+		return "", false
+	case ev.LastCheckpointAt != nil && !ev.LastCheckpointAt.Before(from):
+		return "", false
+	case len(ev.GPUUUIDs) == 0:
+		return "", false
+	}
+	// Samples must span the window on every GPU: the first within a quarter
+	// window of its start, the last within a quarter window of now.
+	slack := window / 4
+	peak := 0
+	for _, uuid := range ev.GPUUUIDs {
+		var first, last time.Time
+		for _, s := range ev.Samples {
+			if s.GPUUUID != uuid || s.At.Before(from) {
+				continue
+			}
+			if first.IsZero() || s.At.Before(first) {
+				first = s.At
+			}
+			if s.At.After(last) {
+				last = s.At
+			}
+			if s.GPUPercent > c.Reclaim.IdleGPUPercent {
+				return "", false
+			}
+			peak = max(peak, s.GPUPercent)
+		}
+		if first.IsZero() || first.After(from.Add(slack)) || last.Before(now.Add(-slack)) {
+			return "", false
+		}
+	}
+	return fmt.Sprintf("run %s has made no checkpoint and its %d GPU(s) stayed at or below %d%% utilisation (peak %d%%) for the %s observation window",
+		ev.RunID, len(ev.GPUUUIDs), c.Reclaim.IdleGPUPercent, peak, window), true
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func endedText(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return " at " + t.UTC().Format(time.RFC3339)
+}
+
+// ModeDecision is the mode a finding is handled in and why.
+type ModeDecision struct {
+	Mode       Mode
+	Configured Mode // what the rules say, before stage and protection
+	Stage      scheduling.AutomationStage
+	Why        string
+}
+
+// DecideMode gives a finding's mode from the rules and the pool's stage:
+// observe (or an unknown stage) records only (report); trial acts only on
+// low-risk queues and reports the rest; protected work is never released
+// without an operator (confirm) unless it is only reported.
+func (c *Config) DecideMode(stage scheduling.AutomationStage, pool, queue string, class Class, protected bool) ModeDecision {
+	d := ModeDecision{Configured: c.ConfiguredMode(pool, queue, class), Stage: stage}
+	switch {
+	case stage != scheduling.StageTrial && stage != scheduling.StageAutomate:
+		d.Mode, d.Why = ModeReport, fmt.Sprintf("pool %s is in the %s stage: recorded only", pool, orNone(string(stage)))
+	case stage == scheduling.StageTrial && !c.LowRisk(queue):
+		d.Mode, d.Why = ModeReport, fmt.Sprintf("pool %s is in the trial stage and queue %s is not low-risk: recorded only", pool, queue)
+	case protected && d.Configured != ModeReport:
+		d.Mode, d.Why = ModeConfirm, "protected work is released only on an operator's confirmation"
+	default:
+		d.Mode, d.Why = d.Configured, fmt.Sprintf("configured mode for pool %s, queue %s, class %s", pool, queue, class)
+	}
+	return d
+}
+
+// ValidMode reports whether m is one of the four modes.
+func ValidMode(m Mode) bool { return slices.Contains(Modes, m) }
+
+// ValidClass reports whether k is one of the three classes.
+func ValidClass(k Class) bool { return slices.Contains(Classes, k) }

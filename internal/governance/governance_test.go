@@ -1,0 +1,188 @@
+package governance
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+const validYAML = `pools:
+  a100-east: {stage: trial}
+low_risk_queues: [exp]
+protection_windows:
+  - {name: launch, start: 2026-12-01T00:00:00Z, end: 2026-12-02T00:00:00Z, queues: [delivery]}
+reclaim:
+  enabled: true
+  notify_window_seconds: 600
+  rules:
+    - {queue: exp, class: idle, mode: auto}
+    - {pool: a100-east, mode: notify}
+`
+
+func TestParseAppliesDefaultsAndRules(t *testing.T) {
+	c, err := Parse("g.yaml", []byte(validYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pools["a100-east"].Stage != scheduling.StageTrial || c.Reclaim.NotifyWindowSeconds != 600 ||
+		c.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds || c.Reclaim.DefaultMode != ModeReport {
+		t.Fatalf("config %+v", c)
+	}
+	for _, tc := range []struct {
+		pool, queue string
+		class       Class
+		want        Mode
+	}{{"a100-east", "exp", ClassIdle, ModeAuto}, {"a100-east", "exp", ClassFailed, ModeNotify}, {"other", "exp", ClassFailed, ModeReport}} {
+		if got := c.ConfiguredMode(tc.pool, tc.queue, tc.class); got != tc.want {
+			t.Errorf("mode(%s,%s,%s) = %s, want %s", tc.pool, tc.queue, tc.class, got, tc.want)
+		}
+	}
+	in := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if c.InProtectionWindow("delivery", in) != "launch" || c.InProtectionWindow("exp", in) != "" || c.InProtectionWindow("delivery", in.Add(24*time.Hour)) != "" {
+		t.Fatal("protection window not applied as [start, end) to its queues")
+	}
+}
+
+func TestParseNamesLineAndFieldOfEveryProblem(t *testing.T) {
+	bad := "pools:\n  p1:\n    stage: fast\nreclaim:\n  idle_gpu_percent: 120\n  rules:\n    - {mode: nag}\n"
+	_, err := Parse("g.yaml", []byte(bad))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 3 {
+		t.Fatalf("error %v, want three problems", err)
+	}
+	want := []Problem{{Line: 3, Field: "pools.p1.stage"}, {Line: 5, Field: "reclaim.idle_gpu_percent"}, {Line: 7, Field: "reclaim.rules[0].mode"}}
+	for i, w := range want {
+		if ve.Problems[i].Line != w.Line || ve.Problems[i].Field != w.Field {
+			t.Errorf("problem %d = %+v, want line %d field %s", i, ve.Problems[i], w.Line, w.Field)
+		}
+	}
+	if !strings.Contains(err.Error(), "g.yaml:3: pools.p1.stage: \"fast\" is not observe, trial or automate") {
+		t.Fatalf("message %q", err)
+	}
+	if _, err := Parse("g.yaml", []byte("reclaim:\n  enabld: true\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("unknown field: %v, want a line-numbered error", err)
+	}
+}
+
+func TestWatcherKeepsOldConfigOnBadFileAndReportsChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.yaml")
+	write := func(s string, at time.Time) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour)
+	write(validYAML, t0)
+	w, err := NewWatcher(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []Change
+	var errs []error
+	w.OnChange = func(_ context.Context, c Change) error { changes = append(changes, c); return nil }
+	w.OnError = func(err error) { errs = append(errs, err) }
+	if w.Check(context.Background()) {
+		t.Fatal("unchanged file reported as a change")
+	}
+	write("pools:\n  a100-east: {stage: sideways}\n", t0.Add(time.Minute))
+	if w.Check(context.Background()) || len(errs) != 1 || w.Current().Pools["a100-east"].Stage != scheduling.StageTrial {
+		t.Fatalf("bad file: errors %v, stage %s; want the old config kept", errs, w.Current().Pools["a100-east"].Stage)
+	}
+	write("pools:\n  a100-east: {stage: automate}\n", t0.Add(2*time.Minute))
+	if !w.Check(context.Background()) || len(changes) != 1 || changes[0].Old.Pools["a100-east"].Stage != scheduling.StageTrial ||
+		w.Current().Pools["a100-east"].Stage != scheduling.StageAutomate {
+		t.Fatalf("good file: changes %+v", changes)
+	}
+}
+
+func TestEffectiveRunLoss(t *testing.T) {
+	n := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	start := n.Add(-time.Hour)
+	// No checkpoint since the notice: 300 s lost on 2 GPUs, 40 s recompute.
+	l := EffectiveRunLoss(LossInput{GPUs: 2, NotifiedAt: n, RunStartedAt: start,
+		Resumable: &scheduling.Checkpoint{At: n.Add(-300 * time.Second)}, ResumedAt: n.Add(time.Minute), PassedAt: n.Add(100 * time.Second)})
+	if l.LostSeconds != 300 || l.SaveRestoreSeconds != 0 || l.RecomputeSeconds != 40 || l.GPUSeconds != 680 {
+		t.Fatalf("%+v, want lost 300, recompute 40, 680 GPU-s", l)
+	}
+	// Saved 12 s after the notice: nothing lost, the save counted.
+	l = EffectiveRunLoss(LossInput{GPUs: 0.5, NotifiedAt: n, RunStartedAt: start, Resumable: &scheduling.Checkpoint{At: n.Add(12 * time.Second)}})
+	if l.LostSeconds != 0 || l.SaveRestoreSeconds != 12 || l.RecomputeMeasured || l.GPUSeconds != 6 {
+		t.Fatalf("%+v, want save 12 s, 6 GPU-s, recompute unmeasured", l)
+	}
+	// No checkpoint at all: the run's whole time is lost.
+	if l = EffectiveRunLoss(LossInput{GPUs: 1, NotifiedAt: n, RunStartedAt: start}); l.LostSeconds != 3600 {
+		t.Fatalf("%+v, want 3600 s lost", l)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	c := Default()
+	c.Reclaim.ObservationWindowSeconds, c.Reclaim.IdleGPUPercent = 600, 5
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ended := now.Add(-time.Minute)
+	base := func() *Evidence {
+		return &Evidence{AllocationID: "a", RunID: "r", JobState: "running", GrantedAt: now.Add(-time.Hour), RunStartedAt: now.Add(-time.Hour),
+			GPUUUIDs: []string{"G1"}, GPUs: 1, Queue: "exp"}
+	}
+	samples := func(pct int) []Sample {
+		var s []Sample
+		for at := now.Add(-590 * time.Second); !at.After(now); at = at.Add(30 * time.Second) {
+			s = append(s, Sample{GPUUUID: "G1", At: at, GPUPercent: pct})
+		}
+		return s
+	}
+	cases := []struct {
+		name string
+		ev   func(*Evidence)
+		want Class // "" = not reclaimable
+	}{
+		{"succeeded run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "succeeded", &ended }, ClassCompleted},
+		{"failed run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "failed", &ended }, ClassFailed},
+		{"no run within the window", func(e *Evidence) { e.RunID, e.JobState = "", "placed" }, ClassFailed},
+		{"idle on every sample", func(e *Evidence) { e.Samples = samples(2) }, ClassIdle},
+		{"missing samples are no evidence", func(e *Evidence) {}, ""},
+		{"busy GPU", func(e *Evidence) { e.Samples = samples(40) }, ""},
+		{"samples not spanning the window", func(e *Evidence) { e.Samples = samples(2)[15:] }, ""},
+		{"checkpoint in the window is progress", func(e *Evidence) { cp := now.Add(-time.Minute); e.Samples, e.LastCheckpointAt = samples(0), &cp }, ""},
+		{"protected job", func(e *Evidence) { e.Samples, e.Protected = samples(0), true }, ""},
+	}
+	for _, tc := range cases {
+		ev := base()
+		tc.ev(ev)
+		f, ok := Classify(ev, c, now)
+		if (tc.want == "") == ok || f.Class != tc.want {
+			t.Errorf("%s: %+v (%v), want %q", tc.name, f, ok, tc.want)
+		}
+	}
+}
+
+func TestDecideModeByStageAndProtection(t *testing.T) {
+	c := Default()
+	c.LowRiskQueues = []string{"exp"}
+	c.Reclaim.Rules = []ModeRule{{Mode: ModeAuto}}
+	for _, tc := range []struct {
+		stage     scheduling.AutomationStage
+		queue     string
+		protected bool
+		want      Mode
+	}{
+		{scheduling.StageObserve, "exp", false, ModeReport},
+		{scheduling.StageTrial, "train", false, ModeReport},
+		{scheduling.StageTrial, "exp", false, ModeAuto},
+		{scheduling.StageAutomate, "train", false, ModeAuto},
+		{scheduling.StageAutomate, "train", true, ModeConfirm},
+	} {
+		if d := c.DecideMode(tc.stage, "p", tc.queue, ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
+			t.Errorf("%s/%s/protected=%v: %+v, want %s", tc.stage, tc.queue, tc.protected, d, tc.want)
+		}
+	}
+}

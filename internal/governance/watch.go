@@ -1,0 +1,123 @@
+package governance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// DefaultPollInterval is how often a Watcher checks the file's modification
+// time and size (fsnotify is not a dependency; a few seconds of delay is
+// fine for rules that change by hand).
+const DefaultPollInterval = 3 * time.Second
+
+// Change is one configuration change a Watcher applied, for the audit log.
+type Change struct {
+	Path string
+	Old  *Config
+	New  *Config
+	At   time.Time
+}
+
+// Watcher holds the current configuration of one file and re-reads it when
+// the file changes. A file that no longer loads (invalid, unreadable) leaves
+// the previous configuration in force and is reported to OnError.
+type Watcher struct {
+	// Path is the configuration file.
+	Path string
+	// Interval is the poll period; 0 means DefaultPollInterval.
+	Interval time.Duration
+	// OnChange is called after a changed file was loaded and made current
+	// (audit it, write the pool stages to the store). Its error is passed
+	// to OnError; the new configuration stays current.
+	OnChange func(ctx context.Context, c Change) error
+	// OnError receives load failures and OnChange errors; nil ignores them.
+	OnError func(error)
+
+	mu      sync.RWMutex
+	current *Config
+	modTime time.Time
+	size    int64
+}
+
+// NewWatcher loads path once and returns a Watcher holding it. It returns
+// Load's error when the initial file is invalid: a service must not start
+// on rules it cannot read.
+func NewWatcher(path string) (*Watcher, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("governance config: %w", err)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{Path: path, current: cfg, modTime: st.ModTime(), size: st.Size()}, nil
+}
+
+// Current returns the configuration in force; callers must not modify it.
+func (w *Watcher) Current() *Config {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.current
+}
+
+// Run polls the file every Interval until ctx ends.
+func (w *Watcher) Run(ctx context.Context) {
+	iv := w.Interval
+	if iv <= 0 {
+		iv = DefaultPollInterval
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.Check(ctx)
+		}
+	}
+}
+
+// Check re-reads the file if its modification time or size changed since
+// the last read and reports whether a new configuration became current.
+func (w *Watcher) Check(ctx context.Context) bool {
+	st, err := os.Stat(w.Path)
+	if err != nil {
+		w.fail(fmt.Errorf("governance config: %w (keeping the previous configuration)", err))
+		return false
+	}
+	w.mu.RLock()
+	same := st.ModTime().Equal(w.modTime) && st.Size() == w.size
+	w.mu.RUnlock()
+	if same {
+		return false
+	}
+	cfg, err := Load(w.Path)
+	w.mu.Lock()
+	w.modTime, w.size = st.ModTime(), st.Size()
+	old := w.current
+	if err == nil {
+		w.current = cfg
+	}
+	w.mu.Unlock()
+	if err != nil {
+		w.fail(fmt.Errorf("%w (keeping the previous configuration)", err))
+		return false
+	}
+	if w.OnChange != nil {
+		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: cfg, At: time.Now()}); err != nil {
+			w.fail(fmt.Errorf("governance config change: %w", err))
+		}
+	}
+	return true
+}
+
+func (w *Watcher) fail(err error) {
+	if w.OnError != nil {
+		w.OnError(err)
+	}
+}

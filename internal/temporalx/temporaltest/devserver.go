@@ -1,0 +1,165 @@
+// Package temporaltest starts a real Temporal dev server (the pinned Temporal
+// CLI, `temporal server start-dev`) for tests that need more than the SDK's
+// testsuite: real workers, real heartbeat timeouts, recorded histories.
+package temporaltest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/gpugov/gpugov/internal/temporalx"
+)
+
+// DevServer is a running dev server owned by one test; it is stopped by the
+// test's cleanup.
+type DevServer struct {
+	HostPort string        // frontend gRPC address, "127.0.0.1:<port>"
+	Client   client.Client // client on the "default" namespace
+}
+
+// Binary returns the Temporal CLI the tests use: $TEMPORAL_BIN, else bin/temporal
+// at the module root (where `make temporal` builds it). ok is false when neither
+// exists.
+func Binary() (path string, ok bool) {
+	if p := os.Getenv("TEMPORAL_BIN"); p != "" {
+		_, err := os.Stat(p)
+		return p, err == nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "bin", "temporal")
+			_, err := os.Stat(p)
+			return p, err == nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
+
+// Start starts an in-memory dev server on a free local port with gpugov's search
+// attributes registered, waits until it answers, and stops it (SIGTERM, then
+// SIGKILL after 10 s) when the test ends. It skips the test when the Temporal
+// CLI is not built (`make temporal` builds it) and fails it when the server does
+// not come up within 60 s.
+func Start(t testing.TB) *DevServer {
+	t.Helper()
+	bin, ok := Binary()
+	if !ok {
+		t.Skipf("Temporal CLI not found (%q); run `make temporal` or set TEMPORAL_BIN", bin)
+	}
+	port := freePort(t)
+	hostPort := "127.0.0.1:" + strconv.Itoa(port)
+	args := append([]string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
+		"--port", strconv.Itoa(port), "--log-level", "error"}, temporalx.DevServerSearchAttributeArgs()...)
+	cmd := exec.Command(bin, args...)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { stop(cmd, exited) })
+
+	c, err := dialUntilReady(hostPort, exited, 60*time.Second)
+	if err != nil {
+		t.Fatalf("temporal dev server at %s: %v\n%s", hostPort, err, out.String())
+	}
+	t.Cleanup(c.Close)
+	return &DevServer{HostPort: hostPort, Client: c}
+}
+
+// dialUntilReady dials until the server answers a health check, the process
+// exits, or the deadline passes.
+func dialUntilReady(hostPort string, exited <-chan struct{}, timeout time.Duration) (client.Client, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := client.DialContext(ctx, client.Options{HostPort: hostPort, Logger: quietLogger{}})
+		if err == nil {
+			_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+			if err == nil {
+				cancel()
+				return c, nil
+			}
+			c.Close()
+		}
+		cancel()
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("server exited before answering: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("not ready after %s: %w", timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// stop ends the server process gracefully, then forcibly.
+func stop(cmd *exec.Cmd, exited <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// lockedBuffer collects the server's output for failure messages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// quietLogger drops the SDK's connection-retry logs while the server starts.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

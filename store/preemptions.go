@@ -1,0 +1,667 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// Preemption outcomes (preemptions.outcome), set when the record is final.
+const (
+	PreemptionCompleted         = "completed"             // all five steps ran and the next run resumed at the saved step
+	PreemptionResumeFailed      = "resume_failed"         // the next run started from another step: recovery evidence downgraded
+	PreemptionResumeNotObserved = "resume_not_observed"   // released, but no next run (or no pass of the notice step) within the bound
+	PreemptionAbortedNoCkpt     = "aborted_no_checkpoint" // no checkpoint within the grace period and policy said abort
+	PreemptionAbortedIneligible = "aborted_ineligible"    // the victim became protected, not checkpointable or not running
+	PreemptionVictimEnded       = "victim_ended"          // the victim's run ended by itself before the release
+	PreemptionWouldPreempt      = "would_preempt"         // observe stage: recorded only
+)
+
+// PreemptionObserved is the state of a "would preempt" record.
+const PreemptionObserved = "observed"
+
+// PreemptionRecord is one row of preemptions: a preemption carried out by a
+// PreemptionWorkflow, or a "would preempt" record of an observe-stage pool.
+// Times are nil until the step ran; seconds and GPU-seconds are nil until
+// measured.
+type PreemptionRecord struct {
+	ID           string
+	CycleID      string
+	WorkflowID   string
+	ForJobID     string
+	ForQueue     string
+	VictimJobID  string
+	VictimQueue  string
+	AllocationID string
+	Pool         string
+	Reason       string
+	State        string // in_progress, released, aborted, observed
+	Outcome      string // one of the Preemption* outcomes; "" while running
+	Detail       string
+	RunID        string
+	GPUs         float64 // GPU equivalents of the victim allocation
+	// EstimatedLossGPUSeconds is the plan's estimate; EffectiveLossGPUSeconds the measured loss.
+	EstimatedLossGPUSeconds float64
+	EffectiveLossGPUSeconds *float64
+	RunStartedAt            *time.Time
+	AccruedAgingS           *float64 // the victim's aging credit at the notice, seconds
+	CheckpointAtNotice      *scheduling.Checkpoint
+	SavedCheckpoint         *scheduling.Checkpoint // the checkpoint the next run must resume from
+	CheckpointInGrace       *bool
+	StepAtNotice            *int64
+	StartedAt               time.Time
+	NotifiedAt              *time.Time
+	SavedAt                 *time.Time
+	ReleasedAt              *time.Time
+	RescheduledAt           *time.Time
+	ResumedAt               *time.Time
+	PassedAt                *time.Time
+	EndedAt                 *time.Time
+	FinishedAt              *time.Time
+	ResumedRunID            string
+	ResumedFromStep         *int64
+	ResumedCorrectly        *bool
+	LostSeconds             *float64
+	SaveRestoreSeconds      *float64
+	RecomputeSeconds        *float64
+	Failures                []string
+}
+
+const preemptionColumns = `id, cycle_id, coalesce(workflow_id, ''), for_job_id, for_queue, victim_job_id, victim_queue,
+	allocation_id, pool, reason, state, coalesce(outcome, ''), detail, coalesce(run_id, ''), coalesce(gpus, 0),
+	estimated_loss_gpu_s, effective_loss_gpu_s, run_started_at, accrued_aging_s, checkpoint_at_notice,
+	saved_checkpoint, checkpoint_in_grace, step_at_notice, started_at, notified_at, saved_at, released_at,
+	rescheduled_at, resumed_at, passed_at, ended_at, finished_at, coalesce(resumed_run_id, ''), resumed_from_step,
+	resumed_correctly, lost_s, save_restore_s, recompute_s, failures`
+
+func scanPreemption(row pgx.Row) (*PreemptionRecord, error) {
+	var p PreemptionRecord
+	var atNotice, saved *checkpointDoc
+	var failures []byte
+	err := row.Scan(&p.ID, &p.CycleID, &p.WorkflowID, &p.ForJobID, &p.ForQueue, &p.VictimJobID, &p.VictimQueue,
+		&p.AllocationID, &p.Pool, &p.Reason, &p.State, &p.Outcome, &p.Detail, &p.RunID, &p.GPUs,
+		&p.EstimatedLossGPUSeconds, &p.EffectiveLossGPUSeconds, &p.RunStartedAt, &p.AccruedAgingS, &atNotice,
+		&saved, &p.CheckpointInGrace, &p.StepAtNotice, &p.StartedAt, &p.NotifiedAt, &p.SavedAt, &p.ReleasedAt,
+		&p.RescheduledAt, &p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt, &p.ResumedRunID, &p.ResumedFromStep,
+		&p.ResumedCorrectly, &p.LostSeconds, &p.SaveRestoreSeconds, &p.RecomputeSeconds, &failures)
+	if err != nil {
+		return nil, err
+	}
+	p.CheckpointAtNotice, p.SavedCheckpoint = atNotice.checkpoint(), saved.checkpoint()
+	if err := json.Unmarshal(failures, &p.Failures); err != nil {
+		return nil, fmt.Errorf("preemption %s: decode failures: %w", p.ID, err)
+	}
+	p.StartedAt = p.StartedAt.UTC()
+	for _, t := range []**time.Time{&p.RunStartedAt, &p.NotifiedAt, &p.SavedAt, &p.ReleasedAt, &p.RescheduledAt,
+		&p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
+	return &p, nil
+}
+
+// GetPreemption returns one preemption record. Errors wrap ErrNotFound or
+// database errors.
+func (s *Store) GetPreemption(ctx context.Context, id string) (*PreemptionRecord, error) {
+	p, err := scanPreemption(s.pool.QueryRow(ctx, `SELECT `+preemptionColumns+` FROM preemptions WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get preemption %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// PreemptionFilter selects preemptions for ListPreemptions; empty fields
+// match everything. Limit 0 means DefaultListLimit, capped at MaxListLimit.
+type PreemptionFilter struct {
+	State   string
+	Outcome string
+	Pool    string
+	JobID   string // trigger or victim
+	Limit   int
+}
+
+// ListPreemptions returns the newest preemptions matching f first. Errors
+// are wrapped with "list preemptions".
+func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]PreemptionRecord, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	var out []PreemptionRecord
+	err := forEachRow(ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
+		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR outcome = $2) AND ($3 = '' OR pool = $3)
+			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4)
+		ORDER BY started_at DESC, id DESC LIMIT $5`, []any{f.State, f.Outcome, f.Pool, f.JobID, limit},
+		func(rows pgx.Rows) error {
+			p, err := scanPreemption(rows)
+			if err == nil {
+				out = append(out, *p)
+			}
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: list preemptions: %w", err)
+	}
+	return out, nil
+}
+
+// RecordWouldPreempt stores the proposals of cycleID that the pool's stage
+// does not let act (Act false) as "would preempt" records — state observed,
+// closed at once so they never count as in progress — with the plan's
+// estimated loss, one per (trigger job, victim allocation) however many
+// cycles repeat it. The cycle must be applied first (its row is referenced).
+// It returns how many records were new. Retries are safe.
+func (s *Store) RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error) {
+	var ids, forJobs, victims, allocs, reasons, pools []string
+	var losses []float64
+	for _, p := range props {
+		if p.Act {
+			continue
+		}
+		for _, v := range p.Victims {
+			ids = append(ids, newID("p-"))
+			forJobs, victims, allocs = append(forJobs, p.ForJobID), append(victims, v.JobID), append(allocs, v.AllocationID)
+			reasons, pools, losses = append(reasons, p.Reason), append(pools, p.Pool), append(losses, v.EstimatedLossGPUSeconds)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `
+		INSERT INTO preemptions (id, cycle_id, for_job_id, victim_job_id, allocation_id, estimated_loss_gpu_s, reason,
+			pool, for_queue, victim_queue, state, outcome, started_at, ended_at, finished_at, gpus)
+		SELECT u.id, $1, u.f, u.v, u.a, u.l, u.r, u.p, fj.queue, vj.queue, 'observed', 'would_preempt', $2, $2, $2,
+			(SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = u.a)
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[]) AS u(id, f, v, a, l, r, p)
+		JOIN allocations al ON al.id = u.a AND al.job_id = u.v
+		JOIN jobs fj ON fj.id = u.f JOIN jobs vj ON vj.id = u.v
+		ON CONFLICT (for_job_id, allocation_id) WHERE state = 'observed' DO NOTHING`,
+		cycleID, now, ids, forJobs, victims, allocs, losses, reasons, pools)
+	if err != nil {
+		return 0, fmt.Errorf("store: record would-preempt of cycle %s: %w", cycleID, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// PreemptionRunIDs returns the run of each of the given allocations that
+// has one (a placed allocation whose run has not started has none).
+func (s *Store) PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error) {
+	out := map[string]string{}
+	err := forEachRow(ctx, s.pool, `SELECT id, run_id FROM allocations WHERE id = ANY($1) AND run_id IS NOT NULL`,
+		[]any{allocationIDs}, func(rows pgx.Rows) error {
+			var a, r string
+			err := rows.Scan(&a, &r)
+			out[a] = r
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: runs of preempted allocations: %w", err)
+	}
+	return out, nil
+}
+
+// PreemptionVictim is the victim of a preemption as stored now: what the
+// workflow's first step re-checks before touching it.
+type PreemptionVictim struct {
+	JobID            string
+	State            JobState
+	Queue            string
+	Protected        bool // the job is protected
+	QueueProtected   bool
+	Checkpointable   bool
+	ResumeDowngraded bool // a resume from the wrong step was seen and no verified resume since
+	AllocationLive   bool // the preempted allocation is still held
+	RunID            string
+	RunEnded         bool
+}
+
+// GetPreemptionVictim reads the victim of preemption id. Errors wrap
+// ErrNotFound or database errors.
+func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*PreemptionVictim, error) {
+	var v PreemptionVictim
+	err := s.pool.QueryRow(ctx, `
+		SELECT j.id, j.state, j.queue, j.protected, coalesce(q.protected, false),
+			coalesce((j.recovery->>'checkpointable')::boolean, false), j.recovery ? 'resume_downgraded',
+			a.released_at IS NULL, coalesce(a.run_id, ''), coalesce(r.ended_at IS NOT NULL, false)
+		FROM preemptions p JOIN jobs j ON j.id = p.victim_job_id JOIN allocations a ON a.id = p.allocation_id
+		LEFT JOIN queues q ON q.name = j.queue LEFT JOIN runs r ON r.id = a.run_id
+		WHERE p.id = $1`, id).Scan(&v.JobID, &v.State, &v.Queue, &v.Protected, &v.QueueProtected, &v.Checkpointable,
+		&v.ResumeDowngraded, &v.AllocationLive, &v.RunID, &v.RunEnded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: preemption victim of %s: %w", id, err)
+	}
+	return &v, nil
+}
+
+// NoticePreemption records the notice of preemption id, sent by workflow
+// workflowID at at: the victim's run and its start, the GPUs held, the
+// victim's aging credit and its last valid checkpoint at that moment, and
+// the queues of both jobs. The first call's values are kept, so retries are
+// safe and return the same record. Errors wrap ErrNotFound or database errors.
+func (s *Store) NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*PreemptionRecord, error) {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE preemptions p SET notified_at = $3, workflow_id = $2, run_id = a.run_id, run_started_at = r.started_at,
+			gpus = (SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = p.allocation_id),
+			accrued_aging_s = vj.accrued_aging_s, checkpoint_at_notice = vj.recovery->'last_checkpoint',
+			pool = a.pool, victim_queue = vj.queue, for_queue = fj.queue
+		FROM allocations a LEFT JOIN runs r ON r.id = a.run_id, jobs vj, jobs fj
+		WHERE p.id = $1 AND a.id = p.allocation_id AND vj.id = p.victim_job_id AND fj.id = p.for_job_id
+			AND p.notified_at IS NULL`, id, workflowID, at)
+	if err != nil {
+		return nil, fmt.Errorf("store: notice preemption %s: %w", id, err)
+	}
+	if err := s.auditOnce(ctx, id, "preempt_notice", at, "victim notified to checkpoint and stop"); err != nil {
+		return nil, err
+	}
+	return s.GetPreemption(ctx, id)
+}
+
+// auditOnce appends an audit entry for preemption (or reclaim) subject id
+// with action, unless one with that action is already there: a retried
+// workflow step records its action once.
+func (s *Store) auditOnce(ctx context.Context, id, action string, at time.Time, reason string) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO audit_log (at, actor, action, subject, reason, evidence)
+		SELECT $1::timestamptz, 'governance', $2::text, $3::text, $4::text, jsonb_build_object('workflow_step', $2::text)
+		WHERE NOT EXISTS (SELECT 1 FROM audit_log WHERE subject = $3::text AND action = $2::text)`, at, action, id, reason)
+	if err != nil {
+		return fmt.Errorf("store: audit %s of %s: %w", action, id, err)
+	}
+	return nil
+}
+
+// AbortPreemption ends preemption id without releasing the victim: outcome
+// (PreemptionAbortedNoCkpt, PreemptionAbortedIneligible or
+// PreemptionVictimEnded), the detail, and the failure added to its list. A
+// record already finished is left as it is, so retries are safe.
+func (s *Store) AbortPreemption(ctx context.Context, id, outcome, detail string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE preemptions SET
+			state = CASE WHEN ended_at IS NULL THEN 'aborted' ELSE state END,
+			ended_at = coalesce(ended_at, greatest($4, started_at)),
+			outcome = $2, detail = $3, finished_at = greatest($4, started_at),
+			failures = failures || to_jsonb($3::text)
+		WHERE id = $1 AND finished_at IS NULL`, id, outcome, detail, at)
+	if err != nil {
+		return fmt.Errorf("store: abort preemption %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.GetPreemption(ctx, id); err != nil {
+			return err
+		}
+		return nil
+	}
+	return s.auditOnce(ctx, id, "preempt_abort", at, outcome+": "+detail)
+}
+
+// CheckpointOutcome is what the checkpoint step found.
+type CheckpointOutcome struct {
+	Record *PreemptionRecord
+	// Came is true when the job recorded a checkpoint newer than the notice.
+	Came bool
+	// RunOutcome is the victim run's outcome when it has already ended
+	// ("" while it has not, or when it ended preempted).
+	RunOutcome string
+}
+
+// RecordPreemptionCheckpoint records, for preemption id, whether the victim
+// saved a checkpoint newer than the notice (the job's last valid checkpoint
+// is compared with notified_at), that checkpoint as the one the next run must
+// resume from, and stepAtNotice (the step the run reached when it stopped;
+// nil when it did not report one). The first decision is kept, so a retry
+// after the grace period cannot turn "no checkpoint" into "came". Errors
+// wrap ErrNotFound or database errors.
+func (s *Store) RecordPreemptionCheckpoint(ctx context.Context, id string, stepAtNotice *int64) (*CheckpointOutcome, error) {
+	var runOutcome string
+	err := s.pool.QueryRow(ctx, `
+		WITH cur AS (
+			SELECT p.id, j.recovery->'last_checkpoint' AS cp,
+				(j.recovery->'last_checkpoint'->>'at')::timestamptz > p.notified_at AS came
+			FROM preemptions p JOIN jobs j ON j.id = p.victim_job_id WHERE p.id = $1)
+		UPDATE preemptions p SET
+			checkpoint_in_grace = coalesce(p.checkpoint_in_grace, coalesce(cur.came, false)),
+			saved_checkpoint = coalesce(p.saved_checkpoint, cur.cp),
+			saved_at = coalesce(p.saved_at, CASE WHEN cur.came THEN (cur.cp->>'at')::timestamptz END),
+			step_at_notice = coalesce(p.step_at_notice, $2)
+		FROM cur WHERE p.id = cur.id
+		RETURNING coalesce((SELECT r.outcome FROM runs r WHERE r.id = p.run_id AND r.outcome <> 'preempted'), '')`,
+		id, stepAtNotice).Scan(&runOutcome)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: record checkpoint of preemption %s: %w", id, err)
+	}
+	rec, err := s.GetPreemption(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &CheckpointOutcome{Record: rec, Came: rec.CheckpointInGrace != nil && *rec.CheckpointInGrace, RunOutcome: runOutcome}, nil
+}
+
+// PreemptionRelease is what the release step did.
+type PreemptionRelease struct {
+	ReleasedAt time.Time
+	GPUs       float64
+	// VictimEnded is true when the run had ended by itself (RunOutcome)
+	// before it could be released as preempted: nothing was released.
+	VictimEnded bool
+	RunOutcome  string
+}
+
+// ReleasePreempted releases the victim of preemption id: its run ends
+// preempted (FinishRun: the allocation is released, the job requeued with its
+// aging kept, usage charged) or, when no run started, the placement is
+// released as requeued; released_at is recorded. Retries are safe: a
+// release already done returns the stored time. Errors wrap ErrNotFound or
+// database errors.
+func (s *Store) ReleasePreempted(ctx context.Context, id, detail string, at time.Time) (*PreemptionRelease, error) {
+	rec, err := s.GetPreemption(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &PreemptionRelease{GPUs: rec.GPUs}
+	if rec.ReleasedAt != nil {
+		out.ReleasedAt = *rec.ReleasedAt
+		return out, nil
+	}
+	if rec.RunID != "" {
+		if err := s.FinishRun(ctx, rec.VictimJobID, rec.RunID, OutcomePreempted, detail, at); err != nil {
+			return nil, err
+		}
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(outcome, '') FROM runs WHERE id = $1`, rec.RunID).Scan(&out.RunOutcome); err != nil {
+			return nil, fmt.Errorf("store: release preemption %s: %w", id, err)
+		}
+		if out.RunOutcome != OutcomePreempted {
+			out.VictimEnded = true
+			return out, nil
+		}
+	} else if err := s.ReleasePlacement(ctx, rec.VictimJobID, rec.AllocationID, OutcomeRequeued, detail, at); err != nil {
+		return nil, err
+	}
+	if err := s.pool.QueryRow(ctx, `
+		UPDATE preemptions SET released_at = coalesce(released_at, $2) WHERE id = $1 RETURNING released_at`,
+		id, at).Scan(&out.ReleasedAt); err != nil {
+		return nil, fmt.Errorf("store: release preemption %s: %w", id, err)
+	}
+	out.ReleasedAt = out.ReleasedAt.UTC()
+	return out, s.auditOnce(ctx, id, "preempt_release", at, detail)
+}
+
+// Requeue is the victim's state after the reschedule step.
+type Requeue struct {
+	State         JobState
+	SubmitTime    time.Time
+	WaitingSince  time.Time
+	AccruedAgingS float64 // aging credit now, seconds
+	// AgingAtNotice is the aging credit recorded at the notice; the requeue
+	// keeps at least it.
+	AgingAtNotice float64
+	Reason        scheduling.WaitReason
+}
+
+// RequeueDetail is the wait detail given to a preempted victim.
+const RequeueDetail = "requeued after preemption %s for job %s; original submit time and aging credit kept"
+
+// RequeuePreempted completes the reschedule step of preemption id: the
+// victim, back to waiting with its original submit time and its accrued
+// aging (FinishRun did that), gets the wait reason capacity_busy with a
+// detail naming the preemption and an open wait event, unless a scheduling
+// cycle already gave it one (or placed it again); rescheduled_at is recorded.
+// Retries are safe. Errors wrap ErrNotFound or database errors.
+func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (*Requeue, error) {
+	rec, err := s.GetPreemption(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &Requeue{}
+	if rec.AccruedAgingS != nil {
+		out.AgingAtNotice = *rec.AccruedAgingS
+	}
+	detail := fmt.Sprintf(RequeueDetail, id, rec.ForJobID)
+	err = s.inTx(ctx, "requeue victim of "+id, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
+			return err
+		}
+		expl := mustJSON(Explanation{Reason: scheduling.ReasonCapacityBusy, Detail: detail,
+			NextAction: NextAction(scheduling.ReasonCapacityBusy), BlockingJobID: rec.ForJobID})
+		tag, err := tx.Exec(ctx, `
+			UPDATE jobs SET reason = 'capacity_busy', explanation = $2, updated_at = $3
+			WHERE id = $1 AND state = 'waiting' AND reason IS NULL`, rec.VictimJobID, expl, at)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO wait_events (job_id, reason, detail, next_action, blocking_job_id, started_at)
+				SELECT $1, 'capacity_busy', $2, $3, $4, $5
+				WHERE NOT EXISTS (SELECT 1 FROM wait_events WHERE job_id = $1 AND ended_at IS NULL)`,
+				rec.VictimJobID, detail, NextAction(scheduling.ReasonCapacityBusy), rec.ForJobID, at); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE preemptions SET rescheduled_at = coalesce(rescheduled_at, $2) WHERE id = $1`, id, at); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT state, submit_time, waiting_since, accrued_aging_s, coalesce(reason, '') FROM jobs WHERE id = $1`,
+			rec.VictimJobID).Scan(&out.State, &out.SubmitTime, &out.WaitingSince, &out.AccruedAgingS, &out.Reason)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.SubmitTime, out.WaitingSince = out.SubmitTime.UTC(), out.WaitingSince.UTC()
+	return out, s.auditOnce(ctx, id, "preempt_requeue", at, detail)
+}
+
+// PreemptionResume is what the verify-resume step observed and computed.
+type PreemptionResume struct {
+	Outcome          string // PreemptionCompleted, PreemptionResumeFailed or PreemptionResumeNotObserved
+	ResumedRunID     string
+	ResumedFromStep  *int64
+	ResumedAt        *time.Time
+	PassedAt         *time.Time
+	ResumedCorrectly *bool
+	LostSeconds      float64
+	SaveRestoreS     float64
+	RecomputeS       *float64 // nil when not measured
+	LossGPUSeconds   float64
+	Failures         []string
+	Detail           string
+	At               time.Time
+}
+
+// FinishPreemption records the verify-resume step of preemption id and the
+// effective run loss, and updates the victim's recovery evidence: a resume
+// verified at the saved step adds one verified resume (runs.resume_verified,
+// once per run) and clears a downgrade; a resume from another step is a
+// failure that downgrades it (verified_resumes 0 and resume_downgraded set)
+// so that the victim is not preempted automatically until a verified
+// resume. A record already finished is returned unchanged, so retries are
+// safe. Errors wrap ErrNotFound or database errors.
+func (s *Store) FinishPreemption(ctx context.Context, id string, r PreemptionResume) (*PreemptionRecord, error) {
+	rec, err := s.GetPreemption(ctx, id)
+	if err != nil || rec.FinishedAt != nil {
+		return rec, err
+	}
+	failures := r.Failures
+	if failures == nil {
+		failures = []string{}
+	}
+	err = s.inTx(ctx, "finish preemption "+id, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE preemptions SET outcome = $2, resumed_run_id = nullif($3, ''), resumed_from_step = $4, resumed_at = $5,
+				passed_at = $6, resumed_correctly = $7, lost_s = $8, save_restore_s = $9, recompute_s = $10,
+				effective_loss_gpu_s = $11, failures = failures || $12::jsonb, detail = $13, finished_at = $14
+			WHERE id = $1 AND finished_at IS NULL`,
+			id, r.Outcome, r.ResumedRunID, r.ResumedFromStep, r.ResumedAt, r.PassedAt, r.ResumedCorrectly,
+			r.LostSeconds, r.SaveRestoreS, r.RecomputeS, r.LossGPUSeconds, mustJSON(failures), r.Detail, r.At)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		return updateRecoveryAfterResume(ctx, tx, rec, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.auditOnce(ctx, id, "preempt_finish", r.At, r.Outcome+": "+r.Detail); err != nil {
+		return nil, err
+	}
+	return s.GetPreemption(ctx, id)
+}
+
+// updateRecoveryAfterResume applies FinishPreemption's change to the
+// victim's recovery evidence.
+func updateRecoveryAfterResume(ctx context.Context, tx pgx.Tx, rec *PreemptionRecord, r PreemptionResume) error {
+	switch {
+	case r.ResumedCorrectly == nil:
+		return nil
+	case *r.ResumedCorrectly:
+		tag, err := tx.Exec(ctx, `UPDATE runs SET resume_verified = true WHERE id = $1 AND job_id = $2 AND NOT resume_verified`,
+			r.ResumedRunID, rec.VictimJobID)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE jobs SET recovery = jsonb_set(recovery - 'resume_downgraded', '{verified_resumes}',
+				to_jsonb(coalesce((recovery->>'verified_resumes')::int4, 0) + 1)), updated_at = $2
+			WHERE id = $1`, rec.VictimJobID, r.At)
+		return err
+	}
+	evidence := map[string]any{"preemption_id": rec.ID, "at": r.At.UTC(), "resumed_run_id": r.ResumedRunID,
+		"resumed_from_step": r.ResumedFromStep}
+	if rec.SavedCheckpoint != nil {
+		evidence["expected_step"] = rec.SavedCheckpoint.Step
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE jobs SET recovery = jsonb_set(jsonb_set(recovery, '{verified_resumes}', '0'), '{resume_downgraded}', $2::jsonb),
+			updated_at = $3
+		WHERE id = $1`, rec.VictimJobID, mustJSON(evidence), r.At); err != nil {
+		return err
+	}
+	return appendAuditTx(ctx, tx, AuditEntry{At: r.At, Actor: "governance", Action: "recovery_downgrade", Subject: rec.VictimJobID,
+		Reason:   "resumed from the wrong step after preemption " + rec.ID + ": not preempted automatically until a verified resume",
+		Evidence: evidence})
+}
+
+// SetPoolStages sets the automation stage of each named pool that exists and
+// audits each real change with actor and reason; it returns the pools
+// changed, by name. Unknown pools are skipped (they get the stage when
+// configuration is applied again after they appear). Errors are database
+// errors.
+func (s *Store) SetPoolStages(ctx context.Context, stages map[string]scheduling.AutomationStage, actor, reason string) ([]string, error) {
+	names := make([]string, 0, len(stages))
+	for n := range stages {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var changed []string
+	err := s.inTx(ctx, "set pool stages", func(tx pgx.Tx) error {
+		changed = changed[:0]
+		for _, n := range names {
+			var before string
+			err := tx.QueryRow(ctx, `
+				WITH old AS (SELECT stage FROM pools WHERE name = $1 FOR UPDATE)
+				UPDATE pools p SET stage = $2, updated_at = now() FROM old
+				WHERE p.name = $1 AND old.stage <> $2 RETURNING old.stage`, n, string(stages[n])).Scan(&before)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			changed = append(changed, n)
+			if err := appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: "set_pool_stage", Subject: n,
+				Reason: reason, Evidence: map[string]any{"from": before, "to": string(stages[n])}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return changed, nil
+}
+
+// SetLowRiskQueues makes exactly the named queues low-risk (queues.low_risk)
+// and audits each queue whose flag changed; it returns those queues. Errors
+// are database errors.
+func (s *Store) SetLowRiskQueues(ctx context.Context, queues []string, actor, reason string) ([]string, error) {
+	var changed []string
+	err := s.inTx(ctx, "set low-risk queues", func(tx pgx.Tx) error {
+		changed = changed[:0]
+		return forEachRow(ctx, tx, `
+			UPDATE queues SET low_risk = (name = ANY($1)), updated_at = now()
+			WHERE low_risk IS DISTINCT FROM (name = ANY($1)) RETURNING name, low_risk`, []any{queues},
+			func(rows pgx.Rows) error {
+				var name string
+				var low bool
+				if err := rows.Scan(&name, &low); err != nil {
+					return err
+				}
+				changed = append(changed, name)
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range changed {
+		if err := s.AppendAudit(ctx, AuditEntry{Actor: actor, Action: "set_queue_low_risk", Subject: q, Reason: reason,
+			Evidence: map[string]any{"low_risk": slices.Contains(queues, q)}}); err != nil {
+			return nil, err
+		}
+	}
+	return changed, nil
+}
+
+// RunProgress is what the store knows of one run's progress: where it
+// started, its newest checkpoint and how it ended.
+type RunProgress struct {
+	RunID          string
+	JobID          string
+	StartStep      int64
+	StartedAt      time.Time
+	LastCheckpoint *scheduling.Checkpoint
+	EndedAt        *time.Time
+	Outcome        string
+}
+
+// GetRunProgress reads run runID. Errors wrap ErrNotFound or database errors.
+func (s *Store) GetRunProgress(ctx context.Context, runID string) (*RunProgress, error) {
+	rp := &RunProgress{RunID: runID}
+	var cp *checkpointDoc
+	err := s.pool.QueryRow(ctx, `SELECT job_id, start_step, started_at, last_checkpoint, ended_at, coalesce(outcome, '')
+		FROM runs WHERE id = $1`, runID).Scan(&rp.JobID, &rp.StartStep, &rp.StartedAt, &cp, &rp.EndedAt, &rp.Outcome)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: run %s: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: run progress %s: %w", runID, err)
+	}
+	rp.StartedAt, rp.LastCheckpoint = rp.StartedAt.UTC(), cp.checkpoint()
+	if rp.EndedAt != nil {
+		u := rp.EndedAt.UTC()
+		rp.EndedAt = &u
+	}
+	return rp, nil
+}

@@ -1,0 +1,402 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/governance"
+)
+
+// Reclaim states (reclaims.state).
+const (
+	ReclaimOpen          = "open"                  // classified, mode not acted on yet
+	ReclaimReported      = "reported"              // report mode (or a stage that only records): nothing touched
+	ReclaimNotified      = "notified"              // notify mode: the owner was told, the window runs
+	ReclaimAwaitConfirm  = "awaiting_confirmation" // confirm mode: waits for an operator
+	ReclaimReleased      = "released"              // the GPUs were released
+	ReclaimKept          = "kept"                  // the owner disputed it (a false reclaim): nothing released
+	ReclaimExpired       = "expired"               // no operator confirmed within the window: nothing released
+	ReclaimResolved      = "resolved"              // the allocation was released by its own job before the reclaim acted
+	ActorReclaim         = "reclaim"               // audit actor of reclaim actions
+	reclaimAuditNotice   = "reclaim_notice"
+	reclaimAuditRelease  = "reclaim_release"
+	reclaimAuditDispute  = "reclaim_dispute"
+	reclaimAuditDecision = "reclaim_confirm"
+)
+
+// Reclaim is one row of reclaims.
+type Reclaim struct {
+	ID             string
+	AllocationID   string
+	JobID          string
+	Project        string
+	Queue          string
+	Pool           string
+	Node           string
+	Class          governance.Class
+	Mode           governance.Mode
+	ConfiguredMode governance.Mode
+	Stage          string
+	Basis          string
+	Evidence       map[string]any
+	GPUs           float64
+	State          string
+	WorkflowID     string
+	DetectedAt     time.Time
+	NoticeAt       *time.Time
+	NoticeDeadline *time.Time
+	DecidedBy      string
+	DecidedAt      *time.Time
+	ReleasedAt     *time.Time
+	GPUsReleased   float64
+	Disputed       bool
+	DisputeBy      string
+	DisputeReason  string
+	Detail         string
+	UpdatedAt      time.Time
+}
+
+const reclaimColumns = `id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage, basis,
+	evidence, gpus, state, workflow_id, detected_at, notice_at, notice_deadline, decided_by, decided_at, released_at,
+	gpus_released, disputed, dispute_by, dispute_reason, detail, updated_at`
+
+func scanReclaim(row pgx.Row) (*Reclaim, error) {
+	var r Reclaim
+	var ev []byte
+	err := row.Scan(&r.ID, &r.AllocationID, &r.JobID, &r.Project, &r.Queue, &r.Pool, &r.Node, &r.Class, &r.Mode,
+		&r.ConfiguredMode, &r.Stage, &r.Basis, &ev, &r.GPUs, &r.State, &r.WorkflowID, &r.DetectedAt, &r.NoticeAt,
+		&r.NoticeDeadline, &r.DecidedBy, &r.DecidedAt, &r.ReleasedAt, &r.GPUsReleased, &r.Disputed, &r.DisputeBy,
+		&r.DisputeReason, &r.Detail, &r.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(ev, &r.Evidence); err != nil {
+		return nil, fmt.Errorf("reclaim %s: decode evidence: %w", r.ID, err)
+	}
+	r.DetectedAt, r.UpdatedAt = r.DetectedAt.UTC(), r.UpdatedAt.UTC()
+	for _, t := range []**time.Time{&r.NoticeAt, &r.NoticeDeadline, &r.DecidedAt, &r.ReleasedAt} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
+	return &r, nil
+}
+
+// ReclaimEvidence returns the evidence of every active allocation for the
+// reclaim scan: job, queue protection, run and its newest checkpoint, and
+// the utilisation samples of its GPUs taken at or after since (the start of
+// the observation window). Errors are wrapped with "reclaim evidence".
+func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error) {
+	var out []governance.Evidence
+	byGPU := map[string][]int{}
+	err := forEachRow(ctx, s.pool, `
+		SELECT a.id, a.job_id, j.project, j.queue, a.pool, a.node, j.state, j.protected OR coalesce(q.protected, false),
+			a.granted_at, coalesce(r.id, ''), r.started_at, r.ended_at, coalesce(r.outcome, ''),
+			(r.last_checkpoint->>'at')::timestamptz,
+			coalesce((SELECT array_agg(g.gpu_uuid ORDER BY g.gpu_uuid) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), '{}'),
+			coalesce((SELECT sum(g.milli) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), 0),
+			coalesce(p.stage, 'observe'), EXISTS (SELECT 1 FROM reclaims rc WHERE rc.allocation_id = a.id)
+		FROM allocations a JOIN jobs j ON j.id = a.job_id LEFT JOIN queues q ON q.name = j.queue
+			LEFT JOIN pools p ON p.name = a.pool
+			LEFT JOIN runs r ON r.id = a.run_id
+		WHERE a.released_at IS NULL ORDER BY a.id`, nil, func(rows pgx.Rows) error {
+		var e governance.Evidence
+		var started *time.Time
+		var milli int64
+		if err := rows.Scan(&e.AllocationID, &e.JobID, &e.Project, &e.Queue, &e.Pool, &e.Node, &e.JobState, &e.Protected,
+			&e.GrantedAt, &e.RunID, &started, &e.RunEndedAt, &e.RunOutcome, &e.LastCheckpointAt, &e.GPUUUIDs, &milli, &e.Stage, &e.Reclaimed); err != nil {
+			return err
+		}
+		if started != nil {
+			e.RunStartedAt = *started
+		}
+		e.GPUs = float64(milli) / 1000
+		for _, u := range e.GPUUUIDs {
+			byGPU[u] = append(byGPU[u], len(out))
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: reclaim evidence: %w", err)
+	}
+	uuids := make([]string, 0, len(byGPU))
+	for u := range byGPU {
+		uuids = append(uuids, u)
+	}
+	samples, err := s.GPUSamples(ctx, uuids, since)
+	if err != nil {
+		return nil, fmt.Errorf("store: reclaim evidence: %w", err)
+	}
+	for _, sm := range samples {
+		for _, i := range byGPU[sm.GPUUUID] {
+			out[i].Samples = append(out[i].Samples, governance.Sample{GPUUUID: sm.GPUUUID, At: sm.At, GPUPercent: sm.GPUPercent})
+		}
+	}
+	return out, nil
+}
+
+// NewReclaim is a finding a ReclaimWorkflow records.
+type NewReclaim struct {
+	Evidence   governance.Evidence
+	Finding    governance.Finding
+	Decision   governance.ModeDecision
+	WorkflowID string
+	At         time.Time
+}
+
+// OpenReclaim records a finding for its allocation (one reclaim per
+// allocation: a second call returns the first record and false). The
+// evidence stored is the basis, the run, the checkpoint time and a summary
+// of the samples. Errors are database errors.
+func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool, error) {
+	e := nr.Evidence
+	evidence := map[string]any{"job_state": e.JobState, "run_id": e.RunID, "run_outcome": e.RunOutcome,
+		"granted_at": e.GrantedAt.UTC(), "gpu_uuids": e.GPUUUIDs, "samples": len(e.Samples), "protected": e.Protected,
+		"mode_reason": nr.Decision.Why}
+	if !e.RunStartedAt.IsZero() {
+		evidence["run_started_at"] = e.RunStartedAt.UTC()
+	}
+	if e.LastCheckpointAt != nil {
+		evidence["last_checkpoint_at"] = e.LastCheckpointAt.UTC()
+	}
+	if len(e.Samples) > 0 {
+		peak := 0
+		for _, sm := range e.Samples {
+			peak = max(peak, sm.GPUPercent)
+		}
+		evidence["peak_gpu_percent"] = peak
+	}
+	tag, err := s.pool.Exec(ctx, `
+		INSERT INTO reclaims (id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage,
+			basis, evidence, gpus, workflow_id, detected_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)
+		ON CONFLICT (allocation_id) DO NOTHING`,
+		newID("rc-"), e.AllocationID, e.JobID, e.Project, e.Queue, e.Pool, e.Node, string(nr.Finding.Class),
+		string(nr.Decision.Mode), string(nr.Decision.Configured), string(nr.Decision.Stage), nr.Finding.Basis,
+		evidenceJSON(evidence), e.GPUs, nr.WorkflowID, nr.At)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
+	}
+	r, err := scanReclaim(s.pool.QueryRow(ctx, `SELECT `+reclaimColumns+` FROM reclaims WHERE allocation_id = $1`, e.AllocationID))
+	if err != nil {
+		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
+	}
+	return r, tag.RowsAffected() == 1, nil
+}
+
+// GetReclaim returns one reclaim. Errors wrap ErrNotFound or database errors.
+func (s *Store) GetReclaim(ctx context.Context, id string) (*Reclaim, error) {
+	r, err := scanReclaim(s.pool.QueryRow(ctx, `SELECT `+reclaimColumns+` FROM reclaims WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: reclaim %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get reclaim %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// ReclaimFilter selects reclaims for ListReclaims; empty fields match all.
+// Limit 0 means DefaultListLimit, capped at MaxListLimit.
+type ReclaimFilter struct {
+	Class string
+	Mode  string
+	Pool  string
+	State string
+	Limit int
+}
+
+// ListReclaims returns the newest reclaims matching f first. Errors are
+// wrapped with "list reclaims".
+func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	var out []Reclaim
+	err := forEachRow(ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims
+		WHERE ($1 = '' OR class = $1) AND ($2 = '' OR mode = $2) AND ($3 = '' OR pool = $3) AND ($4 = '' OR state = $4)
+		ORDER BY detected_at DESC, id DESC LIMIT $5`, []any{f.Class, f.Mode, f.Pool, f.State, limit},
+		func(rows pgx.Rows) error {
+			r, err := scanReclaim(rows)
+			if err == nil {
+				out = append(out, *r)
+			}
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: list reclaims: %w", err)
+	}
+	return out, nil
+}
+
+// SetReclaimState moves an undecided reclaim (open, notified or
+// awaiting_confirmation) to state with a detail; a reclaim already in a
+// final state is left alone, so retries are safe. Errors are database errors.
+func (s *Store) SetReclaimState(ctx context.Context, id, state, detail string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE reclaims SET state = $2, detail = $3, updated_at = $4
+		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, state, detail, at)
+	if err != nil {
+		return fmt.Errorf("store: set reclaim %s %s: %w", id, state, err)
+	}
+	return nil
+}
+
+// NoticeReclaim records the owner's notice of a notify-mode reclaim: the
+// notice time and the deadline by which the owner may keep the GPUs, state
+// notified, and an audit entry on the job (actor reclaim) with the class,
+// basis and deadline — the notice the owner sees with `gpugov reclaims` and
+// the job's audit. The first notice is kept, so retries are safe.
+func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.Time) (*Reclaim, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reclaims SET notice_at = $3, notice_deadline = $2, state = 'notified', updated_at = $3
+		WHERE id = $1 AND notice_at IS NULL AND state = 'open'`, id, deadline, at)
+	if err != nil {
+		return nil, fmt.Errorf("store: notice reclaim %s: %w", id, err)
+	}
+	r, err := s.GetReclaim(ctx, id)
+	if err != nil || tag.RowsAffected() == 0 {
+		return r, err
+	}
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
+		Reason: fmt.Sprintf("allocation %s is %s: %s; released at %s unless the owner keeps it", r.AllocationID, r.Class,
+			r.Basis, deadline.UTC().Format(time.RFC3339)),
+		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class, "deadline": deadline.UTC()}})
+}
+
+// DisputeReclaim records that the owner (by) kept the allocation with
+// reason: a false reclaim. Nothing is released. Only an undecided reclaim is
+// changed; it returns the reclaim and whether this call recorded the
+// dispute. Errors are database errors.
+func (s *Store) DisputeReclaim(ctx context.Context, id, by, reason string, at time.Time) (*Reclaim, bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reclaims SET state = 'kept', disputed = true, dispute_by = $2, dispute_reason = $3, decided_by = $2,
+			decided_at = $4, detail = 'kept by the owner: ' || $3, updated_at = $4
+		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, by, reason, at)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: dispute reclaim %s: %w", id, err)
+	}
+	r, err := s.GetReclaim(ctx, id)
+	if err != nil || tag.RowsAffected() == 0 {
+		return r, false, err
+	}
+	return r, true, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditDispute, Subject: r.JobID,
+		Reason: reason, Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class}})
+}
+
+// ConfirmReclaim records an operator's (by) approval of a confirm-mode
+// reclaim. Only an undecided reclaim is changed; retries are safe.
+func (s *Store) ConfirmReclaim(ctx context.Context, id, by, reason string, at time.Time) (*Reclaim, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reclaims SET decided_by = $2, decided_at = $3, updated_at = $3
+		WHERE id = $1 AND decided_at IS NULL AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, by, at)
+	if err != nil {
+		return nil, fmt.Errorf("store: confirm reclaim %s: %w", id, err)
+	}
+	r, err := s.GetReclaim(ctx, id)
+	if err != nil || tag.RowsAffected() == 0 {
+		return r, err
+	}
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditDecision, Subject: r.JobID,
+		Reason: reason, Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID}})
+}
+
+// ReleaseReclaimed releases the allocation of reclaim id in one
+// transaction: a run still going ends cancelled (detail names the reclaim)
+// and its job is cancelled; a job whose run ended takes that run's outcome
+// (succeeded, failed, cancelled; preempted requeues); a job with no run is
+// requeued. The reclaim records the release time and GPUs released, and the
+// job's audit the action. When the allocation was already released by its
+// own job, the reclaim is resolved instead and 0 is returned. Retries are
+// safe. Errors wrap ErrNotFound or database errors.
+func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Time) (*Reclaim, error) {
+	r, err := s.GetReclaim(ctx, id)
+	if err != nil || r.ReleasedAt != nil || r.State == ReclaimResolved {
+		return r, err
+	}
+	err = s.inTx(ctx, "release reclaim "+id, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, r.JobID); err != nil {
+			return err
+		}
+		var runID, outcome string
+		var ended bool
+		err := tx.QueryRow(ctx, `
+			SELECT coalesce(a.run_id, ''), coalesce(ru.outcome, ''), ru.ended_at IS NOT NULL
+			FROM allocations a LEFT JOIN runs ru ON ru.id = a.run_id WHERE a.id = $1`, r.AllocationID).Scan(&runID, &outcome, &ended)
+		if err != nil {
+			return err
+		}
+		milli, err := releaseAllocation(ctx, tx, r.AllocationID, "reclaimed ("+string(r.Class)+")", at)
+		if err != nil {
+			return err
+		}
+		if milli == 0 {
+			_, err := tx.Exec(ctx, `UPDATE reclaims SET state = 'resolved', detail = 'released by its job before the reclaim acted',
+				updated_at = $2 WHERE id = $1 AND released_at IS NULL`, id, at)
+			return err
+		}
+		next := outcome
+		switch {
+		case runID == "":
+			next = OutcomeRequeued
+		case !ended:
+			next = OutcomeCancelled
+			if _, err := tx.Exec(ctx, `UPDATE runs SET ended_at = greatest($2, started_at), outcome = 'cancelled', detail = $3 WHERE id = $1`,
+				runID, at, "reclaimed as "+string(r.Class)+" by "+id); err != nil {
+				return err
+			}
+		case outcome == OutcomePreempted:
+			next = OutcomeRequeued
+		}
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = cancel_requested OR $2 WHERE id = $1`, r.JobID, next == OutcomeCancelled); err != nil {
+			return err
+		}
+		if err := setJobAfterRelease(ctx, tx, r.JobID, next, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE reclaims SET state = 'released', released_at = $2, gpus_released = $3, updated_at = $2,
+			decided_by = CASE WHEN decided_by = '' THEN $4 ELSE decided_by END WHERE id = $1`,
+			id, at, float64(milli)/1000, by); err != nil {
+			return err
+		}
+		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: reclaimAuditRelease, Subject: r.JobID,
+			Reason: fmt.Sprintf("%s allocation %s released: %s", r.Class, r.AllocationID, r.Basis),
+			Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "gpus_released": float64(milli) / 1000,
+				"mode": r.Mode, "job_state_after": next}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetReclaim(ctx, id)
+}
+
+// MarkReclaimReleased records that reclaim id's allocation was released by
+// its own job after the reclaim cancelled it (an idle run stopped through its
+// job workflow): state released with the GPUs the reclaim found, audited
+// with by. A reclaim already released is left alone, so retries are safe.
+func (s *Store) MarkReclaimReleased(ctx context.Context, id, by string, at time.Time) (*Reclaim, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reclaims r SET state = 'released', released_at = coalesce(a.released_at, $3), gpus_released = r.gpus,
+			decided_by = CASE WHEN r.decided_by = '' THEN $2 ELSE r.decided_by END, updated_at = $3
+		FROM allocations a WHERE r.id = $1 AND a.id = r.allocation_id AND a.released_at IS NOT NULL AND r.released_at IS NULL`,
+		id, by, at)
+	if err != nil {
+		return nil, fmt.Errorf("store: mark reclaim %s released: %w", id, err)
+	}
+	r, err := s.GetReclaim(ctx, id)
+	if err != nil || tag.RowsAffected() == 0 {
+		return r, err
+	}
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditRelease, Subject: r.JobID,
+		Reason:   fmt.Sprintf("%s allocation %s released by stopping its run: %s", r.Class, r.AllocationID, r.Basis),
+		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "gpus_released": r.GPUs, "mode": r.Mode}})
+}

@@ -1,0 +1,322 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
+	"github.com/gpugov/gpugov/workflows"
+)
+
+// Queues of the governance tests.
+const (
+	expQueue  = "exp"  // experiment tier, low-risk
+	prodQueue = "prod" // production tier
+)
+
+// newGovStore opens a store holding pool p1 (one node, gpus whole A100s,
+// in stage) and the queues exp (experiment, low-risk) and prod (production).
+func newGovStore(t *testing.T, gpus int, stage scheduling.AutomationStage) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	node := scheduling.Node{Name: testNode, CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
+	for i := range gpus {
+		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
+	}
+	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: stage, Nodes: []scheduling.Node{node}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{
+		{Name: expQueue, Tier: scheduling.TierExperiment, ServiceShare: 1, LowRisk: true},
+		{Name: prodQueue, Tier: scheduling.TierProduction, ServiceShare: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// govJob is what submitGovJob stores.
+type govJob struct {
+	queue              string
+	tier               scheduling.Tier
+	gpus               int
+	runSeconds         float64
+	checkpointInterval int64
+	protected          bool
+}
+
+func submitGovJob(t *testing.T, st *store.Store, j govJob) *store.Job {
+	t.Helper()
+	job, _, err := st.CreateJob(context.Background(), &store.NewJob{
+		Project: "vision", Queue: j.queue, Tier: j.tier, RunSeconds: j.runSeconds, Protected: j.protected,
+		Request:  scheduling.ResourceRequest{GPUs: j.gpus, Pool: testPool},
+		Recovery: scheduling.RecoveryEvidence{Checkpointable: j.checkpointInterval > 0, CheckpointIntervalSeconds: j.checkpointInterval},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// startGovWorkers runs the service worker with every workflow and activity
+// (the policy pol, the governance config cfg, progress from Temporal) and a
+// simulated executor, as `serve` must wire them.
+func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol scheduling.Policy, cfg *governance.Config, exec *executor.SimulatedExecutor) {
+	t.Helper()
+	policy := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
+	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
+	workflows.Register(svc)
+	workflows.RegisterGovernance(svc)
+	activities.Register(svc, activities.Deps{Store: st, Temporal: c, Policy: policy})
+	activities.RegisterGovernance(svc, activities.GovernanceDeps{Store: st, Temporal: c, Policy: policy,
+		Config: func() *governance.Config { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
+		PollInterval: 100 * time.Millisecond})
+	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
+	executor.Register(sim, exec)
+	for _, w := range []worker.Worker{svc, sim} {
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+	}
+}
+
+// activityNames lists the activities a workflow run scheduled, in order.
+func activityNames(t *testing.T, c client.Client, id, runID string) []string {
+	t.Helper()
+	var names []string
+	for _, e := range history(t, c, id, runID).Events {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			names = append(names, a.GetActivityType().GetName())
+		}
+	}
+	return names
+}
+
+// writeArtifact writes v as JSON to $GPUGOV_ARTIFACTS/name when set, so a
+// live run's records can be shown.
+func writeArtifact(t *testing.T, name string, v any) {
+	t.Helper()
+	dir := os.Getenv("GPUGOV_ARTIFACTS")
+	if dir == "" {
+		return
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/"+name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPreemptionOnDevServer: a production job arrives in a pool whose three
+// GPUs run experiment jobs — one checkpointable, one not, one protected.
+// Only the checkpointable one is preempted: one PreemptionWorkflow runs
+// Notify, Checkpoint, Release, Reschedule, VerifyResume; the victim resumes
+// from its checkpoint once the production job ends; the recorded loss is
+// the formula's value on the recorded checkpoint times; the other two are
+// never touched.
+func TestPreemptionOnDevServer(t *testing.T) {
+	dev := temporaltest.Start(t)
+	c := dev.Client
+	st := newGovStore(t, 3, scheduling.StageAutomate)
+	pol := scheduling.DefaultPolicy()
+	pol.Preemption.MinRuntimeSeconds, pol.Preemption.RequireVerifiedResume, pol.Preemption.GraceSeconds = 0, false, 10
+	cfg := governance.Default()
+	cfg.Preemption.VerifyResumeTimeoutSeconds, cfg.Preemption.RecomputeTimeoutSeconds = 60, 30
+	startGovWorkers(t, c, st, pol, cfg, &executor.SimulatedExecutor{Checkpoints: st, SpeedFactor: 100, HeartbeatInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	schedIn := &workflows.SchedulerInput{CycleIntervalSeconds: 1}
+	if _, err := workflows.StartScheduler(ctx, c, schedIn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.CancelWorkflow(context.Background(), temporalx.SchedulerWorkflowID(temporalx.DefaultShard), "")
+	})
+
+	exp := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200})
+	noCkpt := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6})
+	prot := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200, protected: true})
+	runs := map[string]client.WorkflowRun{}
+	for _, j := range []*store.Job{exp, noCkpt, prot} {
+		// A 2 s heartbeat timeout: the run activity sees a cancellation within
+		// 0.8 × that (the SDK throttles heartbeats), well inside the grace period.
+		runs[j.ID] = startJob(t, c, &workflows.JobInput{JobID: j.ID, HeartbeatTimeoutSeconds: 2})
+	}
+	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
+	for _, j := range []*store.Job{exp, noCkpt, prot} {
+		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == store.StateRunning })
+	}
+	time.Sleep(3 * time.Second) // the checkpointable job writes checkpoints (every 2 s at speed 100)
+
+	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: scheduling.TierProduction, gpus: 1, runSeconds: 300})
+	prodRun := startJob(t, c, &workflows.JobInput{JobID: prod.ID})
+	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
+	if res := waitJob(t, prodRun, time.Minute); res.State != workflows.JobSucceeded {
+		t.Fatalf("production job %+v, want succeeded", res)
+	}
+
+	var rec *store.PreemptionRecord
+	waitFor(t, time.Minute, "preemption finished", func() bool {
+		ps, err := st.ListPreemptions(ctx, store.PreemptionFilter{JobID: exp.ID})
+		if err != nil || len(ps) != 1 || ps[0].FinishedAt == nil {
+			return false
+		}
+		rec = &ps[0]
+		return true
+	})
+	if rec.Outcome != store.PreemptionCompleted || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly || rec.ForJobID != prod.ID {
+		t.Fatalf("preemption %+v, want completed for %s with a correct resume", rec, prod.ID)
+	}
+	want := governance.EffectiveRunLoss(governance.LossInput{GPUs: rec.GPUs, NotifiedAt: *rec.NotifiedAt, RunStartedAt: *rec.RunStartedAt,
+		Resumable: rec.SavedCheckpoint, ResumedAt: *rec.ResumedAt, PassedAt: *rec.PassedAt})
+	if rec.EffectiveLossGPUSeconds == nil || !near(*rec.EffectiveLossGPUSeconds, want.GPUSeconds) || rec.SavedCheckpoint == nil ||
+		*rec.ResumedFromStep != rec.SavedCheckpoint.Step || rec.SavedCheckpoint.Step <= 0 {
+		t.Fatalf("recorded loss %v, resumed from %v, saved %+v; want loss %v and a resume at the saved step",
+			rec.EffectiveLossGPUSeconds, rec.ResumedFromStep, rec.SavedCheckpoint, want.GPUSeconds)
+	}
+	wfID := temporalx.PreemptionWorkflowID(exp.ID, rec.RunID)
+	names := activityNames(t, c, wfID, "")
+	if !equalStrings(names, []string{"Notify", "Checkpoint", "Release", "Reschedule", "VerifyResume"}) {
+		t.Fatalf("preemption activities %v", names)
+	}
+	for _, j := range []*store.Job{noCkpt, prot} {
+		if n := countRows(t, st, `SELECT count(*) FROM preemptions WHERE victim_job_id = $1`, j.ID); n != 0 || jobState(t, st, j.ID) != store.StateRunning {
+			t.Fatalf("job %s (%d preemptions, %s) was touched", j.ID, n, jobState(t, st, j.ID))
+		}
+	}
+	writeArtifact(t, "preemption-record.json", rec)
+	writeArtifact(t, "preemption-activities.json", names)
+
+	// End the long jobs so that the victim's history closes, and record it.
+	for _, j := range []*store.Job{exp, noCkpt, prot} {
+		if err := st.CancelJob(ctx, j.ID, "test", "done"); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SignalWorkflow(ctx, runs[j.ID].GetID(), "", temporalx.SignalCancel, temporalx.CancelSignal{Actor: "test", Reason: "done"})
+		waitJob(t, runs[j.ID], 30*time.Second)
+	}
+	record(t, c, wfID, "", "preemption-completed")
+	record(t, c, runs[exp.ID].GetID(), runs[exp.ID].GetRunID(), "job-preempted-and-resumed")
+}
+
+// failRunHoldingGPUs starts a run of a new job in queue on GPU gpu and ends
+// it with outcome in the store without releasing its allocation: the
+// lost-cleanup state the reclaim scan finds.
+func failRunHoldingGPUs(t *testing.T, st *store.Store, queue string, gpu int, outcome string) string {
+	t.Helper()
+	ctx := context.Background()
+	j := submitGovJob(t, st, govJob{queue: queue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 100})
+	now := time.Now()
+	out, err := st.ApplyCycle(ctx, "cycle-"+j.ID, &scheduling.Result{PolicyVersion: "t", At: now, Placements: []scheduling.Placement{{
+		JobID: j.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: fmt.Sprintf("GPU-%d", gpu), Milli: 1000}}}}}, now)
+	if err != nil || len(out.Placed) != 1 {
+		t.Fatalf("place %s: %+v %v", j.ID, out, err)
+	}
+	run, err := st.MarkRunning(ctx, j.ID, out.Placed[0].AllocationID, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE runs SET ended_at = now(), outcome = $2 WHERE id = $1`, run, outcome); err != nil {
+		t.Fatal(err)
+	}
+	return out.Placed[0].AllocationID
+}
+
+// TestReclaimModesOnDevServer: five allocations whose runs ended without
+// releasing their GPUs, in queues the config gives each mode. The
+// ReclaimScanWorkflow finds them and starts one ReclaimWorkflow each:
+// report records only, auto releases at once, notify with the owner's keep
+// records a dispute and releases nothing, notify without objection releases
+// at the window's end, confirm releases on the operator's confirmation.
+func TestReclaimModesOnDevServer(t *testing.T) {
+	dev := temporaltest.Start(t)
+	c := dev.Client
+	st := newGovStore(t, 5, scheduling.StageAutomate)
+	modes := []governance.Mode{governance.ModeReport, governance.ModeAuto, governance.ModeNotify, governance.ModeNotify, governance.ModeConfirm}
+	names := []string{"q-report", "q-auto", "q-keep", "q-notify", "q-confirm"}
+	cfg := governance.Default()
+	cfg.Reclaim.Enabled, cfg.Reclaim.ScanIntervalSeconds, cfg.Reclaim.NotifyWindowSeconds = true, 1, 3
+	cfg.LowRiskQueues = names
+	var queues []scheduling.Queue
+	for i, n := range names {
+		queues = append(queues, scheduling.Queue{Name: n, Tier: scheduling.TierExperiment, ServiceShare: 1})
+		cfg.Reclaim.Rules = append(cfg.Reclaim.Rules, governance.ModeRule{Queue: n, Mode: modes[i]})
+	}
+	if err := st.UpsertQueues(context.Background(), queues); err != nil {
+		t.Fatal(err)
+	}
+	allocs := make([]string, len(names))
+	for i, n := range names {
+		outcome := "failed"
+		if i == 3 {
+			outcome = "succeeded"
+		}
+		allocs[i] = failRunHoldingGPUs(t, st, n, i, outcome)
+	}
+	startGovWorkers(t, c, st, scheduling.DefaultPolicy(), cfg, &executor.SimulatedExecutor{Checkpoints: st, SpeedFactor: 100})
+	ctx := context.Background()
+	scan, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: temporalx.ReclaimScanWorkflowID, TaskQueue: temporalx.ServiceTaskQueue},
+		workflows.ReclaimScanWorkflowName, &workflows.ReclaimScanInput{IterationsPerRun: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CancelWorkflow(context.Background(), scan.GetID(), "") })
+	reclaimRun := func(i int) client.WorkflowRun { return c.GetWorkflow(ctx, temporalx.ReclaimWorkflowID(allocs[i]), "") }
+	waitFor(t, 30*time.Second, "reclaim workflows started", func() bool {
+		n, _ := st.ListReclaims(ctx, store.ReclaimFilter{})
+		return len(n) == len(allocs)
+	})
+	if err := c.SignalWorkflow(ctx, temporalx.ReclaimWorkflowID(allocs[2]), "", temporalx.SignalReclaimKeep,
+		temporalx.ReclaimDecisionSignal{Actor: "vision", Reason: "still evaluating the checkpoint"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SignalWorkflow(ctx, temporalx.ReclaimWorkflowID(allocs[4]), "", temporalx.SignalReclaimConfirm,
+		temporalx.ReclaimDecisionSignal{Actor: "operator@ops", Reason: "approved"}); err != nil {
+		t.Fatal(err)
+	}
+	wantState := []string{store.ReclaimReported, store.ReclaimReleased, store.ReclaimKept, store.ReclaimReleased, store.ReclaimReleased}
+	for i := range allocs {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var res workflows.ReclaimResult
+		err := reclaimRun(i).Get(wctx, &res)
+		cancel()
+		if err != nil || res.State != wantState[i] || res.Mode != string(modes[i]) {
+			t.Fatalf("reclaim %d (%s): %+v (%v), want state %s", i, names[i], res, err, wantState[i])
+		}
+		if released := allocationReleased(t, st, allocs[i]); released != (wantState[i] == store.ReclaimReleased) {
+			t.Fatalf("reclaim %d: allocation released=%v, want %v", i, released, !released)
+		}
+	}
+	list, err := st.ListReclaims(ctx, store.ReclaimFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := st.ListReclaims(ctx, store.ReclaimFilter{State: store.ReclaimKept})
+	if len(kept) != 1 || !kept[0].Disputed || kept[0].DisputeBy != "vision" {
+		t.Fatalf("kept reclaims %+v, want one disputed by vision", kept)
+	}
+	writeArtifact(t, "reclaim-report.json", list)
+	record(t, c, temporalx.ReclaimWorkflowID(allocs[2]), "", "reclaim-notify-kept")
+	record(t, c, temporalx.ReclaimWorkflowID(allocs[4]), "", "reclaim-confirmed")
+}

@@ -1,0 +1,676 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+)
+
+// Job states, the values of the GpugovJobState search attribute; they match
+// the store's job states.
+const (
+	JobSubmitted = "submitted"
+	JobWaiting   = "waiting"
+	JobPlaced    = "placed"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+	JobCancelled = "cancelled"
+)
+
+// Executor kinds of JobInput.Executor.
+const (
+	ExecutorSimulated = "simulated" // runs on temporalx.SimExecutorTaskQueue
+	ExecutorNode      = "node"      // runs on the placed node's agent queue, temporalx.NodeTaskQueue(node)
+)
+
+// QueryStatus is the query name that returns a job workflow's JobStatus.
+const QueryStatus = "status"
+
+// ErrTypeJobFailed is the application error type a JobWorkflow fails with
+// when its job failed; the error's details hold the JobResult.
+const ErrTypeJobFailed = "JobFailed"
+
+// Defaults of JobInput.
+const (
+	defaultHeartbeatTimeout = 30 * time.Second
+	defaultRunAttempts      = 3
+	// placedSignalWait bounds how long a job cancelled while the store already
+	// shows it placed waits for the scheduler's `placed` signal, so that it can
+	// release that allocation itself.
+	placedSignalWait = 10 * time.Minute
+)
+
+// JobInput starts a JobWorkflow. Everything about the job itself (queue, tier,
+// pool, work, checkpoint interval) is read from the store by LoadJob.
+type JobInput struct {
+	JobID string
+	// Executor is ExecutorSimulated (default when "") or ExecutorNode.
+	Executor string
+	// SchedulerWorkflowID is the scheduler to tell about released allocations;
+	// "" means the default shard's.
+	SchedulerWorkflowID string
+	// HeartbeatTimeoutSeconds is how long the run may go without heartbeating
+	// before Temporal retries it (the executor's worker is taken as crashed); 0 means 30.
+	HeartbeatTimeoutSeconds int64
+	// RunAttempts bounds the run activity's attempts (crashes included); 0 means 3.
+	RunAttempts int32
+	// FailAtStep makes the simulated executor fail the run at that step (a
+	// trace's failed job); 0 means never.
+	FailAtStep int64
+}
+
+// JobResult is how a job ended.
+type JobResult struct {
+	JobID          string
+	State          string // JobSucceeded, JobFailed or JobCancelled
+	AllocationID   string // "" when the job was never placed
+	RunID          string // "" when no run started
+	Step           int64  // the step the run reached
+	LastCheckpoint *scheduling.Checkpoint
+	Detail         string
+	// ResumedAfterCrash is true when the run's last attempt resumed from an
+	// earlier attempt's heartbeat (its executor worker crashed); it resumed at
+	// ResumedFromStep and redid RecomputeSteps steps.
+	ResumedAfterCrash bool
+	ResumedFromStep   int64
+	RecomputeSteps    int64
+	// Preemptions counts the runs of this job stopped by a preemption and resumed.
+	Preemptions int
+}
+
+// JobStatus is the answer to QueryStatus.
+type JobStatus struct {
+	JobID        string
+	State        string
+	WaitReason   scheduling.WaitReason // current reason while waiting
+	AllocationID string
+	RunID        string
+}
+
+// JobWorkflow carries one job: it waits for the scheduler's `placed` signal,
+// starts a run (MarkRunning), runs it on the executor with heartbeats, finishes
+// it (FinishRun, which releases the allocation) and tells the scheduler. A
+// `preempt` signal (from a PreemptionWorkflow's Notify) cancels the run
+// activity so that the executor checkpoints and stops, answers the
+// preemption with `run-stopped` (the step reached, the last checkpoint), and
+// waits as a job again: the preemption releases the allocation, and the next
+// `placed` starts a new run from the job's last checkpoint, reported to the
+// preemption with `resumed`; `preempt-aborted` instead runs it again on the
+// allocation it kept. A
+// `cancel` signal or a Temporal cancellation stops it at any point; whatever
+// the path, an allocation the job was granted is released (FinishRun or
+// ReleasePlacement), on a disconnected context when the workflow itself was
+// cancelled. A second `placed` with the same allocation ID is ignored. It
+// returns the JobResult; a failed job fails the workflow with an
+// ErrTypeJobFailed application error carrying the JobResult.
+func JobWorkflow(ctx workflow.Context, in *JobInput) (*JobResult, error) {
+	if in == nil || in.JobID == "" {
+		return nil, temporal.NewNonRetryableApplicationError("job workflow: job ID is required", "InvalidInput", nil)
+	}
+	j := newJobFlow(ctx, in)
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (*JobStatus, error) { return &j.status, nil }); err != nil {
+		return nil, err
+	}
+	var job activities.LoadJobResult
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: in.JobID}).Get(ctx, &job); err != nil {
+		return nil, err
+	}
+	j.job = &job
+	j.upsert(ctx, temporalx.QueueKey.ValueSet(job.Queue), temporalx.TierKey.ValueSet(job.Tier), temporalx.PoolKey.ValueSet(job.Pool))
+	switch job.State {
+	case JobSucceeded, JobFailed, JobCancelled:
+		// Started again for a job that has ended (a reconciler's restart): nothing to do.
+		j.setState(ctx, job.State)
+		return j.finish(job.State, "job had already ended")
+	case JobWaiting:
+		j.setState(ctx, JobWaiting)
+	default:
+		j.setState(ctx, JobSubmitted)
+	}
+	placed, cancel := j.awaitPlacement(ctx)
+	if cancel != nil {
+		return j.cancelBeforePlacement(ctx, cancel)
+	}
+	return j.run(ctx, placed)
+}
+
+// jobFlow is the state of one JobWorkflow run.
+type jobFlow struct {
+	root      workflow.Context // the workflow's context; cancelled when Temporal cancels the workflow
+	in        *JobInput
+	job       *activities.LoadJobResult
+	status    JobStatus
+	jobs      *activities.Jobs // nil receiver: only its method values name the activities
+	placedCh  workflow.ReceiveChannel
+	cancelCh  workflow.ReceiveChannel
+	reasonCh  workflow.ReceiveChannel
+	preemptCh workflow.ReceiveChannel
+	abortedCh workflow.ReceiveChannel
+	allocID   string
+	runID     string
+	runResult *executor.RunResult
+	// preempt is the preemption stopping the current run; resumeFor the one
+	// whose workflow waits to hear that the next run started.
+	preempt     *temporalx.PreemptSignal
+	resumeFor   *temporalx.PreemptSignal
+	preemptions int
+}
+
+func newJobFlow(ctx workflow.Context, in *JobInput) *jobFlow {
+	return &jobFlow{
+		root:      ctx,
+		in:        in,
+		status:    JobStatus{JobID: in.JobID},
+		placedCh:  workflow.GetSignalChannel(ctx, temporalx.SignalPlaced),
+		cancelCh:  workflow.GetSignalChannel(ctx, temporalx.SignalCancel),
+		reasonCh:  workflow.GetSignalChannel(ctx, temporalx.SignalWaitReason),
+		preemptCh: workflow.GetSignalChannel(ctx, temporalx.SignalPreempt),
+		abortedCh: workflow.GetSignalChannel(ctx, temporalx.SignalPreemptAborted),
+	}
+}
+
+// storeCtx gives store activities short attempts retried until they succeed:
+// releasing an allocation must not be given up.
+func (j *jobFlow) storeCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    time.Minute,
+		},
+	})
+}
+
+// awaitPlacement waits for a `placed` signal, keeping the wait-reason search
+// attribute current, until placed or cancelled (by signal or by Temporal).
+func (j *jobFlow) awaitPlacement(ctx workflow.Context) (*temporalx.PlacedSignal, *temporalx.CancelSignal) {
+	var placed *temporalx.PlacedSignal
+	var cancel *temporalx.CancelSignal
+	for placed == nil && cancel == nil {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(j.cancelCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.CancelSignal
+			c.Receive(ctx, &s)
+			cancel = &s
+		})
+		sel.AddReceive(j.placedCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.PlacedSignal
+			c.Receive(ctx, &s)
+			placed = &s
+		})
+		sel.AddReceive(j.reasonCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.WaitReasonSignal
+			c.Receive(ctx, &s)
+			j.setWaitReason(ctx, s.Reason)
+		})
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+			cancel = &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}
+		})
+		sel.Select(ctx)
+	}
+	return placed, cancel
+}
+
+// cancelBeforePlacement ends a job cancelled while it waited. The store is
+// told (a no-op when the API already cancelled it there). If the store shows
+// the job placed, a scheduling cycle granted it an allocation whose `placed`
+// signal is on its way: the workflow waits for it and releases the allocation.
+func (j *jobFlow) cancelBeforePlacement(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
+	ctx = cleanupCtx(ctx)
+	detail := cancelDetail(c)
+	var cr activities.CancelJobResult
+	err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.CancelJob,
+		&activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, &cr)
+	if err != nil {
+		return nil, err
+	}
+	var job activities.LoadJobResult
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
+		return nil, err
+	}
+	if job.State == JobPlaced {
+		var p temporalx.PlacedSignal
+		ok, _ := j.placedCh.ReceiveWithTimeout(ctx, placedSignalWait, &p)
+		if !ok {
+			return nil, fmt.Errorf("job %s is placed in the store but no `placed` signal came within %s", j.in.JobID, placedSignalWait)
+		}
+		j.allocID, j.status.AllocationID = p.AllocationID, p.AllocationID
+		if err := j.releasePlacement(ctx, detail); err != nil {
+			return nil, err
+		}
+	}
+	return j.end(ctx, JobCancelled, detail)
+}
+
+// outcomePreempted is supervise's outcome of a run stopped by a `preempt`
+// signal: the preemption workflow, not the job, releases its allocation.
+const outcomePreempted = "preempted"
+
+// run runs the job on the placed allocation and, each time a preemption
+// stops it, on the next allocation the scheduler grants, until it ends.
+func (j *jobFlow) run(ctx workflow.Context, p *temporalx.PlacedSignal) (*JobResult, error) {
+	for {
+		next, res, err := j.runOn(ctx, p)
+		if next == nil {
+			return res, err
+		}
+		p = next
+	}
+}
+
+// runOn starts a run on allocation p and supervises it. It returns the next
+// placement when a preemption released the allocation, else the job's end.
+// A preemption aborted after the run stopped runs it again on p.
+func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*temporalx.PlacedSignal, *JobResult, error) {
+	j.allocID, j.status.AllocationID = p.AllocationID, p.AllocationID
+	j.setWaitReason(ctx, "")
+	j.setState(ctx, JobPlaced)
+	if c := j.pendingCancel(ctx); c != nil {
+		ctx = cleanupCtx(ctx)
+		if err := j.releasePlacement(ctx, cancelDetail(c)); err != nil {
+			return nil, nil, err
+		}
+		res, err := j.end(ctx, JobCancelled, cancelDetail(c))
+		return nil, res, err
+	}
+	var mr activities.MarkRunningResult
+	err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.MarkRunning,
+		&activities.MarkRunningInput{JobID: j.in.JobID, AllocationID: p.AllocationID, StartStep: j.job.ResumeStep}).Get(ctx, &mr)
+	if err != nil {
+		return nil, nil, err
+	}
+	j.runID, j.status.RunID = mr.RunID, mr.RunID
+	j.setState(ctx, JobRunning)
+	j.reportResumed(ctx, &mr)
+	for {
+		outcome, detail := j.supervise(ctx, p)
+		if outcome != outcomePreempted {
+			res, err := j.finishRun(ctx, outcome, detail)
+			return nil, res, err
+		}
+		j.reportStopped(ctx, j.preempt, temporalx.StoppedPreempted)
+		w := j.awaitAfterPreemption(ctx)
+		switch {
+		case w.cancel != nil:
+			res, err := j.cancelPreempted(ctx, w.cancel)
+			return nil, res, err
+		case w.placed != nil:
+			j.resumeFor, j.preempt = j.preempt, nil
+			if err := j.reloadJob(ctx); err != nil {
+				return nil, nil, err
+			}
+			return w.placed, nil, nil
+		}
+		// The preemption was aborted: the allocation is still held; run again
+		// from the job's last checkpoint.
+		j.preempt = nil
+		if err := j.reloadJob(ctx); err != nil {
+			return nil, nil, err
+		}
+		j.setWaitReason(ctx, "")
+		j.setState(ctx, JobRunning)
+	}
+}
+
+// finishRun ends the run with outcome (FinishRun releases the allocation),
+// tells a preemption that raced with the run's own end how it ended, and
+// ends the job.
+func (j *jobFlow) finishRun(ctx workflow.Context, outcome, detail string) (*JobResult, error) {
+	ctx = cleanupCtx(ctx)
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.FinishRun,
+		&activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome, Detail: detail}).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	if j.preempt != nil {
+		j.reportStopped(ctx, j.preempt, outcome)
+	}
+	return j.end(ctx, outcome, detail)
+}
+
+// reloadJob reads the job again: its last checkpoint is the next run's start.
+func (j *jobFlow) reloadJob(ctx workflow.Context) error {
+	var job activities.LoadJobResult
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
+		return err
+	}
+	j.job = &job
+	return nil
+}
+
+// afterPreemption is what ended the wait of a preempted job.
+type afterPreemption struct {
+	placed *temporalx.PlacedSignal // a new allocation
+	cancel *temporalx.CancelSignal
+	// neither: the preemption was aborted
+}
+
+// awaitAfterPreemption waits, as a waiting job, for a new placement, the
+// preemption's abort, or a cancellation. A repeated `preempt` is answered
+// again; one for another preemption is answered that no run is going.
+func (j *jobFlow) awaitAfterPreemption(ctx workflow.Context) afterPreemption {
+	j.setState(ctx, JobWaiting)
+	var w afterPreemption
+	for done := false; !done; {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(j.placedCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.PlacedSignal
+			c.Receive(ctx, &s)
+			if s.AllocationID != j.allocID {
+				w.placed, done = &s, true
+			}
+		})
+		sel.AddReceive(j.abortedCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.PreemptAbortedSignal
+			c.Receive(ctx, &s)
+			done = s.PreemptionID == j.preempt.PreemptionID
+		})
+		sel.AddReceive(j.cancelCh, func(c workflow.ReceiveChannel, _ bool) {
+			w.cancel = &temporalx.CancelSignal{}
+			c.Receive(ctx, w.cancel)
+			done = true
+		})
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+			w.cancel, done = &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}, true
+		})
+		sel.AddReceive(j.reasonCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.WaitReasonSignal
+			c.Receive(ctx, &s)
+			j.setWaitReason(ctx, s.Reason)
+		})
+		sel.AddReceive(j.preemptCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s temporalx.PreemptSignal
+			c.Receive(ctx, &s)
+			if s.PreemptionID == j.preempt.PreemptionID {
+				j.reportStopped(ctx, &s, temporalx.StoppedPreempted)
+			} else {
+				j.reportStopped(ctx, &s, temporalx.StoppedNotRunning)
+			}
+		})
+		sel.Select(ctx)
+	}
+	return w
+}
+
+// cancelPreempted ends a job cancelled while its preempted run waited for
+// release: the run ends cancelled (a no-op when the preemption already
+// released it) and the job is cancelled in the store.
+func (j *jobFlow) cancelPreempted(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
+	ctx = cleanupCtx(ctx)
+	detail := cancelDetail(c)
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.FinishRun,
+		&activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: JobCancelled, Detail: detail}).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.CancelJob,
+		&activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	return j.end(ctx, JobCancelled, detail)
+}
+
+// reportStopped answers a preemption's `preempt` with how the run stopped.
+// A failed send is logged: the preemption's grace timer covers it.
+func (j *jobFlow) reportStopped(ctx workflow.Context, s *temporalx.PreemptSignal, outcome string) {
+	if s == nil || s.WorkflowID == "" {
+		return
+	}
+	msg := temporalx.RunStoppedSignal{PreemptionID: s.PreemptionID, JobID: j.in.JobID, RunID: j.runID, Outcome: outcome, Step: -1}
+	if r := j.runResult; r != nil && outcome != temporalx.StoppedNotRunning {
+		msg.Step, msg.LastCheckpoint = r.Step, r.LastCheckpoint
+	}
+	if outcome == temporalx.StoppedNotRunning {
+		msg.RunID = s.RunID
+	}
+	if err := workflow.SignalExternalWorkflow(ctx, s.WorkflowID, "", temporalx.SignalRunStopped, msg).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("could not answer the preemption", "preemption", s.WorkflowID, "error", err)
+	}
+}
+
+// reportResumed tells the preemption that stopped the previous run that
+// this run started, and from which step.
+func (j *jobFlow) reportResumed(ctx workflow.Context, mr *activities.MarkRunningResult) {
+	s := j.resumeFor
+	if s == nil {
+		return
+	}
+	j.resumeFor = nil
+	j.preemptions++
+	err := workflow.SignalExternalWorkflow(ctx, s.WorkflowID, "", temporalx.SignalResumed, temporalx.ResumedSignal{
+		PreemptionID: s.PreemptionID, JobID: j.in.JobID, RunID: mr.RunID, StartStep: j.job.ResumeStep, StartedAt: mr.StartedAt}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("could not report the resume", "preemption", s.WorkflowID, "error", err)
+	}
+}
+
+// supervise runs the executor's run activity until it ends, cancelling it on a
+// `cancel` signal or Temporal cancellation, and returns the outcome.
+func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (outcome, detail string) {
+	runCtx, cancelRun := workflow.WithCancel(ctx)
+	fut := workflow.ExecuteActivity(j.runCtx(runCtx, p), executor.RunActivityName, &executor.RunInput{
+		JobID: j.in.JobID, RunID: j.runID, AllocationID: p.AllocationID, Node: p.Node, GPUs: p.GPUs,
+		RunSeconds: j.job.RunSeconds, StartStep: j.job.ResumeStep,
+		CheckpointIntervalSeconds: j.job.CheckpointIntervalSeconds, FailAtStep: j.in.FailAtStep,
+	})
+	var cancel *temporalx.CancelSignal
+	done := false
+	for !done {
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(fut, func(workflow.Future) { done = true })
+		sel.AddReceive(j.placedCh, func(c workflow.ReceiveChannel, _ bool) { j.ignorePlaced(ctx, c) })
+		sel.AddReceive(j.reasonCh, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+		sel.AddReceive(j.preemptCh, func(c workflow.ReceiveChannel, _ bool) {
+			if j.takePreempt(ctx, c) && cancel == nil {
+				cancelRun()
+			}
+		})
+		if cancel == nil {
+			sel.AddReceive(j.cancelCh, func(c workflow.ReceiveChannel, _ bool) {
+				cancel = &temporalx.CancelSignal{}
+				c.Receive(ctx, cancel)
+				cancelRun()
+			})
+			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+				// runCtx is a child of ctx: the run is being cancelled already.
+				cancel = &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}
+			})
+		}
+		sel.Select(ctx)
+	}
+	var res executor.RunResult
+	err := fut.Get(ctx, &res)
+	switch {
+	case err == nil:
+		j.runResult = &res
+		if res.Outcome == executor.OutcomeCancelled && cancel != nil {
+			return JobCancelled, cancelDetail(cancel) + "; " + res.Detail
+		}
+		if res.Outcome == executor.OutcomeCancelled && j.preempt != nil {
+			return outcomePreempted, res.Detail
+		}
+		return res.Outcome, res.Detail
+	case temporal.IsCanceledError(err) && cancel != nil:
+		return JobCancelled, cancelDetail(cancel)
+	case temporal.IsCanceledError(err) && j.preempt != nil:
+		// No result: the step reached is unknown; the checkpoint the executor
+		// saved is in the store, where the preemption reads it.
+		j.runResult = nil
+		return outcomePreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
+	default:
+		return JobFailed, "run failed: " + err.Error()
+	}
+}
+
+// runCtx gives the run activity the executor's task queue, a heartbeat
+// timeout (a crashed worker's attempt is retried and resumes from its last
+// heartbeat), a start-to-close bound of twice the job's work plus an hour, and
+// waits for the executor to acknowledge a cancellation.
+func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workflow.Context {
+	queue := temporalx.SimExecutorTaskQueue
+	if j.in.Executor == ExecutorNode {
+		queue = temporalx.NodeTaskQueue(p.Node)
+	}
+	hb := defaultHeartbeatTimeout
+	if j.in.HeartbeatTimeoutSeconds > 0 {
+		hb = time.Duration(j.in.HeartbeatTimeoutSeconds) * time.Second
+	}
+	attempts := j.in.RunAttempts
+	if attempts <= 0 {
+		attempts = defaultRunAttempts
+	}
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           queue,
+		StartToCloseTimeout: time.Duration(2*j.job.RunSeconds)*time.Second + time.Hour,
+		HeartbeatTimeout:    hb,
+		WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    attempts,
+		},
+	})
+	return ctx
+}
+
+// takePreempt consumes a `preempt` signal during a run and reports whether
+// it is one to act on: for this run (or any, when it names none) and the
+// first preemption. A repeat of the preemption already stopping the run is
+// dropped; one for another run is answered that no such run is going.
+func (j *jobFlow) takePreempt(ctx workflow.Context, c workflow.ReceiveChannel) bool {
+	var s temporalx.PreemptSignal
+	c.Receive(ctx, &s)
+	switch {
+	case j.preempt != nil:
+		return false
+	case s.RunID != "" && s.RunID != j.runID:
+		j.reportStopped(ctx, &s, temporalx.StoppedNotRunning)
+		return false
+	}
+	j.preempt = &s
+	return true
+}
+
+// ignorePlaced consumes a `placed` signal received after placement. The store
+// lets a job hold one allocation at a time, so it can only repeat the one held.
+func (j *jobFlow) ignorePlaced(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var s temporalx.PlacedSignal
+	c.Receive(ctx, &s)
+	if s.AllocationID != j.allocID {
+		workflow.GetLogger(ctx).Error("placed signal for a second allocation ignored",
+			"job", j.in.JobID, "held", j.allocID, "signalled", s.AllocationID)
+	}
+}
+
+// pendingCancel returns a cancellation that arrived (signal or Temporal) and
+// has not been handled, without blocking.
+func (j *jobFlow) pendingCancel(ctx workflow.Context) *temporalx.CancelSignal {
+	var c temporalx.CancelSignal
+	if j.cancelCh.ReceiveAsync(&c) {
+		return &c
+	}
+	if ctx.Err() != nil {
+		return &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}
+	}
+	return nil
+}
+
+// releasePlacement releases the held allocation that never got a run.
+func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) error {
+	return workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
+		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: JobCancelled, Detail: detail,
+	}).Get(ctx, nil)
+}
+
+// end records the final state, tells the scheduler that the allocation (if
+// any) is free, and returns the result.
+func (j *jobFlow) end(ctx workflow.Context, state, detail string) (*JobResult, error) {
+	j.setState(ctx, state)
+	if j.allocID != "" {
+		sched := j.in.SchedulerWorkflowID
+		if sched == "" {
+			sched = temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
+		}
+		err := workflow.SignalExternalWorkflow(ctx, sched, "", temporalx.SignalAllocationReleased,
+			temporalx.AllocationReleasedSignal{JobID: j.in.JobID, AllocationID: j.allocID, Outcome: state}).Get(ctx, nil)
+		if err != nil {
+			// The scheduler's timer cycle picks the free GPUs up anyway.
+			workflow.GetLogger(ctx).Warn("could not signal the scheduler", "scheduler", sched, "error", err)
+		}
+	}
+	return j.finish(state, detail)
+}
+
+// finish builds the result and the workflow's outcome for state.
+func (j *jobFlow) finish(state, detail string) (*JobResult, error) {
+	res := &JobResult{JobID: j.in.JobID, State: state, AllocationID: j.allocID, RunID: j.runID, Detail: detail}
+	if r := j.runResult; r != nil {
+		res.Step, res.LastCheckpoint = r.Step, r.LastCheckpoint
+		res.ResumedAfterCrash, res.ResumedFromStep, res.RecomputeSteps = r.ResumedAfterCrash, r.StartStep, r.RecomputeSteps
+	}
+	res.Preemptions = j.preemptions
+	switch {
+	case state == JobFailed:
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("job %s failed: %s", j.in.JobID, detail), ErrTypeJobFailed, nil, res)
+	case state == JobCancelled && errors.Is(j.root.Err(), workflow.ErrCanceled):
+		return nil, temporal.NewCanceledError(res)
+	}
+	return res, nil
+}
+
+// setState upserts the job-state search attribute when it changes.
+func (j *jobFlow) setState(ctx workflow.Context, state string) {
+	if j.status.State == state {
+		return
+	}
+	j.status.State = state
+	j.upsert(ctx, temporalx.JobStateKey.ValueSet(state))
+}
+
+// setWaitReason upserts the wait-reason search attribute when it changes; ""
+// unsets it. A reason also means the job is waiting.
+func (j *jobFlow) setWaitReason(ctx workflow.Context, r scheduling.WaitReason) {
+	if r != "" {
+		j.setState(ctx, JobWaiting)
+	}
+	if j.status.WaitReason == r {
+		return
+	}
+	j.status.WaitReason = r
+	if r == "" {
+		j.upsert(ctx, temporalx.WaitReasonKey.ValueUnset())
+		return
+	}
+	j.upsert(ctx, temporalx.WaitReasonKey.ValueSet(string(r)))
+}
+
+// upsert sets search attributes; a failure (an attribute not registered on
+// the namespace) is logged, never fatal to the job.
+func (j *jobFlow) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, u...); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "job", j.in.JobID, "error", err)
+	}
+}
+
+// cleanupCtx returns ctx, or a context disconnected from it when ctx was
+// cancelled, so that releasing the allocation still runs.
+func cleanupCtx(ctx workflow.Context) workflow.Context {
+	if ctx.Err() == nil {
+		return ctx
+	}
+	dc, _ := workflow.NewDisconnectedContext(ctx)
+	return dc
+}
+
+func cancelDetail(c *temporalx.CancelSignal) string {
+	return fmt.Sprintf("cancelled by %s: %s", c.Actor, c.Reason)
+}

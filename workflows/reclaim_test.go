@@ -1,0 +1,108 @@
+package workflows_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/workflows"
+)
+
+// TestReclaimWorkflowModes runs ReclaimWorkflow (time skipping) on an
+// allocation whose run failed without releasing it, once per mode.
+func TestReclaimWorkflowModes(t *testing.T) {
+	keep := temporalx.ReclaimDecisionSignal{Actor: "vision", Reason: "debugging the failure"}
+	confirm := temporalx.ReclaimDecisionSignal{Actor: "olga", Reason: "approved"}
+	cases := []struct {
+		name     string
+		mode     governance.Mode
+		stage    scheduling.AutomationStage
+		signal   string
+		arg      temporalx.ReclaimDecisionSignal
+		state    string
+		released bool
+	}{
+		{"report records only", governance.ModeAuto, scheduling.StageObserve, "", keep, store.ReclaimReported, false},
+		{"auto releases at once", governance.ModeAuto, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
+		{"notify then keep is a dispute", governance.ModeNotify, scheduling.StageAutomate, temporalx.SignalReclaimKeep, keep, store.ReclaimKept, false},
+		{"notify without objection releases", governance.ModeNotify, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
+		{"confirm releases on approval", governance.ModeConfirm, scheduling.StageAutomate, temporalx.SignalReclaimConfirm, confirm, store.ReclaimReleased, true},
+		{"confirm expires without approval", governance.ModeConfirm, scheduling.StageAutomate, "", keep, store.ReclaimExpired, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newGovStore(t, 1, tc.stage)
+			alloc := failRunHoldingGPUs(t, st, expQueue, 0, "failed")
+			cfg := governance.Default()
+			cfg.Reclaim.Enabled = true
+			cfg.Reclaim.Rules = []governance.ModeRule{{Queue: expQueue, Mode: tc.mode}}
+			env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
+			if tc.signal != "" {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(tc.signal, tc.arg) }, time.Minute)
+			}
+
+			env.ExecuteWorkflow(workflows.ReclaimWorkflowName, &workflows.ReclaimInput{AllocationID: alloc})
+
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			var res workflows.ReclaimResult
+			if err := env.GetWorkflowResult(&res); err != nil {
+				t.Fatal(err)
+			}
+			wantMode := tc.mode
+			if tc.stage == scheduling.StageObserve {
+				wantMode = governance.ModeReport
+			}
+			if res.State != tc.state || res.Mode != string(wantMode) || res.Class != string(governance.ClassFailed) {
+				t.Fatalf("result %+v, want state %s in mode %s", res, tc.state, wantMode)
+			}
+			if allocationReleased(t, st, alloc) != tc.released {
+				t.Fatalf("allocation released = %v, want %v", !tc.released, tc.released)
+			}
+			r, err := st.GetReclaim(context.Background(), res.ReclaimID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Disputed != (tc.state == store.ReclaimKept) || (tc.released && r.GPUsReleased != 1) || r.Basis == "" {
+				t.Fatalf("record %+v", r)
+			}
+			if tc.mode == governance.ModeNotify && (r.NoticeAt == nil || countRows(t, st,
+				`SELECT count(*) FROM audit_log WHERE subject = $1 AND action = 'reclaim_notice'`, r.JobID) != 1) {
+				t.Fatalf("notify mode without a notice: %+v", r)
+			}
+			if tc.signal == temporalx.SignalReclaimConfirm && r.DecidedBy != "olga" {
+				t.Fatalf("confirmed by %q, want olga", r.DecidedBy)
+			}
+		})
+	}
+}
+
+// TestReclaimWorkflowSkipsReleasedAllocation: an allocation released by its
+// own job before the reclaim acted is not reclaimable; nothing is recorded.
+func TestReclaimWorkflowSkipsReleasedAllocation(t *testing.T) {
+	st := newGovStore(t, 1, scheduling.StageAutomate)
+	alloc := failRunHoldingGPUs(t, st, expQueue, 0, "failed")
+	if _, err := st.Pool().Exec(context.Background(), `UPDATE allocation_gpus SET active = false WHERE allocation_id = $1;
+		`, alloc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(context.Background(), `UPDATE allocations SET released_at = now() WHERE id = $1`, alloc); err != nil {
+		t.Fatal(err)
+	}
+	cfg := governance.Default()
+	cfg.Reclaim.Enabled = true
+	env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
+	env.ExecuteWorkflow(workflows.ReclaimWorkflowName, &workflows.ReclaimInput{AllocationID: alloc})
+	var res workflows.ReclaimResult
+	if err := env.GetWorkflowResult(&res); err != nil || res.State != "not-reclaimable" {
+		t.Fatalf("result %+v (%v), want not-reclaimable", res, err)
+	}
+	if n := countRows(t, st, `SELECT count(*) FROM reclaims`); n != 0 {
+		t.Fatalf("%d reclaims recorded, want none", n)
+	}
+}

@@ -1,0 +1,263 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/temporalx"
+)
+
+// QuerySchedulerStatus is the query name that returns a SchedulerStatus.
+const QuerySchedulerStatus = "status"
+
+// Defaults of SchedulerInput.
+const (
+	defaultCycleInterval    = 5 * time.Second
+	defaultIterationsPerRun = 300
+	defaultCoalesce         = 250 * time.Millisecond
+	// maxHistoryEvents continues a scheduler run as new early when a burst of
+	// placements made its history long (Temporal warns at 10,240 events).
+	maxHistoryEvents = 8000
+)
+
+// SchedulerInput starts (or continues) a shard's SchedulerWorkflow.
+type SchedulerInput struct {
+	Shard string // "" means temporalx.DefaultShard
+	// CycleIntervalSeconds is the longest time between cycles when no signal
+	// arrives (aging and time-based rules need periodic cycles); 0 means 5.
+	CycleIntervalSeconds int64
+	// IterationsPerRun is the number of cycles after which the workflow
+	// continues as new, bounding its history; 0 means 300.
+	IterationsPerRun int
+	// CoalesceMillis is how long the scheduler, woken by a signal, waits for
+	// the rest of a burst before its cycle, in milliseconds; 0 means 250,
+	// negative means no wait.
+	CoalesceMillis int64
+
+	// Carried across continue-as-new.
+
+	// WakePending is true when a wake-up signal arrived that no cycle has served.
+	WakePending bool
+	// PreviousCycleID is the last cycle applied.
+	PreviousCycleID string
+	// RetryCycleID is a cycle whose activity failed after its retries; it is
+	// run again under the same ID, because the store may have applied it and
+	// its placements must then still be signalled.
+	RetryCycleID string
+	// CyclesBefore counts the cycles run by earlier runs of this workflow.
+	CyclesBefore int64
+}
+
+// SchedulerStatus is the answer to QuerySchedulerStatus.
+type SchedulerStatus struct {
+	Shard          string
+	Cycles         int64 // cycles applied, earlier runs included
+	LastCycleID    string
+	LastPlacements int
+	LastWaiting    int
+	WakePending    bool
+}
+
+// SchedulerWorkflow is a shard's single writer of placements. It sleeps until
+// a `job-submitted`, `allocation-released` or `inventory-changed` signal or the
+// cycle interval; woken by a signal, it waits CoalesceMillis for the rest of a
+// burst; it then takes every signal queued (one cycle serves them all), runs the RunCycle activity, and signals `placed` to each placed job's
+// workflow; a placement whose workflow cannot be signalled (not started yet,
+// or closed) is released back to waiting; it starts a PreemptionWorkflow
+// for each preemption the cycle opened. After IterationsPerRun cycles, or
+// when the history grows long, it continues as new, carrying a pending wake-up
+// and the cycle to retry. It returns only on cancellation or a non-retryable
+// failure of its own.
+func SchedulerWorkflow(ctx workflow.Context, in *SchedulerInput) error {
+	s := newSchedulerFlow(ctx, in)
+	if err := workflow.SetQueryHandler(ctx, QuerySchedulerStatus, func() (*SchedulerStatus, error) { return &s.status, nil }); err != nil {
+		return err
+	}
+	for i := 0; i < s.iterations; i++ {
+		if !s.next.WakePending && s.waitForWake(ctx) && s.coalesce > 0 {
+			_ = workflow.Sleep(ctx, s.coalesce) // only cancellation ends it early
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.drainWakeSignals(ctx)
+		s.next.WakePending = false
+		s.cycle(ctx, i)
+		info := workflow.GetInfo(ctx)
+		if info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > maxHistoryEvents {
+			break
+		}
+	}
+	if s.drainWakeSignals(ctx) {
+		s.next.WakePending = true
+	}
+	return workflow.NewContinueAsNewError(ctx, SchedulerWorkflowName, &s.next)
+}
+
+// schedulerFlow is the state of one SchedulerWorkflow run.
+type schedulerFlow struct {
+	next       SchedulerInput // the input of the run that continues this one
+	interval   time.Duration
+	coalesce   time.Duration
+	iterations int
+	wake       []workflow.ReceiveChannel
+	status     SchedulerStatus
+	sched      *activities.Scheduler // nil receiver: only its method values name the activities
+	jobs       *activities.Jobs
+}
+
+func newSchedulerFlow(ctx workflow.Context, in *SchedulerInput) *schedulerFlow {
+	s := &schedulerFlow{interval: defaultCycleInterval, coalesce: defaultCoalesce, iterations: defaultIterationsPerRun}
+	if in != nil {
+		s.next = *in
+	}
+	if s.next.Shard == "" {
+		s.next.Shard = temporalx.DefaultShard
+	}
+	if s.next.CycleIntervalSeconds > 0 {
+		s.interval = time.Duration(s.next.CycleIntervalSeconds) * time.Second
+	}
+	switch c := s.next.CoalesceMillis; {
+	case c > 0:
+		s.coalesce = time.Duration(c) * time.Millisecond
+	case c < 0:
+		s.coalesce = 0
+	}
+	if s.next.IterationsPerRun > 0 {
+		s.iterations = s.next.IterationsPerRun
+	}
+	for _, name := range []string{temporalx.SignalJobSubmitted, temporalx.SignalAllocationReleased, temporalx.SignalInventoryChanged} {
+		s.wake = append(s.wake, workflow.GetSignalChannel(ctx, name))
+	}
+	s.status = SchedulerStatus{Shard: s.next.Shard, Cycles: s.next.CyclesBefore, LastCycleID: s.next.PreviousCycleID,
+		WakePending: s.next.WakePending}
+	return s
+}
+
+// waitForWake blocks until a wake-up signal arrives, the cycle interval passes
+// or the workflow is cancelled, and reports whether a signal woke it; the
+// timer is cancelled when a signal wins.
+func (s *schedulerFlow) waitForWake(ctx workflow.Context) (bySignal bool) {
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(workflow.NewTimer(timerCtx, s.interval), func(workflow.Future) {})
+	for _, ch := range s.wake {
+		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			bySignal = true
+		})
+	}
+	sel.Select(ctx)
+	return bySignal
+}
+
+// drainWakeSignals takes every wake-up signal already queued and reports
+// whether there was any: they are all served by the coming cycle.
+func (s *schedulerFlow) drainWakeSignals(ctx workflow.Context) bool {
+	got := false
+	for _, ch := range s.wake {
+		for ch.ReceiveAsync(nil) {
+			got = true
+		}
+	}
+	s.status.WakePending = got
+	return got
+}
+
+// cycle runs one scheduling cycle and signals its placements. A cycle whose
+// activity fails is logged and kept for retry under the same ID at the next wake.
+func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
+	cycleID := s.next.RetryCycleID
+	if cycleID == "" {
+		cycleID = fmt.Sprintf("%s/%s/%d", s.next.Shard, workflow.GetInfo(ctx).WorkflowExecution.RunID, iteration)
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    5,
+		},
+	})
+	var res activities.RunCycleResult
+	err := workflow.ExecuteActivity(actx, s.sched.RunCycle, &activities.RunCycleInput{
+		Shard: s.next.Shard, CycleID: cycleID, PreviousCycleID: s.next.PreviousCycleID,
+	}).Get(ctx, &res)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("scheduling cycle failed; retried at the next wake", "cycle", cycleID, "error", err)
+		s.next.RetryCycleID = cycleID
+		return
+	}
+	s.next.RetryCycleID = ""
+	s.next.PreviousCycleID = cycleID
+	s.next.CyclesBefore++
+	s.status.Cycles, s.status.LastCycleID = s.next.CyclesBefore, cycleID
+	s.status.LastPlacements, s.status.LastWaiting = len(res.Placements), res.Waiting
+	s.signalPlacements(ctx, cycleID, res.Placements)
+	s.startPreemptions(ctx, res.Preemptions)
+}
+
+// startPreemptions starts one PreemptionWorkflow per preemption the cycle
+// opened, as an abandoned child (it outlives this run's continue-as-new)
+// with ID "preempt/<victim>/<run>": a retried cycle's second start of a
+// running one is refused as already started, and one that already finished
+// ends at its Notify step, which finds the record finished. It waits until
+// each is started, so none is lost to a continue-as-new.
+func (s *schedulerFlow) startPreemptions(ctx workflow.Context, ps []activities.StartedPreemption) {
+	futs := make([]workflow.ChildWorkflowFuture, len(ps))
+	for i, p := range ps {
+		run := p.RunID
+		if run == "" {
+			run = p.AllocationID
+		}
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            temporalx.PreemptionWorkflowID(p.VictimJobID, run),
+			TaskQueue:             temporalx.ServiceTaskQueue,
+			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		})
+		futs[i] = workflow.ExecuteChildWorkflow(cctx, PreemptionWorkflowName, &PreemptionInput{PreemptionID: p.PreemptionID,
+			ForJobID: p.ForJobID, VictimJobID: p.VictimJobID, AllocationID: p.AllocationID, RunID: p.RunID})
+	}
+	for i, f := range futs {
+		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			workflow.GetLogger(ctx).Error("preemption workflow not started", "preemption", ps[i].PreemptionID, "error", err)
+		}
+	}
+}
+
+// signalPlacements sends `placed` to every placed job's workflow at once, then
+// releases (back to waiting) each placement whose workflow could not be
+// signalled, so that no allocation is left without a workflow to run it.
+func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, placed []activities.PlacedJob) {
+	futs := make([]workflow.Future, len(placed))
+	for i, p := range placed {
+		futs[i] = workflow.SignalExternalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
+			temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: cycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
+	}
+	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+	})
+	for i, f := range futs {
+		sigErr := f.Get(ctx, nil)
+		if sigErr == nil {
+			continue
+		}
+		p := placed[i]
+		err := workflow.ExecuteActivity(rctx, s.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
+			JobID: p.JobID, AllocationID: p.AllocationID, Outcome: "requeued",
+			Detail: "job workflow could not be signalled: " + sigErr.Error(),
+		}).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Error("unclaimed placement not released", "job", p.JobID, "allocation", p.AllocationID, "error", err)
+		}
+	}
+}
