@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
@@ -54,11 +55,14 @@ type Span struct {
 }
 
 // Group is the queue service of one tier (its queue is named after it).
-// Wait percentiles are nearest-rank (see waitPercentile); they are null when
-// no wait was recorded. The sim waits are the first waits (submit → first
-// start) of the jobs that were scheduled in the trace and started in the
-// simulation; the trace waits are scheduled_time − creation_time of all jobs
-// scheduled in the trace.
+// The simulation's numbers (sim waits, requeue waits, longest wait, over
+// objective, cancelled while waiting, reasons) are computed by
+// queuereport.Compute from the simulation's jobs, runs and wait events, with
+// the definitions of `gpugov report` (see package queuereport): percentiles
+// are nearest-rank and null when no wait was recorded. The sim waits are the
+// first waits (submit → first start) of the jobs that were scheduled in the
+// trace and started in the simulation; the trace waits are scheduled_time −
+// creation_time of all jobs scheduled in the trace, nearest-rank as well.
 type Group struct {
 	Tier       string `json:"tier"`
 	Queue      string `json:"queue"`
@@ -106,8 +110,11 @@ type Preemptions struct {
 }
 
 // Starved lists the jobs that waited longer than Factor × their queue's wait
-// objective in one continuous wait, or that were still waiting when the
-// simulation ended (never started, or never resumed after a preemption).
+// objective in one continuous wait, that were still waiting when the
+// simulation ended (never started, or never resumed after a preemption), or
+// that carried one of queuereport's starvation signals in a wait (overtaken
+// by a later job that fit the same GPUs, waited through matching releases, or
+// through higher-tier arrivals; thresholds as queuereport's defaults).
 type Starved struct {
 	Count  int          `json:"count"`
 	Factor float64      `json:"factor"`
@@ -122,7 +129,17 @@ type StarvedJob struct {
 	ObjectiveS   int64  `json:"objective_s"`
 	Started      bool   `json:"started"`
 	Reason       string `json:"reason"` // last wait reason ("" if it never waited through a cycle)
+	// Signals says why the job is listed, in this order: waiting_at_end,
+	// over_objective (longer than Factor × objective), then queuereport's
+	// overtaken, releases and higher_tier_arrivals.
+	Signals []string `json:"signals"`
 }
+
+// Why a job is listed as starved (StarvedJob.Signals), besides queuereport's signals.
+const (
+	SignalWaitingAtEnd  = "waiting_at_end"
+	SignalOverObjective = "over_objective"
+)
 
 // Unfinished counts the jobs that had not run to their end when the
 // simulation ran out of events.
@@ -136,20 +153,139 @@ type Unfinished struct {
 // MaxListed bounds the job lists of the report.
 const MaxListed = 10
 
-// waitPercentile is the nearest-rank percentile: the ceil(p/100 × n)-th
-// smallest of n waits (the smallest for p = 0), so it is always a wait that
-// occurred. It returns nil for no waits. sorted must be ascending.
-func waitPercentile(sorted []int64, p float64) *int64 {
+// tracePercentile is the nearest-rank percentile of the trace's waits, with
+// queuereport.NearestRank (the ceil(p/100 × n)-th smallest), so that trace
+// and simulated percentiles share one definition. It returns nil for no
+// waits. sorted must be ascending.
+func tracePercentile(sorted []int64, p int) *int64 {
 	if len(sorted) == 0 {
 		return nil
 	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	v := sorted[min(max(rank, 1), len(sorted))-1]
+	v := sorted[queuereport.NearestRank(len(sorted), p)-1]
 	return &v
 }
 
-// report builds the Report from the finished engine.
-func (e *engine) report(in Input) *Report {
+// Job types of the simulation's queue service records: whether the trace
+// scheduled the pod, which decides whether its first wait has a trace
+// counterpart to compare with.
+const (
+	jobTypeTraceScheduled = "trace_scheduled"
+	jobTypeTracePending   = "trace_pending"
+)
+
+// serviceReports computes the queue service report of the whole simulated
+// span with queuereport, grouped by tier and by tier and job type, listing
+// every starving job. The window ends a nanosecond after the last event, so
+// that a run starting at the last instant counts while waits still open are
+// measured to that instant (a nanosecond is below the reported second).
+func (e *engine) serviceReports() (byTier, byType queuereport.Report, err error) {
+	in := e.serviceRecords()
+	end := e.at(e.now).Add(time.Nanosecond)
+	opts := queuereport.Options{Window: queuereport.Window{From: e.at(e.start), To: end}, Now: end,
+		GroupBy: []string{queuereport.KeyTier}, StarvingLimit: queuereport.NoStarvingLimit}
+	if byTier, err = queuereport.Compute(in, opts); err != nil {
+		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+	}
+	opts.GroupBy, opts.StarvingLimit = []string{queuereport.KeyTier, queuereport.KeyJobType}, 0
+	if byType, err = queuereport.Compute(in, opts); err != nil {
+		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+	}
+	return byTier, byType, nil
+}
+
+// serviceRecords returns the simulation's history as the service would have
+// stored it: every GPU job with its runs, its wait events (one per reason
+// held from one cycle to a later one), every GPU release and the queues'
+// targets. A pod the trace never scheduled is deleted by its owner at its
+// deletion time (Cancelled), while waiting or after running.
+func (e *engine) serviceRecords() queuereport.Input {
+	in := queuereport.Input{Releases: e.releases, Targets: queuereport.TargetsOf(e.cfg.Queues)}
+	for _, j := range e.jobs {
+		if j.state == stFuture {
+			continue
+		}
+		job := queuereport.Job{
+			ID: j.spec.ID, Queue: j.spec.Queue, Tier: j.spec.Tier, JobType: jobTypeTracePending, Pool: j.spec.Request.Pool,
+			Project: j.spec.Project, Request: queuereport.RequestOf(j.spec.Request), SubmitTime: e.at(j.pod.CreationTime),
+			State: j.state.String(),
+		}
+		if j.pod.Scheduled {
+			job.JobType = jobTypeTraceScheduled
+		}
+		if j.firstStart >= 0 {
+			job.FirstStart = timePtr(e.at(j.firstStart))
+		}
+		if j.state == stDone || j.state == stCancelled {
+			job.End = timePtr(e.at(j.endAt))
+			job.Cancelled = !j.pod.Scheduled
+			job.CancelledWhileWaiting = j.state == stCancelled
+		}
+		in.Jobs = append(in.Jobs, job)
+		for _, r := range j.runs {
+			run := queuereport.Run{JobID: job.ID, Start: e.at(r.start), GPUMilli: j.spec.Request.TotalMilli()}
+			if r.end >= 0 {
+				run.End = timePtr(e.at(r.end))
+			}
+			in.Runs = append(in.Runs, run)
+		}
+		for _, w := range j.waits {
+			in.WaitEvents = append(in.WaitEvents, queuereport.WaitEvent{JobID: job.ID, Reason: w.reason,
+				Start: e.at(w.start), End: timePtr(e.at(w.end))})
+		}
+	}
+	return in
+}
+
+func timePtr(t time.Time) *time.Time { return &t }
+
+// String names a job state in the service's records.
+func (s jobState) String() string {
+	switch s {
+	case stWaiting:
+		return "waiting"
+	case stRunning:
+		return "running"
+	case stDone:
+		return "done"
+	case stCancelled:
+		return "cancelled"
+	}
+	return "future"
+}
+
+// groupsByKey indexes a report's groups by their group-by values joined with "/".
+func groupsByKey(r *queuereport.Report, keys ...string) map[string]*queuereport.Group {
+	out := make(map[string]*queuereport.Group, len(r.Groups))
+	for i := range r.Groups {
+		vals := make([]string, len(keys))
+		for k, name := range keys {
+			vals[k] = r.Groups[i].Key[name]
+		}
+		out[strings.Join(vals, "/")] = &r.Groups[i]
+	}
+	return out
+}
+
+// seconds converts an optional number of whole seconds (the simulation's
+// clock has one-second steps) to the report's integers.
+func seconds(v *float64) *int64 {
+	if v == nil {
+		return nil
+	}
+	s := int64(math.Round(*v))
+	return &s
+}
+
+// report builds the Report from the finished engine. It returns an error
+// when queuereport rejects the simulation's records, which would be a bug
+// of the engine.
+func (e *engine) report(in Input) (*Report, error) {
+	byTier, byType, err := e.serviceReports()
+	if err != nil {
+		return nil, err
+	}
+	tiers := groupsByKey(&byTier, queuereport.KeyTier)
+	scheduled := groupsByKey(&byType, queuereport.KeyTier, queuereport.KeyJobType)
 	r := &Report{
 		PolicyVersion: e.cfg.Policy.Version, Seed: e.cfg.Seed, Stage: string(e.cfg.Stage),
 		Nodes: len(e.pools[0].Nodes), GPUs: e.gpus, Pods: len(in.Pods), GPUJobs: len(e.jobs),
@@ -164,7 +300,7 @@ func (e *engine) report(in Input) *Report {
 		r.SkippedRows.Messages = []string{}
 	}
 	for _, t := range scheduling.Tiers {
-		g := e.group(t)
+		g := e.group(t, tiers[t.String()], scheduled[t.String()+"/"+jobTypeTraceScheduled])
 		for code, s := range g.Reasons {
 			r.Reasons[code] += s
 		}
@@ -178,28 +314,26 @@ func (e *engine) report(in Input) *Report {
 	if r.CapacityGPUSeconds > 0 {
 		r.GPUUtilization = r.AllocatedGPUSeconds / r.CapacityGPUSeconds
 	}
-	e.fillStarvedAndUnfinished(r)
+	e.fillStarvedAndUnfinished(r, byTier.Starving)
 	r.Assumptions = e.assumptions(r)
-	return r
+	return r, nil
 }
 
-// group gathers the statistics of one tier.
-func (e *engine) group(t scheduling.Tier) Group {
+// group gathers the statistics of one tier: the simulation's from tier (the
+// tier's queuereport group) and scheduled (its trace-scheduled jobs' group),
+// either nil when the tier has no such job; the trace's and the engine's own
+// counts from the jobs.
+func (e *engine) group(t scheduling.Tier, tier, scheduled *queuereport.Group) Group {
 	g := Group{Tier: t.String(), Queue: t.String(), Reasons: map[string]float64{}}
 	if q := e.queue(t.String()); q != nil {
 		g.ObjectiveS = int64(q.MaxWait / time.Second)
 	}
-	var sim, trace, requeue []int64
+	var trace []int64
 	for _, j := range e.jobs {
 		if j.spec.Tier != t {
 			continue
 		}
 		g.Jobs++
-		requeue = append(requeue, j.requeueWaits...)
-		g.LongestWaitS = max(g.LongestWaitS, j.longestWaitS)
-		if j.overObjective {
-			g.OverObjective++
-		}
 		if j.state == stWaiting && j.firstStart < 0 {
 			g.NeverStarted++
 		}
@@ -208,34 +342,43 @@ func (e *engine) group(t scheduling.Tier) Group {
 			if g.ObjectiveS > 0 && tw > g.ObjectiveS {
 				g.TraceOverObjective++
 			}
-			if j.firstStart >= 0 {
-				sim = append(sim, j.firstWaitS)
-			}
 			continue
 		}
 		g.TraceUnscheduled++
 		if j.firstStart >= 0 {
 			g.TraceUnscheduledStarted++
 		}
-		if j.state == stCancelled {
-			g.CancelledWhileWaiting++
+	}
+	slices.Sort(trace)
+	g.TraceWaits = len(trace)
+	g.TraceP50S, g.TraceP95S, g.TraceP99S, g.TraceMaxS = tracePercentile(trace, 50), tracePercentile(trace, 95), tracePercentile(trace, 99), tracePercentile(trace, 100)
+	if scheduled != nil {
+		g.SimWaits = scheduled.Started
+		g.WaitP50S, g.WaitP95S, g.WaitP99S, g.WaitMaxS = seconds(scheduled.WaitP50S), seconds(scheduled.WaitP95S), seconds(scheduled.WaitP99S), seconds(scheduled.WaitMaxS)
+	}
+	if tier != nil {
+		g.RequeueWaits, g.RequeueWaitP95S, g.RequeueWaitMaxS = tier.RequeueStarts, seconds(tier.RequeueWaitP95S), seconds(tier.RequeueWaitMaxS)
+		if l := seconds(tier.LongestWaitS); l != nil {
+			g.LongestWaitS = *l
 		}
-	}
-	for _, l := range [][]int64{sim, trace, requeue} {
-		slices.Sort(l)
-	}
-	g.SimWaits, g.TraceWaits, g.RequeueWaits = len(sim), len(trace), len(requeue)
-	g.WaitP50S, g.WaitP95S, g.WaitP99S, g.WaitMaxS = waitPercentile(sim, 50), waitPercentile(sim, 95), waitPercentile(sim, 99), waitPercentile(sim, 100)
-	g.TraceP50S, g.TraceP95S, g.TraceP99S, g.TraceMaxS = waitPercentile(trace, 50), waitPercentile(trace, 95), waitPercentile(trace, 99), waitPercentile(trace, 100)
-	g.RequeueWaitP95S, g.RequeueWaitMaxS = waitPercentile(requeue, 95), waitPercentile(requeue, 100)
-	for code, s := range e.reasonS[t] {
-		g.Reasons[string(code)] = s
+		g.OverObjective, g.CancelledWhileWaiting = tier.JobsOverObjective, tier.CancelledWhileWaiting
+		for code, s := range tier.WaitReasonSeconds {
+			g.Reasons[code] = s
+		}
 	}
 	g.Preemptions, g.LossGPUSeconds = e.preempts[t], e.lossGPUS[t]
 	return g
 }
 
-func (e *engine) fillStarvedAndUnfinished(r *Report) {
+// fillStarvedAndUnfinished lists the unfinished jobs and the starved ones:
+// still waiting at the end, a wait longer than StarvationFactor × the
+// objective, or one of queuereport's signals (starving, every starving job
+// of the simulation's report).
+func (e *engine) fillStarvedAndUnfinished(r *Report, starving []queuereport.StarvingJob) {
+	signals := make(map[string][]string, len(starving))
+	for _, s := range starving {
+		signals[s.JobID] = s.Signals
+	}
 	var starved []StarvedJob
 	for _, j := range e.jobs {
 		stuck := j.state == stWaiting
@@ -250,10 +393,17 @@ func (e *engine) fillStarvedAndUnfinished(r *Report) {
 				r.Unfinished.Jobs = append(r.Unfinished.Jobs, j.spec.ID)
 			}
 		}
-		tooLong := j.objectiveS > 0 && float64(j.longestWaitS) > e.cfg.StarvationFactor*float64(j.objectiveS)
-		if stuck || tooLong {
+		var why []string
+		if stuck {
+			why = append(why, SignalWaitingAtEnd)
+		}
+		if j.objectiveS > 0 && float64(j.longestWaitS) > e.cfg.StarvationFactor*float64(j.objectiveS) {
+			why = append(why, SignalOverObjective)
+		}
+		why = append(why, signals[j.spec.ID]...)
+		if len(why) > 0 {
 			starved = append(starved, StarvedJob{Job: j.spec.ID, Tier: j.spec.Tier.String(), LongestWaitS: j.longestWaitS,
-				ObjectiveS: j.objectiveS, Started: j.firstStart >= 0, Reason: string(j.reason)})
+				ObjectiveS: j.objectiveS, Started: j.firstStart >= 0, Reason: string(j.reason), Signals: why})
 		}
 	}
 	slices.SortStableFunc(starved, func(a, b StarvedJob) int {
@@ -286,9 +436,11 @@ func (e *engine) assumptions(r *Report) []string {
 		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s.", strings.Join(objectives, ", ")),
 		fmt.Sprintf("Nodes form one pool %q; GPU UUIDs are synthetic (GPU-<sn>-<i>); GPU memory of the undisclosed models is assumed (G1 32768, G2 and G3 81920 MiB); 8-GPU V100 and G-model nodes are one NVLink domain each; multi-GPU pods need one node.", c.PoolName),
 		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
+		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events (a wait event per reason held from one scheduling cycle to a later one), with the definitions `gpugov report` applies to the service's records.",
 		"Wait percentiles are nearest-rank (the ceil(p/100·n)-th smallest wait); the sim percentiles cover the first waits of jobs scheduled in the trace that started in the simulation, the trace percentiles those jobs' scheduled_time − creation_time.",
 		"gpu_utilization is allocated GPU-seconds (a share of g milli-GPU counts g/1000) over GPUs × span, the span running from the first arrival to the last event.",
-		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, or when it was still waiting at the end (never started, or never resumed after a preemption).", c.StarvationFactor),
+		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, when it was still waiting at the end (never started, or never resumed after a preemption), or when queuereport's starvation signals fired in one of its waits: overtaken by ≥ %d later job of the pool that fit the same GPUs, ≥ %d releases of matching GPUs, or ≥ %d arrivals of higher tiers.",
+			c.StarvationFactor, queuereport.DefaultOvertakenThreshold, queuereport.DefaultStarvationReleases, queuereport.DefaultTierArrivalThreshold),
 	}
 }
 
@@ -326,10 +478,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(w, "\npreemptions %d (loss %.0f GPU-s), would preempt %d\n", r.Preemptions.Count, r.Preemptions.LossGPUSeconds, r.Preemptions.WouldPreempt)
-	fmt.Fprintf(w, "starved jobs %d (over %g × objective or never started); unfinished %d (never started %d, not resumed %d)\n",
+	fmt.Fprintf(w, "starved jobs %d (over %g × objective, waiting at the end, or starvation signals); unfinished %d (never started %d, not resumed %d)\n",
 		r.StarvedJobs.Count, r.StarvedJobs.Factor, r.Unfinished.Count, r.Unfinished.NeverStarted, r.Unfinished.RequeuedNotResumed)
 	for _, s := range r.StarvedJobs.Jobs {
-		fmt.Fprintf(w, "  %s %s waited %d s (objective %d s, started %v, last reason %s)\n", s.Job, s.Tier, s.LongestWaitS, s.ObjectiveS, s.Started, s.Reason)
+		fmt.Fprintf(w, "  %s %s waited %d s (objective %d s, started %v, last reason %s; %s)\n", s.Job, s.Tier, s.LongestWaitS, s.ObjectiveS,
+			s.Started, s.Reason, strings.Join(s.Signals, ", "))
 	}
 	fmt.Fprintln(w, "\nassumptions:")
 	for _, a := range r.Assumptions {

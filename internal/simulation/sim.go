@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 )
@@ -63,16 +64,19 @@ type simJob struct {
 	deleteAt int64 // never-scheduled trace pods: deleted then, waiting or running
 	runLeft  int64 // trace-scheduled pods: run seconds still to do
 
-	waitStart     int64
-	reason        scheduling.WaitReason
-	reasonSince   int64
-	accruedS      float64 // eligible wait of earlier waits, carried into aging on requeue
-	firstStart    int64   // -1 until the first run starts
-	firstWaitS    int64
-	requeueWaits  []int64
-	longestWaitS  int64
-	overObjective bool
-	seenCycle     int
+	waitStart    int64
+	reason       scheduling.WaitReason
+	reasonSince  int64
+	accruedS     float64 // eligible wait of earlier waits, carried into aging on requeue
+	firstStart   int64   // -1 until the first run starts
+	longestWaitS int64   // the longest continuous wait so far (for the starved-job list)
+	endAt        int64   // when the job left: its last run's end, or its deletion while waiting
+	seenCycle    int
+
+	// The job's history as the queue service report reads it (report.go):
+	// every run, and its wait-reason intervals, merged while the reason holds.
+	runs  []simRun
+	waits []simWait
 
 	runSeq      int
 	runStart    int64
@@ -82,6 +86,16 @@ type simJob struct {
 	preemptedAt []time.Time
 	pendIdx     int
 	runIdx      int
+}
+
+// simRun is one run of a job in trace seconds; end is -1 while it runs.
+type simRun struct{ start, end int64 }
+
+// simWait is one interval [start, end) during which a job waited for reason,
+// as a wait event of the service records it (written on a reason change).
+type simWait struct {
+	reason     scheduling.WaitReason
+	start, end int64
 }
 
 func (j *simJob) order() int {
@@ -98,8 +112,9 @@ type engine struct {
 	cfg        Config
 	epoch      time.Time
 	pools      []scheduling.Pool
-	healthyGPU map[string]bool // UUIDs of the pool's healthy GPUs
-	used       map[string]int  // milli-GPU held per GPU UUID
+	healthyGPU map[string]bool   // UUIDs of the pool's healthy GPUs
+	gpuModel   map[string]string // model of every GPU of the pool, by UUID
+	used       map[string]int    // milli-GPU held per GPU UUID
 	gpus       int
 
 	jobs     []*simJob
@@ -132,7 +147,7 @@ type engine struct {
 	// victims) get a cycle at their own instant.
 	changeable   int
 	placed       int
-	reasonS      map[scheduling.Tier]map[scheduling.WaitReason]float64
+	releases     []queuereport.Release // every release of GPUs, for the starvation signals
 	preempts     map[scheduling.Tier]int
 	lossGPUS     map[scheduling.Tier]float64
 	wouldPreempt int
@@ -146,8 +161,9 @@ type engine struct {
 // receives a line at every 5% of arrivals. It returns cfg.Validate's error
 // for an invalid Config; any other error means Plan broke its
 // contract (a job left without outcome, a GPU granted beyond capacity, a
-// victim without recovery evidence …): the simulation stops rather than
-// report numbers built on it.
+// victim without recovery evidence …), or that queuereport rejected the
+// records the simulation built (a bug of the engine): the simulation stops
+// rather than report numbers built on it.
 func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simulation config: %w", err)
@@ -156,20 +172,20 @@ func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
 	if err := e.loop(); err != nil {
 		return nil, err
 	}
-	return e.report(in), nil
+	return e.report(in)
 }
 
 func newEngine(in Input, cfg Config, progress io.Writer) *engine {
 	e := &engine{
 		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
 		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
-		healthyGPU: map[string]bool{}, used: map[string]int{}, byID: map[string]*simJob{}, projIdx: map[string]int{},
-		reasonS:  map[scheduling.Tier]map[scheduling.WaitReason]float64{},
-		preempts: map[scheduling.Tier]int{}, lossGPUS: map[scheduling.Tier]float64{},
+		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: map[string]int{}, byID: map[string]*simJob{},
+		projIdx: map[string]int{}, preempts: map[scheduling.Tier]int{}, lossGPUS: map[scheduling.Tier]float64{},
 	}
 	for _, n := range e.pools[0].Nodes {
 		for _, g := range n.GPUs {
 			e.healthyGPU[g.UUID] = true
+			e.gpuModel[g.UUID] = g.Model
 			e.gpus++
 		}
 	}
@@ -283,8 +299,8 @@ func (e *engine) apply(ev event, t int64) bool {
 		if j.state != stRunning || ev.seq != j.runSeq {
 			return false // a run that was preempted; its completion is void
 		}
-		e.release(j)
-		j.state = stDone
+		e.release(j, t)
+		j.state, j.endAt = stDone, t
 		return e.changeable > 0
 	case evArrival:
 		j.state = stWaiting
@@ -296,9 +312,9 @@ func (e *engine) apply(ev event, t int64) bool {
 		if j.state != stWaiting {
 			return false // running: its run ends at the deletion by its completion event
 		}
-		e.endWait(j, t, waitCancelled)
+		e.endWait(j, t)
 		e.removePending(j)
-		j.state = stCancelled
+		j.state, j.endAt = stCancelled, t
 		return e.changeable > 0
 	case evTimer:
 		if t != e.timerAt {
@@ -417,7 +433,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 		return fmt.Errorf("t=%ds: placement of %s grants %d milli-GPU on %d GPUs, the request needs %d on %d",
 			t, j.spec.ID, milli, len(pl.GPUs), want, j.spec.Request.GPUs)
 	}
-	e.endWait(j, t, waitStarted)
+	e.endWait(j, t)
 	e.removePending(j)
 	if j.firstStart >= 0 {
 		j.recovery.VerifiedResumes++ // the resume from the checkpoint is this run
@@ -425,6 +441,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 		j.firstStart = t
 	}
 	j.state, j.runSeq, j.runStart, j.ckptStep, j.milli = stRunning, j.runSeq+1, t, 0, milli
+	j.runs = append(j.runs, simRun{start: t, end: -1})
 	j.runEnd = t + j.runLeft
 	if !j.pod.Scheduled {
 		j.runEnd = j.deleteAt // the owner deleted the pod then, whenever it started
@@ -501,7 +518,7 @@ func (e *engine) preempt(id, forID string, t int64) error {
 	saveRestore := e.cfg.Policy.Preemption.SaveRestoreSeconds
 	e.preempts[j.spec.Tier]++
 	e.lossGPUS[j.spec.Tier] += (float64(lost) + saveRestore) * float64(j.milli) / scheduling.MilliPerGPU
-	e.release(j)
+	e.release(j, t)
 	if j.pod.Scheduled {
 		j.runLeft = (j.runEnd - t) + lost + int64(math.Ceil(saveRestore))
 	}
@@ -512,11 +529,19 @@ func (e *engine) preempt(id, forID string, t int64) error {
 	return nil
 }
 
-// release returns j's GPUs and takes it off the running list.
-func (e *engine) release(j *simJob) {
+// release returns j's GPUs at t, takes it off the running list, ends its
+// run and records the release with the models of the GPUs freed.
+func (e *engine) release(j *simJob, t int64) {
+	var models []string
 	for _, g := range e.allocs[j.runIdx].GPUs {
 		e.used[g.UUID] -= g.Milli
+		if m := e.gpuModel[g.UUID]; !slices.Contains(models, m) {
+			models = append(models, m)
+		}
 	}
+	slices.Sort(models)
+	e.releases = append(e.releases, queuereport.Release{At: e.at(t), Pool: e.pools[0].Name, Models: models, GPUMilli: j.milli})
+	j.runs[len(j.runs)-1].end = t
 	e.allocMilli -= j.milli
 	e.rate[e.projIdx[j.spec.Project]] -= float64(j.milli) / scheduling.MilliPerGPU
 	last := len(e.running) - 1
@@ -548,46 +573,29 @@ func (e *engine) removePending(j *simJob) {
 	j.pendIdx = -1
 }
 
-// closeReason charges the time since the last cycle to j's current reason: a
-// reason holds from the cycle that gave it until the next cycle.
+// closeReason records the time since the last cycle under j's current
+// reason: a reason holds from the cycle that gave it until the next cycle.
+// Consecutive intervals of one reason make one wait event, as the service
+// writes wait events only on transitions.
 func (e *engine) closeReason(j *simJob, t int64) {
 	if j.reason != "" && t > j.reasonSince {
-		m := e.reasonS[j.spec.Tier]
-		if m == nil {
-			m = map[scheduling.WaitReason]float64{}
-			e.reasonS[j.spec.Tier] = m
+		if n := len(j.waits); n > 0 && j.waits[n-1].reason == j.reason && j.waits[n-1].end == j.reasonSince {
+			j.waits[n-1].end = t
+		} else {
+			j.waits = append(j.waits, simWait{reason: j.reason, start: j.reasonSince, end: t})
 		}
-		m[j.reason] += float64(t - j.reasonSince)
 	}
 	j.reasonSince = t
 }
 
-// How a wait ends, for endWait.
-type waitEnd uint8
-
-const (
-	waitStarted    waitEnd = iota // a run started
-	waitCancelled                 // the pod was deleted while waiting
-	waitUnfinished                // the simulation ended first
-)
-
-// endWait records the wait of j that ends at t: a first wait or a requeue
-// wait when a run starts, and in every case the longest continuous wait and
-// whether it broke the queue's objective.
-func (e *engine) endWait(j *simJob, t int64, how waitEnd) {
+// endWait closes the wait of j that ends at t (a run starts, the pod is
+// deleted, or the simulation ends): its last reason interval, the longest
+// continuous wait, and the wait carried into aging. The waits themselves are
+// derived from the job's submit time and runs by queuereport (report.go).
+func (e *engine) endWait(j *simJob, t int64) {
 	e.closeReason(j, t)
 	w := t - j.waitStart
-	if how == waitStarted {
-		if j.firstStart < 0 {
-			j.firstWaitS = w
-		} else {
-			j.requeueWaits = append(j.requeueWaits, w)
-		}
-	}
 	j.longestWaitS = max(j.longestWaitS, w)
-	if j.objectiveS > 0 && w > j.objectiveS {
-		j.overObjective = true
-	}
 	j.accruedS += float64(w)
 }
 
@@ -649,7 +657,7 @@ func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 // finish ends the waits of the jobs still pending when no event is left.
 func (e *engine) finish() {
 	for _, j := range e.pendJobs {
-		e.endWait(j, e.now, waitUnfinished)
+		e.endWait(j, e.now)
 	}
 }
 

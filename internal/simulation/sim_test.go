@@ -160,6 +160,42 @@ func TestStarvationByObjective(t *testing.T) {
 	}
 }
 
+// TestStarvationSignals replays testdata/pods_starvation.csv on one T4 with
+// no checkpointable job. Hand-worked timeline:
+//
+//	a  LS  runs 0–100
+//	x  BE  arrives 5, waits while p1, p2, p3 (LS, arriving 20, 30, 40) queue
+//	       ahead of it; they run 100–110, 110–120, 120–130; x starts at 130
+//	p* LS  each waits 80 s (over the 60 s objective, not over 4 × 60 s)
+//
+// x's wait (5, 130) holds queuereport's three signals: overtaken by p1–p3
+// (later, same GPUs), 3 releases (a, p1, p2; p3's at 130 ends the wait) and
+// 3 higher-tier arrivals, so x is starved although it is neither over 4 ×
+// its objective nor waiting at the end.
+func TestStarvationSignals(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Recovery.Probability = 0
+	r, err := Run(readInput(t, "testdata/nodes_one_t4.csv", "testdata/pods_starvation.csv"), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StarvedJobs.Count != 1 {
+		t.Fatalf("starved %+v, want x only", r.StarvedJobs)
+	}
+	x := r.StarvedJobs.Jobs[0]
+	if x.Job != "x" || !x.Started || x.LongestWaitS != 125 ||
+		strings.Join(x.Signals, ",") != "overtaken,releases,higher_tier_arrivals" {
+		t.Errorf("starved x %+v", x)
+	}
+	prod, exp := groupOf(t, r, "production"), groupOf(t, r, "experiment")
+	eq(t, "production sim p50", prod.WaitP50S, 80)
+	eq(t, "experiment sim max", exp.WaitMaxS, 125)
+	if prod.OverObjective != 3 || exp.OverObjective != 0 || sumReasons(exp.Reasons) != 125 || sumReasons(prod.Reasons) != 240 {
+		t.Errorf("production over objective %d, reasons %v; experiment over objective %d, reasons %v",
+			prod.OverObjective, prod.Reasons, exp.OverObjective, exp.Reasons)
+	}
+}
+
 // TestPreemption: on one T4, checkpointable BE job b (checkpoint every 50 s)
 // has run 120 s when LS job c arrives. b is preempted at 120: its last
 // checkpoint was at 100, so it loses 20 s + 5 s save/restore = 25 GPU-s, and

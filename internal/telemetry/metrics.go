@@ -38,6 +38,8 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	waiting map[WaitingKey]int64
+
+	report *reportMetrics // queue service gauges and transitions (report_metrics.go)
 }
 
 // NewMetrics creates the instruments on meter. It returns an error when an
@@ -66,6 +68,9 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	}
 	if _, err = meter.RegisterCallback(m.observeWaiting, m.waitingG); err != nil {
 		return nil, fmt.Errorf("telemetry: waiting gauge callback: %w", err)
+	}
+	if m.report, err = newReportMetrics(meter); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/gpugov/gpugov/store"
+)
+
+// Error codes of the API's error object. They are stable: clients branch on them.
+const (
+	CodeMalformed        = "malformed"          // 400: the body is not valid JSON of the right shape, or has unknown fields
+	CodeInvalid          = "invalid"            // 422: well-formed but semantically invalid (the field says which)
+	CodeUnauthorized     = "unauthorized"       // 401: no bearer token, or an unknown one
+	CodeForbidden        = "forbidden"          // 403: the token's role or project does not allow the call
+	CodeNotFound         = "not_found"          // 404: no such job or route
+	CodeMethodNotAllowed = "method_not_allowed" // 405: the route exists for another method
+	CodeConflict         = "conflict"           // 409: the job's state does not allow the action (e.g. cancel a finished job)
+	CodeStoreUnavailable = "store_unavailable"  // 503: PostgreSQL could not be reached; nothing was persisted
+	CodeInternal         = "internal"           // 500: a bug or an unexpected database error
+)
+
+// FieldError is one problem with one field of a request.
+type FieldError struct {
+	Field   string `json:"field"`   // dotted path in the request, e.g. "resources.gpu_milli"
+	Message string `json:"message"` // what is wrong and what is accepted
+}
+
+// ErrorBody is the error object every non-2xx answer carries:
+// {"error": {"code", "message", "field"}}. Details lists every field error when
+// validation found more than one; the first is repeated in Field and Message.
+type ErrorBody struct {
+	Code    string       `json:"code"`
+	Message string       `json:"message"`
+	Field   string       `json:"field,omitempty"`
+	Details []FieldError `json:"details,omitempty"`
+}
+
+// ErrorResponse is the envelope of ErrorBody.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}
+
+// Error is an API failure with its HTTP status. Handlers return it; writeError
+// renders it.
+type Error struct {
+	Status int
+	Body   ErrorBody
+}
+
+// Error returns "field: message" (or just the message when no field is named),
+// the form the CLI prints.
+func (e *Error) Error() string {
+	if e.Body.Field != "" {
+		return e.Body.Field + ": " + e.Body.Message
+	}
+	return e.Body.Message
+}
+
+// newError builds an Error with a status, a code and a formatted message.
+func newError(status int, code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Body: ErrorBody{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}}
+}
+
+// invalid builds a 422 from one or more field errors; the first names the field.
+func invalid(errs []FieldError) *Error {
+	e := &Error{Status: http.StatusUnprocessableEntity, Body: ErrorBody{
+		Code: CodeInvalid, Field: errs[0].Field, Message: errs[0].Message,
+	}}
+	if len(errs) > 1 {
+		e.Body.Details = errs
+	}
+	return e
+}
+
+// writeError renders err as the JSON error object and aborts the gin chain.
+// Errors that are not *Error are classified by storeError.
+func writeError(c *gin.Context, err error) {
+	var apiErr *Error
+	if !errors.As(err, &apiErr) {
+		apiErr = storeError(err)
+	}
+	if apiErr.Status >= 500 {
+		_ = c.Error(err) // keeps the cause for logging middleware; never shown to the client
+	}
+	c.AbortWithStatusJSON(apiErr.Status, ErrorResponse{Error: apiErr.Body})
+}
+
+// storeError maps an error from the store to an API error. Not-found is 404 and
+// a state conflict 409. A PostgreSQL error answered by a reachable server is a
+// 500, except the classes that mean the server is going away or out of
+// resources; every other failure (refused or dropped connection, closed pool,
+// timeout) means the store could not be reached, which is a 503 — so a
+// submission is never acknowledged unless it was persisted.
+func storeError(err error) *Error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return newError(http.StatusNotFound, CodeNotFound, "", "job not found")
+	case errors.Is(err, store.ErrConflict):
+		return newError(http.StatusConflict, CodeConflict, "", "%v", err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !unavailableSQLState(pgErr.Code) {
+		return newError(http.StatusInternalServerError, CodeInternal, "", "internal error")
+	}
+	if errors.Is(err, context.Canceled) {
+		// The client went away; the status is not seen by anyone but the logs.
+		return newError(499, CodeStoreUnavailable, "", "request cancelled")
+	}
+	return newError(http.StatusServiceUnavailable, CodeStoreUnavailable, "", "the job store (PostgreSQL) is unreachable; nothing was changed, retry later")
+}
+
+// unavailableSQLState reports whether a SQLSTATE means "try again later":
+// class 08 (connection exception), 53 (insufficient resources), 57P0x
+// (operator intervention: shutdown, cannot connect now).
+func unavailableSQLState(code string) bool {
+	if len(code) < 2 {
+		return false
+	}
+	switch code[:2] {
+	case "08", "53":
+		return true
+	case "57":
+		return len(code) == 5 && code[:4] == "57P0"
+	}
+	return false
+}

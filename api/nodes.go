@@ -1,0 +1,449 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpugov/gpugov/internal/inventory"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// Node-agent routes: what `gpugov agent` calls. They need an agent, operator
+// or admin token; an agent token may call nothing else (see agentRoutes).
+//
+//	POST /v1/nodes/{name}/inventory           the node's inventory (inventory.NodeInventory), every refresh
+//	POST /v1/nodes/{name}/samples             GPU utilisation samples, the evidence for idle reclaim
+//	GET  /v1/nodes/{name}/runs/{run}          the command, environment and resume checkpoint of a run placed there
+//	POST /v1/jobs/{id}/runs/{run}/checkpoints a checkpoint the run's process reported
+const (
+	routeNodeInventory  = "/v1/nodes/:name/inventory"
+	routeNodeSamples    = "/v1/nodes/:name/samples"
+	routeNodeRun        = "/v1/nodes/:name/runs/:run"
+	routeRunCheckpoints = "/v1/jobs/:id/runs/:run/checkpoints"
+)
+
+// agentRoutes are the only routes (gin full paths) an agent token may call.
+var agentRoutes = []string{routeNodeInventory, routeNodeSamples, routeNodeRun, routeRunCheckpoints}
+
+// agentRoute reports whether an agent token may call the route with gin full
+// path fullPath.
+func agentRoute(fullPath string) bool { return slices.Contains(agentRoutes, fullPath) }
+
+// Limits of node-agent requests.
+const (
+	// MaxSamplesPerReport bounds the samples of one POST …/samples: an agent
+	// sends one per GPU per refresh, so 4096 leaves room for a backlog.
+	MaxSamplesPerReport = 4096
+	// MaxSampleClockSkew is how far in the future (by the server's clock) a
+	// sample's time may be before it is rejected as a clock error.
+	MaxSampleClockSkew = 5 * time.Minute
+)
+
+// namePattern is what a node or pool name must look like: a DNS-label-like
+// name, as NVML host names and the static inventory's names are.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
+// NodeStore is the part of *store.Store the node-agent routes use. The Store
+// given to New must implement it for those routes to work (StoreFrom's value
+// does); otherwise they answer 500.
+type NodeStore interface {
+	UpsertNode(ctx context.Context, pool string, node scheduling.Node, actor string) (*store.NodeChange, error)
+	InsertGPUSamples(ctx context.Context, node string, samples []store.GPUSample) (int64, error)
+	GetRunSpec(ctx context.Context, runID string) (*store.RunSpec, error)
+	RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error
+}
+
+// NodeReportResult answers POST /v1/nodes/{name}/inventory: what the report
+// changed in the stored inventory. GPU lists hold UUIDs.
+type NodeReportResult struct {
+	Node            string   `json:"node"`
+	Pool            string   `json:"pool"`
+	GPUs            int      `json:"gpus"`    // GPUs reported
+	Changed         bool     `json:"changed"` // false when the report matched the stored inventory
+	PoolCreated     bool     `json:"pool_created,omitempty"`
+	NodeCreated     bool     `json:"node_created,omitempty"`
+	PreviousPool    string   `json:"previous_pool,omitempty"`
+	Added           []string `json:"added,omitempty"`
+	Removed         []string `json:"removed,omitempty"`
+	Retained        []string `json:"retained,omitempty"` // not reported but still allocated: kept, unhealthy
+	Updated         []string `json:"updated,omitempty"`
+	BecameHealthy   []string `json:"became_healthy,omitempty"`
+	BecameUnhealthy []string `json:"became_unhealthy,omitempty"`
+}
+
+// SamplesReport is the body of POST /v1/nodes/{name}/samples.
+type SamplesReport struct {
+	Samples []inventory.UtilizationSample `json:"samples"`
+}
+
+// SamplesResult answers POST /v1/nodes/{name}/samples.
+type SamplesResult struct {
+	Received int   `json:"received"` // samples in the request
+	Stored   int64 `json:"stored"`   // samples new to the store (a retried report stores none again)
+}
+
+// RunSpec answers GET /v1/nodes/{name}/runs/{run}: what the node agent needs
+// to start the run as a process.
+type RunSpec struct {
+	JobID   string            `json:"job_id"`
+	RunID   string            `json:"run_id"`
+	Node    string            `json:"node"`
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	// StartStep is the step the run was started to resume from.
+	StartStep int64 `json:"start_step"`
+	// ResumeFrom is the job's last valid checkpoint (the run's start point,
+	// or a newer one an earlier attempt of the run recorded); absent when none.
+	ResumeFrom *Checkpoint `json:"resume_from,omitempty"`
+	// Ended is true once the run has finished; an agent must not start it.
+	Ended bool `json:"ended"`
+}
+
+// CheckpointResult answers POST /v1/jobs/{id}/runs/{run}/checkpoints.
+type CheckpointResult struct {
+	JobID      string     `json:"job_id"`
+	RunID      string     `json:"run_id"`
+	Checkpoint Checkpoint `json:"checkpoint"`
+}
+
+// nodeRoutes adds the node-agent routes to the authenticated /v1 group.
+func (s *Server) nodeRoutes(v1 *gin.RouterGroup) {
+	g := v1.Group("", requireAgentRole)
+	g.POST(strings.TrimPrefix(routeNodeInventory, "/v1"), s.reportInventory)
+	g.POST(strings.TrimPrefix(routeNodeSamples, "/v1"), s.reportSamples)
+	g.GET(strings.TrimPrefix(routeNodeRun, "/v1"), s.getRunSpec)
+	g.POST(strings.TrimPrefix(routeRunCheckpoints, "/v1"), s.recordCheckpoint)
+}
+
+// requireAgentRole lets agent, operator and admin tokens through and answers
+// 403 to submitters: a submitter must not write inventory or evidence.
+func requireAgentRole(c *gin.Context) {
+	if p := principal(c); p.Role != RoleAgent && !p.Role.seesAll() {
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
+			"node-agent routes need an agent, operator or admin token; this is a %s token", p.Role))
+		return
+	}
+	c.Next()
+}
+
+// nodeStore returns the server's store as a NodeStore, or answers 500 and
+// returns false when it is not one (a wiring bug, logged with its cause).
+func (s *Server) nodeStore(c *gin.Context) (NodeStore, bool) {
+	ns, ok := s.store.(NodeStore)
+	if !ok {
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement NodeStore", s.store))
+	}
+	return ns, ok
+}
+
+// nodeName returns the path's node name, or writes a 422 and returns false.
+func nodeName(c *gin.Context) (string, bool) {
+	name := c.Param("name")
+	if !namePattern.MatchString(name) {
+		writeError(c, invalid([]FieldError{{Field: "name", Message: fmt.Sprintf(
+			"node name %q must be 1-253 letters, digits, '.', '_' or '-', starting with a letter or digit", name)}}))
+		return "", false
+	}
+	return name, true
+}
+
+// reportInventory handles POST /v1/nodes/{name}/inventory: the node's GPUs
+// replace the stored ones (store.UpsertNode, which audits real changes with
+// the token's name as actor).
+func (s *Server) reportInventory(c *gin.Context) {
+	name, ok := nodeName(c)
+	if !ok {
+		return
+	}
+	var inv inventory.NodeInventory
+	if apiErr := decodeStrict(c.Request.Body, &inv, false); apiErr != nil {
+		writeError(c, apiErr)
+		return
+	}
+	if errs := ValidateNodeInventory(name, &inv); len(errs) > 0 {
+		writeError(c, invalid(errs))
+		return
+	}
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	change, err := ns.UpsertNode(ctx, inv.Pool, schedulingNode(&inv), principal(c).Name)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, nodeReportResult(change, len(inv.GPUs)))
+}
+
+// ValidateNodeInventory checks an inventory report for node name and returns
+// every problem found, each naming its field; nil means valid.
+func ValidateNodeInventory(name string, inv *inventory.NodeInventory) []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if inv.Node != name {
+		add("node", "is %q but the path names node %q", inv.Node, name)
+	}
+	if !namePattern.MatchString(inv.Pool) {
+		add("pool", "is required: 1-253 letters, digits, '.', '_' or '-'")
+	}
+	if inv.Source != inventory.SourceNVML && inv.Source != inventory.SourceStatic {
+		add("source", "is %q; want %q or %q", inv.Source, inventory.SourceNVML, inventory.SourceStatic)
+	}
+	if inv.CPUMilli < 0 {
+		add("cpu_milli", "must be ≥ 0 (0 = not tracked)")
+	}
+	if inv.MemoryMiB < 0 {
+		add("memory_mib", "must be ≥ 0 (0 = not tracked)")
+	}
+	uuids := map[string]int{}
+	indexes := map[int]int{}
+	for i, g := range inv.GPUs {
+		f := fmt.Sprintf("gpus[%d].", i)
+		switch j, dup := uuids[g.UUID]; {
+		case !validUUID(g.UUID):
+			add(f+"uuid", "%q must be a non-empty NVML UUID without commas or spaces", g.UUID)
+		case dup:
+			add(f+"uuid", "%q is also gpus[%d].uuid", g.UUID, j)
+		}
+		uuids[g.UUID] = i
+		switch j, dup := indexes[g.Index]; {
+		case g.Index < 0:
+			add(f+"index", "must be ≥ 0")
+		case dup:
+			add(f+"index", "%d is also gpus[%d].index", g.Index, j)
+		}
+		indexes[g.Index] = i
+		if g.Model == "" {
+			add(f+"model", "is required")
+		}
+		if g.MemoryTotalMiB <= 0 {
+			add(f+"memory_total_mib", "must be > 0")
+		}
+		if g.MemoryUsedMiB < 0 || (g.MemoryTotalMiB > 0 && g.MemoryUsedMiB > g.MemoryTotalMiB) {
+			add(f+"memory_used_mib", "must be between 0 and memory_total_mib")
+		}
+		if g.UtilizationGPUPercent < 0 || g.UtilizationGPUPercent > 100 {
+			add(f+"utilization_gpu_percent", "must be between 0 and 100")
+		}
+		if g.UtilizationMemoryPercent < 0 || g.UtilizationMemoryPercent > 100 {
+			add(f+"utilization_memory_percent", "must be between 0 and 100")
+		}
+	}
+	return errs
+}
+
+// validUUID reports whether u can name a GPU (and be listed in
+// CUDA_VISIBLE_DEVICES).
+func validUUID(u string) bool {
+	return u != "" && len(u) <= 256 && !strings.ContainsAny(u, ", \t\r\n")
+}
+
+// schedulingNode converts a validated report into the store's node, GPUs in
+// NVML index order (the store numbers them by position).
+func schedulingNode(inv *inventory.NodeInventory) scheduling.Node {
+	gpus := slices.Clone(inv.GPUs)
+	slices.SortStableFunc(gpus, func(a, b inventory.GPUInfo) int { return a.Index - b.Index })
+	sorted := *inv
+	sorted.GPUs = gpus
+	return sorted.SchedulingNode()
+}
+
+func nodeReportResult(c *store.NodeChange, gpus int) NodeReportResult {
+	return NodeReportResult{
+		Node: c.Node, Pool: c.Pool, GPUs: gpus, Changed: c.Changed(),
+		PoolCreated: c.PoolCreated, NodeCreated: c.NodeCreated, PreviousPool: c.PreviousPool,
+		Added: c.Added, Removed: c.Removed, Retained: c.Retained, Updated: c.Updated,
+		BecameHealthy: c.BecameHealthy, BecameUnhealthy: c.BecameUnhealthy,
+	}
+}
+
+// reportSamples handles POST /v1/nodes/{name}/samples. Samples are
+// measurements, not governance actions, so they are stored (idempotently)
+// rather than audited; they are themselves the evidence a reclaim's audit
+// entry points to.
+func (s *Server) reportSamples(c *gin.Context) {
+	name, ok := nodeName(c)
+	if !ok {
+		return
+	}
+	var rep SamplesReport
+	if apiErr := decodeStrict(c.Request.Body, &rep, false); apiErr != nil {
+		writeError(c, apiErr)
+		return
+	}
+	if errs := ValidateSamples(rep.Samples, s.now()); len(errs) > 0 {
+		writeError(c, invalid(errs))
+		return
+	}
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	stored, err := ns.InsertGPUSamples(ctx, name, storeSamples(rep.Samples))
+	var unknown *store.UnknownGPUError
+	if errors.As(err, &unknown) {
+		writeError(c, invalid(unknownGPUErrors(rep.Samples, unknown)))
+		return
+	}
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, SamplesResult{Received: len(rep.Samples), Stored: stored})
+}
+
+// ValidateSamples checks a samples report against the server's clock now and
+// returns every problem found, each naming its field; nil means valid.
+func ValidateSamples(samples []inventory.UtilizationSample, now time.Time) []FieldError {
+	switch {
+	case len(samples) == 0:
+		return []FieldError{{Field: "samples", Message: "at least one sample is required"}}
+	case len(samples) > MaxSamplesPerReport:
+		return []FieldError{{Field: "samples", Message: fmt.Sprintf("%d samples; at most %d per request", len(samples), MaxSamplesPerReport)}}
+	}
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	for i, sm := range samples {
+		f := fmt.Sprintf("samples[%d].", i)
+		if !validUUID(sm.GPUUUID) {
+			add(f+"gpu_uuid", "%q must be a non-empty NVML UUID without commas or spaces", sm.GPUUUID)
+		}
+		switch {
+		case sm.At.IsZero():
+			add(f+"at", "is required (RFC 3339 time of the measurement)")
+		case sm.At.After(now.Add(MaxSampleClockSkew)):
+			add(f+"at", "%s is more than %s ahead of the server's clock", sm.At.Format(time.RFC3339), MaxSampleClockSkew)
+		}
+		if sm.GPUPercent < 0 || sm.GPUPercent > 100 {
+			add(f+"gpu_percent", "must be between 0 and 100")
+		}
+		if sm.MemoryUsedMiB < 0 {
+			add(f+"memory_used_mib", "must be ≥ 0")
+		}
+	}
+	return errs
+}
+
+func storeSamples(in []inventory.UtilizationSample) []store.GPUSample {
+	out := make([]store.GPUSample, len(in))
+	for i, sm := range in {
+		out[i] = store.GPUSample{GPUUUID: sm.GPUUUID, At: sm.At, GPUPercent: sm.GPUPercent, MemoryUsedMiB: sm.MemoryUsedMiB}
+	}
+	return out
+}
+
+// unknownGPUErrors names every sample whose GPU is not on the node.
+func unknownGPUErrors(samples []inventory.UtilizationSample, e *store.UnknownGPUError) []FieldError {
+	var errs []FieldError
+	for i, sm := range samples {
+		if _, found := slices.BinarySearch(e.UUIDs, sm.GPUUUID); found {
+			errs = append(errs, FieldError{Field: fmt.Sprintf("samples[%d].gpu_uuid", i),
+				Message: fmt.Sprintf("GPU %q is not in the inventory of node %s (report the inventory first)", sm.GPUUUID, e.Node)})
+		}
+	}
+	return errs
+}
+
+// getRunSpec handles GET /v1/nodes/{name}/runs/{run}. A run placed on
+// another node is 404, so an agent never starts another node's run.
+func (s *Server) getRunSpec(c *gin.Context) {
+	name, ok := nodeName(c)
+	if !ok {
+		return
+	}
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return
+	}
+	runID := c.Param("run")
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	rs, err := ns.GetRunSpec(ctx, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "run %s not found", runID))
+		return
+	case err != nil:
+		writeError(c, err)
+		return
+	case rs.Node != name:
+		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "run %s is not placed on node %s", runID, name))
+		return
+	}
+	out := RunSpec{JobID: rs.JobID, RunID: rs.RunID, Node: rs.Node, Command: rs.Command, Env: rs.Env,
+		StartStep: rs.StartStep, Ended: rs.Ended}
+	if out.Command == nil {
+		out.Command = []string{}
+	}
+	if cp := rs.ResumeFrom; cp != nil {
+		out.ResumeFrom = &Checkpoint{At: cp.At, Step: cp.Step, Location: cp.Location}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// recordCheckpoint handles POST /v1/jobs/{id}/runs/{run}/checkpoints: the
+// checkpoint becomes the run's last one and the job's recovery evidence
+// (store.RecordCheckpoint; an older or repeated one changes nothing).
+func (s *Server) recordCheckpoint(c *gin.Context) {
+	var cp Checkpoint
+	if apiErr := decodeStrict(c.Request.Body, &cp, false); apiErr != nil {
+		writeError(c, apiErr)
+		return
+	}
+	if errs := ValidateCheckpoint(&cp); len(errs) > 0 {
+		writeError(c, invalid(errs))
+		return
+	}
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return
+	}
+	jobID, runID := c.Param("id"), c.Param("run")
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	err := ns.RecordCheckpoint(ctx, jobID, runID, scheduling.Checkpoint{At: cp.At, Step: cp.Step, Location: cp.Location})
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "run %s of job %s not found", runID, jobID))
+		return
+	}
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, CheckpointResult{JobID: jobID, RunID: runID, Checkpoint: cp})
+}
+
+// ValidateCheckpoint checks a reported checkpoint and returns every problem
+// found, each naming its field; nil means valid.
+func ValidateCheckpoint(cp *Checkpoint) []FieldError {
+	var errs []FieldError
+	if cp.At.IsZero() {
+		errs = append(errs, FieldError{Field: "at", Message: "is required (RFC 3339 time the checkpoint was complete)"})
+	}
+	if cp.Step < 0 {
+		errs = append(errs, FieldError{Field: "step", Message: "must be ≥ 0"})
+	}
+	if cp.Location == "" {
+		errs = append(errs, FieldError{Field: "location", Message: "is required: where the checkpoint can be read from"})
+	}
+	return errs
+}

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// GovernanceStore is the part of *store.Store the preemption and reclaim
+// routes use. The Store given to New must implement it for those routes to
+// work (StoreFrom's value does); otherwise they answer 500.
+type GovernanceStore interface {
+	ListPreemptions(ctx context.Context, f store.PreemptionFilter) ([]store.PreemptionRecord, error)
+	GetPreemption(ctx context.Context, id string) (*store.PreemptionRecord, error)
+	ListReclaims(ctx context.Context, f store.ReclaimFilter) ([]store.Reclaim, error)
+	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
+}
+
+// Preemption is one preemption record (GET /v1/preemptions/{id}): the
+// trigger job, its queue and the plan's reason; the victim and its run; the
+// last valid checkpoint at the notice and the one saved; the time of each
+// step; whether the next run resumed at the saved step; the failures; and the
+// effective run loss by parts (seconds; GPU-seconds = GPUs × the sum).
+type Preemption struct {
+	ID                      string      `json:"id"`
+	State                   string      `json:"state"`   // in_progress, released, aborted, observed
+	Outcome                 string      `json:"outcome"` // completed, resume_failed, resume_not_observed, aborted_no_checkpoint, aborted_ineligible, victim_ended, would_preempt; "" while running
+	Detail                  string      `json:"detail,omitempty"`
+	WorkflowID              string      `json:"workflow_id,omitempty"`
+	CycleID                 string      `json:"cycle_id"`
+	Pool                    string      `json:"pool"`
+	ForJobID                string      `json:"for_job_id"`
+	ForQueue                string      `json:"for_queue"`
+	Reason                  string      `json:"reason"`
+	VictimJobID             string      `json:"victim_job_id"`
+	VictimQueue             string      `json:"victim_queue"`
+	AllocationID            string      `json:"allocation_id"`
+	RunID                   string      `json:"run_id,omitempty"`
+	GPUs                    float64     `json:"gpus"`
+	RunStartedAt            *time.Time  `json:"run_started_at,omitempty"`
+	CheckpointAtNotice      *Checkpoint `json:"checkpoint_at_notice,omitempty"`
+	SavedCheckpoint         *Checkpoint `json:"saved_checkpoint,omitempty"`
+	CheckpointInGrace       *bool       `json:"checkpoint_in_grace,omitempty"`
+	StepAtNotice            *int64      `json:"step_at_notice,omitempty"`
+	StartedAt               time.Time   `json:"started_at"`
+	NotifiedAt              *time.Time  `json:"notified_at,omitempty"`
+	SavedAt                 *time.Time  `json:"saved_at,omitempty"`
+	ReleasedAt              *time.Time  `json:"released_at,omitempty"`
+	RescheduledAt           *time.Time  `json:"rescheduled_at,omitempty"`
+	ResumedAt               *time.Time  `json:"resumed_at,omitempty"`
+	PassedAt                *time.Time  `json:"passed_at,omitempty"`
+	FinishedAt              *time.Time  `json:"finished_at,omitempty"`
+	ResumedRunID            string      `json:"resumed_run_id,omitempty"`
+	ResumedFromStep         *int64      `json:"resumed_from_step,omitempty"`
+	ResumedCorrectly        *bool       `json:"resumed_correctly,omitempty"`
+	EstimatedLossGPUSeconds float64     `json:"estimated_loss_gpu_s"`
+	LostSeconds             *float64    `json:"lost_s,omitempty"`
+	SaveRestoreSeconds      *float64    `json:"save_restore_s,omitempty"`
+	RecomputeSeconds        *float64    `json:"recompute_s,omitempty"`
+	EffectiveLossGPUSeconds *float64    `json:"effective_loss_gpu_s,omitempty"`
+	Failures                []string    `json:"failures"`
+}
+
+// PreemptionList answers GET /v1/preemptions, newest first.
+type PreemptionList struct {
+	Preemptions []Preemption `json:"preemptions"`
+}
+
+// governanceRoutes adds the preemption and reclaim routes to the /v1 group.
+func (s *Server) governanceRoutes(v1 *gin.RouterGroup) {
+	v1.GET("/preemptions", s.listPreemptions)
+	v1.GET("/preemptions/:id", s.getPreemption)
+	v1.GET("/reclaims", s.listReclaims)
+	v1.POST("/reclaims/:id/confirm", s.confirmReclaim)
+	v1.POST("/reclaims/:id/keep", s.keepReclaim)
+}
+
+// governanceStore returns the store as a GovernanceStore, or answers 500.
+func (s *Server) governanceStore(c *gin.Context) (GovernanceStore, bool) {
+	gs, ok := s.store.(GovernanceStore)
+	if !ok {
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement GovernanceStore", s.store))
+	}
+	return gs, ok
+}
+
+// listLimit parses the limit query parameter (0 when absent), or writes a 422.
+func listLimit(c *gin.Context) (int, bool) {
+	v := c.Query("limit")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > store.MaxListLimit {
+		writeError(c, invalid([]FieldError{{Field: "limit", Message: fmt.Sprintf("%q is not a number in 1..%d", v, store.MaxListLimit)}}))
+		return 0, false
+	}
+	return n, true
+}
+
+// oneOf checks an optional query value against its accepted values, or writes a 422.
+func oneOf(c *gin.Context, field string, accepted ...string) (string, bool) {
+	v := c.Query(field)
+	if v == "" {
+		return "", true
+	}
+	for _, a := range accepted {
+		if v == a {
+			return v, true
+		}
+	}
+	writeError(c, invalid([]FieldError{{Field: field, Message: fmt.Sprintf("%q is not one of %v", v, accepted)}}))
+	return "", false
+}
+
+// listPreemptions handles GET /v1/preemptions?state=&outcome=&pool=&job=&limit=.
+// Every role but agent may read them: a preemption concerns two projects.
+func (s *Server) listPreemptions(c *gin.Context) {
+	state, ok := oneOf(c, "state", "in_progress", "released", "aborted", "observed")
+	if !ok {
+		return
+	}
+	outcome, ok := oneOf(c, "outcome", store.PreemptionCompleted, store.PreemptionResumeFailed, store.PreemptionResumeNotObserved,
+		store.PreemptionAbortedNoCkpt, store.PreemptionAbortedIneligible, store.PreemptionVictimEnded, store.PreemptionWouldPreempt)
+	if !ok {
+		return
+	}
+	limit, ok := listLimit(c)
+	if !ok {
+		return
+	}
+	gs, ok := s.governanceStore(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	ps, err := gs.ListPreemptions(ctx, store.PreemptionFilter{State: state, Outcome: outcome, Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit})
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
+	for i := range ps {
+		out.Preemptions[i] = preemptionFromStore(&ps[i])
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// getPreemption handles GET /v1/preemptions/{id}.
+func (s *Server) getPreemption(c *gin.Context) {
+	gs, ok := s.governanceStore(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	p, err := gs.GetPreemption(ctx, c.Param("id"))
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, preemptionFromStore(p))
+}
+
+func preemptionFromStore(p *store.PreemptionRecord) Preemption {
+	failures := p.Failures
+	if failures == nil {
+		failures = []string{}
+	}
+	return Preemption{
+		ID: p.ID, State: p.State, Outcome: p.Outcome, Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
+		Pool: p.Pool, ForJobID: p.ForJobID, ForQueue: p.ForQueue, Reason: p.Reason, VictimJobID: p.VictimJobID,
+		VictimQueue: p.VictimQueue, AllocationID: p.AllocationID, RunID: p.RunID, GPUs: p.GPUs, RunStartedAt: p.RunStartedAt,
+		CheckpointAtNotice: checkpointOut(p.CheckpointAtNotice), SavedCheckpoint: checkpointOut(p.SavedCheckpoint),
+		CheckpointInGrace: p.CheckpointInGrace, StepAtNotice: p.StepAtNotice, StartedAt: p.StartedAt, NotifiedAt: p.NotifiedAt,
+		SavedAt: p.SavedAt, ReleasedAt: p.ReleasedAt, RescheduledAt: p.RescheduledAt, ResumedAt: p.ResumedAt,
+		PassedAt: p.PassedAt, FinishedAt: p.FinishedAt, ResumedRunID: p.ResumedRunID, ResumedFromStep: p.ResumedFromStep,
+		ResumedCorrectly: p.ResumedCorrectly, EstimatedLossGPUSeconds: p.EstimatedLossGPUSeconds, LostSeconds: p.LostSeconds,
+		SaveRestoreSeconds: p.SaveRestoreSeconds, RecomputeSeconds: p.RecomputeSeconds,
+		EffectiveLossGPUSeconds: p.EffectiveLossGPUSeconds, Failures: failures,
+	}
+}
+
+// checkpointOut converts a stored checkpoint; nil stays nil.
+func checkpointOut(cp *scheduling.Checkpoint) *Checkpoint {
+	if cp == nil {
+		return nil
+	}
+	return &Checkpoint{At: cp.At, Step: cp.Step, Location: cp.Location}
+}

@@ -1,0 +1,226 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+)
+
+// GovernanceWorkflows is what the reclaim decision routes ask of Temporal.
+// The Workflows given to New must implement it for them to work
+// (*TemporalWorkflows does); otherwise they answer 500.
+type GovernanceWorkflows interface {
+	// DecideReclaim sends signal (temporalx.SignalReclaimKeep or
+	// SignalReclaimConfirm) with who and why to the allocation's
+	// ReclaimWorkflow. A workflow that is closed is ErrReclaimClosed.
+	DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error
+}
+
+// ErrReclaimClosed is returned by DecideReclaim when the reclaim workflow
+// has already ended: no decision is awaited.
+var ErrReclaimClosed = errors.New("the reclaim workflow has ended")
+
+// DecideReclaim implements GovernanceWorkflows.
+func (t *TemporalWorkflows) DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error {
+	id := temporalx.ReclaimWorkflowID(allocationID)
+	err := t.client.SignalWorkflow(ctx, id, "", signal, temporalx.ReclaimDecisionSignal{Actor: actor, Reason: reason})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return ErrReclaimClosed
+	}
+	if err != nil {
+		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
+	}
+	return nil
+}
+
+// Reclaim is one reclaim record: the allocation, its class and the
+// evidence it was based on, the mode it was handled in (and what config said
+// before stage and protection), the notice, the decision, the GPUs released
+// and whether the owner disputed it (a false reclaim).
+type Reclaim struct {
+	ID             string         `json:"id"`
+	AllocationID   string         `json:"allocation_id"`
+	JobID          string         `json:"job_id"`
+	Project        string         `json:"project"`
+	Queue          string         `json:"queue"`
+	Pool           string         `json:"pool"`
+	Node           string         `json:"node,omitempty"`
+	Class          string         `json:"class"`
+	Mode           string         `json:"mode"`
+	ConfiguredMode string         `json:"configured_mode"`
+	Stage          string         `json:"stage"`
+	Basis          string         `json:"basis"`
+	Evidence       map[string]any `json:"evidence"`
+	GPUs           float64        `json:"gpus"`
+	State          string         `json:"state"`
+	WorkflowID     string         `json:"workflow_id,omitempty"`
+	DetectedAt     time.Time      `json:"detected_at"`
+	NoticeAt       *time.Time     `json:"notice_at,omitempty"`
+	NoticeDeadline *time.Time     `json:"notice_deadline,omitempty"`
+	DecidedBy      string         `json:"decided_by,omitempty"`
+	DecidedAt      *time.Time     `json:"decided_at,omitempty"`
+	ReleasedAt     *time.Time     `json:"released_at,omitempty"`
+	GPUsReleased   float64        `json:"gpus_released"`
+	Disputed       bool           `json:"disputed"`
+	DisputeBy      string         `json:"dispute_by,omitempty"`
+	DisputeReason  string         `json:"dispute_reason,omitempty"`
+	Detail         string         `json:"detail,omitempty"`
+}
+
+// ReclaimSummary totals a reclaim report.
+type ReclaimSummary struct {
+	ByClass      map[string]int `json:"by_class"`
+	ByMode       map[string]int `json:"by_mode"`
+	ByState      map[string]int `json:"by_state"`
+	GPUsReleased float64        `json:"gpus_released"`
+	Disputed     int            `json:"disputed"` // false reclaims
+}
+
+// ReclaimReport answers GET /v1/reclaims: the reclaims, newest first, and their totals.
+type ReclaimReport struct {
+	Reclaims []Reclaim      `json:"reclaims"`
+	Summary  ReclaimSummary `json:"summary"`
+}
+
+// listReclaims handles GET /v1/reclaims?class=&mode=&pool=&state=&limit=.
+func (s *Server) listReclaims(c *gin.Context) {
+	class, ok := oneOf(c, "class", "failed", "idle", "completed")
+	if !ok {
+		return
+	}
+	mode, ok := oneOf(c, "mode", "report", "notify", "auto", "confirm")
+	if !ok {
+		return
+	}
+	state, ok := oneOf(c, "state", store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified, store.ReclaimAwaitConfirm,
+		store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved)
+	if !ok {
+		return
+	}
+	limit, ok := listLimit(c)
+	if !ok {
+		return
+	}
+	gs, ok := s.governanceStore(c)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	rs, err := gs.ListReclaims(ctx, store.ReclaimFilter{Class: class, Mode: mode, Pool: c.Query("pool"), State: state, Limit: limit})
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	out := ReclaimReport{Reclaims: make([]Reclaim, len(rs)), Summary: ReclaimSummary{
+		ByClass: map[string]int{}, ByMode: map[string]int{}, ByState: map[string]int{}}}
+	for i := range rs {
+		r := reclaimFromStore(&rs[i])
+		out.Reclaims[i] = r
+		out.Summary.ByClass[r.Class]++
+		out.Summary.ByMode[r.Mode]++
+		out.Summary.ByState[r.State]++
+		out.Summary.GPUsReleased += r.GPUsReleased
+		if r.Disputed {
+			out.Summary.Disputed++
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// confirmReclaim handles POST /v1/reclaims/{id}/confirm: an operator or
+// admin approves the release (confirm mode, or a notify-mode release before
+// its window ends).
+func (s *Server) confirmReclaim(c *gin.Context) {
+	if p := principal(c); !p.Role.seesAll() {
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "confirming a reclaim needs an operator or admin token; this is a %s token", p.Role))
+		return
+	}
+	s.decideReclaim(c, temporalx.SignalReclaimConfirm, "confirmed")
+}
+
+// keepReclaim handles POST /v1/reclaims/{id}/keep: the owning project
+// objects, which records a dispute (a false reclaim) and releases nothing.
+func (s *Server) keepReclaim(c *gin.Context) {
+	s.decideReclaim(c, temporalx.SignalReclaimKeep, "kept")
+}
+
+// decideReclaim checks the reclaim awaits a decision (and, for keep, that
+// the caller's project owns it), signals its workflow and answers 202 with
+// the reclaim: the workflow records the decision.
+func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
+	req, ok := decodeAction(c)
+	if !ok {
+		return
+	}
+	gs, ok := s.governanceStore(c)
+	if !ok {
+		return
+	}
+	wf, ok := s.workflows.(GovernanceWorkflows)
+	if !ok {
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: the workflows (%T) do not implement GovernanceWorkflows", s.workflows))
+		return
+	}
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	r, err := gs.GetReclaim(ctx, c.Param("id"))
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	p := principal(c)
+	if signal == temporalx.SignalReclaimKeep && p.Project != r.Project {
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
+			"only project %q may keep its allocation; this token is of project %q", r.Project, p.Project))
+		return
+	}
+	if !awaitsDecision(r) {
+		writeError(c, newError(http.StatusConflict, CodeConflict, "", "reclaim %s is %s (mode %s): no %s decision is awaited", r.ID, r.State, r.Mode, verb))
+		return
+	}
+	wctx, wcancel := s.workflowCtx(c)
+	defer wcancel()
+	if err := wf.DecideReclaim(wctx, r.AllocationID, signal, p.Name, actionReason(req, verb)); err != nil {
+		if errors.Is(err, ErrReclaimClosed) {
+			writeError(c, newError(http.StatusConflict, CodeConflict, "", "reclaim %s: %v", r.ID, err))
+			return
+		}
+		writeError(c, newError(http.StatusServiceUnavailable, CodeStoreUnavailable, "", "the reclaim workflow could not be signalled; retry"))
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusAccepted, reclaimFromStore(r))
+}
+
+// awaitsDecision reports whether a reclaim still takes the decision: a
+// notify- or confirm-mode reclaim that was not decided or released yet.
+func awaitsDecision(r *store.Reclaim) bool {
+	return r.State == store.ReclaimNotified || r.State == store.ReclaimAwaitConfirm ||
+		(r.State == store.ReclaimOpen && (r.Mode == governance.ModeNotify || r.Mode == governance.ModeConfirm))
+}
+
+func reclaimFromStore(r *store.Reclaim) Reclaim {
+	ev := r.Evidence
+	if ev == nil {
+		ev = map[string]any{}
+	}
+	return Reclaim{
+		ID: r.ID, AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue, Pool: r.Pool, Node: r.Node,
+		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: r.Stage, Basis: r.Basis,
+		Evidence: ev, GPUs: r.GPUs, State: r.State, WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
+		NoticeDeadline: r.NoticeDeadline, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, ReleasedAt: r.ReleasedAt,
+		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason, Detail: r.Detail,
+	}
+}

@@ -1,0 +1,373 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/store"
+)
+
+// Queue service report routes (DESIGN.md §4). Every one reads the records of
+// a window from the store (store.LoadReportInput) and computes the report with
+// queuereport.Compute, so the numbers are those `gpugov simulate` and the
+// queuereport package define:
+//
+//	GET /v1/reports/queues?from=&to=&group_by=&project=        the full report (queuereport.Report)
+//	GET /v1/reports/wait-reasons?from=&to=&group_by=&project=  seconds per wait reason (WaitReasonReport)
+//	GET /v1/reports/starvation?from=&to=&group_by=&project=    starvation signals (StarvationReport)
+//	GET /v1/reports/compare?before=FROM,TO&after=FROM,TO&group_by=&project=
+//	                                                           two windows side by side (queuereport.Comparison)
+//
+// from and to are RFC 3339 times; the window is [from, to), by default the 24
+// hours before now (to defaults to now, from to 24 h before to), at most
+// MaxReportWindow long. group_by is a comma-separated subset of queue, tier,
+// job_type, pool and project (default queue,tier,job_type,pool; empty: the
+// total only). Bad parameters answer 400 malformed naming the parameter.
+//
+// Any valid token may read reports. A submitter's report covers only its own
+// project's jobs: the records are filtered before Compute, so every count,
+// percentile and share is over that project's jobs (service shares are of the
+// project's GPU-seconds, and overtaking and higher-tier arrivals count its own
+// jobs only), while GPU releases, which name no job, stay pool-wide. Operators
+// and admins see every project, or one with project=.
+const (
+	routeReportQueues      = "/v1/reports/queues"
+	routeReportWaitReasons = "/v1/reports/wait-reasons"
+	routeReportStarvation  = "/v1/reports/starvation"
+	routeReportCompare     = "/v1/reports/compare"
+)
+
+// DefaultReportWindow is the window a report covers when from and to are
+// not given: the last 24 hours.
+const DefaultReportWindow = 24 * time.Hour
+
+// MaxReportWindow is the longest window a report may cover (store.MaxReportWindow).
+const MaxReportWindow = store.MaxReportWindow
+
+// ReportTimeout bounds the PostgreSQL reads of one report request. A long
+// window reads millions of rows, which takes seconds, so reports get more
+// than the store timeout of other requests.
+const ReportTimeout = 2 * time.Minute
+
+// ReportStore is the part of *store.Store the report routes use. The Store
+// given to New must implement it for them to work (StoreFrom's value does);
+// otherwise they answer 500.
+type ReportStore interface {
+	LoadReportInput(ctx context.Context, window queuereport.Window, now time.Time) (*queuereport.Input, error)
+}
+
+// WaitReasonReport answers GET /v1/reports/wait-reasons: the seconds waiting
+// jobs spent in each wait reason over the window (wait events clipped to it),
+// in total and per group.
+type WaitReasonReport struct {
+	Window  queuereport.Window `json:"window"`
+	End     time.Time          `json:"end"` // min(to, now): the end of the observed part of the window
+	GroupBy []string           `json:"group_by"`
+	Total   WaitReasonGroup    `json:"total"`
+	Groups  []WaitReasonGroup  `json:"groups"`
+}
+
+// WaitReasonGroup is one group's time per wait reason.
+type WaitReasonGroup struct {
+	Key               map[string]string  `json:"key"`
+	WaitReasonSeconds map[string]float64 `json:"wait_reason_seconds"` // reasons with no time are left out
+	TotalSeconds      float64            `json:"total_seconds"`       // the sum over reasons
+	StillWaiting      int                `json:"still_waiting"`       // jobs still waiting at the end
+}
+
+// StarvationReport answers GET /v1/reports/starvation: the starvation
+// signals of DESIGN.md §4 with the thresholds used, per group, and the
+// starving jobs with the longest waits.
+type StarvationReport struct {
+	Window               queuereport.Window        `json:"window"`
+	End                  time.Time                 `json:"end"`
+	GroupBy              []string                  `json:"group_by"`
+	OvertakenThreshold   int                       `json:"overtaken_threshold"`
+	StarvationReleases   int                       `json:"starvation_releases"`
+	TierArrivalThreshold int                       `json:"tier_arrival_threshold"`
+	Total                StarvationGroup           `json:"total"`
+	Groups               []StarvationGroup         `json:"groups"`
+	Starving             []queuereport.StarvingJob `json:"starving"` // longest waits first, at most queuereport.DefaultStarvingLimit
+}
+
+// StarvationGroup is one group's starvation counts.
+type StarvationGroup struct {
+	Key                map[string]string `json:"key"`
+	Jobs               int               `json:"jobs"`
+	StillWaiting       int               `json:"still_waiting"`
+	LongestWaitS       *float64          `json:"longest_wait_s"`
+	LongestWaitJobID   string            `json:"longest_wait_job_id,omitempty"`
+	StarvingJobs       int               `json:"starving_jobs"`
+	OvertakenJobs      int               `json:"overtaken_jobs"`
+	ReleaseStarvedJobs int               `json:"release_starved_jobs"`
+	TierStarvedJobs    int               `json:"tier_starved_jobs"`
+}
+
+// reportRoutes adds the report routes to the authenticated /v1 group.
+func (s *Server) reportRoutes(v1 *gin.RouterGroup) {
+	v1.GET(strings.TrimPrefix(routeReportQueues, "/v1"), s.queueReport)
+	v1.GET(strings.TrimPrefix(routeReportWaitReasons, "/v1"), s.waitReasonReport)
+	v1.GET(strings.TrimPrefix(routeReportStarvation, "/v1"), s.starvationReport)
+	v1.GET(strings.TrimPrefix(routeReportCompare, "/v1"), s.compareReports)
+}
+
+// queueReport handles GET /v1/reports/queues.
+func (s *Server) queueReport(c *gin.Context) {
+	if r, ok := s.windowReport(c); ok {
+		c.JSON(http.StatusOK, r)
+	}
+}
+
+// waitReasonReport handles GET /v1/reports/wait-reasons.
+func (s *Server) waitReasonReport(c *gin.Context) {
+	r, ok := s.windowReport(c)
+	if !ok {
+		return
+	}
+	out := WaitReasonReport{Window: r.Options.Window, End: r.End, GroupBy: r.Options.GroupBy,
+		Total: waitReasonGroup(&r.Total), Groups: make([]WaitReasonGroup, 0, len(r.Groups))}
+	for i := range r.Groups {
+		out.Groups = append(out.Groups, waitReasonGroup(&r.Groups[i]))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func waitReasonGroup(g *queuereport.Group) WaitReasonGroup {
+	out := WaitReasonGroup{Key: g.Key, WaitReasonSeconds: g.WaitReasonSeconds, StillWaiting: g.StillWaiting}
+	for _, v := range g.WaitReasonSeconds {
+		out.TotalSeconds += v
+	}
+	return out
+}
+
+// starvationReport handles GET /v1/reports/starvation.
+func (s *Server) starvationReport(c *gin.Context) {
+	r, ok := s.windowReport(c)
+	if !ok {
+		return
+	}
+	o := r.Options
+	out := StarvationReport{Window: o.Window, End: r.End, GroupBy: o.GroupBy, OvertakenThreshold: o.OvertakenThreshold,
+		StarvationReleases: o.StarvationReleases, TierArrivalThreshold: o.TierArrivalThreshold,
+		Total: starvationGroup(&r.Total), Groups: make([]StarvationGroup, 0, len(r.Groups)), Starving: r.Starving}
+	for i := range r.Groups {
+		out.Groups = append(out.Groups, starvationGroup(&r.Groups[i]))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func starvationGroup(g *queuereport.Group) StarvationGroup {
+	return StarvationGroup{Key: g.Key, Jobs: g.Jobs, StillWaiting: g.StillWaiting, LongestWaitS: g.LongestWaitS,
+		LongestWaitJobID: g.LongestWaitJobID, StarvingJobs: g.StarvingJobs, OvertakenJobs: g.OvertakenJobs,
+		ReleaseStarvedJobs: g.ReleaseStarvedJobs, TierStarvedJobs: g.TierStarvedJobs}
+}
+
+// compareReports handles GET /v1/reports/compare: the same report over two
+// windows, compared group by group (queuereport.Compare).
+func (s *Server) compareReports(c *gin.Context) {
+	now := s.now()
+	before, apiErr := windowPairParam(c, "before", now)
+	var after queuereport.Window
+	if apiErr == nil {
+		after, apiErr = windowPairParam(c, "after", now)
+	}
+	groupBy, project, apiErr := scopeParams(c, apiErr)
+	if apiErr != nil {
+		writeError(c, apiErr)
+		return
+	}
+	var reports [2]queuereport.Report
+	for i, w := range []queuereport.Window{before, after} {
+		r, ok := s.computeReport(c, w, groupBy, project, now)
+		if !ok {
+			return
+		}
+		reports[i] = r
+	}
+	c.JSON(http.StatusOK, queuereport.Compare(reports[0], reports[1]))
+}
+
+// windowReport reads from, to, group_by and project, and computes the report;
+// on failure it has answered and returns false.
+func (s *Server) windowReport(c *gin.Context) (queuereport.Report, bool) {
+	now := s.now()
+	w, apiErr := windowParams(c, now)
+	groupBy, project, apiErr := scopeParams(c, apiErr)
+	if apiErr != nil {
+		writeError(c, apiErr)
+		return queuereport.Report{}, false
+	}
+	return s.computeReport(c, w, groupBy, project, now)
+}
+
+// scopeParams reads group_by and the project scope unless an earlier
+// parameter already failed (prior), whose error it then returns.
+func scopeParams(c *gin.Context, prior *Error) ([]string, string, *Error) {
+	if prior != nil {
+		return nil, "", prior
+	}
+	groupBy, apiErr := groupByParam(c)
+	if apiErr != nil {
+		return nil, "", apiErr
+	}
+	project, apiErr := reportProject(c)
+	return groupBy, project, apiErr
+}
+
+// computeReport loads window w, keeps project's records when project is set,
+// and computes the report; on failure it has answered and returns false.
+func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []string, project string, now time.Time) (queuereport.Report, bool) {
+	rs, ok := s.store.(ReportStore)
+	if !ok {
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement ReportStore", s.store))
+		return queuereport.Report{}, false
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), max(s.storeTimeout, ReportTimeout))
+	defer cancel()
+	in, err := rs.LoadReportInput(ctx, w, now)
+	if err != nil {
+		writeError(c, err)
+		return queuereport.Report{}, false
+	}
+	if project != "" {
+		in = FilterReportInput(in, project)
+	}
+	r, err := queuereport.Compute(*in, queuereport.Options{Window: w, Now: now, GroupBy: groupBy})
+	if err != nil { // the stored records contradict each other: a bug, not the caller's fault
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: compute report over %s..%s: %w", w.From, w.To, err))
+		return queuereport.Report{}, false
+	}
+	return r, true
+}
+
+// FilterReportInput returns the records of project's jobs: its jobs, their
+// runs and wait events; releases and queue targets are kept whole, since they
+// name no job. in is not changed.
+func FilterReportInput(in *queuereport.Input, project string) *queuereport.Input {
+	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets}
+	keep := map[string]bool{}
+	for _, j := range in.Jobs {
+		if j.Project == project {
+			keep[j.ID] = true
+			out.Jobs = append(out.Jobs, j)
+		}
+	}
+	for _, r := range in.Runs {
+		if keep[r.JobID] {
+			out.Runs = append(out.Runs, r)
+		}
+	}
+	for _, e := range in.WaitEvents {
+		if keep[e.JobID] {
+			out.WaitEvents = append(out.WaitEvents, e)
+		}
+	}
+	return out
+}
+
+// reportProject returns the project a report is limited to: a submitter's
+// own (403 when it asks for another), or the project parameter of an
+// operator or admin ("" for all).
+func reportProject(c *gin.Context) (string, *Error) {
+	p, asked := principal(c), c.Query("project")
+	switch {
+	case p.Role.seesAll():
+		return asked, nil
+	case asked != "" && asked != p.Project:
+		return "", forbiddenProject(p, asked)
+	}
+	return p.Project, nil
+}
+
+// windowParams reads from and to (RFC 3339). to defaults to now and from to
+// DefaultReportWindow before to.
+func windowParams(c *gin.Context, now time.Time) (queuereport.Window, *Error) {
+	w := queuereport.Window{To: now}
+	var apiErr *Error
+	if v, ok := c.GetQuery("to"); ok {
+		if w.To, apiErr = timeParam("to", v); apiErr != nil {
+			return w, apiErr
+		}
+	}
+	w.From = w.To.Add(-DefaultReportWindow)
+	if v, ok := c.GetQuery("from"); ok {
+		if w.From, apiErr = timeParam("from", v); apiErr != nil {
+			return w, apiErr
+		}
+	}
+	return w, checkWindow("from", "to", w, now)
+}
+
+// windowPairParam reads a FROM,TO window from parameter name.
+func windowPairParam(c *gin.Context, name string, now time.Time) (queuereport.Window, *Error) {
+	v := c.Query(name)
+	from, to, ok := strings.Cut(v, ",")
+	if !ok {
+		return queuereport.Window{}, newError(http.StatusBadRequest, CodeMalformed, name,
+			"want FROM,TO with two RFC 3339 times, got %q", v)
+	}
+	var w queuereport.Window
+	var apiErr *Error
+	if w.From, apiErr = timeParam(name, from); apiErr != nil {
+		return w, apiErr
+	}
+	if w.To, apiErr = timeParam(name, to); apiErr != nil {
+		return w, apiErr
+	}
+	return w, checkWindow(name, name, w, now)
+}
+
+// timeParam parses an RFC 3339 time of parameter name.
+func timeParam(name, v string) (time.Time, *Error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+	if err != nil {
+		return time.Time{}, newError(http.StatusBadRequest, CodeMalformed, name,
+			"not an RFC 3339 time (e.g. 2026-01-05T00:00:00Z): %q", v)
+	}
+	return t.UTC(), nil
+}
+
+// checkWindow rejects an inverted, too long or future window; fromName and
+// toName are the parameters the problem is reported on.
+func checkWindow(fromName, toName string, w queuereport.Window, now time.Time) *Error {
+	switch {
+	case !w.To.After(w.From):
+		return newError(http.StatusBadRequest, CodeMalformed, toName, "the window ends (%s) at or before it starts (%s)",
+			w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
+	case w.To.Sub(w.From) > MaxReportWindow:
+		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window is %s long; at most %s (%d days) may be read at once",
+			w.To.Sub(w.From).Round(time.Second), MaxReportWindow, int(MaxReportWindow.Hours()/24))
+	case w.From.After(now):
+		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window starts in the future (%s; now is %s)",
+			w.From.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// groupByParam reads group_by: absent gives the default grouping, present
+// and empty the total only.
+func groupByParam(c *gin.Context) ([]string, *Error) {
+	v, ok := c.GetQuery("group_by")
+	if !ok {
+		return nil, nil
+	}
+	keys := []string{}
+	for _, k := range strings.Split(v, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	out, err := queuereport.ParseGroupBy(keys)
+	if err != nil {
+		return nil, newError(http.StatusBadRequest, CodeMalformed, "group_by", "%s", strings.TrimPrefix(err.Error(), "group_by: "))
+	}
+	return out, nil
+}

@@ -1,0 +1,420 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
+)
+
+// reportFixtureFile is queuereport's hand-computed fixture (its
+// testdata/README.md): the endpoint must give the same report from the same
+// records stored in PostgreSQL.
+const reportFixtureFile = "../internal/queuereport/testdata/fixture.json"
+
+type reportFixture struct {
+	Input    queuereport.Input   `json:"input"`
+	Options  queuereport.Options `json:"options"`
+	Expected json.RawMessage     `json:"expected"`
+}
+
+// fixtureStates maps the fixture's state labels to stored job states.
+var fixtureStates = map[string]store.JobState{
+	"completed": store.StateSucceeded, "pending": store.StateWaiting,
+	"running": store.StateRunning, "cancelled": store.StateCancelled,
+}
+
+// loadReportFixture reads the fixture with its state labels replaced by the
+// stored states, so that the pure computation and the database agree on
+// what State holds.
+func loadReportFixture(t *testing.T) reportFixture {
+	t.Helper()
+	b, err := os.ReadFile(reportFixtureFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f reportFixture
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.Input.Jobs {
+		st, ok := fixtureStates[f.Input.Jobs[i].State]
+		if !ok {
+			t.Fatalf("fixture job %s: state %q has no stored equivalent", f.Input.Jobs[i].ID, f.Input.Jobs[i].State)
+		}
+		f.Input.Jobs[i].State = string(st)
+	}
+	return f
+}
+
+// newReportEnv is an API server on a fresh database holding the fixture's
+// records, written as the store writes them: jobs (with ended_at), one
+// allocation per run on a node whose GPU model is the one the fixture's
+// release of that run names, and wait events. Its clock is the fixture's now.
+func newReportEnv(t *testing.T, f reportFixture) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	dbURL := storetest.NewDatabase(t)
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	var queues []scheduling.Queue
+	for _, q := range f.Input.Targets {
+		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: scheduling.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+	}
+	if err := st.UpsertQueues(ctx, queues); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertInventory(ctx, fixturePools()); err != nil {
+		t.Fatal(err)
+	}
+	storeFixtureRecords(t, st, f.Input)
+	wf := &recordingWorkflows{}
+	srv := New(StoreFrom(st), wf, testTokens(t), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	srv.now = func() time.Time { return f.Options.Now }
+	return &testEnv{t: t, url: dbURL, store: st, wf: wf, server: srv}
+}
+
+// fixturePools holds, per fixture pool and GPU model, one node of four GPUs
+// named <pool>-<model>.
+func fixturePools() []scheduling.Pool {
+	var pools []scheduling.Pool
+	for _, name := range []string{"p1", "p2"} {
+		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
+		for _, model := range []string{"A100", "H100"} {
+			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
+			for g := range 4 {
+				n.GPUs = append(n.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: model, MemoryMiB: 81920, Healthy: true})
+			}
+			p.Nodes = append(p.Nodes, n)
+		}
+		pools = append(pools, p)
+	}
+	return pools
+}
+
+// storeFixtureRecords inserts the fixture's jobs, runs (as allocations with
+// their GPUs, and runs) and wait events.
+func storeFixtureRecords(t *testing.T, st *store.Store, in queuereport.Input) {
+	t.Helper()
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := st.Pool().Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", strings.Fields(sql)[2], err)
+		}
+	}
+	jobs := map[string]queuereport.Job{}
+	for _, j := range in.Jobs {
+		jobs[j.ID] = j
+		req, _ := json.Marshal(map[string]any{"gpus": j.Request.GPUs, "gpu_milli": j.Request.GPUMilli,
+			"gpu_models": j.Request.Models, "pool": j.Pool, "labels": map[string]string{store.JobTypeLabel: j.JobType}})
+		updated := j.SubmitTime
+		if j.End != nil {
+			updated = *j.End
+		}
+		exec(`INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, updated_at, ended_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)`,
+			j.ID, j.Project, j.Queue, j.Tier.String(), req, j.State, j.SubmitTime, updated, j.End)
+	}
+	nextGPU := map[string]int{} // per node: the next GPU for a run still holding its GPUs
+	runNumber := map[string]int{}
+	for i, r := range in.Runs {
+		j := jobs[r.JobID]
+		node := j.Pool + "-" + releaseModel(in.Releases, j.Pool, r.End)
+		alloc, run := fmt.Sprintf("a-%02d", i), fmt.Sprintf("r-%02d", i)
+		runNumber[r.JobID]++
+		exec(`INSERT INTO allocations (id, job_id, run_id, pool, node, granted_at, released_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			alloc, r.JobID, run, j.Pool, node, r.Start, r.End)
+		for g := range j.Request.GPUs {
+			gpu := fmt.Sprintf("GPU-%s-%d", node, g)
+			if r.End == nil {
+				gpu = fmt.Sprintf("GPU-%s-%d", node, nextGPU[node])
+				nextGPU[node]++
+			}
+			exec(`INSERT INTO allocation_gpus (allocation_id, gpu_uuid, ord, milli, active) VALUES ($1, $2, $3, $4, $5)`,
+				alloc, gpu, g, j.Request.DemandMilli()/int64(j.Request.GPUs), r.End == nil)
+		}
+		exec(`INSERT INTO runs (id, job_id, run_number, allocation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			run, r.JobID, runNumber[r.JobID], alloc, r.Start, r.End)
+	}
+	for _, e := range in.WaitEvents {
+		exec(`INSERT INTO wait_events (job_id, reason, started_at, ended_at) VALUES ($1, $2, $3, $4)`,
+			e.JobID, string(e.Reason), e.Start, e.End)
+	}
+}
+
+// releaseModel returns the model of the fixture release of pool at end, the
+// GPUs the run ending then freed; A100 for a run still running.
+func releaseModel(releases []queuereport.Release, pool string, end *time.Time) string {
+	for _, r := range releases {
+		if end != nil && r.Pool == pool && r.At.Equal(*end) && len(r.Models) == 1 {
+			return r.Models[0]
+		}
+	}
+	return "A100"
+}
+
+// getJSON calls a report route and decodes the 200 answer into v.
+func (e *testEnv) getJSON(path, token string, v any) {
+	e.t.Helper()
+	r := e.do(http.MethodGet, path, token, nil)
+	if r.status != http.StatusOK {
+		e.t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+	}
+	r.decode(e.t, v)
+}
+
+// fixtureQuery is the fixture's window as from/to parameters.
+func fixtureQuery(f reportFixture) string {
+	return "from=" + url.QueryEscape(f.Options.Window.From.Format(time.RFC3339)) +
+		"&to=" + url.QueryEscape(f.Options.Window.To.Format(time.RFC3339))
+}
+
+// asJSON marshals v and decodes it into generic JSON values.
+func asJSON(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestQueueReportEqualsPureComputation is the issue's equality test: the
+// fixture's records stored in PostgreSQL and read through GET
+// /v1/reports/queues give exactly (1e-9 relative) the report that
+// queuereport.Compute gives on the fixture in memory, and the fixture's
+// hand-computed expectation. The database path drops J0 (ended before the
+// window) and the release before the window; the numbers must not move.
+func TestQueueReportEqualsPureComputation(t *testing.T) {
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	var got any
+	env.getJSON("/v1/reports/queues?"+fixtureQuery(f), tokOps, &got)
+
+	pure, err := queuereport.Compute(f.Input, f.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range reportJSONDiff("report", asJSON(t, pure), got) {
+		t.Error("endpoint vs Compute:", d)
+	}
+	var expected map[string]any
+	if err := json.Unmarshal(f.Expected, &expected); err != nil {
+		t.Fatal(err)
+	}
+	for _, sj := range expected["starving"].([]any) { // the expectation writes the fixture's own labels
+		m := sj.(map[string]any)
+		m["state"] = string(fixtureStates[m["state"].(string)])
+	}
+	for _, d := range reportJSONDiff("report", expected, got) {
+		t.Error("endpoint vs fixture expectation:", d)
+	}
+	if len(pure.Groups) != 4 || pure.Total.Jobs != 10 || len(pure.Starving) != 1 {
+		t.Fatalf("fixture report has %d groups, %d jobs, %d starving: the fixture changed", len(pure.Groups), pure.Total.Jobs, len(pure.Starving))
+	}
+}
+
+// TestReportViewsAndComparison checks that the wait-reason and starvation
+// views and the comparison carry the report's own numbers.
+func TestReportViewsAndComparison(t *testing.T) {
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	pure, err := queuereport.Compute(f.Input, queuereport.Options{Window: f.Options.Window, Now: f.Options.Now, GroupBy: []string{"queue"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := fixtureQuery(f) + "&group_by=queue"
+
+	var reasons WaitReasonReport
+	env.getJSON("/v1/reports/wait-reasons?"+q, tokOps, &reasons)
+	if len(reasons.Groups) != 2 || fmt.Sprint(reasons.Total.WaitReasonSeconds) != fmt.Sprint(pure.Total.WaitReasonSeconds) ||
+		fmt.Sprint(reasons.Groups[1].WaitReasonSeconds) != fmt.Sprint(pure.Groups[1].WaitReasonSeconds) ||
+		reasons.Total.StillWaiting != pure.Total.StillWaiting {
+		t.Errorf("wait reasons %+v, want the report's %+v", reasons, pure.Total.WaitReasonSeconds)
+	}
+	var sum float64
+	for _, v := range pure.Total.WaitReasonSeconds {
+		sum += v
+	}
+	if reasons.Total.TotalSeconds != sum || fmt.Sprint(reasons.GroupBy) != "[queue]" {
+		t.Errorf("total seconds %v, want %v; group_by %v", reasons.Total.TotalSeconds, sum, reasons.GroupBy)
+	}
+
+	var starv StarvationReport
+	env.getJSON("/v1/reports/starvation?"+q, tokOps, &starv)
+	if len(starv.Starving) != 1 || starv.Starving[0].JobID != "J3" || starv.Total.StarvingJobs != pure.Total.StarvingJobs ||
+		starv.Groups[0].OvertakenJobs != pure.Groups[0].OvertakenJobs || starv.StarvationReleases != queuereport.DefaultStarvationReleases {
+		t.Errorf("starvation %+v", starv)
+	}
+
+	var cmp queuereport.Comparison
+	w := f.Options.Window.From.Format(time.RFC3339) + "," + f.Options.Window.To.Format(time.RFC3339)
+	earlier := f.Options.Window.From.Add(-10*time.Hour).Format(time.RFC3339) + "," + f.Options.Window.From.Format(time.RFC3339)
+	env.getJSON("/v1/reports/compare?before="+url.QueryEscape(earlier)+"&after="+url.QueryEscape(w)+"&group_by=queue", tokOps, &cmp)
+	if len(cmp.DefinitionMismatches) != 0 || len(cmp.Groups) != 2 || !cmp.After.From.Equal(f.Options.Window.From) {
+		t.Fatalf("comparison %+v", cmp)
+	}
+	for _, m := range cmp.Total.Metrics {
+		if m.Metric == "jobs" && (*m.Before != 2 || *m.After != 10 || *m.Delta != 8) { // J0 and J1 were there before
+			t.Errorf("jobs metric %v → %v (Δ %v), want 2 → 10", *m.Before, *m.After, *m.Delta)
+		}
+	}
+}
+
+// TestReportSubmitterSeesOwnProject checks the project scope: a submitter's
+// report is computed over its project's records only; an operator may ask
+// for one project; a submitter may not ask for another's.
+func TestReportSubmitterSeesOwnProject(t *testing.T) {
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	for _, c := range []struct {
+		token, query, project string
+	}{{tokAlice, "", "vision"}, {tokOps, "&project=search", "search"}} {
+		var got any
+		env.getJSON("/v1/reports/queues?"+fixtureQuery(f)+c.query, c.token, &got)
+		want, err := queuereport.Compute(*FilterReportInput(&f.Input, c.project), f.Options)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range reportJSONDiff("report", asJSON(t, want), got) {
+			t.Errorf("%s %s: %s", c.token, c.query, d)
+		}
+		if want.Total.Jobs == 0 || want.Total.Jobs >= 10 {
+			t.Errorf("%s: the %s report has %d of the fixture's 10 jobs", c.token, c.project, want.Total.Jobs)
+		}
+	}
+	if r := env.do(http.MethodGet, "/v1/reports/queues?project=vision", tokBob, nil); r.status != http.StatusForbidden {
+		t.Errorf("submitter of speech asking for vision: %d %s", r.status, r.body)
+	}
+	if r := env.do(http.MethodGet, "/v1/reports/queues", "", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("no token: %d", r.status)
+	}
+}
+
+// TestReportDefaultWindow checks that without from and to the report covers
+// the 24 hours before now.
+func TestReportDefaultWindow(t *testing.T) {
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	var r queuereport.Report
+	env.getJSON("/v1/reports/queues?group_by=", tokAlice, &r)
+	now := f.Options.Now
+	if !r.Options.Window.To.Equal(now) || !r.Options.Window.From.Equal(now.Add(-DefaultReportWindow)) ||
+		len(r.Groups) != 0 || r.Total.Jobs == 0 {
+		t.Errorf("default window %+v, %d groups, %d jobs", r.Options.Window, len(r.Groups), r.Total.Jobs)
+	}
+	env.getJSON("/v1/reports/queues?to=2026-01-05T06:00:00Z&group_by=project,queue", tokOps, &r)
+	if !r.Options.Window.From.Equal(time.Date(2026, 1, 4, 6, 0, 0, 0, time.UTC)) || fmt.Sprint(r.Options.GroupBy) != "[queue project]" {
+		t.Errorf("window from to-24h: %+v, group_by %v", r.Options.Window, r.Options.GroupBy)
+	}
+}
+
+// TestReportBadParameters checks every bad parameter answers 400 malformed
+// naming it, before the store is read.
+func TestReportBadParameters(t *testing.T) {
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	for _, c := range []struct{ path, field string }{
+		{"/v1/reports/queues?group_by=queue,colour", "group_by"},
+		{"/v1/reports/queues?group_by=queue,queue", "group_by"},
+		{"/v1/reports/queues?from=yesterday", "from"},
+		{"/v1/reports/queues?to=2026-13-01T00:00:00Z", "to"},
+		{"/v1/reports/wait-reasons?from=2026-01-05T06:00:00Z&to=2026-01-05T05:00:00Z", "to"},
+		{"/v1/reports/starvation?from=2025-09-01T00:00:00Z&to=2026-01-05T00:00:00Z", "from"},
+		{"/v1/reports/queues?from=2026-01-06T00:00:00Z&to=2026-01-07T00:00:00Z", "from"},
+		{"/v1/reports/compare?after=2026-01-05T00:00:00Z,2026-01-05T06:00:00Z", "before"},
+		{"/v1/reports/compare?before=2026-01-04T00:00:00Z,2026-01-04T06:00:00Z&after=2026-01-05T00:00:00Z", "after"},
+		{"/v1/reports/compare?before=2026-01-04T00:00:00Z,2026-01-03T06:00:00Z&after=2026-01-05T00:00:00Z,2026-01-05T06:00:00Z", "before"},
+		{"/v1/reports/compare?before=2026-01-04T00:00:00Z,2026-01-04T06:00:00Z&after=2026-01-05T00:00:00Z,2026-01-05T06:00:00Z&group_by=tier,x", "group_by"},
+	} {
+		r := env.do(http.MethodGet, c.path, tokOps, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", c.path, r.status, r.body)
+			continue
+		}
+		if e := r.apiError(t); e.Code != CodeMalformed || e.Field != c.field {
+			t.Errorf("%s: error %+v, want malformed on %s", c.path, e, c.field)
+		}
+	}
+}
+
+// reportJSONDiff lists the differences between two decoded JSON values;
+// numbers are equal within 1e-9 relative to the larger magnitude (at least 1).
+func reportJSONDiff(path string, want, have any) []string {
+	switch w := want.(type) {
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: want an object, have %v", path, have)}
+		}
+		keys := map[string]bool{}
+		for k := range w {
+			keys[k] = true
+		}
+		for k := range h {
+			keys[k] = true
+		}
+		names := make([]string, 0, len(keys))
+		for k := range keys {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		var out []string
+		for _, k := range names {
+			wv, wok := w[k]
+			hv, hok := h[k]
+			switch {
+			case !wok:
+				out = append(out, fmt.Sprintf("%s.%s: unexpected %v", path, k, hv))
+			case !hok:
+				out = append(out, fmt.Sprintf("%s.%s: missing, want %v", path, k, wv))
+			default:
+				out = append(out, reportJSONDiff(path+"."+k, wv, hv)...)
+			}
+		}
+		return out
+	case []any:
+		h, ok := have.([]any)
+		if !ok || len(h) != len(w) {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		var out []string
+		for i := range w {
+			out = append(out, reportJSONDiff(fmt.Sprintf("%s[%d]", path, i), w[i], h[i])...)
+		}
+		return out
+	case float64:
+		h, ok := have.(float64)
+		if !ok || math.Abs(w-h) > 1e-9*math.Max(1, math.Max(math.Abs(w), math.Abs(h))) {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		return nil
+	default:
+		if want != have {
+			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
+		}
+		return nil
+	}
+}

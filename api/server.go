@@ -1,0 +1,229 @@
+// Package api is gpugov's HTTP API (gin): job submission with idempotency
+// keys, job state with the current wait reason and the scheduler's
+// explanation, wait events, cancel/hold/release, queues, inventory, health and
+// readiness, metrics and a hand-written OpenAPI 3.1 document (openapi.json).
+//
+// Every /v1 route except the OpenAPI document needs a bearer token (see
+// Tokens). A submitter sees and changes only its own project's jobs; operators
+// and admins see all. Errors are JSON {"error": {"code", "message", "field"}}.
+//
+// Durability (DESIGN.md invariant 3): POST /v1/jobs answers 201 only after the
+// job row is committed and its JobWorkflow was started; when the start fails
+// after the commit it answers 202 with a note, the job stays pending, and
+// ReconcileJobWorkflows (run periodically by serve) starts the workflow later;
+// StartJob is idempotent, so the client may also just retry with the same key.
+// When PostgreSQL cannot be reached it answers 503 store_unavailable and never
+// a 2xx.
+//
+// Audit: cancel, hold and release are audited by the store with the token's
+// name as actor; the submit entry is written by store.CreateJob in the job's
+// transaction, with the project as actor.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// Store is the part of *store.Store the API uses (see store's method docs for
+// their errors). StoreFrom adapts a *store.Store.
+type Store interface {
+	CreateJob(ctx context.Context, nj *store.NewJob) (*store.Job, bool, error)
+	GetJob(ctx context.Context, id string) (*store.Job, error)
+	ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, string, error)
+	JobWaitEvents(ctx context.Context, jobID string) ([]store.WaitEvent, error)
+	SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error
+	CancelJob(ctx context.Context, jobID, actor, reason string) error
+	ListQueues(ctx context.Context) ([]scheduling.Queue, error)
+	GetInventory(ctx context.Context) ([]scheduling.Pool, error)
+	// Ping checks that PostgreSQL answers; /readyz uses it.
+	Ping(ctx context.Context) error
+}
+
+// pgStore adds Ping to *store.Store, which offers the pool but no Ping method.
+type pgStore struct{ *store.Store }
+
+// Ping round-trips to PostgreSQL through the store's pool.
+func (s pgStore) Ping(ctx context.Context) error { return s.Pool().Ping(ctx) }
+
+// StoreFrom returns s as the API's Store.
+func StoreFrom(s *store.Store) Store { return pgStore{s} }
+
+// JobAttributes are the values a job workflow is started with for the Temporal
+// UI's search attributes.
+type JobAttributes struct {
+	Queue string
+	Tier  string
+	Pool  string
+	State string
+}
+
+// Workflows is what the API asks of Temporal. The serve command passes
+// TemporalWorkflows; the interface keeps the Temporal client out of handlers.
+type Workflows interface {
+	// StartJob starts the job's JobWorkflow; calling it again for the same job
+	// must succeed without starting a second one.
+	StartJob(ctx context.Context, jobID string, attrs JobAttributes) error
+	// CancelJob tells the job's workflow to stop the job; actor and reason are
+	// who cancelled and why.
+	CancelJob(ctx context.Context, jobID, actor, reason string) error
+	// NotifySubmitted asks the scheduler for a scheduling cycle now because
+	// the job was submitted or its hold changed.
+	NotifySubmitted(ctx context.Context, jobID string) error
+}
+
+// Default timeouts of the calls a request makes.
+const (
+	DefaultStoreTimeout    = 5 * time.Second  // PostgreSQL calls of one request
+	DefaultWorkflowTimeout = 10 * time.Second // Temporal calls of one request
+)
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithMetricsHandler mounts h (the Prometheus handler) at GET /metrics.
+func WithMetricsHandler(h http.Handler) Option { return func(s *Server) { s.metrics = h } }
+
+// WithMiddleware adds gin middleware (e.g. otelgin) before every route,
+// after panic recovery.
+func WithMiddleware(m ...gin.HandlerFunc) Option {
+	return func(s *Server) { s.middleware = append(s.middleware, m...) }
+}
+
+// WithLogger sets the logger for failures the client does not see in detail
+// (5xx causes, workflow calls that failed after a commit). Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithStoreTimeout bounds the PostgreSQL calls of one request (default
+// DefaultStoreTimeout), so an unresponsive database gives a 503, not a hang.
+func WithStoreTimeout(d time.Duration) Option { return func(s *Server) { s.storeTimeout = d } }
+
+// WithWorkflowTimeout bounds the Temporal calls of one request (default
+// DefaultWorkflowTimeout).
+func WithWorkflowTimeout(d time.Duration) Option { return func(s *Server) { s.workflowTimeout = d } }
+
+// Server is the HTTP API. Create it with New; serve Handler().
+type Server struct {
+	store           Store
+	workflows       Workflows
+	tokens          Tokens
+	metrics         http.Handler
+	middleware      []gin.HandlerFunc
+	log             *slog.Logger
+	storeTimeout    time.Duration
+	workflowTimeout time.Duration
+	now             func() time.Time
+	engine          *gin.Engine
+}
+
+// New builds the API on st and wf with the given tokens. gin runs in release
+// mode unless GIN_MODE says otherwise.
+func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
+	s := &Server{
+		store: st, workflows: wf, tokens: tokens, log: slog.Default(),
+		storeTimeout: DefaultStoreTimeout, workflowTimeout: DefaultWorkflowTimeout, now: time.Now,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if os.Getenv(gin.EnvGinMode) == "" {
+		gin.SetMode(gin.ReleaseMode)
+	}
+	s.engine = s.routes()
+	return s
+}
+
+// Handler returns the http.Handler serving the API.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Routes lists every method and path the API serves (gin syntax, ":id").
+func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }
+
+// routes builds the gin engine with every route of openapi.json.
+func (s *Server) routes() *gin.Engine {
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(gin.CustomRecovery(func(c *gin.Context, rec any) {
+		s.log.Error("api: panic", "path", c.FullPath(), "panic", rec)
+		c.AbortWithStatusJSON(http.StatusInternalServerError, ErrorResponse{Error: ErrorBody{Code: CodeInternal, Message: "internal error"}})
+	}))
+	e.Use(s.middleware...)
+	e.Use(s.logServerErrors)
+	e.NoRoute(func(c *gin.Context) {
+		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		writeError(c, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	if s.metrics != nil {
+		e.GET("/metrics", gin.WrapH(s.metrics))
+	}
+	e.GET("/v1/openapi.json", serveOpenAPI)
+
+	v1 := e.Group("/v1", s.authenticate)
+	v1.POST("/jobs", s.submitJob)
+	v1.GET("/jobs", s.listJobs)
+	v1.GET("/jobs/:id", s.getJob)
+	v1.GET("/jobs/:id/events", s.jobEvents)
+	v1.POST("/jobs/:id/cancel", s.cancelJob)
+	v1.POST("/jobs/:id/hold", s.holdJob)
+	v1.POST("/jobs/:id/release", s.releaseJob)
+	v1.GET("/queues", s.listQueues)
+	v1.GET("/inventory", s.inventory)
+	s.nodeRoutes(v1)
+	s.governanceRoutes(v1)
+	s.reportRoutes(v1)
+	return e
+}
+
+// logServerErrors logs the causes that writeError attached to 5xx answers.
+func (s *Server) logServerErrors(c *gin.Context) {
+	c.Next()
+	if c.Writer.Status() < 500 {
+		return
+	}
+	for _, err := range c.Errors {
+		s.log.Error("api: request failed", "method", c.Request.Method, "path", c.FullPath(),
+			"status", c.Writer.Status(), "err", err.Err)
+	}
+}
+
+// storeCtx bounds a request's PostgreSQL calls.
+func (s *Server) storeCtx(c *gin.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request.Context(), s.storeTimeout)
+}
+
+// workflowCtx bounds a request's Temporal calls. It is detached from the
+// request's cancellation: once a job is committed, a client hanging up must
+// not stop its workflow from being started.
+func (s *Server) workflowCtx(c *gin.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.Request.Context()), s.workflowTimeout)
+}
+
+// healthz answers 200 while the process serves HTTP; it checks nothing else.
+func (s *Server) healthz(c *gin.Context) { c.JSON(http.StatusOK, Health{Status: "ok"}) }
+
+// readyz answers 200 when PostgreSQL answers a ping, else 503 store_unavailable.
+func (s *Server) readyz(c *gin.Context) {
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("api: not ready", "err", err)
+		c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorResponse{Error: ErrorBody{
+			Code: CodeStoreUnavailable, Message: "PostgreSQL does not answer a ping (the cause is in the server log)",
+		}})
+		return
+	}
+	c.JSON(http.StatusOK, Health{Status: "ready"})
+}

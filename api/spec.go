@@ -1,0 +1,319 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// MaxSpecBytes bounds a job spec body; larger bodies are rejected as malformed.
+const MaxSpecBytes = 1 << 20
+
+// JobSpec is the body of POST /v1/jobs and the content of a CLI job file (YAML
+// or JSON). Units: milli-GPU, MiB, milli-cores, seconds.
+type JobSpec struct {
+	// Project defaults to the token's project; a submitter may only name its own.
+	Project   string       `json:"project,omitempty" yaml:"project,omitempty"`
+	Queue     string       `json:"queue" yaml:"queue"`
+	Resources ResourceSpec `json:"resources" yaml:"resources"`
+	// Command is the program and its arguments, run by the process executor on
+	// the allocation's node. A job without a command is simulated.
+	Command []string          `json:"command,omitempty" yaml:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	// RunSeconds is how long a simulated job computes, in seconds; required
+	// (> 0) without a command, optional (an estimate) with one.
+	RunSeconds    float64            `json:"run_seconds,omitempty" yaml:"run_seconds,omitempty"`
+	Recovery      RecoverySpec       `json:"recovery,omitzero" yaml:"recovery,omitempty"`
+	Prerequisites []PrerequisiteSpec `json:"prerequisites,omitempty" yaml:"prerequisites,omitempty"`
+	// Protected keeps the job from preemption and reclaim; only operators and
+	// admins may set it (DESIGN.md "protection").
+	Protected bool `json:"protected,omitempty" yaml:"protected,omitempty"`
+	// Hold submits the job held: it waits with reason "held" until released.
+	Hold bool `json:"hold,omitempty" yaml:"hold,omitempty"`
+}
+
+// ResourceSpec is the resource request of a job (DESIGN.md "resource request").
+type ResourceSpec struct {
+	GPUs         int               `json:"gpus" yaml:"gpus"`
+	GPUMilli     int               `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
+	GPUMemoryMiB int64             `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
+	GPUModels    []string          `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
+	Pool         string            `json:"pool" yaml:"pool"`
+	Topology     string            `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
+	CPUMilli     int64             `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
+	MemoryMiB    int64             `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+}
+
+// RecoverySpec is what the submitter declares about saving and resuming.
+type RecoverySpec struct {
+	Checkpointable            bool  `json:"checkpointable,omitempty" yaml:"checkpointable,omitempty"`
+	CheckpointIntervalSeconds int64 `json:"checkpoint_interval_s,omitempty" yaml:"checkpoint_interval_s,omitempty"`
+}
+
+// PrerequisiteSpec is one prerequisite as declared at submit time.
+type PrerequisiteSpec struct {
+	Name    string `json:"name" yaml:"name"`
+	Ready   bool   `json:"ready" yaml:"ready"`
+	Message string `json:"message,omitempty" yaml:"message,omitempty"`
+}
+
+// Request converts the resources to the scheduling contract's type; call it
+// only on a validated spec.
+func (r ResourceSpec) Request() scheduling.ResourceRequest {
+	topo := scheduling.Topology(r.Topology)
+	if topo == "" {
+		topo = scheduling.TopologyAny
+	}
+	return scheduling.ResourceRequest{
+		GPUs: r.GPUs, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB,
+		GPUModels: r.GPUModels, Pool: r.Pool, Topology: topo,
+		CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels,
+	}
+}
+
+// Simulated reports whether the job runs on the simulated executor: it has
+// no command, so it only "computes" for RunSeconds.
+func (s *JobSpec) Simulated() bool { return len(s.Command) == 0 }
+
+// DecodeJobSpec reads a JSON job spec strictly: unknown fields, trailing data,
+// wrong types and oversize bodies are 400 errors naming the field where JSON
+// tells it. It does not validate meaning; see ValidateJobSpec.
+func DecodeJobSpec(r io.Reader) (*JobSpec, *Error) {
+	var spec JobSpec
+	if err := decodeStrict(r, &spec, false); err != nil {
+		return nil, err
+	}
+	return &spec, nil
+}
+
+// decodeStrict decodes one JSON object of at most MaxSpecBytes from r into v,
+// rejecting unknown fields and trailing data. An empty body is an error
+// unless allowEmpty, when v is left as it is.
+func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
+	data, err := io.ReadAll(io.LimitReader(r, MaxSpecBytes+1))
+	if err != nil {
+		return newError(http.StatusBadRequest, CodeMalformed, "", "reading body: %v", err)
+	}
+	if len(data) > MaxSpecBytes {
+		return newError(http.StatusBadRequest, CodeMalformed, "", "body larger than %d bytes", MaxSpecBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, "", "empty body: a JSON object is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, data, v)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return newError(http.StatusBadRequest, CodeMalformed, "", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json error into a 400 naming the field when the
+// error carries one; for an unknown field the full path is found by walking
+// data against v's type, since encoding/json reports only the key.
+func jsonError(err error, data []byte, v any) *Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		return newError(http.StatusBadRequest, CodeMalformed, field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return newError(http.StatusBadRequest, CodeMalformed, "", "truncated JSON")
+	}
+	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		var doc any
+		if json.Unmarshal(data, &doc) == nil {
+			if path := unknownFieldPath(doc, reflect.TypeOf(v), ""); path != "" {
+				name = path
+			}
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, name, "unknown field %q", name)
+	}
+	return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON: %v", err)
+}
+
+// QueueLookup tells whether a queue name is configured.
+type QueueLookup func(name string) bool
+
+// ValidateJobSpec checks the meaning of a decoded spec and returns every
+// problem found, in field order; nil means valid. knownQueue reports
+// configured queues. What the caller may set is AuthorizeJobSpec's concern.
+func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case strings.TrimSpace(spec.Queue) == "":
+		add("queue", "required")
+	case !knownQueue(spec.Queue):
+		add("queue", "unknown queue %q (see GET /v1/queues)", spec.Queue)
+	}
+	errs = append(errs, validateResources(spec.Resources)...)
+	errs = append(errs, validateRun(spec)...)
+	if spec.Recovery.CheckpointIntervalSeconds < 0 {
+		add("recovery.checkpoint_interval_s", "must be ≥ 0 seconds, got %d", spec.Recovery.CheckpointIntervalSeconds)
+	}
+	if spec.Recovery.CheckpointIntervalSeconds > 0 && !spec.Recovery.Checkpointable {
+		add("recovery.checkpoint_interval_s", "only meaningful with recovery.checkpointable: true")
+	}
+	seen := map[string]bool{}
+	for i, pr := range spec.Prerequisites {
+		field := fmt.Sprintf("prerequisites[%d].name", i)
+		switch {
+		case strings.TrimSpace(pr.Name) == "":
+			add(field, "required")
+		case seen[pr.Name]:
+			add(field, "duplicate prerequisite %q", pr.Name)
+		}
+		seen[pr.Name] = true
+	}
+	return errs
+}
+
+// AuthorizeJobSpec checks what the caller's role allows in a spec: a
+// submitter may only submit to its own project and may not set protected. It
+// returns a 403 naming the field, or nil.
+func AuthorizeJobSpec(spec *JobSpec, p Principal) *Error {
+	if p.Role.seesAll() {
+		return nil
+	}
+	if spec.Project != "" && spec.Project != p.Project {
+		return newError(http.StatusForbidden, CodeForbidden, "project", "a %s token may only submit to its own project %q", p.Role, p.Project)
+	}
+	if spec.Protected {
+		return newError(http.StatusForbidden, CodeForbidden, "protected", "only operators and admins may protect a job")
+	}
+	return nil
+}
+
+// validateResources checks the resource request (DESIGN.md "resource request").
+func validateResources(r ResourceSpec) []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: "resources." + field, Message: fmt.Sprintf(format, args...)})
+	}
+	if r.GPUs < 0 {
+		add("gpus", "must be ≥ 0, got %d", r.GPUs)
+	}
+	switch {
+	case r.GPUMilli < 0 || r.GPUMilli > scheduling.MilliPerGPU:
+		add("gpu_milli", "must be 1..%d milli-GPU, got %d", scheduling.MilliPerGPU, r.GPUMilli)
+	case r.GPUMilli > 0 && r.GPUs != 1:
+		add("gpu_milli", "a GPU share is only allowed with gpus: 1 (gpus is %d)", r.GPUs)
+	}
+	if r.GPUMemoryMiB < 0 {
+		add("gpu_memory_mib", "must be ≥ 0 MiB, got %d", r.GPUMemoryMiB)
+	}
+	for i, m := range r.GPUModels {
+		if strings.TrimSpace(m) == "" {
+			add(fmt.Sprintf("gpu_models[%d]", i), "empty model name")
+		}
+	}
+	if strings.TrimSpace(r.Pool) == "" {
+		add("pool", "required")
+	}
+	switch scheduling.Topology(r.Topology) {
+	case "", scheduling.TopologyAny, scheduling.TopologySameNode, scheduling.TopologyNVLinkDomain:
+	default:
+		add("topology", "must be any, same-node or nvlink-domain, got %q", r.Topology)
+	}
+	if r.CPUMilli < 0 {
+		add("cpu_milli", "must be ≥ 0 milli-cores, got %d", r.CPUMilli)
+	}
+	if r.MemoryMiB < 0 {
+		add("memory_mib", "must be ≥ 0 MiB, got %d", r.MemoryMiB)
+	}
+	return errs
+}
+
+// validateRun checks command and run_seconds together.
+func validateRun(spec *JobSpec) []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case spec.Simulated() && !(spec.RunSeconds > 0):
+		add("run_seconds", "a job without a command is simulated and needs run_seconds > 0, got %g", spec.RunSeconds)
+	case !spec.Simulated() && !(spec.RunSeconds >= 0):
+		add("run_seconds", "must be ≥ 0 seconds, got %g", spec.RunSeconds)
+	}
+	for i, arg := range spec.Command {
+		if i == 0 && strings.TrimSpace(arg) == "" {
+			add("command[0]", "the program name is empty")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			add("env", "invalid variable name %q", k)
+		}
+	}
+	return errs
+}
+
+// unknownFieldPath returns the dotted path of the first object key in doc (a
+// generic JSON value) that type t has no json-tagged field for, or "".
+func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return ""
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			ft, known := fields[key]
+			path := joinPath(prefix, key)
+			if !known {
+				return path
+			}
+			if p := unknownFieldPath(obj[key], ft, path); p != "" {
+				return p
+			}
+		}
+	case reflect.Slice:
+		arr, _ := doc.([]any)
+		for i, el := range arr {
+			if p := unknownFieldPath(el, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func joinPath(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}

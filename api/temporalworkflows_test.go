@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/workflows"
+)
+
+// stubJobWorkflow stands in for workflows.JobWorkflow under its registered
+// name: it waits for the cancel signal and returns its input and the signal,
+// so the test sees exactly what the adapter sent. (The real workflow needs the
+// store and an executor; it is tested in workflows/.)
+func stubJobWorkflow(ctx workflow.Context, in *workflows.JobInput) ([]string, error) {
+	var sig temporalx.CancelSignal
+	workflow.GetSignalChannel(ctx, temporalx.SignalCancel).Receive(ctx, &sig)
+	return []string{in.JobID, in.Executor, sig.Actor, sig.Reason}, nil
+}
+
+// stubScheduler returns the job ID of the first job-submitted signal.
+func stubScheduler(ctx workflow.Context) (string, error) {
+	var sig temporalx.JobSubmittedSignal
+	workflow.GetSignalChannel(ctx, temporalx.SignalJobSubmitted).Receive(ctx, &sig)
+	return sig.JobID, nil
+}
+
+// TestTemporalWorkflowsAgainstDevServer checks the adapter on a real Temporal
+// dev server: StartJob is idempotent while the workflow runs and after it
+// closed, the search attributes are set, cancel carries actor and reason, and
+// the scheduler gets job-submitted.
+func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
+	srv := temporaltest.Start(t)
+	w := worker.New(srv.Client, temporalx.ServiceTaskQueue, worker.Options{})
+	w.RegisterWorkflowWithOptions(stubJobWorkflow, workflow.RegisterOptions{Name: workflows.JobWorkflowName})
+	w.RegisterWorkflowWithOptions(stubScheduler, workflow.RegisterOptions{Name: workflows.SchedulerWorkflowName})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tw := NewTemporalWorkflows(srv.Client, TemporalOptions{
+		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
+		SearchAttributes: true,
+	})
+	attrs := JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}
+	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {
+		t.Fatal(err)
+	}
+	first := describe(ctx, t, srv.Client, "job/j-1")
+	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {
+		t.Fatalf("second start of a running workflow: %v", err)
+	}
+	if again := describe(ctx, t, srv.Client, "job/j-1"); again.runID != first.runID {
+		t.Fatalf("second StartJob started run %s after %s", again.runID, first.runID)
+	}
+	if first.queue != "train" {
+		t.Fatalf("GpugovQueue = %q", first.queue)
+	}
+
+	if err := tw.CancelJob(ctx, "j-1", "alice", "wrong data"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := srv.Client.GetWorkflow(ctx, "job/j-1", "").Get(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"j-1", "simulated", "alice", "wrong data"}; len(got) != 4 || got[0] != want[0] ||
+		got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
+		t.Fatalf("workflow saw %v, want %v", got, want)
+	}
+	// Closed: a retried submit must not start it again, and a late cancel is fine.
+	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {
+		t.Fatalf("StartJob after close: %v", err)
+	}
+	if after := describe(ctx, t, srv.Client, "job/j-1"); after.runID != first.runID {
+		t.Fatalf("closed workflow restarted: run %s", after.runID)
+	}
+	if err := tw.CancelJob(ctx, "j-1", "alice", "again"); err != nil {
+		t.Fatalf("cancel of a closed workflow: %v", err)
+	}
+
+	if err := tw.NotifySubmitted(ctx, "j-2"); err == nil {
+		t.Fatal("NotifySubmitted succeeded with no scheduler running")
+	}
+	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: temporalx.SchedulerWorkflowID(temporalx.DefaultShard), TaskQueue: temporalx.ServiceTaskQueue,
+	}, workflows.SchedulerWorkflowName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.NotifySubmitted(ctx, "j-2"); err != nil {
+		t.Fatal(err)
+	}
+	var jobID string
+	if err := run.Get(ctx, &jobID); err != nil || jobID != "j-2" {
+		t.Fatalf("scheduler got %q, %v", jobID, err)
+	}
+}
+
+type described struct{ runID, queue string }
+
+func describe(ctx context.Context, t *testing.T, c client.Client, id string) described {
+	t.Helper()
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	out := described{runID: info.GetExecution().GetRunId()}
+	if p := info.GetSearchAttributes().GetIndexedFields()[temporalx.QueueKey.GetName()]; p != nil {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &out.queue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}

@@ -1,0 +1,293 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// Job is a job as the API returns it. Units: milli-GPU, MiB, seconds.
+type Job struct {
+	ID              string             `json:"id"`
+	Project         string             `json:"project"`
+	Queue           string             `json:"queue"`
+	Tier            string             `json:"tier"`
+	State           string             `json:"state"`
+	Resources       ResourceSpec       `json:"resources"`
+	Command         []string           `json:"command,omitempty"`
+	Env             map[string]string  `json:"env,omitempty"`
+	RunSeconds      float64            `json:"run_seconds,omitempty"`
+	Recovery        Recovery           `json:"recovery"`
+	Prerequisites   []PrerequisiteSpec `json:"prerequisites,omitempty"`
+	Protected       bool               `json:"protected"`
+	Held            bool               `json:"held"`
+	CancelRequested bool               `json:"cancel_requested,omitempty"`
+	SubmittedAt     time.Time          `json:"submitted_at"`
+	// WaitingSince is the start of the current wait (submit, or requeue after a
+	// preemption); only set while the job is pending.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	UpdatedAt    time.Time  `json:"updated_at"`
+	// Wait is the job's current wait event; nil when it is not waiting or no
+	// scheduling cycle has looked at it yet.
+	Wait *Wait `json:"wait,omitempty"`
+	// Explanation is the last scheduling cycle's account of the job.
+	Explanation *Explanation `json:"explanation,omitempty"`
+	// Note tells the client something about this answer, e.g. that the job
+	// workflow will be started by the reconciler (202 on submit).
+	Note string `json:"note,omitempty"`
+}
+
+// Recovery is the job's recovery evidence (DESIGN.md "recovery evidence").
+type Recovery struct {
+	Checkpointable            bool        `json:"checkpointable"`
+	CheckpointIntervalSeconds int64       `json:"checkpoint_interval_s,omitempty"`
+	LastCheckpoint            *Checkpoint `json:"last_checkpoint,omitempty"`
+	VerifiedResumes           int         `json:"verified_resumes"`
+}
+
+// Checkpoint is one saved state of a run.
+type Checkpoint struct {
+	At       time.Time `json:"at"`
+	Step     int64     `json:"step"`
+	Location string    `json:"location,omitempty"`
+}
+
+// Wait is the current wait of a job: one reason, its quantities and since when.
+type Wait struct {
+	Reason        string    `json:"reason"`
+	Detail        string    `json:"detail,omitempty"`
+	NextAction    string    `json:"next_action,omitempty"`
+	ReEvaluate    string    `json:"reevaluate,omitempty"`
+	BlockingJobID string    `json:"blocking_job_id,omitempty"`
+	Since         time.Time `json:"since"` // start of this reason's wait event
+}
+
+// Explanation is the last scheduling cycle's account of a job: rank, effective
+// priority by parts, and what would change its wait.
+type Explanation struct {
+	Rank          int       `json:"rank"`
+	Pool          string    `json:"pool"`
+	Priority      Priority  `json:"priority"`
+	Reason        string    `json:"reason,omitempty"`
+	ReEvaluate    string    `json:"reevaluate,omitempty"`
+	BlockingJobID string    `json:"blocking_job_id,omitempty"`
+	Placed        *PlacedOn `json:"placed,omitempty"`
+}
+
+// Priority is a job's effective priority in points: score = tier_base +
+// aging_credit + fair_share (scheduling.Priority).
+type Priority struct {
+	Score       float64   `json:"score"`
+	TierBase    float64   `json:"tier_base"`
+	AgingCredit float64   `json:"aging_credit"`
+	AgingCapped bool      `json:"aging_capped"`
+	FairShare   float64   `json:"fair_share"`
+	FairFactor  float64   `json:"fair_factor"`
+	SubmitTime  time.Time `json:"submit_time"`
+}
+
+// PlacedOn is where the last cycle placed the job.
+type PlacedOn struct {
+	Pool     string     `json:"pool"`
+	Node     string     `json:"node"`
+	GPUs     []GPUShare `json:"gpus"`
+	Borrowed bool       `json:"borrowed,omitempty"`
+}
+
+// GPUShare is a share of one GPU in milli-GPU.
+type GPUShare struct {
+	UUID  string `json:"uuid"`
+	Milli int    `json:"milli"`
+}
+
+// JobList is one page of GET /v1/jobs. NextCursor is passed back as ?cursor=
+// for the next page; empty on the last page.
+type JobList struct {
+	Jobs       []Job  `json:"jobs"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// WaitEvent is one interval during which a job waited for one reason.
+// EndedAt is nil for the current one; DurationSeconds then counts to now.
+type WaitEvent struct {
+	Reason          string     `json:"reason"`
+	Detail          string     `json:"detail,omitempty"`
+	NextAction      string     `json:"next_action,omitempty"`
+	ReEvaluate      string     `json:"reevaluate,omitempty"`
+	BlockingJobID   string     `json:"blocking_job_id,omitempty"`
+	StartedAt       time.Time  `json:"started_at"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+	DurationSeconds float64    `json:"duration_s"`
+}
+
+// WaitEventList is the body of GET /v1/jobs/{id}/events, oldest first.
+type WaitEventList struct {
+	JobID  string      `json:"job_id"`
+	Events []WaitEvent `json:"events"`
+}
+
+// Queue is a service lane (DESIGN.md "queue").
+type Queue struct {
+	Name         string  `json:"name"`
+	Tier         string  `json:"tier"`
+	ServiceShare float64 `json:"service_share"`
+	MaxWaitSec   float64 `json:"max_wait_s"` // wait objective; 0 means none
+	LowRisk      bool    `json:"low_risk"`
+	Protected    bool    `json:"protected"`
+}
+
+// QueueList is the body of GET /v1/queues.
+type QueueList struct {
+	Queues []Queue `json:"queues"`
+}
+
+// Inventory is the body of GET /v1/inventory.
+type Inventory struct {
+	Pools []Pool `json:"pools"`
+}
+
+// Pool is one pool of the inventory.
+type Pool struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Stage     string `json:"stage"`
+	Nodes     []Node `json:"nodes"`
+}
+
+// Node is one machine of a pool; CPU in milli-cores, memory in MiB.
+type Node struct {
+	Name        string `json:"name"`
+	CPUMilli    int64  `json:"cpu_milli"`
+	MemoryMiB   int64  `json:"memory_mib"`
+	Schedulable bool   `json:"schedulable"`
+	GPUs        []GPU  `json:"gpus"`
+}
+
+// GPU is one device; memory in MiB.
+type GPU struct {
+	UUID         string `json:"uuid"`
+	Model        string `json:"model"`
+	MemoryMiB    int64  `json:"memory_mib"`
+	NVLinkDomain string `json:"nvlink_domain,omitempty"`
+	Healthy      bool   `json:"healthy"`
+}
+
+// ActionRequest is the optional body of cancel, hold and release: why, for
+// the audit log.
+type ActionRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Health is the body of /healthz and of a ready /readyz.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// jobFromStore converts a stored job; wait is its open wait event or nil.
+func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
+	out := Job{
+		ID: j.ID, Project: j.Project, Queue: j.Queue, Tier: j.Tier.String(), State: string(j.State),
+		Resources: resourcesFromRequest(j.Request), Command: j.Command, Env: j.Env, RunSeconds: j.RunSeconds,
+		Recovery: recoveryFromStore(j.Recovery), Protected: j.Protected, Held: j.Held,
+		CancelRequested: j.CancelRequested, SubmittedAt: j.SubmitTime, UpdatedAt: j.UpdatedAt,
+	}
+	for _, p := range j.Prerequisites {
+		out.Prerequisites = append(out.Prerequisites, PrerequisiteSpec{Name: p.Name, Ready: p.Ready, Message: p.Message})
+	}
+	if pending(j.State) {
+		since := j.WaitingSince
+		out.WaitingSince = &since
+	}
+	if wait != nil {
+		out.Wait = &Wait{
+			Reason: string(wait.Reason), Detail: wait.Detail, NextAction: wait.NextAction,
+			ReEvaluate: wait.ReEvaluate, BlockingJobID: wait.BlockingJobID, Since: wait.StartedAt,
+		}
+	}
+	if j.Explanation != nil {
+		out.Explanation = explanationFromStore(j.Explanation, j.Request.Pool)
+	}
+	return out
+}
+
+// pending reports whether a job in state s is waiting for an allocation.
+func pending(s store.JobState) bool {
+	return s == store.StateSubmitted || s == store.StateWaiting
+}
+
+func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {
+	return ResourceSpec{
+		GPUs: r.GPUs, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB, GPUModels: r.GPUModels, Pool: r.Pool,
+		Topology: string(r.Topology), CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels,
+	}
+}
+
+func recoveryFromStore(r scheduling.RecoveryEvidence) Recovery {
+	out := Recovery{
+		Checkpointable: r.Checkpointable, CheckpointIntervalSeconds: r.CheckpointIntervalSeconds,
+		VerifiedResumes: r.VerifiedResumes,
+	}
+	if c := r.LastCheckpoint; c != nil {
+		out.LastCheckpoint = &Checkpoint{At: c.At, Step: c.Step, Location: c.Location}
+	}
+	return out
+}
+
+func explanationFromStore(e *store.Explanation, pool string) *Explanation {
+	out := &Explanation{
+		Rank: e.Rank, Pool: pool, Reason: string(e.Reason), ReEvaluate: e.ReEvaluate, BlockingJobID: e.BlockingJobID,
+		Priority: Priority{
+			Score: e.Priority.Score, TierBase: e.Priority.TierBase, AgingCredit: e.Priority.AgingCredit,
+			AgingCapped: e.Priority.AgingCapped, FairShare: e.Priority.FairShare, FairFactor: e.Priority.FairFactor,
+			SubmitTime: e.Priority.SubmitTime,
+		},
+	}
+	if p := e.Placed; p != nil {
+		out.Pool = p.Pool
+		out.Placed = &PlacedOn{Pool: p.Pool, Node: p.Node, Borrowed: p.Borrowed}
+		for _, g := range p.GPUs {
+			out.Placed.GPUs = append(out.Placed.GPUs, GPUShare{UUID: g.UUID, Milli: g.Milli})
+		}
+	}
+	return out
+}
+
+// waitEventFromStore converts a stored wait event; now closes an open one for
+// its duration.
+func waitEventFromStore(e store.WaitEvent, now time.Time) WaitEvent {
+	end := now
+	if e.EndedAt != nil {
+		end = *e.EndedAt
+	}
+	return WaitEvent{
+		Reason: string(e.Reason), Detail: e.Detail, NextAction: e.NextAction, ReEvaluate: e.ReEvaluate,
+		BlockingJobID: e.BlockingJobID, StartedAt: e.StartedAt, EndedAt: e.EndedAt,
+		DurationSeconds: end.Sub(e.StartedAt).Seconds(),
+	}
+}
+
+func queueFromScheduling(q scheduling.Queue) Queue {
+	return Queue{
+		Name: q.Name, Tier: q.Tier.String(), ServiceShare: q.ServiceShare, MaxWaitSec: q.MaxWait.Seconds(),
+		LowRisk: q.LowRisk, Protected: q.Protected,
+	}
+}
+
+func inventoryFromScheduling(pools []scheduling.Pool) Inventory {
+	inv := Inventory{Pools: make([]Pool, 0, len(pools))}
+	for _, p := range pools {
+		op := Pool{Name: p.Name, Available: p.Available, Stage: string(p.Stage), Nodes: make([]Node, 0, len(p.Nodes))}
+		for _, n := range p.Nodes {
+			on := Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Schedulable: n.Schedulable,
+				GPUs: make([]GPU, 0, len(n.GPUs))}
+			for _, g := range n.GPUs {
+				on.GPUs = append(on.GPUs, GPU{UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+					NVLinkDomain: g.NVLinkDomain, Healthy: g.Healthy})
+			}
+			op.Nodes = append(op.Nodes, on)
+		}
+		inv.Pools = append(inv.Pools, op)
+	}
+	return inv
+}

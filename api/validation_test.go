@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// with returns validSpec changed by fn.
+func with(fn func(s map[string]any)) map[string]any {
+	s := validSpec()
+	fn(s)
+	return s
+}
+
+func res(s map[string]any) map[string]any { return s["resources"].(map[string]any) }
+
+// TestSubmitRejectsInvalidSpecNamingTheField checks that every validation
+// error is a 400 (malformed) or 422 (invalid) naming the field, and that a
+// rejected request changes nothing in the database (DESIGN.md invariant 7).
+func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
+	env := newTestEnv(t)
+	// One accepted job first, so "unchanged" is checked against a non-empty database.
+	env.mustSubmit(tokAlice, validSpec())
+	before := env.counts()
+
+	cases := []struct {
+		name   string
+		token  string
+		body   any
+		key    string
+		status int
+		code   string
+		field  string
+	}{
+		{"queue missing", tokAlice, with(func(s map[string]any) { delete(s, "queue") }), "", 422, CodeInvalid, "queue"},
+		{"queue unknown", tokAlice, with(func(s map[string]any) { s["queue"] = "gold" }), "", 422, CodeInvalid, "queue"},
+		{"gpus negative", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = -1 }), "", 422, CodeInvalid, "resources.gpus"},
+		{"gpu_milli above 1000", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = 1; res(s)["gpu_milli"] = 1500 }), "", 422, CodeInvalid, "resources.gpu_milli"},
+		{"gpu_milli negative", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = 1; res(s)["gpu_milli"] = -3 }), "", 422, CodeInvalid, "resources.gpu_milli"},
+		{"gpu_milli with 2 gpus", tokAlice, with(func(s map[string]any) { res(s)["gpu_milli"] = 500 }), "", 422, CodeInvalid, "resources.gpu_milli"},
+		{"gpu_memory_mib negative", tokAlice, with(func(s map[string]any) { res(s)["gpu_memory_mib"] = -1 }), "", 422, CodeInvalid, "resources.gpu_memory_mib"},
+		{"empty gpu model", tokAlice, with(func(s map[string]any) { res(s)["gpu_models"] = []string{"A100", " "} }), "", 422, CodeInvalid, "resources.gpu_models[1]"},
+		{"pool missing", tokAlice, with(func(s map[string]any) { delete(res(s), "pool") }), "", 422, CodeInvalid, "resources.pool"},
+		{"topology unknown", tokAlice, with(func(s map[string]any) { res(s)["topology"] = "ring" }), "", 422, CodeInvalid, "resources.topology"},
+		{"cpu_milli negative", tokAlice, with(func(s map[string]any) { res(s)["cpu_milli"] = -1 }), "", 422, CodeInvalid, "resources.cpu_milli"},
+		{"memory_mib negative", tokAlice, with(func(s map[string]any) { res(s)["memory_mib"] = -1 }), "", 422, CodeInvalid, "resources.memory_mib"},
+		{"simulated without run_seconds", tokAlice, with(func(s map[string]any) { delete(s, "run_seconds") }), "", 422, CodeInvalid, "run_seconds"},
+		{"run_seconds negative with command", tokAlice, with(func(s map[string]any) { s["command"] = []string{"python"}; s["run_seconds"] = -1 }), "", 422, CodeInvalid, "run_seconds"},
+		{"empty program", tokAlice, with(func(s map[string]any) { s["command"] = []string{"", "x"} }), "", 422, CodeInvalid, "command[0]"},
+		{"bad env name", tokAlice, with(func(s map[string]any) { s["env"] = map[string]string{"A=B": "1"} }), "", 422, CodeInvalid, "env"},
+		{"checkpoint interval negative", tokAlice, with(func(s map[string]any) {
+			s["recovery"] = map[string]any{"checkpointable": true, "checkpoint_interval_s": -5}
+		}), "", 422, CodeInvalid, "recovery.checkpoint_interval_s"},
+		{"checkpoint interval without checkpointable", tokAlice, with(func(s map[string]any) { s["recovery"] = map[string]any{"checkpoint_interval_s": 60} }), "", 422, CodeInvalid, "recovery.checkpoint_interval_s"},
+		{"prerequisite without name", tokAlice, with(func(s map[string]any) { s["prerequisites"] = []any{map[string]any{"ready": true}} }), "", 422, CodeInvalid, "prerequisites[0].name"},
+		{"duplicate prerequisite", tokAlice, with(func(s map[string]any) {
+			s["prerequisites"] = []any{map[string]any{"name": "data", "ready": true}, map[string]any{"name": "data", "ready": false}}
+		}), "", 422, CodeInvalid, "prerequisites[1].name"},
+		{"submitter sets protected", tokAlice, with(func(s map[string]any) { s["protected"] = true }), "", 403, CodeForbidden, "protected"},
+		{"submitter names another project", tokAlice, with(func(s map[string]any) { s["project"] = "speech" }), "", 403, CodeForbidden, "project"},
+		{"gpus not a number", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = "two" }), "", 400, CodeMalformed, "resources.gpus"},
+		{"command not an array", tokAlice, with(func(s map[string]any) { s["command"] = "python train.py" }), "", 400, CodeMalformed, "command"},
+		{"unknown top-level field", tokAlice, with(func(s map[string]any) { s["priority"] = 5 }), "", 400, CodeMalformed, "priority"},
+		{"unknown nested field", tokAlice, with(func(s map[string]any) { res(s)["gpu_type"] = "A100" }), "", 400, CodeMalformed, "resources.gpu_type"},
+		{"unknown field in a list", tokAlice, with(func(s map[string]any) {
+			s["prerequisites"] = []any{map[string]any{"name": "x", "ready": true, "kind": "image"}}
+		}), "", 400, CodeMalformed, "prerequisites[0].kind"},
+		{"malformed JSON", tokAlice, `{"queue": "train",`, "", 400, CodeMalformed, ""},
+		{"trailing data", tokAlice, `{"queue": "train"} {}`, "", 400, CodeMalformed, ""},
+		{"empty body", tokAlice, ``, "", 400, CodeMalformed, ""},
+		{"idempotency key too long", tokAlice, validSpec(), strings.Repeat("k", 300), 400, CodeMalformed, IdempotencyKeyHeader},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := env.submit(tc.token, tc.body, tc.key)
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", r.status, tc.status, r.body)
+			}
+			e := r.apiError(t)
+			if e.Code != tc.code || e.Field != tc.field {
+				t.Fatalf("error code %q field %q, want %q %q: %s", e.Code, e.Field, tc.code, tc.field, r.body)
+			}
+			if e.Message == "" {
+				t.Fatal("empty message")
+			}
+		})
+	}
+	after := env.counts()
+	for table, n := range before {
+		if after[table] != n {
+			t.Errorf("%s: %d rows before the rejected requests, %d after", table, n, after[table])
+		}
+	}
+	if got := len(env.wf.startedJobs()); got != 1 {
+		t.Errorf("%d workflows started, want 1 (only the accepted job)", got)
+	}
+}
+
+// TestSubmitReportsEveryFieldError checks that a spec with several problems
+// names the first in field order and lists all of them in details.
+func TestSubmitReportsEveryFieldError(t *testing.T) {
+	env := newTestEnv(t)
+	r := env.submit(tokAlice, with(func(s map[string]any) {
+		s["queue"] = "gold"
+		res(s)["gpus"] = -2
+		res(s)["topology"] = "mesh"
+	}), "")
+	if r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	e := r.apiError(t)
+	var fields []string
+	for _, d := range e.Details {
+		fields = append(fields, d.Field)
+	}
+	if e.Field != "queue" || strings.Join(fields, ",") != "queue,resources.gpus,resources.topology" {
+		t.Fatalf("field %q details %v", e.Field, fields)
+	}
+}
+
+// TestOperatorMayProtectAndSubmitForAnotherProject checks the role rules of
+// the spec: protected and project are allowed to operators.
+func TestOperatorMayProtectAndSubmitForAnotherProject(t *testing.T) {
+	env := newTestEnv(t)
+	j := env.mustSubmit(tokOps, with(func(s map[string]any) {
+		s["protected"] = true
+		s["project"] = "vision"
+		s["queue"] = "inference"
+	}))
+	if !j.Protected || j.Project != "vision" || j.Tier != "production" {
+		t.Fatalf("job %+v", j)
+	}
+	// The submitter of that project sees it.
+	if r := env.do(http.MethodGet, "/v1/jobs/"+j.ID, tokAlice, nil); r.status != http.StatusOK {
+		t.Fatalf("owner GET: %d %s", r.status, r.body)
+	}
+}
+
+func TestValidateJobSpecAcceptsGPUShareAndProcess(t *testing.T) {
+	known := func(q string) bool { return q == "train" }
+	share := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 1, GPUMilli: 250, Pool: "t4"}, RunSeconds: 60}
+	process := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 0, Pool: "cpu"}, Command: []string{"sleep", "1"}}
+	for _, s := range []*JobSpec{share, process} {
+		if errs := ValidateJobSpec(s, known); errs != nil {
+			t.Errorf("%+v: %v", s, errs)
+		}
+	}
+}

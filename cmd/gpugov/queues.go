@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/apiclient"
+)
+
+func init() {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "queues",
+		Short: "List the queues: tier, service share, wait objective, protection",
+		Args:  cobra.NoArgs,
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFormat(format, "table", "json"); err != nil {
+			return err
+		}
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		qs, err := client.Queues(cmd.Context())
+		if err != nil {
+			return apiFailure(err)
+		}
+		if format == "json" {
+			return printJSON(cmd.OutOrStdout(), qs)
+		}
+		return printQueues(cmd.OutOrStdout(), qs)
+	}
+	rootCmd.AddCommand(cmd)
+}
+
+// printQueues writes the queues as a table.
+func printQueues(w io.Writer, qs *api.QueueList) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTIER\tSHARE\tMAX WAIT\tLOW RISK\tPROTECTED")
+	for _, q := range qs.Queues {
+		maxWait := "-"
+		if q.MaxWaitSec > 0 {
+			maxWait = formatDuration(time.Duration(q.MaxWaitSec * float64(time.Second)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%g\t%s\t%s\t%s\n", q.Name, q.Tier, q.ServiceShare, maxWait, yesNo(q.LowRisk), yesNo(q.Protected))
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/apiclient"
+)
+
+func init() {
+	var format string
+	var o apiclient.ReclaimOptions
+	cmd := &cobra.Command{
+		Use:   "reclaims",
+		Short: "The reclaim report: failed, idle and completed allocations, modes, notices, GPUs released, disputes",
+		Args:  cobra.NoArgs,
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	cmd.Flags().StringVar(&o.Class, "class", "", "only this class: failed, idle, completed")
+	cmd.Flags().StringVar(&o.Mode, "mode", "", "only this mode: report, notify, auto, confirm")
+	cmd.Flags().StringVar(&o.Pool, "pool", "", "only this pool")
+	cmd.Flags().StringVar(&o.State, "state", "", "only this state, e.g. notified, awaiting_confirmation, released, kept")
+	cmd.Flags().IntVar(&o.Limit, "limit", 0, "at most this many (1..1000; default 100)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFormat(format, "table", "json"); err != nil {
+			return err
+		}
+		if o.Limit < 0 || o.Limit > 1000 {
+			return newUsageError("--limit %d: want 1..1000", o.Limit)
+		}
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		rep, err := client.Reclaims(cmd.Context(), o)
+		if err != nil {
+			return apiFailure(err)
+		}
+		if format == "json" {
+			return printJSON(cmd.OutOrStdout(), rep)
+		}
+		return printReclaims(cmd.OutOrStdout(), rep)
+	}
+	cmd.AddCommand(reclaimDecisionCmd("confirm", "Approve a reclaim's release (operator or admin token)", (*apiclient.Client).ConfirmReclaim))
+	cmd.AddCommand(reclaimDecisionCmd("keep", "Keep your allocation: object to its reclaim, recorded as a dispute", (*apiclient.Client).KeepReclaim))
+	rootCmd.AddCommand(cmd)
+}
+
+// reclaimDecisionCmd is `gpugov reclaims confirm|keep ID --reason …`.
+func reclaimDecisionCmd(verb, short string, call func(*apiclient.Client, context.Context, string, string) (*api.Reclaim, error)) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{Use: verb + " ID", Short: short, Args: cobra.ExactArgs(1)}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&reason, "reason", "", "why (goes to the audit log)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		r, err := call(client, cmd.Context(), args[0], reason)
+		if err != nil {
+			return apiFailure(err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s sent to reclaim %s (allocation %s, %s, mode %s)\n", verb, r.ID, r.AllocationID, r.Class, r.Mode)
+		return nil
+	}
+	return cmd
+}
+
+// printReclaims writes the reclaims and the totals.
+func printReclaims(w io.Writer, rep *api.ReclaimReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCLASS\tMODE\tSTATE\tPOOL\tQUEUE\tJOB\tGPUS\tRELEASED\tDISPUTED\tBASIS")
+	for _, r := range rep.Reclaims {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%g\t%g\t%s\t%s\n", r.ID, r.Class, r.Mode, r.State, r.Pool, r.Queue, r.JobID,
+			r.GPUs, r.GPUsReleased, yesNo(r.Disputed), r.Basis)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	s := rep.Summary
+	_, err := fmt.Fprintf(w, "\n%d reclaim(s): by class %s; by mode %s; %g GPU(s) released; %d disputed (false reclaims)\n",
+		len(rep.Reclaims), counts(s.ByClass), counts(s.ByMode), s.GPUsReleased, s.Disputed)
+	return err
+}
+
+// counts renders a count map as "a 1, b 2" in key order.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := ""
+	for i, k := range keys {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("%s %d", k, m[k])
+	}
+	if out == "" {
+		return "none"
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// TestReportCommand runs `gpugov report` against the real API on a database
+// with one job that has waited two hours for capacity: the text and JSON
+// reports, a comparison, and the usage errors (exit code 2).
+func TestReportCommand(t *testing.T) {
+	env := newCLIEnv(t)
+	ctx := context.Background()
+	submitted := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second)
+	job, _, err := env.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: scheduling.TierStandard,
+		SubmitTime: submitted, Request: scheduling.ResourceRequest{GPUs: 1, Pool: "a100-east"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.store.ApplyCycle(ctx, "c1", &scheduling.Result{At: submitted, Waiting: []scheduling.WaitStatus{
+		{JobID: job.ID, Reason: scheduling.ReasonCapacityBusy, Rank: 1}}}, submitted); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := env.run(t, "report", "--group-by", "queue")
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	for _, s := range []string{"Queue service report", "group by   queue", "train", "CAPACITY_BUSY", "Starving jobs (0 listed of 0)"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("report lacks %q:\n%s", s, out)
+		}
+	}
+
+	out, _, err = env.run(t, "report", "--group-by", "", "--format", "json")
+	if err != nil {
+		t.Fatalf("report json: %v", err)
+	}
+	var r queuereport.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("decode %s: %v", out, err)
+	}
+	if r.Total.Jobs != 1 || r.Total.StillWaiting != 1 || len(r.Groups) != 0 || r.Total.LongestWaitS == nil || *r.Total.LongestWaitS < 7100 {
+		t.Errorf("json report total %+v, %d groups", r.Total, len(r.Groups))
+	}
+
+	hour := func(h int) string {
+		return time.Now().UTC().Truncate(time.Hour).Add(time.Duration(h) * time.Hour).Format(time.RFC3339)
+	}
+	out, _, err = env.run(t, "report", "--compare", hour(-6)+","+hour(-3)+":"+hour(-3)+","+hour(0))
+	if err != nil || !strings.Contains(out, "Queue service comparison") || !strings.Contains(out, "still_waiting") {
+		t.Fatalf("compare: %v\n%s", err, out)
+	}
+	out, _, err = env.run(t, "report", "--before", hour(-6)+","+hour(-3), "--after", hour(-3)+","+hour(0), "--format", "json")
+	var c queuereport.Comparison
+	if err != nil || json.Unmarshal([]byte(out), &c) != nil || c.Before.To.Format(time.RFC3339) != hour(-3) {
+		t.Fatalf("compare json: %v\n%s", err, out)
+	}
+
+	for _, args := range [][]string{
+		{"--group-by", "queue,colour"},                      // rejected by the server: 400
+		{"--from", hour(-1), "--to", hour(-2)},              // rejected by the server: 400
+		{"--from", "yesterday"},                             // rejected here
+		{"--compare", hour(-6) + "," + hour(-3)},            // one window only
+		{"--before", hour(-6) + "," + hour(-3)},             // no --after
+		{"--compare", "x", "--before", "y", "--after", "z"}, // both forms
+		{"--format", "yaml"},
+	} {
+		_, _, err := env.run(t, append([]string{"report"}, args...)...)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("report %v: %T %v, want a usage error (exit 2)", args, err, err)
+		}
+	}
+}
+
+// TestSplitCompare checks that the colon between two windows is found among
+// the colons of RFC 3339 times.
+func TestSplitCompare(t *testing.T) {
+	b, a, ok := splitCompare("2026-11-22T00:00:00+01:00,2026-11-29T00:00:00Z:2026-11-29T00:00:00Z,2026-12-06T00:00:00-05:00")
+	if !ok || b != "2026-11-22T00:00:00+01:00,2026-11-29T00:00:00Z" || a != "2026-11-29T00:00:00Z,2026-12-06T00:00:00-05:00" {
+		t.Fatalf("%q %q %v", b, a, ok)
+	}
+	b, a, ok = splitCompare("2026-11-22T00:00:00+01:00,2026-11-29T00:00:00+01:00:2026-11-29T00:00:00+01:00,2026-12-06T00:00:00Z")
+	if !ok || b != "2026-11-22T00:00:00+01:00,2026-11-29T00:00:00+01:00" || a != "2026-11-29T00:00:00+01:00,2026-12-06T00:00:00Z" {
+		t.Fatalf("offsets: %q %q %v", b, a, ok)
+	}
+	if _, _, ok := splitCompare("2026-11-22T00:00:00Z,2026-11-29T00:00:00Z"); ok {
+		t.Fatal("one window accepted")
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/apiclient"
+)
+
+// This file holds `gpugov submit` and the helpers every client command (get,
+// why, queues) shares: the --api/--token flags and the mapping of API errors
+// to exit codes.
+
+func init() {
+	var file, key, format string
+	cmd := &cobra.Command{
+		Use:   "submit -f JOB.yaml",
+		Short: "Submit a job from a YAML (or JSON) job spec and print its ID",
+		Long: `submit reads a job spec (YAML or JSON; "-" reads standard input) and posts it
+to the gpugov API. It prints the job ID. Unknown fields are rejected.
+
+Example job.yaml:
+
+  queue: train
+  resources:
+    gpus: 4
+    gpu_memory_mib: 81920
+    pool: a100-east
+    topology: same-node
+  command: [python, train.py]
+  recovery: {checkpointable: true, checkpoint_interval_s: 600}
+
+With --idempotency-key, submitting again with the same key returns the first
+job instead of creating another, so a submit can be retried safely.
+Exit codes: 0 accepted, 2 rejected input (the field is named), 1 server or
+network failure.`,
+		Args: cobra.NoArgs,
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	cmd.Flags().StringVarP(&file, "file", "f", "", "job spec file (YAML or JSON); - for standard input")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "makes retries safe: one job per key and project")
+	cmd.Flags().StringVar(&format, "format", "text", "output: text (the job ID) or json (the job)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if file == "" {
+			return newUsageError("submit: -f JOB.yaml is required")
+		}
+		if err := checkFormat(format, "text", "json"); err != nil {
+			return err
+		}
+		spec, err := readJobSpec(cmd.InOrStdin(), file)
+		if err != nil {
+			return err
+		}
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		job, status, err := client.Submit(cmd.Context(), spec, key)
+		if err != nil {
+			return apiFailure(err)
+		}
+		if job.Note != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note (HTTP %d): %s\n", status, job.Note)
+		} else if status == 200 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: idempotency key %q was already used; this is the existing job\n", key)
+		}
+		if format == "json" {
+			return printJSON(cmd.OutOrStdout(), job)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), job.ID)
+		return nil
+	}
+	rootCmd.AddCommand(cmd)
+}
+
+// readJobSpec reads a YAML or JSON job spec from path ("-" is stdin). Unknown
+// fields and type errors are usage errors naming the line.
+func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, newUsageError("submit: %w", err)
+	}
+	var spec api.JobSpec
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&spec); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, newUsageError("submit: %s is empty", path)
+		}
+		return nil, newUsageError("submit: %s: %w", path, err)
+	}
+	return &spec, nil
+}
+
+// apiFailure maps a client error to the CLI's exit codes: a 4xx from the API
+// is the caller's input (exit 2, printed "field: message"); a 5xx or a network
+// failure is not (exit 1).
+func apiFailure(err error) error {
+	if e, ok := apiclient.AsError(err); ok && e.ClientError() {
+		return usageError{e}
+	}
+	return err
+}
+
+// checkFormat validates a --format value.
+func checkFormat(format string, allowed ...string) error {
+	for _, a := range allowed {
+		if format == a {
+			return nil
+		}
+	}
+	return newUsageError("--format %q: want one of %v", format, allowed)
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
+)
+
+// startedWorkflows stands in for Temporal behind the API (the API reaches it
+// only through api.Workflows; Temporal is tested in api/ and workflows/). It
+// accepts every call.
+type startedWorkflows struct{}
+
+func (startedWorkflows) StartJob(context.Context, string, api.JobAttributes) error { return nil }
+func (startedWorkflows) CancelJob(context.Context, string, string, string) error   { return nil }
+func (startedWorkflows) NotifySubmitted(context.Context, string) error             { return nil }
+
+// cliEnv is the real API on a real, fresh PostgreSQL database, served over HTTP.
+type cliEnv struct {
+	store *store.Store
+	url   string
+}
+
+const cliToken = "tok-cli"
+
+func newCLIEnv(t *testing.T) *cliEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := api.NewTokens(map[string]api.Principal{cliToken: {Name: "alice", Project: "vision", Role: api.RoleSubmitter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(api.StoreFrom(st), startedWorkflows{}, toks, api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &cliEnv{store: st, url: hs.URL}
+}
+
+// run executes the gpugov command line args against the env's API and
+// returns stdout, stderr and the command's error. Flags of every subcommand
+// are reset first, because rootCmd is shared between runs.
+func (e *cliEnv) run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	for _, c := range rootCmd.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				_ = sv.Replace(nil)
+			} else {
+				_ = f.Value.Set(f.DefValue)
+			}
+			f.Changed = false
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	rootCmd.SetOut(&stdout)
+	rootCmd.SetErr(&stderr)
+	rootCmd.SetArgs(append(args, "--api", e.url, "--token", cliToken))
+	err := rootCmd.ExecuteContext(context.Background())
+	rootCmd.SetArgs(nil)
+	return stdout.String(), stderr.String(), err
+}
+
+const jobYAML = `
+queue: train
+resources:
+  gpus: 2
+  gpu_memory_mib: 40960
+  pool: a100-east
+  topology: same-node
+run_seconds: 3600
+recovery: {checkpointable: true, checkpoint_interval_s: 600}
+`
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSubmitGetWhy runs submit, get and why against the real API: the job ID
+// is printed, get shows the stored job, and why explains a real wait recorded
+// by the store.
+func TestSubmitGetWhy(t *testing.T) {
+	env := newCLIEnv(t)
+	out, stderr, err := env.run(t, "submit", "-f", writeFile(t, jobYAML), "--idempotency-key", "k1")
+	if err != nil {
+		t.Fatalf("submit: %v (%s)", err, stderr)
+	}
+	id := strings.TrimSpace(out)
+	if !strings.HasPrefix(id, "j-") {
+		t.Fatalf("submit printed %q", out)
+	}
+	// The same key again: the same job, with a note on stderr.
+	out, stderr, err = env.run(t, "submit", "-f", writeFile(t, jobYAML), "--idempotency-key", "k1")
+	if err != nil || strings.TrimSpace(out) != id || !strings.Contains(stderr, "already used") {
+		t.Fatalf("resubmit: %q %q %v", out, stderr, err)
+	}
+
+	job, err := env.store.GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := job.WaitingSince
+	_, err = env.store.ApplyCycle(context.Background(), "c1", &scheduling.Result{At: since, Waiting: []scheduling.WaitStatus{{
+		JobID: id, Reason: scheduling.ReasonCapacityBusy, Rank: 3,
+		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 0 free",
+		ReEvaluate: "when 2 matching GPUs on one node are free",
+		Priority:   scheduling.Priority{Score: 10450, TierBase: 10000, AgingCredit: 300, AgingCapped: true, FairShare: 150},
+	}}}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	displayLocation = time.UTC
+	clientNow = func() time.Time { return since.Add(14*time.Minute + 10*time.Second) }
+	t.Cleanup(func() { displayLocation, clientNow = time.Local, time.Now })
+
+	out, _, err = env.run(t, "why", id)
+	if err != nil {
+		t.Fatalf("why: %v", err)
+	}
+	want := id + " waiting 14m (since " + since.UTC().Format("15:04") + ") — capacity_busy: needs 2 × ≥40960 MiB on one node; " +
+		"2 match in pool, 0 free; rank 3 in pool a100-east; priority 10,450 = tier standard 10,000 + aging 300 (at its cap) + " +
+		"fair share 150; next re-evaluation: when 2 matching GPUs on one node are free\n" +
+		"next action: wait for release, preemption if eligible, or capacity\n"
+	if out != want {
+		t.Fatalf("why:\n got %q\nwant %q", out, want)
+	}
+
+	out, _, err = env.run(t, "get", id)
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	for _, s := range []string{"STATE        waiting", "train (tier standard)", "2 GPU × ≥40960 MiB, pool a100-east, same-node",
+		"capacity_busy for 14m", "RANK         3 in pool a100-east", "checkpointable every 10m"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("get output lacks %q:\n%s", s, out)
+		}
+	}
+	out, _, err = env.run(t, "get", id, "--format", "json")
+	if err != nil || !strings.Contains(out, `"reason": "capacity_busy"`) {
+		t.Fatalf("get json: %v\n%s", err, out)
+	}
+	out, _, err = env.run(t, "get")
+	if err != nil || !strings.Contains(out, id) || !strings.Contains(out, "capacity_busy") {
+		t.Fatalf("get (list): %v\n%s", err, out)
+	}
+	out, _, err = env.run(t, "queues")
+	if err != nil || !strings.Contains(out, "train") || !strings.Contains(out, "standard") {
+		t.Fatalf("queues: %v\n%s", err, out)
+	}
+}
+
+// TestClientExitCodes checks that a rejected spec is a usage error (exit 2)
+// printed as "field: message", and a server failure is not (exit 1).
+func TestClientExitCodes(t *testing.T) {
+	env := newCLIEnv(t)
+	bad := strings.Replace(jobYAML, "gpus: 2", "gpus: 2\n  gpu_milli: 1500", 1)
+	_, _, err := env.run(t, "submit", "-f", writeFile(t, bad))
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "resources.gpu_milli: ") {
+		t.Fatalf("4xx: %T %v", err, err)
+	}
+	_, _, err = env.run(t, "submit", "-f", writeFile(t, jobYAML+"colour: blue\n"))
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "colour") {
+		t.Fatalf("unknown YAML field: %v", err)
+	}
+	_, _, err = env.run(t, "get", "j-missing")
+	if !errors.As(err, &ue) {
+		t.Fatalf("404: %v", err)
+	}
+
+	env.store.Close() // PostgreSQL unreachable from the API: 503
+	_, _, err = env.run(t, "submit", "-f", writeFile(t, jobYAML))
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("5xx: %T %v", err, err)
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/apiclient"
+)
+
+func init() {
+	cmd := &cobra.Command{
+		Use:   "why JOB-ID",
+		Short: "Explain in plain words why a job is waiting (or where it runs)",
+		Long: `why explains a job's current state from the last scheduling cycle: how long it
+has waited and since when, the wait reason with its quantities, its rank in the
+pool, its effective priority by parts (tier + aging + fair share), what would
+change the reason and the next action the reason implies.`,
+		Args: cobra.ExactArgs(1),
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		job, err := client.GetJob(cmd.Context(), args[0])
+		if err != nil {
+			return apiFailure(err)
+		}
+		_, err = io.WriteString(cmd.OutOrStdout(), explainJob(job))
+		return err
+	}
+	rootCmd.AddCommand(cmd)
+}
+
+// explainJob renders the explanation, one statement per line; the first line
+// is the summary, e.g. "j-… waiting 14m (since 13:02) — capacity_busy: needs
+// …; rank 3 in pool a100-east; priority 20,450 = tier key-project 20,000 +
+// aging 300 + fair share 150; next re-evaluation: when …".
+func explainJob(j *api.Job) string {
+	var b strings.Builder
+	switch j.State {
+	case "submitted", "waiting":
+		explainWait(&b, j)
+	case "placed", "running":
+		fmt.Fprintf(&b, "%s is %s, not waiting", j.ID, j.State)
+		if e := j.Explanation; e != nil && e.Placed != nil {
+			fmt.Fprintf(&b, " — placed on %s at rank %d; priority %s", describePlacement(e.Placed), e.Rank,
+				describePriority(j.Tier, e.Priority))
+		}
+		b.WriteString("\n")
+	default:
+		fmt.Fprintf(&b, "%s is %s (final); it no longer waits\n", j.ID, j.State)
+	}
+	if j.CancelRequested {
+		b.WriteString("cancellation requested: the job workflow is stopping the run\n")
+	}
+	return b.String()
+}
+
+// explainWait writes the summary line of a pending job and its follow-ups.
+func explainWait(b *strings.Builder, j *api.Job) {
+	now := clientNow()
+	since := j.SubmittedAt
+	if j.WaitingSince != nil {
+		since = *j.WaitingSince
+	}
+	fmt.Fprintf(b, "%s waiting %s (since %s)", j.ID, formatDuration(now.Sub(since)), formatClock(since))
+	w, e := j.Wait, j.Explanation
+	if w == nil {
+		b.WriteString(" — not yet evaluated by a scheduling cycle; the scheduler looks at it on its next cycle\n")
+		return
+	}
+	fmt.Fprintf(b, " — %s", w.Reason)
+	if w.Since.Sub(since) >= time.Minute { // the reason changed during the wait: say since when this one holds
+		fmt.Fprintf(b, " for %s (since %s)", formatDuration(now.Sub(w.Since)), formatClock(w.Since))
+	}
+	if w.Detail != "" {
+		fmt.Fprintf(b, ": %s", w.Detail)
+	}
+	if e != nil {
+		fmt.Fprintf(b, "; rank %d in pool %s; priority %s", e.Rank, e.Pool, describePriority(j.Tier, e.Priority))
+	}
+	if w.ReEvaluate != "" {
+		fmt.Fprintf(b, "; next re-evaluation: %s", w.ReEvaluate)
+	}
+	b.WriteString("\n")
+	if w.BlockingJobID != "" {
+		fmt.Fprintf(b, "blocked by: %s\n", w.BlockingJobID)
+	}
+	if w.NextAction != "" {
+		fmt.Fprintf(b, "next action: %s\n", w.NextAction)
+	}
+	if j.Held {
+		fmt.Fprintf(b, "held: it waits until its owner or an operator releases it (POST /v1/jobs/%s/release)\n", j.ID)
+	}
+}
