@@ -1,0 +1,164 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/internal/apiclient"
+	"github.com/gpugov/gpugov/internal/replay"
+	"github.com/gpugov/gpugov/internal/trace/alibaba"
+)
+
+// defaultTraceDir is where the trace lies relative to the repository root
+// (DESIGN.md §6); GPUGOV_TRACE_DIR overrides it.
+const defaultTraceDir = "../shared/traces/alibaba-gpu-v2023"
+
+// replayFlags are the flags of `gpugov replay`.
+type replayFlags struct {
+	nodes, pods   string
+	from, to      string
+	speed         float64
+	maxPods       int
+	wait          time.Duration
+	pool          string
+	projects      int
+	recoveryProb  float64
+	recoverySeed  uint64
+	maxRunSeconds float64
+	concurrency   int
+	format        string
+}
+
+func init() {
+	f := &replayFlags{}
+	traceDir := cmp.Or(os.Getenv("GPUGOV_TRACE_DIR"), defaultTraceDir)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Replay a slice of the Alibaba GPU trace through a running gpugov API and report the queues",
+		Long: `replay submits the GPU pods of --pods created in [--from, --to) through the API,
+each at (creation_time − from) / --speed after the start, with run_seconds the
+trace's run time, the pod name as Idempotency-Key (replaying the slice again
+creates no job twice), the queue named after its tier (LS production,
+Guaranteed key-project, Burstable standard, BE experiment) and a synthetic
+project. Pods the trace never scheduled are cancelled at their deletion time.
+Recovery evidence is not in the trace: it is drawn by a seeded rule (printed).
+
+Progress goes to stderr every 5 s. When every pod is submitted and the jobs
+have settled (each ended, or waiting with a reason and unchanged) or --wait has
+passed, it prints the queue report per tier: jobs, P50/P95/P99/max wait next to
+the trace's own waits scaled by the speed, and the current wait reasons.
+
+The serving side must run its simulated executor at the same speed
+(serve --sim-speed, default 600 like --speed). The token must be an operator's
+or an admin's (dev token: dev-admin). --from and --to take trace seconds or a
+duration from the trace start (3548h); the default slice is the busiest day of
+openb_pod_list_default.csv (732 GPU pods). --nodes, when given, is read and the
+trace cluster's size printed in the header.`,
+		Args: cobra.NoArgs,
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	fl := cmd.Flags()
+	fl.StringVar(&f.nodes, "nodes", "", "Alibaba node list (optional: compared with the API's pool)")
+	fl.StringVar(&f.pods, "pods", filepath.Join(traceDir, "openb_pod_list_default.csv"), "Alibaba pod list")
+	fl.StringVar(&f.from, "from", fmt.Sprint(replay.DefaultFrom), "start of the slice: trace seconds or a duration such as 3548h")
+	fl.StringVar(&f.to, "to", fmt.Sprint(replay.DefaultTo), "end of the slice (exclusive)")
+	fl.Float64Var(&f.speed, "speed", replay.DefaultSpeed, "trace seconds per real second (match serve --sim-speed)")
+	fl.IntVar(&f.maxPods, "max-pods", 0, "replay at most this many pods of the slice (0: all)")
+	fl.DurationVar(&f.wait, "wait", replay.DefaultWait, "after the last submission, how long to wait for the jobs to settle")
+	fl.StringVar(&f.pool, "pool", alibaba.DefaultPoolName, "pool the jobs ask for")
+	fl.IntVar(&f.projects, "projects", alibaba.DefaultProjects, "synthetic projects the pods are spread over")
+	fl.Float64Var(&f.recoveryProb, "recovery-probability", replay.DefaultRecovery().Probability, "probability that a standard or experiment job is checkpointable")
+	fl.Uint64Var(&f.recoverySeed, "recovery-seed", replay.DefaultRecovery().Seed, "seed of the recovery-evidence draw")
+	fl.Float64Var(&f.maxRunSeconds, "max-run-seconds", 0, "cap on each job's run_seconds (0: the trace's run time)")
+	fl.IntVar(&f.concurrency, "concurrency", replay.DefaultConcurrency, "submissions in flight")
+	fl.StringVar(&f.format, "format", "table", "report format: table or json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		client, err := newClient()
+		if err != nil {
+			return newUsageError("%w", err)
+		}
+		return runReplay(cmd, client, f)
+	}
+	rootCmd.AddCommand(cmd)
+}
+
+// runReplay validates the flags, reads the trace, runs the replay and prints
+// the report.
+func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) error {
+	if err := checkFormat(f.format, "table", "json"); err != nil {
+		return err
+	}
+	from, err := replay.ParseTraceTime(f.from)
+	if err != nil {
+		return newUsageError("--from: %w", err)
+	}
+	to, err := replay.ParseTraceTime(f.to)
+	if err != nil {
+		return newUsageError("--to: %w", err)
+	}
+	switch {
+	case to <= from:
+		return newUsageError("--to (%d) must be after --from (%d)", to, from)
+	case !(f.speed > 0):
+		return newUsageError("--speed must be > 0, got %g", f.speed)
+	case f.maxPods < 0 || f.wait < 0 || f.maxRunSeconds < 0:
+		return newUsageError("--max-pods, --wait and --max-run-seconds must not be negative")
+	case !(f.recoveryProb >= 0 && f.recoveryProb <= 1):
+		return newUsageError("--recovery-probability must be in 0..1, got %g", f.recoveryProb)
+	}
+	pods, _, err := alibaba.ReadPods(f.pods, alibaba.ReadOptions{})
+	if err != nil {
+		return usageError{err}
+	}
+	clusterLine := ""
+	if f.nodes != "" {
+		nodes, err := alibaba.ReadNodes(f.nodes)
+		if err != nil {
+			return usageError{err}
+		}
+		clusterLine = describeTraceCluster(nodes)
+	}
+	selected := replay.Select(pods, from, to, f.maxPods)
+	if len(selected) == 0 {
+		return newUsageError("no GPU pod of %s is created in [%d, %d)", f.pods, from, to)
+	}
+	rec := replay.DefaultRecovery()
+	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
+	subs, err := replay.Build(selected, replay.BuildOptions{From: from, Speed: f.speed, Pool: f.pool,
+		Projects: f.projects, Recovery: rec, MaxRunSeconds: f.maxRunSeconds})
+	if err != nil {
+		return newUsageError("%w", err)
+	}
+	header := fmt.Sprintf("Trace slice: %s, trace seconds [%d, %d): %d GPU pods, submitted over %s.\n",
+		filepath.Base(f.pods), from, to, len(subs), subs[len(subs)-1].SubmitAt.Round(time.Second))
+	header += clusterLine
+	header += "Recovery evidence is not in the trace; drawn by rule: " + rec.String() + ".\n"
+	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d GPU pods of %s, submitted over %s; progress every %s\n",
+		len(subs), filepath.Base(f.pods), subs[len(subs)-1].SubmitAt.Round(time.Second), replay.DefaultProgressInterval)
+	res, err := replay.Run(cmd.Context(), replay.Config{Client: client, Submissions: subs, Speed: f.speed, Pool: f.pool,
+		Wait: f.wait, Concurrency: f.concurrency, Progress: cmd.ErrOrStderr()})
+	if err != nil {
+		return apiFailure(err)
+	}
+	if f.format == "json" {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	return res.Render(cmd.OutOrStdout(), "\n"+header)
+}
+
+// describeTraceCluster summarises the node list for the header.
+func describeTraceCluster(nodes []alibaba.NodeRow) string {
+	n, gpus := 0, 0
+	for _, nd := range nodes {
+		if nd.GPUs > 0 {
+			n++
+			gpus += nd.GPUs
+		}
+	}
+	return fmt.Sprintf("Trace cluster (--nodes): %d GPU nodes, %d GPUs.\n", n, gpus)
+}

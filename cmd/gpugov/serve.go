@@ -1,0 +1,175 @@
+package main
+
+import (
+	"cmp"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/service"
+	"github.com/gpugov/gpugov/internal/simulation"
+)
+
+// Defaults of `gpugov serve` besides defaultDatabaseURL (migrate.go).
+const (
+	defaultTemporalAddress = "127.0.0.1:7233"
+	defaultAPIAddr         = "127.0.0.1:8080"
+	// devTokensFile is the development token file serve falls back to, relative
+	// to the working directory or to the binary's parent directory (bin/..).
+	devTokensFile = "deploy/gpugov/tokens.yaml"
+)
+
+// serveOptions are the flags of `gpugov serve`.
+type serveOptions struct {
+	databaseURL       string
+	temporalAddress   string
+	namespace         string
+	apiAddr           string
+	tokensFile        string
+	inventoryFile     string
+	inventoryFormat   string
+	inventoryPool     string
+	policyFile        string
+	cycleInterval     time.Duration
+	simSpeed          float64
+	reconcileInterval time.Duration
+	logLevel          string
+}
+
+func init() {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gpugov service: HTTP API, Temporal workers, scheduler and simulated executor",
+		Long: `serve runs gpugov: it creates and migrates the database, imports --inventory-file
+(a static YAML inventory or an Alibaba node-list CSV) when given, connects to
+Temporal (registering gpugov's search attributes), runs the service worker
+(every workflow and the store-backed activities) and the simulated executor,
+starts the scheduler workflow, and serves the API with /metrics until SIGINT or
+SIGTERM, then shuts down gracefully. Pending jobs' workflows are reconciled
+every --reconcile-interval.
+
+Without --tokens-file (or GPUGOV_TOKENS_FILE) it warns and uses the development
+tokens of ` + devTokensFile + ` (admin token "dev-admin").
+
+--policy takes the YAML policy file of internal/simulation: its policy governs
+every scheduling cycle and its queues and quotas are upserted at start. Without
+it the default policy applies and, when no queue exists, one queue per tier is
+created.
+
+The simulated executor runs --sim-speed seconds of job work per real second;
+keep it equal to replay's --speed (both default to 600) so that a replay
+compresses runs and arrivals alike.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.databaseURL, "database-url", cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
+	f.StringVar(&o.temporalAddress, "temporal-address", cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), defaultTemporalAddress), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	f.StringVar(&o.namespace, "temporal-namespace", cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	f.StringVar(&o.apiAddr, "api-addr", cmp.Or(os.Getenv("GPUGOV_API_ADDR"), defaultAPIAddr), "HTTP listen address (env GPUGOV_API_ADDR)")
+	f.StringVar(&o.tokensFile, "tokens-file", os.Getenv("GPUGOV_TOKENS_FILE"), "API token file (env GPUGOV_TOKENS_FILE; default: the development tokens of "+devTokensFile+")")
+	f.StringVar(&o.inventoryFile, "inventory-file", "", "inventory to import at start: static YAML or Alibaba node-list CSV")
+	f.StringVar(&o.inventoryFormat, "inventory-format", service.FormatAuto, "format of --inventory-file: auto, yaml or alibaba-csv")
+	f.StringVar(&o.inventoryPool, "pool", "", "with --inventory-file: the pool a CSV's nodes form (default \"alibaba\"), or the one pool of a YAML file to import")
+	f.StringVar(&o.policyFile, "policy", "", "YAML policy file (internal/simulation format); default policy when empty")
+	f.DurationVar(&o.cycleInterval, "cycle-interval", service.DefaultCycleInterval, "longest time between scheduling cycles without a signal (whole seconds)")
+	f.Float64Var(&o.simSpeed, "sim-speed", service.DefaultSimSpeed, "simulated executor speed: seconds of job work per real second")
+	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	rootCmd.AddCommand(cmd)
+}
+
+// run turns the flags into a service.Config and runs the service until a
+// signal arrives.
+func (o *serveOptions) run(cmd *cobra.Command) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return newUsageError("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	cfg, err := o.config(logger)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return service.Run(ctx, cfg)
+}
+
+// config validates the flags and reads the files they name; a bad flag or
+// file is a usage error.
+func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
+	switch {
+	case o.cycleInterval < time.Second:
+		return service.Config{}, newUsageError("--cycle-interval must be at least 1s, got %s", o.cycleInterval)
+	case !(o.simSpeed > 0):
+		return service.Config{}, newUsageError("--sim-speed must be > 0, got %g", o.simSpeed)
+	case o.reconcileInterval <= 0:
+		return service.Config{}, newUsageError("--reconcile-interval must be > 0, got %s", o.reconcileInterval)
+	}
+	cfg := service.Config{
+		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
+		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
+		ReconcileInterval: o.reconcileInterval, Logger: logger,
+	}
+	tokens, err := loadServeTokens(o.tokensFile, logger)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Tokens = tokens
+	if o.inventoryFile != "" {
+		if cfg.Inventory, err = service.LoadInventoryFile(o.inventoryFile, o.inventoryFormat, o.inventoryPool); err != nil {
+			return cfg, usageError{err}
+		}
+	}
+	if o.policyFile != "" {
+		pc, err := simulation.LoadConfig(o.policyFile)
+		if err != nil {
+			return cfg, usageError{err}
+		}
+		cfg.Policy, cfg.Queues, cfg.Quotas = &pc.Policy, pc.Queues, pc.Quotas
+	}
+	return cfg, nil
+}
+
+// loadServeTokens reads the token file, or — when none is configured — the
+// development token file, with a warning. A missing or invalid file is a
+// usage error.
+func loadServeTokens(path string, logger *slog.Logger) (api.Tokens, error) {
+	if path == "" {
+		dev, ok := findDevTokens()
+		if !ok {
+			return api.Tokens{}, newUsageError("no --tokens-file (or GPUGOV_TOKENS_FILE) and no development token file %s "+
+				"in the working directory or next to the binary", devTokensFile)
+		}
+		logger.Warn("no token file configured: using the DEVELOPMENT tokens (never in production)", "file", dev)
+		path = dev
+	}
+	t, err := api.LoadTokens(path)
+	if err != nil {
+		return api.Tokens{}, usageError{err}
+	}
+	return t, nil
+}
+
+// findDevTokens looks for devTokensFile under the working directory, then
+// under the parent of the binary's directory (bin/gpugov → repo root).
+func findDevTokens() (string, bool) {
+	candidates := []string{devTokensFile}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(filepath.Dir(exe)), devTokensFile))
+	}
+	for _, c := range candidates {
+		if info, err := os.Stat(c); err == nil && !info.IsDir() {
+			return c, true
+		}
+	}
+	return "", false
+}

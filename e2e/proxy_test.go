@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// tcpProxy forwards TCP connections from a local port to a target, and can
+// cut them: Down closes every forwarded connection and makes new ones close
+// at once (as a database that went away), Up forwards again.
+type tcpProxy struct {
+	target string
+	l      net.Listener
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]bool
+}
+
+// startProxy listens on a free local port, forwarding to target; it stops
+// when the test ends.
+func startProxy(t testing.TB, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{target: target, l: l, conns: map[net.Conn]bool{}}
+	go p.acceptLoop()
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.Down()
+	})
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *tcpProxy) Addr() string { return p.l.Addr().String() }
+
+func (p *tcpProxy) acceptLoop() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(c)
+	}
+}
+
+// forward pipes c to a new connection to the target, unless the proxy is down.
+func (p *tcpProxy) forward(c net.Conn) {
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	p.mu.Unlock()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	if !p.track(c, up) {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	wg.Wait()
+	p.untrack(c, up)
+}
+
+// track registers a forwarded pair, or closes it when the proxy went down meanwhile.
+func (p *tcpProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+func (p *tcpProxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+// Down closes every forwarded connection and refuses new ones.
+func (p *tcpProxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// Up forwards new connections again.
+func (p *tcpProxy) Up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}

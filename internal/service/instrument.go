@@ -1,0 +1,146 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/telemetry"
+	"github.com/gpugov/gpugov/store"
+)
+
+// recordedRunsCap bounds the run IDs remembered to record each run's wait once.
+const recordedRunsCap = 4096
+
+// instrumentedStore is the store the activities use, with gpugov's scheduling
+// metrics recorded on the way through — the activities have no metrics hooks,
+// and every fact the metrics need passes through these calls:
+//
+//   - LoadSnapshot marks the start of a scheduling cycle and remembers each
+//     pending job's queue and tier;
+//   - ApplyCycle (when not a replay) records the cycle's duration from that
+//     start (load, plan and persist), one placement per granted job by pool
+//     and tier, and the waiting gauge by queue and reason from the plan;
+//   - MarkRunning records the job's wait, from submit or requeue
+//     (waiting_since) to the start of its run, by queue and tier.
+//
+// One scheduler per shard runs its cycles one after another, so the cycle
+// start and job labels of the last LoadSnapshot belong to the ApplyCycle
+// that follows.
+type instrumentedStore struct {
+	*store.Store
+	metrics     *telemetry.Metrics
+	afterCommit func(context.Context, *store.CycleOutcome) error
+	log         *slog.Logger
+
+	mu         sync.Mutex
+	cycleStart time.Time
+	labels     map[string]jobLabels // pending jobs of the last snapshot, by ID
+	recorded   map[string]bool      // run IDs whose wait was recorded
+	order      []string             // recorded, oldest first, to bound the map
+}
+
+var _ activities.Store = (*instrumentedStore)(nil)
+
+// jobLabels are the metric labels of a job.
+type jobLabels struct {
+	queue string
+	tier  string
+}
+
+func newInstrumentedStore(st *store.Store, m *telemetry.Metrics, afterCommit func(context.Context, *store.CycleOutcome) error,
+	log *slog.Logger) *instrumentedStore {
+	return &instrumentedStore{Store: st, metrics: m, afterCommit: afterCommit, log: log, recorded: map[string]bool{}}
+}
+
+// LoadSnapshot loads the snapshot and notes the cycle's start and the labels
+// of its pending jobs.
+func (s *instrumentedStore) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
+	began := time.Now()
+	snap, err := s.Store.LoadSnapshot(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	labels := make(map[string]jobLabels, len(snap.Pending))
+	for _, p := range snap.Pending {
+		labels[p.ID] = jobLabels{queue: p.Queue, tier: p.Tier.String()}
+	}
+	s.mu.Lock()
+	s.cycleStart, s.labels = began, labels
+	s.mu.Unlock()
+	return snap, nil
+}
+
+// ApplyCycle applies the cycle, records its metrics unless it was a replay,
+// and then runs the AfterCycleCommit hook, whose error it returns.
+func (s *instrumentedStore) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error) {
+	out, err := s.Store.ApplyCycle(ctx, cycleID, res, now)
+	if err != nil {
+		return nil, err
+	}
+	if !out.Replayed {
+		s.recordCycle(ctx, out, res)
+	}
+	if s.afterCommit != nil {
+		if err := s.afterCommit(ctx, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// recordCycle records a freshly applied cycle's duration, placements and
+// waiting counts.
+func (s *instrumentedStore) recordCycle(ctx context.Context, out *store.CycleOutcome, res *scheduling.Result) {
+	s.mu.Lock()
+	start, labels := s.cycleStart, s.labels
+	s.mu.Unlock()
+	if !start.IsZero() {
+		s.metrics.RecordCycle(ctx, time.Since(start))
+	}
+	for _, p := range out.Placed {
+		s.metrics.RecordPlacement(ctx, p.Pool, labels[p.JobID].tier)
+	}
+	waiting := make(map[telemetry.WaitingKey]int64)
+	for _, w := range res.Waiting {
+		waiting[telemetry.WaitingKey{Queue: labels[w.JobID].queue, Reason: string(w.Reason)}]++
+	}
+	s.metrics.SetWaiting(waiting)
+}
+
+// MarkRunning starts the run and records the job's wait the first time this
+// process sees the run (a retried attempt returns the same run ID). Reading
+// the job for its labels is best effort: a failure only loses the sample.
+func (s *instrumentedStore) MarkRunning(ctx context.Context, jobID, allocationID string, startStep int64, at time.Time) (string, error) {
+	runID, err := s.Store.MarkRunning(ctx, jobID, allocationID, startStep, at)
+	if err != nil || !s.firstSight(runID) {
+		return runID, err
+	}
+	j, gerr := s.Store.GetJob(ctx, jobID)
+	if gerr != nil {
+		s.log.Warn("job wait not recorded", "job", jobID, "err", gerr)
+		return runID, nil
+	}
+	s.metrics.RecordJobWait(ctx, j.Queue, j.Tier.String(), at.Sub(j.WaitingSince))
+	return runID, nil
+}
+
+// firstSight reports whether runID is seen for the first time, remembering
+// the last recordedRunsCap run IDs.
+func (s *instrumentedStore) firstSight(runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recorded[runID] {
+		return false
+	}
+	s.recorded[runID] = true
+	s.order = append(s.order, runID)
+	if len(s.order) > recordedRunsCap {
+		delete(s.recorded, s.order[0])
+		s.order = s.order[1:]
+	}
+	return true
+}
