@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/simulation"
 )
@@ -36,6 +37,7 @@ type serveOptions struct {
 	inventoryFormat   string
 	inventoryPool     string
 	policyFile        string
+	governanceFile    string
 	cycleInterval     time.Duration
 	simSpeed          float64
 	reconcileInterval time.Duration
@@ -63,6 +65,14 @@ every scheduling cycle and its queues and quotas are upserted at start. Without
 it the default policy applies and, when no queue exists, one queue per tier is
 created.
 
+--governance-file (or GPUGOV_GOVERNANCE_FILE) takes the YAML governance
+configuration: pool automation stages, low-risk queues, protection windows,
+preemption bounds, and the reclaim scan and its modes. Its stages and low-risk
+queues are written to the database at start and whenever the file changes
+(polled every few seconds; a change that does not load keeps the previous
+configuration and is logged). Without it the governance defaults apply: stored
+stages are kept and the reclaim scan records nothing.
+
 The simulated executor runs --sim-speed seconds of job work per real second;
 keep it equal to replay's --speed (both default to 600) so that a replay
 compresses runs and arrivals alike.`,
@@ -79,6 +89,7 @@ compresses runs and arrivals alike.`,
 	f.StringVar(&o.inventoryFormat, "inventory-format", service.FormatAuto, "format of --inventory-file: auto, yaml or alibaba-csv")
 	f.StringVar(&o.inventoryPool, "pool", "", "with --inventory-file: the pool a CSV's nodes form (default \"alibaba\"), or the one pool of a YAML file to import")
 	f.StringVar(&o.policyFile, "policy", "", "YAML policy file (internal/simulation format); default policy when empty")
+	f.StringVar(&o.governanceFile, "governance-file", os.Getenv("GPUGOV_GOVERNANCE_FILE"), "YAML governance configuration (env GPUGOV_GOVERNANCE_FILE); governance defaults when empty")
 	f.DurationVar(&o.cycleInterval, "cycle-interval", service.DefaultCycleInterval, "longest time between scheduling cycles without a signal (whole seconds)")
 	f.Float64Var(&o.simSpeed, "sim-speed", service.DefaultSimSpeed, "simulated executor speed: seconds of job work per real second")
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
@@ -135,6 +146,13 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 			return cfg, usageError{err}
 		}
 		cfg.Policy, cfg.Queues, cfg.Quotas = &pc.Policy, pc.Queues, pc.Quotas
+	}
+	if o.governanceFile != "" {
+		// Checked here for a usage error; the service loads it again to watch it.
+		if _, err := governance.Load(o.governanceFile); err != nil {
+			return cfg, usageError{err}
+		}
+		cfg.GovernanceFile = o.governanceFile
 	}
 	return cfg, nil
 }

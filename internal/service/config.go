@@ -3,12 +3,16 @@
 // the service worker (every workflow and the store-backed activities), the
 // simulated-executor worker, the scheduler workflow, the HTTP API with
 // Prometheus metrics, and the periodic reconciler of job workflows
-// (DESIGN.md invariant 3). `gpugov serve` is a thin command over Run; the
+// (DESIGN.md invariant 3), with preemption and reclaim governance (their
+// workflows and activities, the governance file watcher, the reclaim scan).
+// `gpugov serve` is a thin command over Run; the
 // end-to-end tests start the same components in-process with Start.
 //
 // Scheduling metrics (placements, cycle duration, job waits, the waiting
 // gauge) are recorded by a decorator of the store the activities use (see
-// instrumentedStore), because the activities offer no metrics hooks.
+// instrumentedStore), because the activities offer no metrics hooks; so are
+// the wait-reason transitions by reason. The queue gauges (longest wait,
+// starving jobs) are recomputed periodically from the queue service report.
 package service
 
 import (
@@ -37,6 +41,9 @@ const (
 	DefaultReconcileInterval = 30 * time.Second
 	// DefaultShutdownTimeout bounds the graceful shutdown of HTTP and workers.
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultReportInterval is how often the queue gauges (longest wait,
+	// starving jobs) are recomputed from the queue service report.
+	DefaultReportInterval = 5 * time.Minute
 	// DefaultSimHeartbeat is the simulated executor's real time between heartbeats.
 	DefaultSimHeartbeat = time.Second
 	// ServiceName is the OpenTelemetry service name and the otelgin server name.
@@ -71,6 +78,14 @@ type Config struct {
 	// their stored nodes and GPUs; other pools are kept).
 	Inventory []scheduling.Pool
 
+	// GovernanceFile is the governance configuration (internal/governance:
+	// pool stages, low-risk queues, protection windows, preemption bounds,
+	// reclaim scan and modes). It must load at start; its pool stages and
+	// low-risk queues are written to the store then and whenever the file
+	// changes. "" means governance.Default() and leaves the stored stages and
+	// low-risk flags as they are.
+	GovernanceFile string
+
 	// CycleInterval is the scheduler's timer; 0 means DefaultCycleInterval.
 	// It applies when the scheduler workflow is started, not to one already running.
 	CycleInterval time.Duration
@@ -81,6 +96,8 @@ type Config struct {
 	SimHeartbeat time.Duration
 	// ReconcileInterval is the reconciler's period; 0 means DefaultReconcileInterval.
 	ReconcileInterval time.Duration
+	// ReportInterval is the queue gauges' period; 0 means DefaultReportInterval.
+	ReportInterval time.Duration
 	// ShutdownTimeout bounds Close's graceful steps; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
@@ -116,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.ReportInterval <= 0 {
+		c.ReportInterval = DefaultReportInterval
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout

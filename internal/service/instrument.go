@@ -23,7 +23,8 @@ const recordedRunsCap = 4096
 //     pending job's queue and tier;
 //   - ApplyCycle (when not a replay) records the cycle's duration from that
 //     start (load, plan and persist), one placement per granted job by pool
-//     and tier, and the waiting gauge by queue and reason from the plan;
+//     and tier, the waiting gauge by queue and reason from the plan, and
+//     the wait-reason transitions by new reason (see waitTransitions);
 //   - MarkRunning records the job's wait, from submit or requeue
 //     (waiting_since) to the start of its run, by queue and tier.
 //
@@ -41,6 +42,14 @@ type instrumentedStore struct {
 	labels     map[string]jobLabels // pending jobs of the last snapshot, by ID
 	recorded   map[string]bool      // run IDs whose wait was recorded
 	order      []string             // recorded, oldest first, to bound the map
+	lastWaits  map[string]waitState // the last applied cycle's waits, by job ID; nil before the first
+}
+
+// waitState is what opens a new wait event when it changes between cycles:
+// the reason and its detail (store.applyWaits compares the same two).
+type waitState struct {
+	reason string
+	detail string
 }
 
 var _ activities.Store = (*instrumentedStore)(nil)
@@ -109,6 +118,52 @@ func (s *instrumentedStore) recordCycle(ctx context.Context, out *store.CycleOut
 		waiting[telemetry.WaitingKey{Queue: labels[w.JobID].queue, Reason: string(w.Reason)}]++
 	}
 	s.metrics.SetWaiting(waiting)
+	s.metrics.AddWaitTransitions(ctx, s.waitTransitions(out, res))
+}
+
+// waitTransitions counts the cycle's wait-reason transitions by new reason.
+// store.CycleOutcome gives only their total (WaitTransitions), so they are
+// counted here the way the store opens wait events: a job waiting with a
+// reason or detail other than in the previous cycle, or not waiting then
+// (new, requeued). Jobs placed by the cycle are not waiting; jobs whose
+// placement conflicted keep their previous wait. The first cycle of the
+// process has no previous cycle: its counts are kept only when their total
+// matches the store's, and are otherwise dropped (nil) rather than counting
+// every waiting job.
+func (s *instrumentedStore) waitTransitions(out *store.CycleOutcome, res *scheduling.Result) map[string]int64 {
+	placed := make(map[string]bool, len(out.Placed))
+	for _, p := range out.Placed {
+		placed[p.JobID] = true
+	}
+	s.mu.Lock()
+	prev := s.lastWaits
+	s.mu.Unlock()
+	cur := make(map[string]waitState, len(res.Waiting))
+	byReason := map[string]int64{}
+	total := 0
+	for _, w := range res.Waiting {
+		if _, dup := cur[w.JobID]; dup || placed[w.JobID] {
+			continue
+		}
+		st := waitState{reason: string(w.Reason), detail: w.Detail}
+		cur[w.JobID] = st
+		if was, ok := prev[w.JobID]; !ok || was != st {
+			byReason[st.reason]++
+			total++
+		}
+	}
+	for _, c := range out.Conflicts {
+		if was, ok := prev[c.JobID]; ok {
+			cur[c.JobID] = was
+		}
+	}
+	s.mu.Lock()
+	s.lastWaits = cur
+	s.mu.Unlock()
+	if prev == nil && total != out.WaitTransitions {
+		return nil
+	}
+	return byReason
 }
 
 // MarkRunning starts the run and records the job's wait the first time this

@@ -37,8 +37,8 @@ func metricValue(t *testing.T, tel *telemetry.Telemetry, pattern string) float64
 
 // TestInstrumentedStore runs real scheduling cycles through the decorator on
 // a real store and checks what it records: placements by pool and tier, the
-// waiting gauge by queue and reason, the cycle duration, one wait sample per
-// run — and nothing for a replayed cycle — and that the after-commit hook
+// waiting gauge by queue and reason, the cycle duration, the wait-reason
+// transitions, one wait sample per run — and nothing for a replayed cycle — and that the after-commit hook
 // runs after the commit and its error reaches the caller.
 func TestInstrumentedStore(t *testing.T) {
 	ctx := context.Background()
@@ -104,6 +104,13 @@ func TestInstrumentedStore(t *testing.T) {
 	if v := metricValue(t, tel, `gpugov_scheduling_cycle_duration_seconds_count\{.*\}`); v != 1 {
 		t.Errorf("cycles recorded = %v, want 1", v)
 	}
+	transitions := `gpugov_wait_reason_transitions_total\{.*reason="no_matching_capacity"\}`
+	if out.WaitTransitions != 1 {
+		t.Errorf("store opened %d wait events, want 1 (the 4-GPU job)", out.WaitTransitions)
+	}
+	if v := metricValue(t, tel, transitions); v != 1 {
+		t.Errorf("wait reason transitions = %v, want 1 to no_matching_capacity", v)
+	}
 
 	// A retried attempt of the same cycle is replayed by the store: no new placements counted.
 	if _, err := cycle("c1"); err != nil {
@@ -111,6 +118,9 @@ func TestInstrumentedStore(t *testing.T) {
 	}
 	if v := metricValue(t, tel, placements); v != 2 {
 		t.Errorf("placements after a replayed cycle = %v, want still 2", v)
+	}
+	if v := metricValue(t, tel, transitions); v != 1 {
+		t.Errorf("wait reason transitions after a replayed cycle = %v, want still 1", v)
 	}
 	hookErr = errors.New("drill")
 	if _, err := cycle("c2"); !errors.Is(err, hookErr) {
@@ -131,5 +141,40 @@ func TestInstrumentedStore(t *testing.T) {
 	}
 	if v := metricValue(t, tel, `gpugov_job_wait_seconds_sum\{.*queue="standard",tier="standard"\}`); v < 10 {
 		t.Errorf("wait sum = %v s, want ≥ 10 s (the job was submitted 10 s ago)", v)
+	}
+}
+
+// TestWaitTransitions counts transitions the way the store opens wait events:
+// by new reason, for a changed reason or detail or a job not waiting before;
+// placed jobs are skipped, conflicted jobs keep their wait, and a first cycle
+// whose total disagrees with the store's is not counted.
+func TestWaitTransitions(t *testing.T) {
+	is := newInstrumentedStore(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wait := func(job string, r scheduling.WaitReason, detail string) scheduling.WaitStatus {
+		return scheduling.WaitStatus{JobID: job, Reason: r, Detail: detail}
+	}
+	capacity, quota := scheduling.ReasonNoMatchingCapacity, scheduling.ReasonQuotaExhausted
+	first := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+		wait("a", capacity, "0 free"), wait("b", quota, ""), wait("e", capacity, "0 free")}}
+	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 1}, first); got != nil {
+		t.Errorf("first cycle, store total 1 of 3 waiting: %v, want nothing counted", got)
+	}
+	is.lastWaits = nil // the process's first cycle again
+	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 3}, first); got[string(capacity)] != 2 || got[string(quota)] != 1 {
+		t.Errorf("first cycle, store total 3: %v, want 2 × %s and 1 × %s", got, capacity, quota)
+	}
+	second := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+		wait("a", capacity, "1 free"), // detail changed
+		wait("b", quota, ""),          // unchanged
+		wait("c", quota, ""),          // new
+		wait("d", capacity, "placed"), // placed by the same cycle
+	}} // e was planned for placement, which conflicted: it still waits as before
+	out := &store.CycleOutcome{Placed: []store.PlacedJob{{JobID: "d"}}, Conflicts: []store.Conflict{{JobID: "e"}}}
+	if got := is.waitTransitions(out, second); len(got) != 2 || got[string(capacity)] != 1 || got[string(quota)] != 1 {
+		t.Errorf("second cycle: %v, want a's new detail and c's arrival", got)
+	}
+	third := &scheduling.Result{Waiting: []scheduling.WaitStatus{wait("e", capacity, "0 free"), wait("d", capacity, "requeued")}}
+	if got := is.waitTransitions(&store.CycleOutcome{}, third); len(got) != 1 || got[string(capacity)] != 1 {
+		t.Errorf("third cycle: %v, want only d (requeued after its placement), not e", got)
 	}
 }

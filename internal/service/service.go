@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel"
 	"go.temporal.io/sdk/client"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"
@@ -40,6 +42,9 @@ type Service struct {
 	listener  net.Listener
 	serveErr  chan error // the HTTP server's exit error, once
 
+	govMetrics *telemetry.GovernanceMetrics // preemption and reclaim outcomes
+	governance *governance.Watcher          // Config.GovernanceFile's; nil without one
+
 	mu      sync.Mutex
 	workers []worker.Worker // nil while stopped (StopWorkers)
 
@@ -49,11 +54,14 @@ type Service struct {
 	closeErr  error
 }
 
-// Start brings the service up in dependency order: telemetry, database
-// (created if missing, migrated, opened), seed data (inventory, queues,
-// quotas), Temporal client with the OpenTelemetry tracing interceptor and
-// gpugov's search attributes, the service and simulated-executor workers, the
-// scheduler workflow, the HTTP API, and the reconciler loop. On any error it
+// Start brings the service up in dependency order: the governance file
+// (when configured), telemetry, database (created if missing, migrated,
+// opened), seed data (inventory, queues, quotas) and then the governance
+// file's pool stages and low-risk queues, Temporal client with the
+// OpenTelemetry tracing interceptor and gpugov's search attributes, the
+// service and simulated-executor workers, the scheduler and reclaim scan
+// workflows, the HTTP API, and the loops: reconciler, queue gauges and
+// governance file watcher. On any error it
 // undoes what it started and returns the error naming the failed step.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := validate(cfg); err != nil {
@@ -84,14 +92,24 @@ func validate(cfg Config) error {
 
 // start runs the steps of Start; Close undoes whatever was set.
 func (s *Service) start(ctx context.Context) error {
+	if err := s.watchGovernance(); err != nil {
+		return err
+	}
 	var err error
 	if s.tel, err = telemetry.Setup(ctx, ServiceName); err != nil {
 		return fmt.Errorf("service: telemetry: %w", err)
+	}
+	// Setup installed its meter provider as the global one.
+	if s.govMetrics, err = telemetry.NewGovernanceMetrics(otel.Meter("github.com/gpugov/gpugov")); err != nil {
+		return fmt.Errorf("service: %w", err)
 	}
 	if err := s.openStore(ctx); err != nil {
 		return err
 	}
 	if err := s.seed(ctx); err != nil {
+		return err
+	}
+	if err := s.applyGovernance(ctx); err != nil {
 		return err
 	}
 	if err := s.connectTemporal(ctx); err != nil {
@@ -103,16 +121,33 @@ func (s *Service) start(ctx context.Context) error {
 	if _, err := workflows.StartScheduler(ctx, s.temporal, s.schedulerInput()); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
+	if err := s.startReclaimScan(ctx); err != nil {
+		return err
+	}
 	if err := s.serveHTTP(); err != nil {
 		return err
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopLoops = cancel
-	s.loops.Add(1)
-	go s.reconcileLoop(loopCtx)
+	s.startLoops(ctx)
 	s.cfg.Logger.Info("gpugov serving", "api", s.APIAddr(), "temporal", s.cfg.TemporalAddress,
 		"cycle_interval", s.cfg.CycleInterval, "sim_speed", s.cfg.SimSpeed)
 	return nil
+}
+
+// startLoops starts the background loops on a context that Close cancels:
+// the reconciler, the queue gauges and, with a governance file, its watcher.
+func (s *Service) startLoops(ctx context.Context) {
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopLoops = cancel
+	s.loops.Add(2)
+	go s.reconcileLoop(loopCtx)
+	go s.reportLoop(loopCtx)
+	if w := s.governance; w != nil {
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			w.Run(loopCtx)
+		}()
+	}
 }
 
 // openStore creates the database when missing, applies the migrations and
@@ -192,8 +227,9 @@ func (s *Service) connectTemporal(ctx context.Context) error {
 	return nil
 }
 
-// StartWorkers starts the service worker (workflows.Register and
-// activities.Register on the instrumented store, polling
+// StartWorkers starts the service worker (workflows.Register,
+// workflows.RegisterGovernance, activities.Register and
+// activities.RegisterGovernance on the instrumented store, polling
 // temporalx.ServiceTaskQueue) and the simulated-executor worker (polling
 // temporalx.SimExecutorTaskQueue, checkpoints recorded in the store). Start
 // calls it; after StopWorkers it starts fresh workers, as a restarted process
@@ -209,11 +245,14 @@ func (s *Service) StartWorkers() error {
 		p := scheduling.DefaultPolicy()
 		policy = &p
 	}
+	policySource := func(context.Context) (*scheduling.Policy, error) { return policy, nil }
 	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
 	workflows.Register(svc)
-	activities.Register(svc, activities.Deps{
-		Store: s.instr, Temporal: s.temporal,
-		Policy: func(context.Context) (*scheduling.Policy, error) { return policy, nil },
+	workflows.RegisterGovernance(svc)
+	activities.Register(svc, activities.Deps{Store: s.instr, Temporal: s.temporal, Policy: policySource})
+	activities.RegisterGovernance(svc, activities.GovernanceDeps{
+		Store: s.instr, Temporal: s.temporal, Policy: policySource, Config: s.governanceConfig(),
+		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 	})
 	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{})
 	executor.Register(sim, &executor.SimulatedExecutor{
@@ -305,7 +344,8 @@ func (s *Service) Temporal() client.Client { return s.temporal }
 func (s *Service) ServeErr() <-chan error { return s.serveErr }
 
 // Close shuts down in reverse order: the HTTP server (in-flight requests
-// finish within ShutdownTimeout), the reconciler, the workers, the Temporal
+// finish within ShutdownTimeout), the loops (reconciler, queue gauges,
+// governance file watcher), the workers, the Temporal
 // client, the store and telemetry. It returns the joined errors; calling it
 // again returns the same result.
 func (s *Service) Close(ctx context.Context) error {
