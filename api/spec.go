@@ -214,8 +214,11 @@ func validateResources(r ResourceSpec) []FieldError {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: "resources." + field, Message: fmt.Sprintf(format, args...)})
 	}
-	if r.GPUs < 0 {
-		add("gpus", "must be ≥ 0, got %d", r.GPUs)
+	// gpugov schedules GPUs only: a job without GPUs would never be placed
+	// (CPU-only work belongs to the cluster's own scheduler), so it is refused
+	// here rather than left waiting forever.
+	if r.GPUs < 1 {
+		add("gpus", "must be ≥ 1 (gpugov schedules GPU jobs only), got %d", r.GPUs)
 	}
 	switch {
 	case r.GPUMilli < 0 || r.GPUMilli > scheduling.MilliPerGPU:

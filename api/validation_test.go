@@ -137,10 +137,21 @@ func TestOperatorMayProtectAndSubmitForAnotherProject(t *testing.T) {
 	}
 }
 
+func TestValidateJobSpecRefusesJobsWithoutGPUs(t *testing.T) {
+	known := func(q string) bool { return q == "train" }
+	for _, n := range []int{0, -1} {
+		s := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: n, Pool: "cpu"}, RunSeconds: 60}
+		errs := ValidateJobSpec(s, known)
+		if len(errs) != 1 || errs[0].Field != "resources.gpus" {
+			t.Errorf("gpus %d: want one error on resources.gpus, got %v", n, errs)
+		}
+	}
+}
+
 func TestValidateJobSpecAcceptsGPUShareAndProcess(t *testing.T) {
 	known := func(q string) bool { return q == "train" }
 	share := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 1, GPUMilli: 250, Pool: "t4"}, RunSeconds: 60}
-	process := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 0, Pool: "cpu"}, Command: []string{"sleep", "1"}}
+	process := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 1, Pool: "cpu"}, Command: []string{"sleep", "1"}}
 	for _, s := range []*JobSpec{share, process} {
 		if errs := ValidateJobSpec(s, known); errs != nil {
 			t.Errorf("%+v: %v", s, errs)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -81,8 +80,10 @@ network failure.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// readJobSpec reads a YAML or JSON job spec from path ("-" is stdin). Unknown
-// fields and type errors are usage errors naming the line.
+// readJobSpec reads a YAML or JSON job spec from path ("-" is stdin). The
+// document is parsed as generic YAML, then decoded by the API's own strict
+// JSON decoder, so an unknown field or a wrong type is a usage error naming the
+// field path (e.g. "resources.gpu_mili"), exactly as the API would answer.
 func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
 	var data []byte
 	var err error
@@ -94,16 +95,22 @@ func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
 	if err != nil {
 		return nil, newUsageError("submit: %w", err)
 	}
-	var spec api.JobSpec
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&spec); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, newUsageError("submit: %s is empty", path)
-		}
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, newUsageError("submit: %s: %w", path, err)
 	}
-	return &spec, nil
+	if doc == nil {
+		return nil, newUsageError("submit: %s is empty", path)
+	}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return nil, newUsageError("submit: %s: %w", path, err)
+	}
+	spec, apiErr := api.DecodeJobSpec(bytes.NewReader(body))
+	if apiErr != nil {
+		return nil, newUsageError("submit: %s: %w", path, apiErr)
+	}
+	return spec, nil
 }
 
 // apiFailure maps a client error to the CLI's exit codes: a 4xx from the API
