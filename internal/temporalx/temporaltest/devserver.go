@@ -58,12 +58,16 @@ func Binary() (path string, ok bool) {
 // Start starts an in-memory dev server on a free local port with gpugov's search
 // attributes registered, waits until it answers, and stops it (SIGTERM, then
 // SIGKILL after 10 s) when the test ends. It skips the test when the Temporal
-// CLI is not built (`make temporal` builds it) and fails it when the server does
-// not come up within 60 s.
+// CLI is not built (`make temporal` builds it) — except under CI (CI set), where
+// a missing CLI is a broken set-up and fails the test — and fails it when the
+// server does not come up within 60 s.
 func Start(t testing.TB) *DevServer {
 	t.Helper()
 	bin, ok := Binary()
 	if !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Temporal CLI not found (%q) under CI: `make test` builds it into bin/", bin)
+		}
 		t.Skipf("Temporal CLI not found (%q); run `make temporal` or set TEMPORAL_BIN", bin)
 	}
 	port := freePort(t)
