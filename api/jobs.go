@@ -81,7 +81,7 @@ func (s *Server) startJobWorkflow(c *gin.Context, job *store.Job, created bool) 
 	out := jobFromStore(job, nil)
 	wctx, cancel := s.workflowCtx(c)
 	defer cancel()
-	attrs := JobAttributes{Queue: job.Queue, Tier: job.Tier.String(), Pool: job.Request.Pool, State: string(job.State)}
+	attrs := jobAttributes(job)
 	if err := s.workflows.StartJob(wctx, job.ID, attrs); err != nil {
 		s.log.Warn("api: job stored, workflow start deferred to the reconciler", "job", job.ID, "err", err)
 		out.Note = noteStartDeferred

@@ -35,7 +35,7 @@ func ReconcileJobWorkflows(ctx context.Context, st Store, wf Workflows, pageSize
 			for i := range jobs {
 				j := &jobs[i]
 				res.Checked++
-				attrs := JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State)}
+				attrs := jobAttributes(j)
 				if err := wf.StartJob(ctx, j.ID, attrs); err != nil {
 					res.Failed++
 					if firstStartErr == nil {

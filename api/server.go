@@ -64,6 +64,16 @@ type JobAttributes struct {
 	Tier  string
 	Pool  string
 	State string
+	// Process is true for a job with a command: its runs go to the node agent
+	// of the placed node (workflows.ExecutorNode) instead of the simulated
+	// executor, which runs jobs that only give run_seconds.
+	Process bool
+}
+
+// jobAttributes returns what StartJob needs to know of a stored job.
+func jobAttributes(j *store.Job) JobAttributes {
+	return JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State),
+		Process: len(j.Command) > 0}
 }
 
 // Workflows is what the API asks of Temporal. The serve command passes

@@ -66,6 +66,9 @@ func (t *TemporalWorkflows) StartJob(ctx context.Context, jobID string, attrs Jo
 	}
 	in := t.opts.JobInput
 	in.JobID = jobID
+	if attrs.Process {
+		in.Executor = workflows.ExecutorNode
+	}
 	_, err := t.client.ExecuteWorkflow(ctx, opts, workflows.JobWorkflowName, &in)
 	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 		return fmt.Errorf("start %s: %w", opts.ID, err)

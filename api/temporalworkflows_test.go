@@ -89,6 +89,21 @@ func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
 		t.Fatalf("cancel of a closed workflow: %v", err)
 	}
 
+	// A job with a command runs on the placed node's agent, not the simulator.
+	if err := tw.StartJob(ctx, "j-proc", JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east",
+		State: "submitted", Process: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.CancelJob(ctx, "j-proc", "alice", "done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client.GetWorkflow(ctx, "job/j-proc", "").Get(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 || got[1] != workflows.ExecutorNode {
+		t.Fatalf("process job started with %v, want executor %q", got, workflows.ExecutorNode)
+	}
+
 	if err := tw.NotifySubmitted(ctx, "j-2"); err == nil {
 		t.Fatal("NotifySubmitted succeeded with no scheduler running")
 	}

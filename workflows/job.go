@@ -512,7 +512,7 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 
 // runCtx gives the run activity the executor's task queue, a heartbeat
 // timeout (a crashed worker's attempt is retried and resumes from its last
-// heartbeat), a start-to-close bound of twice the job's work plus an hour, and
+// heartbeat), the start-to-close bound of runLimit, and
 // waits for the executor to acknowledge a cancellation.
 func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workflow.Context {
 	queue := temporalx.SimExecutorTaskQueue
@@ -529,7 +529,7 @@ func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workfl
 	}
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           queue,
-		StartToCloseTimeout: time.Duration(2*j.job.RunSeconds)*time.Second + time.Hour,
+		StartToCloseTimeout: j.runLimit(),
 		HeartbeatTimeout:    hb,
 		WaitForCancellation: true,
 		RetryPolicy: &temporal.RetryPolicy{
@@ -540,6 +540,21 @@ func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workfl
 		},
 	})
 	return ctx
+}
+
+// nodeRunLimit bounds a node agent's run when the job gives no run_seconds: a
+// real job's length is unknown, and a crashed agent is caught by the heartbeat
+// timeout, not by this bound (Slurm's default partition MaxTime is likewise
+// unlimited; a week keeps a lost run from holding GPUs forever).
+const nodeRunLimit = 7 * 24 * time.Hour
+
+// runLimit is the run activity's start-to-close bound: twice the job's work
+// plus an hour, or nodeRunLimit for node runs of unknown length.
+func (j *jobFlow) runLimit() time.Duration {
+	if j.job.RunSeconds <= 0 && j.in.Executor == ExecutorNode {
+		return nodeRunLimit
+	}
+	return time.Duration(2*j.job.RunSeconds)*time.Second + time.Hour
 }
 
 // takePreempt consumes a `preempt` signal during a run and reports whether
