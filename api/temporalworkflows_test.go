@@ -15,18 +15,18 @@ import (
 	"github.com/gpugov/gpugov/workflows"
 )
 
-// stubJobWorkflow stands in for workflows.JobWorkflow under its registered
+// recordingJobWorkflow stands in for workflows.JobWorkflow under its registered
 // name: it waits for the cancel signal and returns its input and the signal,
 // so the test sees exactly what the adapter sent. (The real workflow needs the
 // store and an executor; it is tested in workflows/.)
-func stubJobWorkflow(ctx workflow.Context, in *workflows.JobInput) ([]string, error) {
+func recordingJobWorkflow(ctx workflow.Context, in *workflows.JobInput) ([]string, error) {
 	var sig temporalx.CancelSignal
 	workflow.GetSignalChannel(ctx, temporalx.SignalCancel).Receive(ctx, &sig)
 	return []string{in.JobID, in.Executor, sig.Actor, sig.Reason}, nil
 }
 
-// stubScheduler returns the job ID of the first job-submitted signal.
-func stubScheduler(ctx workflow.Context) (string, error) {
+// recordingScheduler returns the job ID of the first job-submitted signal.
+func recordingScheduler(ctx workflow.Context) (string, error) {
 	var sig temporalx.JobSubmittedSignal
 	workflow.GetSignalChannel(ctx, temporalx.SignalJobSubmitted).Receive(ctx, &sig)
 	return sig.JobID, nil
@@ -39,8 +39,8 @@ func stubScheduler(ctx workflow.Context) (string, error) {
 func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
 	srv := temporaltest.Start(t)
 	w := worker.New(srv.Client, temporalx.ServiceTaskQueue, worker.Options{})
-	w.RegisterWorkflowWithOptions(stubJobWorkflow, workflow.RegisterOptions{Name: workflows.JobWorkflowName})
-	w.RegisterWorkflowWithOptions(stubScheduler, workflow.RegisterOptions{Name: workflows.SchedulerWorkflowName})
+	w.RegisterWorkflowWithOptions(recordingJobWorkflow, workflow.RegisterOptions{Name: workflows.JobWorkflowName})
+	w.RegisterWorkflowWithOptions(recordingScheduler, workflow.RegisterOptions{Name: workflows.SchedulerWorkflowName})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
