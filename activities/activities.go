@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -60,6 +61,9 @@ type Deps struct {
 	Policy PolicySource
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Waker wakes schedulers when job activities release allocations; nil
+	// means one built on Temporal (when Temporal is set) by Register.
+	Waker Waker
 }
 
 // Register registers the scheduler and job activities on w (the worker polling
@@ -68,7 +72,10 @@ type Deps struct {
 // ReleasePlacement, CancelJob.
 func Register(w worker.ActivityRegistry, d Deps) {
 	w.RegisterActivity(NewScheduler(d))
-	w.RegisterActivity(&Jobs{Store: d.Store, Now: d.Now})
+	if d.Waker == nil && d.Temporal != nil {
+		d.Waker = temporalx.NewWaker(d.Temporal, 0, nil)
+	}
+	w.RegisterActivity(&Jobs{Store: d.Store, Now: d.Now, Waker: d.Waker})
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,

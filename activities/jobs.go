@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -14,6 +15,24 @@ import (
 type Jobs struct {
 	Store Store
 	Now   func() time.Time // nil means time.Now
+	// Waker, when set, wakes the scheduler named by FinishRunInput and
+	// ReleasePlacementInput.SchedulerWorkflowID once their allocation is
+	// released (coalesced; see temporalx.Waker).
+	Waker Waker
+}
+
+// Waker asks for a wake-up signal to a scheduler workflow without waiting for
+// it; *temporalx.Waker satisfies it.
+type Waker interface {
+	Wake(workflowID, signal string)
+}
+
+// wakeScheduler tells the scheduler that GPUs were freed, when the caller
+// named one and a Waker is configured.
+func (a *Jobs) wakeScheduler(schedulerWorkflowID string) {
+	if a.Waker != nil && schedulerWorkflowID != "" {
+		a.Waker.Wake(schedulerWorkflowID, temporalx.SignalAllocationReleased)
+	}
 }
 
 // LoadJobInput names the job to load.
@@ -101,6 +120,8 @@ type FinishRunInput struct {
 	RunID   string
 	Outcome string // store.OutcomeSucceeded, OutcomeFailed, OutcomeCancelled or OutcomePreempted
 	Detail  string
+	// SchedulerWorkflowID, when set, is woken once the allocation is released.
+	SchedulerWorkflowID string
 }
 
 // FinishRunResult says when the run was finished.
@@ -123,6 +144,7 @@ func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunRes
 	if err := a.Store.FinishRun(ctx, in.JobID, in.RunID, in.Outcome, in.Detail, at); err != nil {
 		return nil, nonRetryable(err)
 	}
+	a.wakeScheduler(in.SchedulerWorkflowID)
 	return &FinishRunResult{FinishedAt: at}, nil
 }
 
@@ -132,6 +154,8 @@ type ReleasePlacementInput struct {
 	AllocationID string
 	Outcome      string // store.OutcomeCancelled, OutcomeFailed or OutcomeRequeued
 	Detail       string
+	// SchedulerWorkflowID, when set, is woken once the allocation is released.
+	SchedulerWorkflowID string
 }
 
 // ReleasePlacementResult says when the allocation was released.
@@ -155,6 +179,7 @@ func (a *Jobs) ReleasePlacement(ctx context.Context, in *ReleasePlacementInput) 
 	if err := a.Store.ReleasePlacement(ctx, in.JobID, in.AllocationID, in.Outcome, in.Detail, at); err != nil {
 		return nil, nonRetryable(err)
 	}
+	a.wakeScheduler(in.SchedulerWorkflowID)
 	return &ReleasePlacementResult{ReleasedAt: at}, nil
 }
 

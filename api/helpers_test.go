@@ -33,9 +33,18 @@ type recordingWorkflows struct {
 	notified  int
 	startErr  error
 	cancelErr error
+	// startHook, when set, runs at the start of every StartJob, outside the
+	// lock (a test blocks a start there to hold it in flight).
+	startHook func(jobID string)
 }
 
 func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs JobAttributes) error {
+	w.mu.Lock()
+	hook := w.startHook
+	w.mu.Unlock()
+	if hook != nil {
+		hook(jobID)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.startErr != nil {

@@ -132,6 +132,10 @@ type Server struct {
 	workflowTimeout time.Duration
 	now             func() time.Time
 	engine          *gin.Engine
+	// startWorkers > 0 (WithAsyncStarts) makes starter start job workflows
+	// in the background.
+	startWorkers, startQueue int
+	starter                  *workflowStarter
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -143,6 +147,9 @@ func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.startWorkers > 0 && wf != nil {
+		s.starter = newWorkflowStarter(s, s.startWorkers, s.startQueue)
 	}
 	if os.Getenv(gin.EnvGinMode) == "" {
 		gin.SetMode(gin.ReleaseMode)

@@ -20,6 +20,7 @@ import (
 type TemporalWorkflows struct {
 	client client.Client
 	opts   TemporalOptions
+	waker  *temporalx.Waker
 }
 
 // TemporalOptions configures TemporalWorkflows.
@@ -41,7 +42,7 @@ func NewTemporalWorkflows(c client.Client, o TemporalOptions) *TemporalWorkflows
 	if o.SchedulerWorkflowID == "" {
 		o.SchedulerWorkflowID = temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
 	}
-	return &TemporalWorkflows{client: c, opts: o}
+	return &TemporalWorkflows{client: c, opts: o, waker: temporalx.NewWaker(c, 0, nil)}
 }
 
 // StartJob starts JobWorkflow with ID "job/<id>" on the service task queue.
@@ -89,14 +90,14 @@ func (t *TemporalWorkflows) CancelJob(ctx context.Context, jobID, actor, reason 
 	return nil
 }
 
-// NotifySubmitted sends "job-submitted" to the scheduler workflow so that a
-// scheduling cycle runs now rather than at its next timer. The scheduler is
-// started by serve, not here, because its input belongs to serve's config; if
-// it is not running the error is returned (the API only logs it).
-func (t *TemporalWorkflows) NotifySubmitted(ctx context.Context, jobID string) error {
-	id := t.opts.SchedulerWorkflowID
-	if err := t.client.SignalWorkflow(ctx, id, "", temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: jobID}); err != nil {
-		return fmt.Errorf("signal %s to %s: %w", temporalx.SignalJobSubmitted, id, err)
-	}
+// NotifySubmitted asks for "job-submitted" to be sent to the scheduler
+// workflow so that a scheduling cycle runs now rather than at its next timer.
+// It does not wait: signals are coalesced by a temporalx.Waker (a burst of
+// submissions costs about one signal per 50 ms, not one each), and a failed
+// signal is only logged, since the scheduler's timer runs a cycle anyway. The
+// scheduler is started by serve, not here, because its input belongs to
+// serve's config. It always returns nil.
+func (t *TemporalWorkflows) NotifySubmitted(_ context.Context, _ string) error {
+	t.waker.Wake(t.opts.SchedulerWorkflowID, temporalx.SignalJobSubmitted)
 	return nil
 }

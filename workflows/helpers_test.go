@@ -169,6 +169,9 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
 	env.SetTestTimeout(2 * time.Minute)
 	workflows.Register(env)
+	if deps.Waker == nil {
+		deps.Waker = env
+	}
 	activities.Register(env, deps)
 	if run == nil {
 		executor.Register(env, fastExecutor(st))
@@ -202,6 +205,14 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 			return nil
 		}).Maybe()
 	return env
+}
+
+// Wake records a scheduler wake-up asked for by an activity as a signal
+// sent (without payload): activities.Waker.
+func (e *testEnv) Wake(workflowID, signal string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.signals = append(e.signals, sentSignal{WorkflowID: workflowID, Name: signal})
 }
 
 func (e *testEnv) sent() []sentSignal {

@@ -117,15 +117,16 @@ func JobWorkflow(ctx workflow.Context, in *JobInput) (*JobResult, error) {
 		return nil, temporal.NewNonRetryableApplicationError("job workflow: job ID is required", "InvalidInput", nil)
 	}
 	j := newJobFlow(ctx, in)
+	j.localStore = workflow.GetVersion(ctx, versionLocalStoreSteps, workflow.DefaultVersion, 1) >= 1
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (*JobStatus, error) { return &j.status, nil }); err != nil {
 		return nil, err
 	}
 	var job activities.LoadJobResult
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: in.JobID}).Get(ctx, &job); err != nil {
+	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: in.JobID}).Get(ctx, &job); err != nil {
 		return nil, err
 	}
 	j.job = &job
-	j.upsert(ctx, temporalx.QueueKey.ValueSet(job.Queue), temporalx.TierKey.ValueSet(job.Tier), temporalx.PoolKey.ValueSet(job.Pool))
+	j.upsertJobAttributes(ctx)
 	switch job.State {
 	case JobSucceeded, JobFailed, JobCancelled:
 		// Started again for a job that has ended (a reconciler's restart): nothing to do.
@@ -149,7 +150,6 @@ type jobFlow struct {
 	in        *JobInput
 	job       *activities.LoadJobResult
 	status    JobStatus
-	jobs      *activities.Jobs // nil receiver: only its method values name the activities
 	placedCh  workflow.ReceiveChannel
 	cancelCh  workflow.ReceiveChannel
 	reasonCh  workflow.ReceiveChannel
@@ -163,6 +163,11 @@ type jobFlow struct {
 	preempt     *temporalx.PreemptSignal
 	resumeFor   *temporalx.PreemptSignal
 	preemptions int
+	// localStore is true from version 1 of versionLocalStoreSteps: store
+	// steps run as local activities, the activity that releases the
+	// allocation wakes the scheduler, and unchanged search attributes are
+	// not upserted again.
+	localStore bool
 }
 
 func newJobFlow(ctx workflow.Context, in *JobInput) *jobFlow {
@@ -189,6 +194,62 @@ func (j *jobFlow) storeCtx(ctx workflow.Context) workflow.Context {
 			MaximumInterval:    time.Minute,
 		},
 	})
+}
+
+// versionLocalStoreSteps is the workflow.GetVersion change ID of job
+// workflows whose store steps are local activities (version 1). Histories of
+// version DefaultVersion (store steps as activities, the scheduler signalled
+// from the workflow) replay unchanged.
+const versionLocalStoreSteps = "local-store-steps"
+
+// Names of the store activities (the methods of activities.Jobs).
+const (
+	actLoadJob          = "LoadJob"
+	actMarkRunning      = "MarkRunning"
+	actFinishRun        = "FinishRun"
+	actReleasePlacement = "ReleasePlacement"
+	actCancelJob        = "CancelJob"
+)
+
+// storeStep runs the store activity named name: from version 1 as a local
+// activity in the workflow's own worker (a short PostgreSQL transaction does
+// not need a round trip through the Temporal server's task queues: that cut
+// the server's work per job lifecycle by about half), before that as an
+// activity. Both retry until they succeed (storeCtx, localStoreCtx).
+func (j *jobFlow) storeStep(ctx workflow.Context, name string, in any) workflow.Future {
+	if j.localStore {
+		return workflow.ExecuteLocalActivity(localStoreCtx(ctx), name, in)
+	}
+	return workflow.ExecuteActivity(j.storeCtx(ctx), name, in)
+}
+
+// localStoreCtx gives local store activities the options of storeCtx.
+func localStoreCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    time.Minute,
+		},
+	})
+}
+
+// schedulerID is the workflow ID of the scheduler to tell about releases.
+func (j *jobFlow) schedulerID() string {
+	if j.in.SchedulerWorkflowID != "" {
+		return j.in.SchedulerWorkflowID
+	}
+	return temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
+}
+
+// wakeScheduler is the SchedulerWorkflowID a releasing store step wakes: the
+// scheduler from version 1, none before (the workflow signals it in end).
+func (j *jobFlow) wakeScheduler() string {
+	if !j.localStore {
+		return ""
+	}
+	return j.schedulerID()
 }
 
 // awaitPlacement waits for a `placed` signal, keeping the wait-reason search
@@ -229,13 +290,12 @@ func (j *jobFlow) cancelBeforePlacement(ctx workflow.Context, c *temporalx.Cance
 	ctx = cleanupCtx(ctx)
 	detail := cancelDetail(c)
 	var cr activities.CancelJobResult
-	err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.CancelJob,
-		&activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, &cr)
+	err := j.storeStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, &cr)
 	if err != nil {
 		return nil, err
 	}
 	var job activities.LoadJobResult
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
+	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
 		return nil, err
 	}
 	if job.State == JobPlaced {
@@ -284,8 +344,7 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 		return nil, res, err
 	}
 	var mr activities.MarkRunningResult
-	err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.MarkRunning,
-		&activities.MarkRunningInput{JobID: j.in.JobID, AllocationID: p.AllocationID, StartStep: j.job.ResumeStep}).Get(ctx, &mr)
+	err := j.storeStep(ctx, actMarkRunning, &activities.MarkRunningInput{JobID: j.in.JobID, AllocationID: p.AllocationID, StartStep: j.job.ResumeStep}).Get(ctx, &mr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -327,8 +386,8 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 // ends the job.
 func (j *jobFlow) finishRun(ctx workflow.Context, outcome, detail string) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.FinishRun,
-		&activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome, Detail: detail}).Get(ctx, nil); err != nil {
+	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome,
+		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	if j.preempt != nil {
@@ -340,7 +399,7 @@ func (j *jobFlow) finishRun(ctx workflow.Context, outcome, detail string) (*JobR
 // reloadJob reads the job again: its last checkpoint is the next run's start.
 func (j *jobFlow) reloadJob(ctx workflow.Context) error {
 	var job activities.LoadJobResult
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.LoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
+	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
 		return err
 	}
 	j.job = &job
@@ -407,12 +466,11 @@ func (j *jobFlow) awaitAfterPreemption(ctx workflow.Context) afterPreemption {
 func (j *jobFlow) cancelPreempted(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
 	detail := cancelDetail(c)
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.FinishRun,
-		&activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: JobCancelled, Detail: detail}).Get(ctx, nil); err != nil {
+	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: JobCancelled,
+		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
-	if err := workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.CancelJob,
-		&activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, nil); err != nil {
+	if err := j.storeStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	return j.end(ctx, JobCancelled, detail)
@@ -601,8 +659,8 @@ func (j *jobFlow) pendingCancel(ctx workflow.Context) *temporalx.CancelSignal {
 
 // releasePlacement releases the held allocation that never got a run.
 func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) error {
-	return workflow.ExecuteActivity(j.storeCtx(ctx), j.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
-		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: JobCancelled, Detail: detail,
+	return j.storeStep(ctx, actReleasePlacement, &activities.ReleasePlacementInput{
+		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: JobCancelled, Detail: detail, SchedulerWorkflowID: j.wakeScheduler(),
 	}).Get(ctx, nil)
 }
 
@@ -610,11 +668,8 @@ func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) error {
 // any) is free, and returns the result.
 func (j *jobFlow) end(ctx workflow.Context, state, detail string) (*JobResult, error) {
 	j.setState(ctx, state)
-	if j.allocID != "" {
-		sched := j.in.SchedulerWorkflowID
-		if sched == "" {
-			sched = temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
-		}
+	if j.allocID != "" && !j.localStore {
+		sched := j.schedulerID()
 		err := workflow.SignalExternalWorkflow(ctx, sched, "", temporalx.SignalAllocationReleased,
 			temporalx.AllocationReleasedSignal{JobID: j.in.JobID, AllocationID: j.allocID, Outcome: state}).Get(ctx, nil)
 		if err != nil {
@@ -648,7 +703,35 @@ func (j *jobFlow) setState(ctx workflow.Context, state string) {
 		return
 	}
 	j.status.State = state
+	if j.localStore && j.keywordIs(ctx, temporalx.JobStateKey, state) {
+		return // set at start by the API
+	}
 	j.upsert(ctx, temporalx.JobStateKey.ValueSet(state))
+}
+
+// upsertJobAttributes sets the queue, tier and pool search attributes. From
+// version 1 those the workflow was started with (the API sets them) are not
+// upserted again: each upsert is a history event and a visibility write.
+func (j *jobFlow) upsertJobAttributes(ctx workflow.Context) {
+	want := []struct {
+		key   temporal.SearchAttributeKeyKeyword
+		value string
+	}{{temporalx.QueueKey, j.job.Queue}, {temporalx.TierKey, j.job.Tier}, {temporalx.PoolKey, j.job.Pool}}
+	var u []temporal.SearchAttributeUpdate
+	for _, w := range want {
+		if !j.localStore || !j.keywordIs(ctx, w.key, w.value) {
+			u = append(u, w.key.ValueSet(w.value))
+		}
+	}
+	if len(u) > 0 {
+		j.upsert(ctx, u...)
+	}
+}
+
+// keywordIs reports whether the workflow's keyword search attribute key holds value.
+func (j *jobFlow) keywordIs(ctx workflow.Context, key temporal.SearchAttributeKeyKeyword, value string) bool {
+	got, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(key)
+	return ok && got == value
 }
 
 // setWaitReason upserts the wait-reason search attribute when it changes; ""

@@ -39,6 +39,7 @@ type Service struct {
 	temporal  client.Client
 	workflows *api.TemporalWorkflows
 	httpSrv   *http.Server
+	api       *api.Server // its Close drains the background workflow starts
 	listener  net.Listener
 	serveErr  chan error // the HTTP server's exit error, once
 
@@ -294,7 +295,9 @@ func (s *Service) serveHTTP() error {
 	srv := api.New(api.StoreFrom(s.store), s.workflows, s.cfg.Tokens,
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
-		api.WithLogger(s.cfg.Logger))
+		api.WithLogger(s.cfg.Logger),
+		api.WithAsyncStarts(0, 0))
+	s.api = srv
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -317,11 +320,15 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// The first pass runs at once: starts queued by a process that died
+	// before making them are made now, not a whole interval later.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		res, err := api.ReconcileJobWorkflows(ctx, api.StoreFrom(s.store), s.workflows, 0)
 		if err != nil && ctx.Err() == nil {
@@ -361,6 +368,9 @@ func (s *Service) close(ctx context.Context) error {
 		errs = append(errs, s.httpSrv.Shutdown(ctx))
 	} else if s.listener != nil {
 		errs = append(errs, s.listener.Close())
+	}
+	if s.api != nil {
+		s.api.Close() // queued workflow starts, before the Temporal client closes
 	}
 	if s.stopLoops != nil {
 		s.stopLoops()
