@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -64,6 +65,9 @@ type Deps struct {
 	// Waker wakes schedulers when job activities release allocations; nil
 	// means one built on Temporal (when Temporal is set) by Register.
 	Waker Waker
+	// Governance gives the governance configuration in force (protection
+	// windows the scheduling cycle applies); nil means governance.Default.
+	Governance func() *governance.Config
 }
 
 // Register registers the scheduler and job activities on w (the worker polling

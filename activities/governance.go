@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
@@ -52,6 +53,13 @@ type RunProgressSource interface {
 	RunStep(ctx context.Context, jobID string) (step int64, ok bool, err error)
 }
 
+// RunHeartbeatSource reports when a job's current run last heartbeated, the
+// reclaim scan's evidence of a lost executor; ok is false when no run
+// activity is pending or it has not heartbeated yet.
+type RunHeartbeatSource interface {
+	LastHeartbeat(ctx context.Context, jobID string) (at time.Time, ok bool, err error)
+}
+
 // GovernanceDeps are the dependencies of the preemption and reclaim activities.
 type GovernanceDeps struct {
 	Store GovernanceStore
@@ -65,7 +73,9 @@ type GovernanceDeps struct {
 	// governance.Watcher's Current); nil means governance.Default().
 	Config func() *governance.Config
 	// Progress reads runs' heartbeated steps for the recompute measurement;
-	// nil uses only the store's evidence (checkpoints and run ends).
+	// nil uses only the store's evidence (checkpoints and run ends). When it
+	// is also a RunHeartbeatSource (TemporalRunProgress is), the reclaim scan
+	// reads the runs' last heartbeats from it.
 	Progress RunProgressSource
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -182,19 +192,48 @@ type TemporalRunProgress struct {
 
 // RunStep returns the step the job's pending run activity last heartbeated.
 func (p TemporalRunProgress) RunStep(ctx context.Context, jobID string) (int64, bool, error) {
-	d, err := p.Client.DescribeWorkflowExecution(ctx, temporalx.JobWorkflowID(jobID), "")
-	if err != nil {
+	pa, err := p.runActivity(ctx, jobID)
+	if err != nil || pa == nil || pa.GetHeartbeatDetails() == nil {
 		return 0, false, err
 	}
-	for _, pa := range d.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != executor.RunActivityName || pa.GetHeartbeatDetails() == nil {
-			continue
-		}
-		var pr executor.Progress
-		if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &pr); err != nil {
-			return 0, false, fmt.Errorf("decode heartbeat of job %s: %w", jobID, err)
-		}
-		return pr.Step, true, nil
+	var pr executor.Progress
+	if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &pr); err != nil {
+		return 0, false, fmt.Errorf("decode heartbeat of job %s: %w", jobID, err)
 	}
-	return 0, false, nil
+	return pr.Step, true, nil
+}
+
+// LastHeartbeat returns when the job's pending run activity last
+// heartbeated. A job workflow that is gone has no pending run: ok is false.
+func (p TemporalRunProgress) LastHeartbeat(ctx context.Context, jobID string) (time.Time, bool, error) {
+	pa, err := p.runActivity(ctx, jobID)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return time.Time{}, false, nil
+	}
+	if err != nil || pa == nil || pa.GetLastHeartbeatTime() == nil {
+		return time.Time{}, false, err
+	}
+	return pa.GetLastHeartbeatTime().AsTime(), true, nil
+}
+
+// runActivity describes the job's workflow and returns its pending run
+// activity, or nil when none is pending.
+func (p TemporalRunProgress) runActivity(ctx context.Context, jobID string) (*workflowpb.PendingActivityInfo, error) {
+	d, err := p.Client.DescribeWorkflowExecution(ctx, temporalx.JobWorkflowID(jobID), "")
+	if err != nil {
+		return nil, err
+	}
+	for _, pa := range d.GetPendingActivities() {
+		if pa.GetActivityType().GetName() == executor.RunActivityName {
+			return pa, nil
+		}
+	}
+	return nil, nil
+}
+
+// heartbeats returns Progress as a RunHeartbeatSource, or nil.
+func (d *GovernanceDeps) heartbeats() RunHeartbeatSource {
+	hs, _ := d.Progress.(RunHeartbeatSource)
+	return hs
 }

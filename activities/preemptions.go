@@ -48,6 +48,12 @@ type NotifyResult struct {
 	// VerifyResumeTimeoutSeconds and RecomputeTimeoutSeconds are the governance config's.
 	VerifyResumeTimeoutSeconds float64
 	RecomputeTimeoutSeconds    float64
+	// VictimQueue, VictimTier and Pool name the victim's queue, its tier and
+	// the pool of the preempted allocation, for the workflow's search
+	// attributes; set whether or not the preemption proceeds.
+	VictimQueue string
+	VictimTier  string
+	Pool        string
 }
 
 // Notify is the first step. It re-reads the victim and ends the preemption
@@ -72,15 +78,17 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 	if err != nil {
 		return nil, nonRetryable(err)
 	}
+	v, err := a.d.Store.GetPreemptionVictim(ctx, rec.ID)
+	if err != nil {
+		return nil, nonRetryable(err)
+	}
+	res.VictimQueue, res.VictimTier, res.Pool = v.Queue, v.Tier, v.Pool
 	if rec.FinishedAt != nil {
 		res.Outcome, res.Detail = rec.Outcome, "preemption already finished: "+rec.Detail
 		return res, nil
 	}
 	if rec.NotifiedAt == nil {
-		if outcome, why, err := a.ineligible(ctx, rec, cfg); err != nil || outcome != "" {
-			if err != nil {
-				return nil, err
-			}
+		if outcome, why := a.ineligible(rec, v, cfg); outcome != "" {
 			return a.stop(ctx, res, rec.ID, outcome, why)
 		}
 		if rec, err = a.d.Store.NoticePreemption(ctx, rec.ID, in.WorkflowID, a.d.now()); err != nil {
@@ -101,31 +109,27 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 }
 
 // ineligible returns the outcome and reason that forbid touching the victim
-// now, or "" when it may be preempted.
-func (a *Preemptions) ineligible(ctx context.Context, rec *store.PreemptionRecord, cfg *governance.Config) (string, string, error) {
+// v now, or "" when it may be preempted.
+func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *governance.Config) (string, string) {
 	if rec.EndedAt != nil {
-		return store.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail, nil
-	}
-	v, err := a.d.Store.GetPreemptionVictim(ctx, rec.ID)
-	if err != nil {
-		return "", "", nonRetryable(err)
+		return store.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail
 	}
 	switch {
 	case !v.AllocationLive || v.RunEnded || v.State.Final():
-		return store.PreemptionVictimEnded, fmt.Sprintf("the victim is %s and its run or allocation has ended", v.State), nil
+		return store.PreemptionVictimEnded, fmt.Sprintf("the victim is %s and its run or allocation has ended", v.State)
 	case v.Protected:
-		return store.PreemptionAbortedIneligible, "the victim job is protected", nil
+		return store.PreemptionAbortedIneligible, "the victim job is protected"
 	case v.QueueProtected:
-		return store.PreemptionAbortedIneligible, "the victim's queue " + v.Queue + " is protected", nil
+		return store.PreemptionAbortedIneligible, "the victim's queue " + v.Queue + " is protected"
 	case !v.Checkpointable:
-		return store.PreemptionAbortedIneligible, "the victim is not checkpointable", nil
+		return store.PreemptionAbortedIneligible, "the victim is not checkpointable"
 	case v.ResumeDowngraded:
-		return store.PreemptionAbortedIneligible, "the victim's recovery evidence was downgraded by a wrong-step resume", nil
+		return store.PreemptionAbortedIneligible, "the victim's recovery evidence was downgraded by a wrong-step resume"
 	}
 	if w := cfg.InProtectionWindow(v.Queue, a.d.now()); w != "" {
-		return store.PreemptionAbortedIneligible, "the victim's queue is inside protection window " + w, nil
+		return store.PreemptionAbortedIneligible, "the victim's queue is inside protection window " + w
 	}
-	return "", "", nil
+	return "", ""
 }
 
 // stop ends the preemption at the notice with outcome.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -44,12 +45,19 @@ type ScanResult struct {
 	Findings            []ReclaimFinding
 	Active              int // allocations examined
 	ScanIntervalSeconds float64
+	// HeartbeatsUnread counts the runs whose last heartbeat could not be
+	// read (Temporal unreachable); they are classified without it.
+	HeartbeatsUnread int
 }
 
+// heartbeatConcurrency bounds the job workflows described at once for
+// heartbeat evidence.
+const heartbeatConcurrency = 8
+
 // ScanReclaims classifies every active allocation from its evidence (run
-// state, checkpoints as progress, utilisation samples over the observation
-// window; governance.Classify) and returns the reclaimable ones. With the
-// reclaim scan disabled in config it returns none.
+// state, the run's last heartbeat, checkpoints as progress, utilisation
+// samples over the observation window; governance.Classify) and returns the
+// reclaimable ones. With the reclaim scan disabled in config it returns none.
 func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult, error) {
 	cfg := a.d.config()
 	res := &ScanResult{ScanIntervalSeconds: cfg.Reclaim.ScanIntervalSeconds}
@@ -57,11 +65,19 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 		return res, nil
 	}
 	now := a.d.now()
-	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
+	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
 	}
 	res.Active = len(evs)
+	unreclaimed := make([]*governance.Evidence, 0, len(evs))
+	for i := range evs {
+		if !evs[i].Reclaimed {
+			unreclaimed = append(unreclaimed, &evs[i])
+		}
+	}
+	res.HeartbeatsUnread = a.addHeartbeats(ctx, unreclaimed, now, window)
 	for i := range evs {
 		if evs[i].Reclaimed {
 			continue
@@ -72,6 +88,42 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 		}
 	}
 	return res, nil
+}
+
+// addHeartbeats fills LastHeartbeatAt of the evidence of every run that is
+// still going and older than the observation window (a younger run cannot
+// have a heartbeat older than the window), reading a bounded number of job
+// workflows at a time. It returns how many could not be read.
+func (a *Reclaims) addHeartbeats(ctx context.Context, evs []*governance.Evidence, now time.Time, window time.Duration) int {
+	hs := a.d.heartbeats()
+	if hs == nil {
+		return 0
+	}
+	var mu sync.Mutex
+	unread := 0
+	sem := make(chan struct{}, heartbeatConcurrency)
+	var wg sync.WaitGroup
+	for _, ev := range evs {
+		if ev.RunID == "" || ev.RunEndedAt != nil || now.Sub(ev.RunStartedAt) <= window {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			at, ok, err := hs.LastHeartbeat(ctx, ev.JobID)
+			switch {
+			case err != nil:
+				mu.Lock()
+				unread++
+				mu.Unlock()
+			case ok:
+				ev.LastHeartbeatAt = &at
+			}
+		}()
+	}
+	wg.Wait()
+	return unread
 }
 
 // AssessInput names the allocation a ReclaimWorkflow handles.
@@ -88,6 +140,9 @@ type AssessResult struct {
 	Detail               string
 	ReclaimID            string
 	JobID                string
+	Queue                string // the job's queue, tier and the allocation's pool, for search attributes
+	Tier                 string
+	Pool                 string
 	Class                string
 	Mode                 string
 	State                string // the stored state: "open" unless an earlier attempt went further
@@ -95,11 +150,11 @@ type AssessResult struct {
 	ConfirmWindowSeconds float64
 }
 
-// AssessReclaim re-reads the allocation's evidence, classifies it again,
-// decides the mode from config and the pool's stage
-// (governance.Config.DecideMode: observe reports, trial acts on low-risk
-// queues only, protected work needs confirmation) and records the reclaim
-// with its basis (one per allocation).
+// AssessReclaim re-reads the allocation's evidence (with its run's last
+// heartbeat), classifies it again, decides the mode from config and the
+// pool's stage (governance.Config.DecideMode: observe reports, trial acts on
+// low-risk queues only, protected work needs confirmation) and records the
+// reclaim with its basis (one per allocation).
 func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessResult, error) {
 	if in == nil || in.AllocationID == "" {
 		return nil, invalidInput("assess reclaim: allocation ID is required")
@@ -107,7 +162,8 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 	cfg := a.d.config()
 	now := a.d.now()
 	res := &AssessResult{NotifyWindowSeconds: cfg.Reclaim.NotifyWindowSeconds, ConfirmWindowSeconds: cfg.Reclaim.ConfirmWindowSeconds}
-	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
+	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +177,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 		res.Detail = "allocation already released"
 		return res, nil
 	}
+	a.addHeartbeats(ctx, []*governance.Evidence{ev}, now, window)
 	f, ok := governance.Classify(ev, cfg, now)
 	if !ok {
 		res.Detail = "no longer reclaimable on the current evidence"
@@ -132,6 +189,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 		return nil, err
 	}
 	res.Proceed, res.ReclaimID, res.JobID, res.Class, res.Mode, res.State = true, r.ID, r.JobID, string(r.Class), string(r.Mode), r.State
+	res.Queue, res.Tier, res.Pool = ev.Queue, ev.Tier, ev.Pool
 	res.Detail = r.Basis
 	return res, nil
 }
@@ -231,12 +289,13 @@ type ReleaseReclaimResult struct {
 	ReleasedAt   *time.Time
 }
 
-// ReleaseReclaimed releases the allocation. A run still going (an idle
-// run) is stopped through its job: the job is cancelled in the store and its
-// workflow told `cancel`, which stops the run and releases the GPUs; if the
-// workflow is gone or has not done it within two minutes, the store releases
-// them itself. A run that already ended (failed, completed) has its GPUs
-// released in the store directly. The scheduler is then woken.
+// ReleaseReclaimed releases the allocation. A run still going (an idle run,
+// or one whose executor stopped heartbeating) is stopped through its job: the
+// job is cancelled in the store and its workflow told `cancel`, which stops
+// the run and releases the GPUs; if the workflow is gone or has not done it
+// within two minutes, the store releases them itself. A run that already
+// ended (failed, completed) has its GPUs released in the store directly. The
+// scheduler is then woken.
 func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput) (*ReleaseReclaimResult, error) {
 	if in == nil || in.ReclaimID == "" || in.By == "" {
 		return nil, invalidInput("release reclaimed: reclaim ID and actor are required")
@@ -260,10 +319,13 @@ func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput
 	return &ReleaseReclaimResult{State: r.State, GPUsReleased: r.GPUsReleased, ReleasedAt: r.ReleasedAt}, nil
 }
 
-// release stops an idle run through its job workflow, or releases in the store.
+// release stops a run that was still going when the reclaim was found (an
+// idle run, or a failed one whose executor stopped heartbeating) through its
+// job workflow, or releases in the store.
 func (a *Reclaims) release(ctx context.Context, r *store.Reclaim, by string) (*store.Reclaim, error) {
 	runID, _ := r.Evidence["run_id"].(string)
-	if r.Class != governance.ClassIdle || runID == "" {
+	runOutcome, _ := r.Evidence["run_outcome"].(string)
+	if runID == "" || runOutcome != "" || r.Class == governance.ClassCompleted {
 		return a.d.Store.ReleaseReclaimed(ctx, r.ID, by, a.d.now())
 	}
 	reason := fmt.Sprintf("reclaimed by %s (%s): %s", r.ID, r.Class, r.Basis)

@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -27,7 +28,11 @@ type Scheduler struct {
 	Store    Store
 	Temporal Signaler     // nil: wait-reason signals are not sent
 	Policy   PolicySource // nil: scheduling.DefaultPolicy
-	Now      func() time.Time
+	// Governance gives the governance configuration in force (a
+	// governance.Watcher's Current); its protection windows go into every
+	// cycle's snapshot. nil: no protection window applies.
+	Governance func() *governance.Config
+	Now        func() time.Time
 	// SignalConcurrency bounds the wait-reason signals in flight; 0 means 16.
 	SignalConcurrency int
 
@@ -43,7 +48,7 @@ type signalledReasons struct {
 
 // NewScheduler returns the scheduler activities on d's dependencies.
 func NewScheduler(d Deps) *Scheduler {
-	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now}
+	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now, Governance: d.Governance}
 }
 
 // RunCycleInput identifies one scheduling cycle.
@@ -104,8 +109,10 @@ type RunCycleResult struct {
 	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
 }
 
-// RunCycle runs one scheduling cycle: load the snapshot, plan, apply the plan in
-// one store transaction (idempotent by CycleID), then signal `wait-reason` to
+// RunCycle runs one scheduling cycle: load the snapshot (completed with the
+// governance configuration's protection windows and downgraded recovery
+// evidence), plan, apply the plan in one store transaction (idempotent by
+// CycleID), then signal `wait-reason` to
 // the waiting jobs whose reason changed. It returns the placements for the
 // scheduler workflow to signal. Errors of loading, policy and applying are
 // returned for Temporal to retry; a failed wait-reason signal is not an error.
@@ -116,6 +123,9 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	now := clock(a.Now)
 	snap, err := a.Store.LoadSnapshot(ctx, now)
 	if err != nil {
+		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
+	}
+	if err := a.addGovernance(ctx, snap); err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
 	pol, err := a.policy(ctx)

@@ -121,54 +121,83 @@ func oneOf(c *gin.Context, field string, accepted ...string) (string, bool) {
 	return "", false
 }
 
-// listPreemptions handles GET /v1/preemptions?state=&outcome=&pool=&job=&limit=.
-// Every role but agent may read them: a preemption concerns two projects.
-func (s *Server) listPreemptions(c *gin.Context) {
-	state, ok := oneOf(c, "state", "in_progress", "released", "aborted", "observed")
-	if !ok {
-		return
-	}
-	outcome, ok := oneOf(c, "outcome", store.PreemptionCompleted, store.PreemptionResumeFailed, store.PreemptionResumeNotObserved,
-		store.PreemptionAbortedNoCkpt, store.PreemptionAbortedIneligible, store.PreemptionVictimEnded, store.PreemptionWouldPreempt)
-	if !ok {
-		return
+// enumQuery is an optional query parameter that takes one of a fixed set of values.
+type enumQuery struct {
+	field    string
+	accepted []string
+}
+
+// listQuery checks a governance list's enumerated query parameters and its
+// limit. It returns the enumerated values by field ("" when absent) and the
+// limit (0 when absent), or writes a 422 naming the first bad parameter.
+func listQuery(c *gin.Context, enums ...enumQuery) (map[string]string, int, bool) {
+	vals := make(map[string]string, len(enums))
+	for _, e := range enums {
+		v, ok := oneOf(c, e.field, e.accepted...)
+		if !ok {
+			return nil, 0, false
+		}
+		vals[e.field] = v
 	}
 	limit, ok := listLimit(c)
-	if !ok {
-		return
-	}
+	return vals, limit, ok
+}
+
+// serveGovernance answers a governance read: it calls read with the
+// governance store under the request's store deadline and answers 200 with
+// its result, or writes its error (404 for an unknown ID, 503 when the
+// store is unreachable).
+func serveGovernance[T any](s *Server, c *gin.Context, read func(ctx context.Context, gs GovernanceStore) (T, error)) {
 	gs, ok := s.governanceStore(c)
 	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
-	ps, err := gs.ListPreemptions(ctx, store.PreemptionFilter{State: state, Outcome: outcome, Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit})
+	out, err := read(ctx, gs)
 	if err != nil {
 		writeError(c, err)
 		return
-	}
-	out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
-	for i := range ps {
-		out.Preemptions[i] = preemptionFromStore(&ps[i])
 	}
 	c.JSON(http.StatusOK, out)
 }
 
-// getPreemption handles GET /v1/preemptions/{id}.
-func (s *Server) getPreemption(c *gin.Context) {
-	gs, ok := s.governanceStore(c)
+// Accepted values of the preemption list's filters.
+var (
+	preemptionStates   = enumQuery{"state", []string{"in_progress", "released", "aborted", store.PreemptionObserved}}
+	preemptionOutcomes = enumQuery{"outcome", []string{store.PreemptionCompleted, store.PreemptionResumeFailed,
+		store.PreemptionResumeNotObserved, store.PreemptionAbortedNoCkpt, store.PreemptionAbortedIneligible,
+		store.PreemptionVictimEnded, store.PreemptionWouldPreempt}}
+)
+
+// listPreemptions handles GET /v1/preemptions?state=&outcome=&pool=&job=&limit=.
+// Every role but agent may read them: a preemption concerns two projects.
+func (s *Server) listPreemptions(c *gin.Context) {
+	q, limit, ok := listQuery(c, preemptionStates, preemptionOutcomes)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
-	p, err := gs.GetPreemption(ctx, c.Param("id"))
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, preemptionFromStore(p))
+	f := store.PreemptionFilter{State: q["state"], Outcome: q["outcome"], Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
+	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (PreemptionList, error) {
+		ps, err := gs.ListPreemptions(ctx, f)
+		out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
+		for i := range ps {
+			out.Preemptions[i] = preemptionFromStore(&ps[i])
+		}
+		return out, err
+	})
+}
+
+// getPreemption handles GET /v1/preemptions/{id}.
+func (s *Server) getPreemption(c *gin.Context) {
+	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (*Preemption, error) {
+		p, err := gs.GetPreemption(ctx, c.Param("id"))
+		if err != nil {
+			return nil, err
+		}
+		out := preemptionFromStore(p)
+		return &out, nil
+	})
 }
 
 func preemptionFromStore(p *store.PreemptionRecord) Preemption {

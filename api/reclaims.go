@@ -92,36 +92,30 @@ type ReclaimReport struct {
 	Summary  ReclaimSummary `json:"summary"`
 }
 
+// Accepted values of the reclaim report's filters.
+var (
+	reclaimClasses = enumQuery{"class", []string{string(governance.ClassFailed), string(governance.ClassIdle), string(governance.ClassCompleted)}}
+	reclaimModes   = enumQuery{"mode", []string{string(governance.ModeReport), string(governance.ModeNotify),
+		string(governance.ModeAuto), string(governance.ModeConfirm)}}
+	reclaimStates = enumQuery{"state", []string{store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified,
+		store.ReclaimAwaitConfirm, store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved}}
+)
+
 // listReclaims handles GET /v1/reclaims?class=&mode=&pool=&state=&limit=.
 func (s *Server) listReclaims(c *gin.Context) {
-	class, ok := oneOf(c, "class", "failed", "idle", "completed")
+	q, limit, ok := listQuery(c, reclaimClasses, reclaimModes, reclaimStates)
 	if !ok {
 		return
 	}
-	mode, ok := oneOf(c, "mode", "report", "notify", "auto", "confirm")
-	if !ok {
-		return
-	}
-	state, ok := oneOf(c, "state", store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified, store.ReclaimAwaitConfirm,
-		store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved)
-	if !ok {
-		return
-	}
-	limit, ok := listLimit(c)
-	if !ok {
-		return
-	}
-	gs, ok := s.governanceStore(c)
-	if !ok {
-		return
-	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
-	rs, err := gs.ListReclaims(ctx, store.ReclaimFilter{Class: class, Mode: mode, Pool: c.Query("pool"), State: state, Limit: limit})
-	if err != nil {
-		writeError(c, err)
-		return
-	}
+	f := store.ReclaimFilter{Class: q["class"], Mode: q["mode"], Pool: c.Query("pool"), State: q["state"], Limit: limit}
+	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (ReclaimReport, error) {
+		rs, err := gs.ListReclaims(ctx, f)
+		return reclaimReport(rs), err
+	})
+}
+
+// reclaimReport converts stored reclaims into the report with its totals.
+func reclaimReport(rs []store.Reclaim) ReclaimReport {
 	out := ReclaimReport{Reclaims: make([]Reclaim, len(rs)), Summary: ReclaimSummary{
 		ByClass: map[string]int{}, ByMode: map[string]int{}, ByState: map[string]int{}}}
 	for i := range rs {
@@ -135,7 +129,7 @@ func (s *Server) listReclaims(c *gin.Context) {
 			out.Summary.Disputed++
 		}
 	}
-	c.JSON(http.StatusOK, out)
+	return out
 }
 
 // confirmReclaim handles POST /v1/reclaims/{id}/confirm: an operator or

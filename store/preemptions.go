@@ -213,13 +213,37 @@ func (s *Store) PreemptionRunIDs(ctx context.Context, allocationIDs []string) (m
 	return out, nil
 }
 
+// ResumeDowngradedJobs returns which of the given jobs have their recovery
+// evidence downgraded by a wrong-step resume (FinishPreemption sets it; a
+// verified resume clears it), for the scheduling snapshot's
+// RecoveryEvidence.ResumeDowngraded. Errors are database errors.
+func (s *Store) ResumeDowngradedJobs(ctx context.Context, jobIDs []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(jobIDs) == 0 {
+		return out, nil
+	}
+	err := forEachRow(ctx, s.pool, `SELECT id FROM jobs WHERE id = ANY($1) AND recovery ? 'resume_downgraded'`,
+		[]any{jobIDs}, func(rows pgx.Rows) error {
+			var id string
+			err := rows.Scan(&id)
+			out[id] = true
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: downgraded recovery evidence: %w", err)
+	}
+	return out, nil
+}
+
 // PreemptionVictim is the victim of a preemption as stored now: what the
 // workflow's first step re-checks before touching it.
 type PreemptionVictim struct {
 	JobID            string
 	State            JobState
 	Queue            string
-	Protected        bool // the job is protected
+	Tier             string // the job's tier name
+	Pool             string // the preempted allocation's pool
+	Protected        bool   // the job is protected
 	QueueProtected   bool
 	Checkpointable   bool
 	ResumeDowngraded bool // a resume from the wrong step was seen and no verified resume since
@@ -233,12 +257,12 @@ type PreemptionVictim struct {
 func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*PreemptionVictim, error) {
 	var v PreemptionVictim
 	err := s.pool.QueryRow(ctx, `
-		SELECT j.id, j.state, j.queue, j.protected, coalesce(q.protected, false),
+		SELECT j.id, j.state, j.queue, j.tier, a.pool, j.protected, coalesce(q.protected, false),
 			coalesce((j.recovery->>'checkpointable')::boolean, false), j.recovery ? 'resume_downgraded',
 			a.released_at IS NULL, coalesce(a.run_id, ''), coalesce(r.ended_at IS NOT NULL, false)
 		FROM preemptions p JOIN jobs j ON j.id = p.victim_job_id JOIN allocations a ON a.id = p.allocation_id
 		LEFT JOIN queues q ON q.name = j.queue LEFT JOIN runs r ON r.id = a.run_id
-		WHERE p.id = $1`, id).Scan(&v.JobID, &v.State, &v.Queue, &v.Protected, &v.QueueProtected, &v.Checkpointable,
+		WHERE p.id = $1`, id).Scan(&v.JobID, &v.State, &v.Queue, &v.Tier, &v.Pool, &v.Protected, &v.QueueProtected, &v.Checkpointable,
 		&v.ResumeDowngraded, &v.AllocationLive, &v.RunID, &v.RunEnded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
@@ -607,6 +631,9 @@ func (s *Store) SetPoolStages(ctx context.Context, stages map[string]scheduling.
 // are database errors.
 func (s *Store) SetLowRiskQueues(ctx context.Context, queues []string, actor, reason string) ([]string, error) {
 	var changed []string
+	if queues == nil {
+		queues = []string{} // nil encodes as SQL NULL, and name = ANY(NULL) is NULL, not false
+	}
 	err := s.inTx(ctx, "set low-risk queues", func(tx pgx.Tx) error {
 		changed = changed[:0]
 		return forEachRow(ctx, tx, `

@@ -89,14 +89,14 @@ func scanReclaim(row pgx.Row) (*Reclaim, error) {
 }
 
 // ReclaimEvidence returns the evidence of every active allocation for the
-// reclaim scan: job, queue protection, run and its newest checkpoint, and
+// reclaim scan: job (with its queue and tier), queue protection, run and its newest checkpoint, and
 // the utilisation samples of its GPUs taken at or after since (the start of
 // the observation window). Errors are wrapped with "reclaim evidence".
 func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error) {
 	var out []governance.Evidence
 	byGPU := map[string][]int{}
 	err := forEachRow(ctx, s.pool, `
-		SELECT a.id, a.job_id, j.project, j.queue, a.pool, a.node, j.state, j.protected OR coalesce(q.protected, false),
+		SELECT a.id, a.job_id, j.project, j.queue, j.tier, a.pool, a.node, j.state, j.protected OR coalesce(q.protected, false),
 			a.granted_at, coalesce(r.id, ''), r.started_at, r.ended_at, coalesce(r.outcome, ''),
 			(r.last_checkpoint->>'at')::timestamptz,
 			coalesce((SELECT array_agg(g.gpu_uuid ORDER BY g.gpu_uuid) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), '{}'),
@@ -109,7 +109,7 @@ func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governa
 		var e governance.Evidence
 		var started *time.Time
 		var milli int64
-		if err := rows.Scan(&e.AllocationID, &e.JobID, &e.Project, &e.Queue, &e.Pool, &e.Node, &e.JobState, &e.Protected,
+		if err := rows.Scan(&e.AllocationID, &e.JobID, &e.Project, &e.Queue, &e.Tier, &e.Pool, &e.Node, &e.JobState, &e.Protected,
 			&e.GrantedAt, &e.RunID, &started, &e.RunEndedAt, &e.RunOutcome, &e.LastCheckpointAt, &e.GPUUUIDs, &milli, &e.Stage, &e.Reclaimed); err != nil {
 			return err
 		}
@@ -153,8 +153,8 @@ type NewReclaim struct {
 
 // OpenReclaim records a finding for its allocation (one reclaim per
 // allocation: a second call returns the first record and false). The
-// evidence stored is the basis, the run, the checkpoint time and a summary
-// of the samples. Errors are database errors.
+// evidence stored is the basis, the run, the checkpoint time, the run's last
+// heartbeat and its age at nr.At (when known) and a summary of the samples. Errors are database errors.
 func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool, error) {
 	e := nr.Evidence
 	evidence := map[string]any{"job_state": e.JobState, "run_id": e.RunID, "run_outcome": e.RunOutcome,
@@ -165,6 +165,10 @@ func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool,
 	}
 	if e.LastCheckpointAt != nil {
 		evidence["last_checkpoint_at"] = e.LastCheckpointAt.UTC()
+	}
+	if age, ok := e.HeartbeatAge(nr.At); ok {
+		evidence["last_heartbeat_at"] = e.LastHeartbeatAt.UTC()
+		evidence["heartbeat_age_s"] = age.Seconds()
 	}
 	if len(e.Samples) > 0 {
 		peak := 0

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -112,6 +113,15 @@ func activityNames(t *testing.T, c client.Client, id, runID string) []string {
 	return names
 }
 
+// waitForVisible waits until the visibility query finds n workflows.
+func waitForVisible(t *testing.T, c client.Client, query string, n int) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "visibility of "+query, func() bool {
+		resp, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		return err == nil && len(resp.GetExecutions()) == n
+	})
+}
+
 // writeArtifact writes v as JSON to $GPUGOV_ARTIFACTS/name when set, so a
 // live run's records can be shown.
 func writeArtifact(t *testing.T, name string, v any) {
@@ -168,6 +178,15 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == store.StateRunning })
 	}
 	time.Sleep(3 * time.Second) // the checkpointable job writes checkpoints (every 2 s at speed 100)
+	// The reclaim scan's heartbeat evidence: a running job's run activity
+	// heartbeated moments ago; a job without a workflow has none.
+	progress := activities.TemporalRunProgress{Client: c}
+	if at, ok, err := progress.LastHeartbeat(ctx, noCkpt.ID); err != nil || !ok || time.Since(at) > 10*time.Second {
+		t.Fatalf("last heartbeat of a running job: %v %v %v, want one within 10 s", at, ok, err)
+	}
+	if _, ok, err := progress.LastHeartbeat(ctx, "j-none"); err != nil || ok {
+		t.Fatalf("last heartbeat of a job without a workflow: %v %v, want none and no error", ok, err)
+	}
 
 	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: scheduling.TierProduction, gpus: 1, runSeconds: 300})
 	prodRun := startJob(t, c, &workflows.JobInput{JobID: prod.ID})
@@ -205,6 +224,9 @@ func TestPreemptionOnDevServer(t *testing.T) {
 			t.Fatalf("job %s (%d preemptions, %s) was touched", j.ID, n, jobState(t, st, j.ID))
 		}
 	}
+	// The preemption is findable in the Temporal UI by its victim's queue and tier and its pool.
+	waitForVisible(t, c, fmt.Sprintf("WorkflowType = '%s' AND GpugovQueue = '%s' AND GpugovTier = 'experiment' AND GpugovPool = '%s'",
+		workflows.PreemptionWorkflowName, expQueue, testPool), 1)
 	writeArtifact(t, "preemption-record.json", rec)
 	writeArtifact(t, "preemption-activities.json", names)
 
@@ -216,7 +238,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		_ = c.SignalWorkflow(ctx, runs[j.ID].GetID(), "", temporalx.SignalCancel, temporalx.CancelSignal{Actor: "test", Reason: "done"})
 		waitJob(t, runs[j.ID], 30*time.Second)
 	}
-	record(t, c, wfID, "", "preemption-completed")
+	record(t, c, wfID, "", "preemption-completed-with-search-attributes")
 	record(t, c, runs[exp.ID].GetID(), runs[exp.ID].GetRunID(), "job-preempted-and-resumed")
 }
 
@@ -316,7 +338,12 @@ func TestReclaimModesOnDevServer(t *testing.T) {
 	if len(kept) != 1 || !kept[0].Disputed || kept[0].DisputeBy != "vision" {
 		t.Fatalf("kept reclaims %+v, want one disputed by vision", kept)
 	}
+	// Each reclaim is findable by its job's queue and its pool.
+	for _, n := range names {
+		waitForVisible(t, c, fmt.Sprintf("WorkflowType = '%s' AND GpugovQueue = '%s' AND GpugovPool = '%s'",
+			workflows.ReclaimWorkflowName, n, testPool), 1)
+	}
 	writeArtifact(t, "reclaim-report.json", list)
-	record(t, c, temporalx.ReclaimWorkflowID(allocs[2]), "", "reclaim-notify-kept")
-	record(t, c, temporalx.ReclaimWorkflowID(allocs[4]), "", "reclaim-confirmed")
+	record(t, c, temporalx.ReclaimWorkflowID(allocs[2]), "", "reclaim-notify-kept-with-search-attributes")
+	record(t, c, temporalx.ReclaimWorkflowID(allocs[4]), "", "reclaim-confirmed-with-search-attributes")
 }

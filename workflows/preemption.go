@@ -74,7 +74,9 @@ const verifyResumeHeartbeat = 30 * time.Second
 //     step downgrades the job's recovery evidence — measures the recompute
 //     time and records the effective run loss.
 //
-// Signals from the victim for another preemption, and repeats, are ignored.
+// After Notify it sets the search attributes GpugovQueue, GpugovTier (the
+// victim's) and GpugovPool (version governanceAttrsChange). Signals from the
+// victim for another preemption, and repeats, are ignored.
 func PreemptionWorkflow(ctx workflow.Context, in *PreemptionInput) (*PreemptionResult, error) {
 	if in == nil || in.PreemptionID == "" || in.VictimJobID == "" {
 		return nil, temporal.NewNonRetryableApplicationError("preemption workflow: preemption and victim IDs are required", "InvalidInput", nil)
@@ -90,6 +92,7 @@ func PreemptionWorkflow(ctx workflow.Context, in *PreemptionInput) (*PreemptionR
 	if err := workflow.ExecuteActivity(actx, p.acts.Notify, &p.step).Get(ctx, &n); err != nil {
 		return nil, err
 	}
+	upsertGovernanceAttrs(ctx, n.VictimQueue, n.VictimTier, n.Pool)
 	if !n.Proceed {
 		res.Outcome, res.Detail = n.Outcome, n.Detail
 		return res, nil

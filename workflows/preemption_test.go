@@ -3,12 +3,15 @@ package workflows_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/gpugov/gpugov/activities"
@@ -100,12 +103,23 @@ func (f *victimFixture) input() *workflows.PreemptionInput {
 type preemptEnv struct {
 	*testsuite.TestWorkflowEnvironment
 	sig *recordingSignaler
+
+	mu    sync.Mutex
+	attrs map[string]string // the gpugov search attributes upserted, by name
+}
+
+// upserted returns the gpugov search attributes the workflow set.
+func (e *preemptEnv) upserted() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.attrs)
 }
 
 func newPreemptEnv(t *testing.T, st activities.GovernanceStore, pol scheduling.Policy, cfg *governance.Config) *preemptEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
-	env := &preemptEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), sig: &recordingSignaler{gone: map[string]bool{}}}
+	env := &preemptEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), sig: &recordingSignaler{gone: map[string]bool{}},
+		attrs: map[string]string{}}
 	env.SetTestTimeout(2 * time.Minute)
 	workflows.RegisterGovernance(env)
 	activities.RegisterGovernance(env, activities.GovernanceDeps{
@@ -113,6 +127,16 @@ func newPreemptEnv(t *testing.T, st activities.GovernanceStore, pol scheduling.P
 		Policy: func(context.Context) (*scheduling.Policy, error) { return &pol, nil },
 		Config: func() *governance.Config { return cfg },
 	})
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		for _, k := range temporalx.SearchAttributeKeys {
+			if v, ok := sa.GetKeyword(k); ok {
+				env.attrs[k.GetName()] = v
+			}
+		}
+	}).Maybe()
 	return env
 }
 
@@ -238,6 +262,11 @@ func TestPreemptionRunsAllFiveSteps(t *testing.T) {
 	}
 	if n := countRows(t, f.st, `SELECT count(*) FROM wait_events WHERE job_id = $1 AND reason = 'capacity_busy'`, f.victim.ID); n != 1 {
 		t.Fatalf("%d capacity_busy wait events for the requeued victim, want 1", n)
+	}
+	want := map[string]string{temporalx.QueueKey.GetName(): f.victim.Queue, temporalx.TierKey.GetName(): f.victim.Tier.String(),
+		temporalx.PoolKey.GetName(): testPool}
+	if got := env.upserted(); !maps.Equal(got, want) {
+		t.Fatalf("search attributes %v, want %v", got, want)
 	}
 }
 

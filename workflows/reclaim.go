@@ -45,6 +45,9 @@ type ReclaimResult struct {
 //   - confirm: AwaitConfirmation; an operator's `confirm` releases it, the
 //     owner's `keep` records a dispute, and without either within the
 //     confirm window it expires unreleased.
+//
+// A recorded reclaim sets the search attributes GpugovQueue, GpugovTier (of
+// the allocation's job) and GpugovPool (version governanceAttrsChange).
 func ReclaimWorkflow(ctx workflow.Context, in *ReclaimInput) (*ReclaimResult, error) {
 	if in == nil || in.AllocationID == "" {
 		return nil, temporal.NewNonRetryableApplicationError("reclaim workflow: allocation ID is required", "InvalidInput", nil)
@@ -63,6 +66,7 @@ func ReclaimWorkflow(ctx workflow.Context, in *ReclaimInput) (*ReclaimResult, er
 		res.State = "not-reclaimable"
 		return res, nil
 	}
+	upsertGovernanceAttrs(ctx, a.Queue, a.Tier, a.Pool)
 	switch governance.Mode(a.Mode) {
 	case governance.ModeAuto:
 		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: store.ActorReclaim, Reason: "auto mode"})

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -77,6 +78,11 @@ func TestReclaimWorkflowModes(t *testing.T) {
 			}
 			if tc.signal == temporalx.SignalReclaimConfirm && r.DecidedBy != "olga" {
 				t.Fatalf("confirmed by %q, want olga", r.DecidedBy)
+			}
+			want := map[string]string{temporalx.QueueKey.GetName(): expQueue,
+				temporalx.TierKey.GetName(): scheduling.TierExperiment.String(), temporalx.PoolKey.GetName(): testPool}
+			if got := env.upserted(); !maps.Equal(got, want) {
+				t.Fatalf("search attributes %v, want %v", got, want)
 			}
 		})
 	}

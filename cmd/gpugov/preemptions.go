@@ -14,55 +14,93 @@ import (
 )
 
 func init() {
-	var format string
 	var o apiclient.PreemptionOptions
 	cmd := &cobra.Command{
 		Use:   "preemptions [ID]",
 		Short: "List preemptions (or show one): steps, checkpoints, resume check, effective run loss",
-		Args:  cobra.MaximumNArgs(1),
+		Args:  usageArgs(cobra.MaximumNArgs(1)),
 	}
-	newClient := apiclient.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	l := addListFlags(cmd, &o.Limit)
 	cmd.Flags().StringVar(&o.State, "state", "", "only this state: in_progress, released, aborted, observed")
 	cmd.Flags().StringVar(&o.Outcome, "outcome", "", "only this outcome, e.g. completed, resume_failed, would_preempt")
 	cmd.Flags().StringVar(&o.Pool, "pool", "", "only this pool")
 	cmd.Flags().StringVar(&o.Job, "job", "", "only preemptions for or of this job")
-	cmd.Flags().IntVar(&o.Limit, "limit", 0, "at most this many (1..1000; default 100)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkFormat(format, "table", "json"); err != nil {
-			return err
-		}
-		if o.Limit < 0 || o.Limit > 1000 {
-			return newUsageError("--limit %d: want 1..1000", o.Limit)
-		}
-		client, err := newClient()
+		client, err := l.client()
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		if len(args) == 1 {
 			p, err := client.Preemption(cmd.Context(), args[0])
-			if err != nil {
-				return apiFailure(err)
-			}
-			if format == "json" {
-				return printJSON(cmd.OutOrStdout(), p)
-			}
-			return printPreemption(cmd.OutOrStdout(), p)
+			return show(cmd, l, p, err, printPreemption)
 		}
 		list, err := client.Preemptions(cmd.Context(), o)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), list)
-		}
-		return printPreemptions(cmd.OutOrStdout(), list)
+		return show(cmd, l, list, err, printPreemptions)
 	}
 	rootCmd.AddCommand(cmd)
 }
 
-// printPreemptions writes one line per preemption.
+// listCmd is what `gpugov preemptions` and `gpugov reclaims` share: the
+// --format and --limit flags and the API client's flags.
+type listCmd struct {
+	format    string
+	limit     *int
+	newClient func() (*apiclient.Client, error)
+}
+
+// addListFlags adds --format, --limit (into limit) and the API client's
+// flags to cmd.
+func addListFlags(cmd *cobra.Command, limit *int) *listCmd {
+	l := &listCmd{limit: limit, newClient: apiclient.AddFlags(cmd.Flags())}
+	cmd.Flags().StringVar(&l.format, "format", "table", "output: table or json")
+	cmd.Flags().IntVar(limit, "limit", 0, "at most this many (1..1000; default 100)")
+	return l
+}
+
+// client checks --format and --limit and returns the API client; a bad
+// flag is a usage error (exit code 2).
+func (l *listCmd) client() (*apiclient.Client, error) {
+	if err := checkFormat(l.format, "table", "json"); err != nil {
+		return nil, err
+	}
+	if *l.limit < 0 || *l.limit > 1000 {
+		return nil, newUsageError("--limit %d: want 1..1000", *l.limit)
+	}
+	c, err := l.newClient()
+	if err != nil {
+		return nil, newUsageError("%w", err)
+	}
+	return c, nil
+}
+
+// usageArgs makes a wrong number of arguments a usage error (exit code 2).
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// show prints what the API answered: v as JSON with --format json, else
+// through table; err (the API call's) is reported as an API failure.
+func show[T any](cmd *cobra.Command, l *listCmd, v T, err error, table func(io.Writer, T) error) error {
+	if err != nil {
+		return apiFailure(err)
+	}
+	if l.format == "json" {
+		return printJSON(cmd.OutOrStdout(), v)
+	}
+	return table(cmd.OutOrStdout(), v)
+}
+
+// printPreemptions writes one line per preemption, or says there are none.
 func printPreemptions(w io.Writer, l *api.PreemptionList) error {
+	if len(l.Preemptions) == 0 {
+		_, err := fmt.Fprintln(w, "no preemptions (none recorded, or none match the filters)")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tOUTCOME\tFOR JOB\tVICTIM\tGPUS\tEST LOSS\tLOSS (GPU-s)\tRESUMED OK")
 	for _, p := range l.Preemptions {
@@ -83,7 +121,7 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 		row("Checkpoint at notice", fmt.Sprintf("step %d at %s", cp.Step, cp.At.Format(timeLayout)))
 	}
 	row("Notified", timeOrDash(p.NotifiedAt))
-	row("Saved", timeOrDash(p.SavedAt)+checkpointText(p.SavedCheckpoint))
+	row("Saved", savedText(p))
 	row("Released", timeOrDash(p.ReleasedAt))
 	row("Rescheduled", timeOrDash(p.RescheduledAt))
 	row("Resumed", timeOrDash(p.ResumedAt)+stepText(p.ResumedFromStep)+" correct: "+boolOrDash(p.ResumedCorrectly))
@@ -136,6 +174,16 @@ func stepText(s *int64) string {
 		return ""
 	}
 	return " at step " + strconv.FormatInt(*s, 10)
+}
+
+// savedText says whether the victim saved a checkpoint after the notice and
+// which checkpoint its next run must resume from.
+func savedText(p *api.Preemption) string {
+	if p.SavedAt == nil && p.SavedCheckpoint != nil {
+		cp := p.SavedCheckpoint
+		return fmt.Sprintf("no new checkpoint; resumes from checkpoint step %d (%s)", cp.Step, cp.Location)
+	}
+	return timeOrDash(p.SavedAt) + checkpointText(p.SavedCheckpoint)
 }
 
 func checkpointText(cp *api.Checkpoint) string {

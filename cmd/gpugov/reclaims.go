@@ -14,39 +14,24 @@ import (
 )
 
 func init() {
-	var format string
 	var o apiclient.ReclaimOptions
 	cmd := &cobra.Command{
 		Use:   "reclaims",
 		Short: "The reclaim report: failed, idle and completed allocations, modes, notices, GPUs released, disputes",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 	}
-	newClient := apiclient.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	l := addListFlags(cmd, &o.Limit)
 	cmd.Flags().StringVar(&o.Class, "class", "", "only this class: failed, idle, completed")
 	cmd.Flags().StringVar(&o.Mode, "mode", "", "only this mode: report, notify, auto, confirm")
 	cmd.Flags().StringVar(&o.Pool, "pool", "", "only this pool")
 	cmd.Flags().StringVar(&o.State, "state", "", "only this state, e.g. notified, awaiting_confirmation, released, kept")
-	cmd.Flags().IntVar(&o.Limit, "limit", 0, "at most this many (1..1000; default 100)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkFormat(format, "table", "json"); err != nil {
+		client, err := l.client()
+		if err != nil {
 			return err
 		}
-		if o.Limit < 0 || o.Limit > 1000 {
-			return newUsageError("--limit %d: want 1..1000", o.Limit)
-		}
-		client, err := newClient()
-		if err != nil {
-			return newUsageError("%w", err)
-		}
 		rep, err := client.Reclaims(cmd.Context(), o)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), rep)
-		}
-		return printReclaims(cmd.OutOrStdout(), rep)
+		return show(cmd, l, rep, err, printReclaims)
 	}
 	cmd.AddCommand(reclaimDecisionCmd("confirm", "Approve a reclaim's release (operator or admin token)", (*apiclient.Client).ConfirmReclaim))
 	cmd.AddCommand(reclaimDecisionCmd("keep", "Keep your allocation: object to its reclaim, recorded as a dispute", (*apiclient.Client).KeepReclaim))
@@ -56,7 +41,7 @@ func init() {
 // reclaimDecisionCmd is `gpugov reclaims confirm|keep ID --reason …`.
 func reclaimDecisionCmd(verb, short string, call func(*apiclient.Client, context.Context, string, string) (*api.Reclaim, error)) *cobra.Command {
 	var reason string
-	cmd := &cobra.Command{Use: verb + " ID", Short: short, Args: cobra.ExactArgs(1)}
+	cmd := &cobra.Command{Use: verb + " ID", Short: short, Args: usageArgs(cobra.ExactArgs(1))}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why (goes to the audit log)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -74,8 +59,12 @@ func reclaimDecisionCmd(verb, short string, call func(*apiclient.Client, context
 	return cmd
 }
 
-// printReclaims writes the reclaims and the totals.
+// printReclaims writes the reclaims and the totals, or says there are none.
 func printReclaims(w io.Writer, rep *api.ReclaimReport) error {
+	if len(rep.Reclaims) == 0 {
+		_, err := fmt.Fprintln(w, "no reclaims (none recorded, or none match the filters)")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCLASS\tMODE\tSTATE\tPOOL\tQUEUE\tJOB\tGPUS\tRELEASED\tDISPUTED\tBASIS")
 	for _, r := range rep.Reclaims {

@@ -22,6 +22,7 @@ type Evidence struct {
 	JobID        string
 	Project      string
 	Queue        string
+	Tier         string // the job's tier name
 	Pool         string
 	Node         string
 	GPUs         float64                    // GPU equivalents held (milli-GPU / 1000)
@@ -41,6 +42,10 @@ type Evidence struct {
 	RunOutcome   string // succeeded, failed, cancelled, preempted; "" while running
 	// LastCheckpointAt is the time of the run's newest checkpoint: progress.
 	LastCheckpointAt *time.Time
+	// LastHeartbeatAt is when the run's executor last heartbeated (its run
+	// activity's last heartbeat as Temporal reports it); nil when unknown
+	// (no pending run activity, or none heartbeated yet).
+	LastHeartbeatAt *time.Time
 	// Samples are the utilisation samples of GPUUUIDs in the observation window.
 	Samples []Sample
 }
@@ -54,8 +59,10 @@ type Finding struct {
 
 // Classify decides whether the allocation is reclaimable at now and why.
 // In order: completed (its run succeeded or its job did, yet the GPUs are
-// held), failed (its run ended otherwise, its job failed or was cancelled, or
-// no run started within the observation window of the grant), idle (its run
+// held), failed (its run ended otherwise, its job failed or was cancelled, no
+// run started within the observation window of the grant, or its run's
+// executor has not heartbeated for longer than the observation window — the
+// agent crashed or lost contact), idle (its run
 // has been going for the whole window, made no checkpoint in it, and every
 // GPU it holds has utilisation samples spanning the window all at or below
 // the idle threshold; missing samples are no evidence of idleness, and
@@ -75,11 +82,29 @@ func Classify(ev *Evidence, c *Config, now time.Time) (Finding, bool) {
 	case ev.RunID == "" && now.Sub(ev.GrantedAt) >= window:
 		return Finding{ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
 			ev.GrantedAt.UTC().Format(time.RFC3339), window)}, true
+	case heartbeatLost(ev, now, window):
+		return Finding{ClassFailed, fmt.Sprintf("run %s has not heartbeated for %s (last heartbeat at %s), longer than the %s observation window: its executor is lost but %.3g GPU(s) are still held",
+			ev.RunID, now.Sub(*ev.LastHeartbeatAt).Round(time.Second), ev.LastHeartbeatAt.UTC().Format(time.RFC3339), window, ev.GPUs)}, true
 	}
 	if basis, ok := idle(ev, c, now, window); ok {
 		return Finding{ClassIdle, basis}, true
 	}
 	return Finding{}, false
+}
+
+// heartbeatLost reports whether the allocation's run is still going but its
+// executor's last known heartbeat is older than the observation window.
+func heartbeatLost(ev *Evidence, now time.Time, window time.Duration) bool {
+	return ev.RunID != "" && ev.RunEndedAt == nil && ev.LastHeartbeatAt != nil && now.Sub(*ev.LastHeartbeatAt) > window
+}
+
+// HeartbeatAge returns how long before now the run last heartbeated, and
+// false when that is unknown.
+func (ev *Evidence) HeartbeatAge(now time.Time) (time.Duration, bool) {
+	if ev.LastHeartbeatAt == nil {
+		return 0, false
+	}
+	return now.Sub(*ev.LastHeartbeatAt), true
 }
 
 // idle applies the idle rule; see Classify.

@@ -154,6 +154,13 @@ func TestClassify(t *testing.T) {
 		{"samples not spanning the window", func(e *Evidence) { e.Samples = samples(2)[15:] }, ""},
 		{"checkpoint in the window is progress", func(e *Evidence) { cp := now.Add(-time.Minute); e.Samples, e.LastCheckpointAt = samples(0), &cp }, ""},
 		{"protected job", func(e *Evidence) { e.Samples, e.Protected = samples(0), true }, ""},
+		{"heartbeat older than the window", func(e *Evidence) { hb := now.Add(-11 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, ClassFailed},
+		{"heartbeat lost on protected work", func(e *Evidence) { hb := now.Add(-time.Hour); e.Protected, e.LastHeartbeatAt = true, &hb }, ClassFailed},
+		{"recent heartbeat", func(e *Evidence) { hb := now.Add(-9 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, ""},
+		{"heartbeat age of an ended run", func(e *Evidence) {
+			hb := now.Add(-time.Hour)
+			e.RunOutcome, e.RunEndedAt, e.LastHeartbeatAt = "cancelled", &ended, &hb
+		}, ClassFailed},
 	}
 	for _, tc := range cases {
 		ev := base()
@@ -162,6 +169,32 @@ func TestClassify(t *testing.T) {
 		if (tc.want == "") == ok || f.Class != tc.want {
 			t.Errorf("%s: %+v (%v), want %q", tc.name, f, ok, tc.want)
 		}
+	}
+}
+
+// TestClassifyHeartbeatBasis checks that a run whose executor went silent
+// is failed with the heartbeat's age and time in its basis.
+func TestClassifyHeartbeatBasis(t *testing.T) {
+	c := Default()
+	c.Reclaim.ObservationWindowSeconds = 600
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	hb := now.Add(-25 * time.Minute)
+	ev := &Evidence{AllocationID: "a", RunID: "r-1", JobState: "running", GrantedAt: now.Add(-time.Hour),
+		RunStartedAt: now.Add(-time.Hour), GPUs: 2, LastHeartbeatAt: &hb}
+	f, ok := Classify(ev, c, now)
+	if !ok || f.Class != ClassFailed {
+		t.Fatalf("finding %+v (%v), want failed", f, ok)
+	}
+	for _, want := range []string{"run r-1 has not heartbeated for 25m0s", "2026-01-01T11:35:00Z", "10m0s observation window", "2 GPU(s)"} {
+		if !strings.Contains(f.Basis, want) {
+			t.Errorf("basis %q lacks %q", f.Basis, want)
+		}
+	}
+	if age, ok := ev.HeartbeatAge(now); !ok || age != 25*time.Minute {
+		t.Fatalf("HeartbeatAge = %v, %v", age, ok)
+	}
+	if _, ok := (&Evidence{}).HeartbeatAge(now); ok {
+		t.Fatal("HeartbeatAge without a heartbeat is known")
 	}
 }
 

@@ -174,13 +174,16 @@ func (c *cycle) sinceCheckpoint(r *RunningJob) float64 {
 
 // victimGate returns why a running job may never be a victim now, or "" when
 // only the tier (or borrowing) rule remains to be checked. Only jobs with
-// recovery evidence are preempted (DESIGN.md invariant 5); protected jobs and
-// queues, protection windows, young runs and recently preempted jobs are spared.
+// recovery evidence are preempted (DESIGN.md invariant 5), and not while that
+// evidence is downgraded by a wrong-step resume; protected jobs and queues,
+// protection windows, young runs and recently preempted jobs are spared.
 func (c *cycle) victimGate(r *RunningJob) string {
 	pp := &c.p.Preemption
 	switch {
 	case !r.Recovery.Checkpointable:
 		return "not checkpointable"
+	case r.Recovery.ResumeDowngraded:
+		return "recovery evidence downgraded by a wrong-step resume; not preempted until a verified resume"
 	case pp.RequireVerifiedResume && r.Recovery.VerifiedResumes < 1:
 		return "no verified resume"
 	case r.Protected:

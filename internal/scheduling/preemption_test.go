@@ -36,6 +36,11 @@ func TestVictimEligibility(t *testing.T) {
 			s.Running[0].Recovery.VerifiedResumes = 0
 			p.Preemption.RequireVerifiedResume = false
 		}, true},
+		{"resume downgraded", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.ResumeDowngraded = true }, false},
+		{"resume downgraded, verified resume not required", func(s *Snapshot, p *Policy) {
+			s.Running[0].Recovery.ResumeDowngraded = true
+			p.Preemption.RequireVerifiedResume = false
+		}, false},
 		{"protected job", func(s *Snapshot, p *Policy) { s.Running[0].Protected = true }, false},
 		{"protected queue", func(s *Snapshot, p *Policy) { s.Queues[0].Protected = true }, false},
 		{"protection window on its queue", func(s *Snapshot, p *Policy) {
@@ -267,5 +272,25 @@ func TestLenderReclaimsBorrowed(t *testing.T) {
 				t.Fatalf("proposed %v, want %v (%+v, %+v)", got, tc.propose, res.Preemptions, res.Waiting)
 			}
 		})
+	}
+}
+
+// TestDowngradedVictimGateSaysWhy checks that a job whose recovery evidence a
+// wrong-step resume downgraded is gated with that reason even when the policy
+// does not ask for a verified resume, and is eligible again once a verified
+// resume cleared the downgrade.
+func TestDowngradedVictimGateSaysWhy(t *testing.T) {
+	s, p := preemptScenario()
+	p.Preemption.RequireVerifiedResume = false
+	s.Running[0].Recovery.ResumeDowngraded = true
+	s.Running[0].Recovery.VerifiedResumes = 0
+	c := newCycle(s, p, t0, false)
+	if gate := c.victimGate(&s.Running[0]); !strings.Contains(gate, "downgraded by a wrong-step resume") {
+		t.Fatalf("gate %q, want the downgrade named", gate)
+	}
+	s.Running[0].Recovery.ResumeDowngraded = false
+	s.Running[0].Recovery.VerifiedResumes = 1
+	if res := Plan(s, p, t0); len(res.Preemptions) != 1 || res.Preemptions[0].Victims[0].JobID != "v" {
+		t.Fatalf("after a verified resume: proposals %+v, want v", res.Preemptions)
 	}
 }

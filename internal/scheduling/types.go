@@ -175,6 +175,9 @@ type RecoveryEvidence struct {
 	CheckpointIntervalSeconds int64
 	LastCheckpoint            *Checkpoint // nil when the current run has none yet
 	VerifiedResumes           int         // count of resumes verified to start at the saved step
+	// ResumeDowngraded is true after a resume from the wrong step, until a
+	// verified resume: the job is then not preempted automatically.
+	ResumeDowngraded bool
 }
 
 // PendingJob is a job waiting for an allocation.

@@ -250,7 +250,8 @@ func (s *Service) StartWorkers() error {
 	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
 	workflows.Register(svc)
 	workflows.RegisterGovernance(svc)
-	activities.Register(svc, activities.Deps{Store: s.instr, Temporal: s.temporal, Policy: policySource})
+	activities.Register(svc, activities.Deps{Store: s.instr, Temporal: s.temporal, Policy: policySource,
+		Governance: s.governanceConfig()})
 	activities.RegisterGovernance(svc, activities.GovernanceDeps{
 		Store: s.instr, Temporal: s.temporal, Policy: policySource, Config: s.governanceConfig(),
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,

@@ -1,0 +1,33 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// An empty (nil) low-risk list from a governance file without
+// low_risk_queues clears every flag instead of failing on SQL NULL.
+func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if err := s.UpsertQueues(ctx, []scheduling.Queue{
+		{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1, MaxWait: time.Hour, LowRisk: true},
+		{Name: "serve", Tier: scheduling.TierProduction, ServiceShare: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := s.SetLowRiskQueues(ctx, nil, "test", "no low_risk_queues in the file")
+	if err != nil {
+		t.Fatalf("SetLowRiskQueues(nil): %v", err)
+	}
+	if !slices.Equal(changed, []string{"train"}) {
+		t.Fatalf("changed %v, want [train]", changed)
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM queues WHERE low_risk`); n != 0 {
+		t.Fatalf("%d queues still low-risk", n)
+	}
+}
