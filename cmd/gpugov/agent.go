@@ -34,13 +34,14 @@ const (
 	// maxAgentWorkerNodes bounds the nodes one agent polls run queues for: a
 	// static file of a whole cluster would otherwise start a worker per node.
 	maxAgentWorkerNodes = 64
-	// workerStopMargin is added to the grace period for the worker's stop
-	// timeout: time to record the final checkpoint and answer Temporal.
-	workerStopMargin = 15 * time.Second
 	// defaultCheckpointRoot is where jobs' checkpoints and run files live on a
 	// GPU node unless --checkpoint-root says otherwise.
 	defaultCheckpointRoot = "/var/lib/gpugov/runs"
 )
+
+// newNVMLCollector returns the NVML collector of node in pool: the real
+// library (nvmlinv.New); the probe's tests put a go-nvml mock in its place.
+var newNVMLCollector = nvmlinv.New
 
 // agentOptions are the flags of `gpugov agent`.
 type agentOptions struct {
@@ -205,7 +206,7 @@ func (o *agentOptions) source(logger *slog.Logger) (inventory.Source, error) {
 		}
 		return src, nil
 	}
-	c := nvmlinv.New(o.node, o.pool)
+	c := newNVMLCollector(o.node, o.pool)
 	cpuMilli, memoryMiB, err := inventory.HostResources()
 	if err != nil {
 		// The scheduler treats 0 as "not tracked", so the GPUs stay usable.
@@ -247,7 +248,7 @@ func (o *agentOptions) runWorkers(ctx context.Context, src inventory.Source, api
 	if err != nil {
 		return nil, err
 	}
-	return newRunWorkers(c, nodes, reg, o.grace+workerStopMargin, logger), nil
+	return newRunWorkers(c, nodes, reg, process.WorkerOptions(o.grace), logger), nil
 }
 
 // servedNodes names the nodes whose run queues this agent polls: this node
@@ -281,7 +282,8 @@ func (o *agentOptions) runRegistrar(api *httpreport.Client, logger *slog.Logger)
 	if err := os.MkdirAll(o.checkpointRoot, 0o700); err != nil {
 		return nil, newUsageError("--checkpoint-root: %v", err)
 	}
-	ex := &process.Executor{CheckpointRoot: o.checkpointRoot, GracePeriod: o.grace, Logger: logger}
+	ex := &process.Executor{CheckpointRoot: o.checkpointRoot, GracePeriod: o.grace,
+		HeartbeatInterval: process.NoticeInterval, Logger: logger}
 	return func(w worker.Registry, node string) {
 		process.RegisterActivity(w, &process.ProcessActivity{
 			Executor: ex, Node: node, Specs: api, Checkpoints: api, Logger: logger.With("node", node),
@@ -299,12 +301,13 @@ type runWorkers struct {
 }
 
 // newRunWorkers creates (without starting) one worker per node on c, with
-// register adding the run activity. stopTimeout is how long Stop lets
-// running activities finish: the jobs' grace period plus a margin.
-func newRunWorkers(c client.Client, nodes []string, register func(w worker.Registry, node string), stopTimeout time.Duration, logger *slog.Logger) *runWorkers {
+// register adding the run activity. opts are process.WorkerOptions: how long
+// Stop lets running jobs save, and how often heartbeats (which carry
+// cancellations) are sent.
+func newRunWorkers(c client.Client, nodes []string, register func(w worker.Registry, node string), opts worker.Options, logger *slog.Logger) *runWorkers {
 	rw := &runWorkers{client: c, nodes: nodes, logger: logger}
 	for _, node := range nodes {
-		w := worker.New(c, temporalx.NodeTaskQueue(node), worker.Options{WorkerStopTimeout: stopTimeout})
+		w := worker.New(c, temporalx.NodeTaskQueue(node), opts)
 		register(w, node)
 		rw.workers = append(rw.workers, w)
 	}

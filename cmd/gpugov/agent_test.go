@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/inventory/httpreport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
@@ -131,7 +132,7 @@ func (e *agentTestEnv) startAgentWorkers() *runWorkers {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rw := newRunWorkers(c, []string{agentTestNode}, reg, e.opts.grace+workerStopMargin, e.log)
+	rw := newRunWorkers(c, []string{agentTestNode}, reg, process.WorkerOptions(e.opts.grace), e.log)
 	if err := rw.Start(); err != nil {
 		e.t.Fatal(err)
 	}

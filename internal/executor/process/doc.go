@@ -66,7 +66,10 @@
 //
 // Temporal delivers a cancellation (a preemption notice) to ctx when a
 // heartbeat learns of it; Run calls the callback at least every
-// Executor.HeartbeatInterval, even without news, so that it does. Run ends
+// Executor.HeartbeatInterval, even without news, so that it does; the SDK
+// sends heartbeats in batches, which a node agent's worker caps at
+// NoticeInterval (WorkerOptions), so the notice arrives within about that
+// time. Run ends
 // the process with StopPreemption on ctx cancellation, StopDeadline when ctx
 // times out, or the StopReason given as the context's cause
 // (context.WithCancelCause). A retried attempt of the same run kills the
