@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/activities"
@@ -297,5 +298,37 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestNodeRunWithoutAgentFailsOnDevServer: a job placed on a node whose agent
+// never polls node/<name> fails as a node failure once the schedule-to-start
+// bound passes, and its allocation is released (no GPU held forever).
+func TestNodeRunWithoutAgentFailsOnDevServer(t *testing.T) {
+	dev := temporaltest.Start(t)
+	c := dev.Client
+	st := newStore(t, 1)
+	startWorkers(t, c, st, fastExecutor(st))
+	job := submitJob(t, st, jobSpec{gpus: 1, runSeconds: 60})
+	placed := placeJob(t, st, job.ID)
+	run := startJob(t, c, &workflows.JobInput{JobID: job.ID, Executor: workflows.ExecutorNode, RunScheduleToStartSeconds: 2})
+	if err := c.SignalWorkflow(context.Background(), run.GetID(), "", temporalx.SignalPlaced, placed); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := run.Get(ctx, nil)
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeJobFailed {
+		t.Fatalf("workflow error %v, want %s", err, workflows.ErrTypeJobFailed)
+	}
+	if !strings.Contains(err.Error(), "node failure: no agent on node "+placed.Node) {
+		t.Fatalf("error %q does not name the node failure", err)
+	}
+	if got := jobState(t, st, job.ID); got != store.StateFailed {
+		t.Fatalf("stored state %s, want failed", got)
+	}
+	if !allocationReleased(t, st, placed.AllocationID) {
+		t.Fatal("allocation still held after the node failure")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -43,6 +44,12 @@ const ErrTypeJobFailed = "JobFailed"
 const (
 	defaultHeartbeatTimeout = 30 * time.Second
 	defaultRunAttempts      = 3
+	// defaultNodeScheduleToStart bounds the wait for a node agent to take a
+	// run: Slurm's default SlurmdTimeout (300 s) before it marks a silent
+	// node DOWN, and Kubernetes' default 300 s before evicting pods from a
+	// not-ready node. It covers an agent restart and the run activity's
+	// retry backoff (at most 30 s).
+	defaultNodeScheduleToStart = 300 * time.Second
 	// placedSignalWait bounds how long a job cancelled while the store already
 	// shows it placed waits for the scheduler's `placed` signal, so that it can
 	// release that allocation itself.
@@ -66,6 +73,12 @@ type JobInput struct {
 	// FailAtStep makes the simulated executor fail the run at that step (a
 	// trace's failed job); 0 means never.
 	FailAtStep int64
+	// RunScheduleToStartSeconds bounds how long a node run (ExecutorNode)
+	// may wait for the node's agent to take it from its task queue; past it
+	// the run fails as a node failure and the allocation is released. 0
+	// means 300. Simulated runs are not bounded: a replay's backlog may
+	// legitimately queue longer.
+	RunScheduleToStartSeconds int64
 }
 
 // JobResult is how a job ended.
@@ -563,9 +576,20 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 		// saved is in the store, where the preemption reads it.
 		j.runResult = nil
 		return outcomePreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
+	case isScheduleToStartTimeout(err):
+		// Slurm's NODE_FAIL: no agent serves the node (down, or never started).
+		return JobFailed, fmt.Sprintf("node failure: no agent on node %s took the run within %s (agent down or not serving %s)",
+			p.Node, j.nodeScheduleToStart(), temporalx.NodeTaskQueue(p.Node))
 	default:
 		return JobFailed, "run failed: " + err.Error()
 	}
+}
+
+// isScheduleToStartTimeout reports whether err is a run activity that no
+// worker took from its task queue in time.
+func isScheduleToStartTimeout(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START
 }
 
 // runCtx gives the run activity the executor's task queue, a heartbeat
@@ -574,8 +598,10 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 // waits for the executor to acknowledge a cancellation.
 func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workflow.Context {
 	queue := temporalx.SimExecutorTaskQueue
+	var scheduleToStart time.Duration
 	if j.in.Executor == ExecutorNode {
 		queue = temporalx.NodeTaskQueue(p.Node)
+		scheduleToStart = j.nodeScheduleToStart()
 	}
 	hb := defaultHeartbeatTimeout
 	if j.in.HeartbeatTimeoutSeconds > 0 {
@@ -586,10 +612,11 @@ func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workfl
 		attempts = defaultRunAttempts
 	}
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           queue,
-		StartToCloseTimeout: j.runLimit(),
-		HeartbeatTimeout:    hb,
-		WaitForCancellation: true,
+		TaskQueue:              queue,
+		ScheduleToStartTimeout: scheduleToStart,
+		StartToCloseTimeout:    j.runLimit(),
+		HeartbeatTimeout:       hb,
+		WaitForCancellation:    true,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
 			BackoffCoefficient: 2,
@@ -598,6 +625,14 @@ func (j *jobFlow) runCtx(ctx workflow.Context, p *temporalx.PlacedSignal) workfl
 		},
 	})
 	return ctx
+}
+
+// nodeScheduleToStart is the bound on a node agent taking a run attempt.
+func (j *jobFlow) nodeScheduleToStart() time.Duration {
+	if j.in.RunScheduleToStartSeconds > 0 {
+		return time.Duration(j.in.RunScheduleToStartSeconds) * time.Second
+	}
+	return defaultNodeScheduleToStart
 }
 
 // nodeRunLimit bounds a node agent's run when the job gives no run_seconds: a
