@@ -56,6 +56,10 @@ func (t *TemporalWorkflows) StartJob(ctx context.Context, jobID string, attrs Jo
 		TaskQueue:                temporalx.ServiceTaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		// Eager start: when this process also runs the service worker (serve
+		// does), the server hands the first workflow task back in the start
+		// answer instead of through the task queue; otherwise it is ignored.
+		EnableEagerStart: true,
 	}
 	if t.opts.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
