@@ -60,11 +60,17 @@ const maxTxAttempts = 5
 type Store struct {
 	pool          *pgxpool.Pool
 	usageHalfLife time.Duration
-	cache         snapshotCache // what LoadSnapshot reuses between calls
+	cache         snapshotCache   // what LoadSnapshot reuses between calls
+	tracer        pgx.QueryTracer // set on the pool's connections at Open
 }
 
 // Option configures a Store at Open.
 type Option func(*Store)
+
+// WithQueryTracer traces every query of the pool with t (serve passes
+// otelpgx's OpenTelemetry tracer, so SQL spans join the HTTP and Temporal
+// traces); nil leaves queries untraced.
+func WithQueryTracer(t pgx.QueryTracer) Option { return func(s *Store) { s.tracer = t } }
 
 // WithUsageHalfLife sets the half-life used to decay project GPU-seconds in
 // FinishRun and LoadSnapshot (default DefaultUsageHalfLife). Values ≤ 0 are
@@ -86,6 +92,13 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: open: parse database URL: %w", err)
 	}
+	s := &Store{usageHalfLife: DefaultUsageHalfLife}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.tracer != nil {
+		cfg.ConnConfig.Tracer = s.tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", describe(cfg.ConnConfig), err)
@@ -94,10 +107,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 		pool.Close()
 		return nil, fmt.Errorf("store: open: cannot reach PostgreSQL at %s: %w", describe(cfg.ConnConfig), err)
 	}
-	s := &Store{pool: pool, usageHalfLife: DefaultUsageHalfLife}
-	for _, o := range opts {
-		o(s)
-	}
+	s.pool = pool
 	return s, nil
 }
 

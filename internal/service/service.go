@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
 	"go.opentelemetry.io/otel"
 	"go.temporal.io/sdk/client"
@@ -152,11 +153,8 @@ func (s *Service) startLoops(ctx context.Context) {
 }
 
 // openStore creates the database when missing, applies the migrations and
-// opens the pool.
-//
-// The pool carries no otelpgx tracer: store.Open builds its pgxpool config
-// from the URL alone and offers no option to set ConnConfig.Tracer, so SQL
-// spans need a store option first (see the package's report).
+// opens the pool, whose queries are traced by otelpgx (spans go through the
+// global tracer provider that telemetry installed).
 func (s *Service) openStore(ctx context.Context) error {
 	if _, err := store.EnsureDatabase(ctx, s.cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("service: %w", err)
@@ -164,7 +162,7 @@ func (s *Service) openStore(ctx context.Context) error {
 	if err := store.Migrate(ctx, s.cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	st, err := store.Open(ctx, s.cfg.DatabaseURL)
+	st, err := store.Open(ctx, s.cfg.DatabaseURL, store.WithQueryTracer(otelpgx.NewTracer()))
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
