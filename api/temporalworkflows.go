@@ -97,7 +97,7 @@ func (t *TemporalWorkflows) CancelJob(ctx context.Context, jobID, actor, reason 
 // NotifySubmitted asks for "job-submitted" to be sent to the scheduler
 // workflow so that a scheduling cycle runs now rather than at its next timer.
 // It does not wait: signals are coalesced by a temporalx.Waker (a burst of
-// submissions costs about one signal per 50 ms, not one each), and a failed
+// submissions costs about one signal per 250 ms, not one each), and a failed
 // signal is only logged, since the scheduler's timer runs a cycle anyway. The
 // scheduler is started by serve, not here, because its input belongs to
 // serve's config. It always returns nil.

@@ -13,10 +13,12 @@ type Signaler interface {
 }
 
 // DefaultWakeInterval is a Waker's default minimum gap between two signals of
-// the same name to the same workflow. The scheduler coalesces wake-ups into
-// one cycle anyway (its coalesce window is 250 ms), so more than one signal
-// per 50 ms would only add history events and workflow tasks.
-const DefaultWakeInterval = 50 * time.Millisecond
+// the same name to the same workflow: the scheduler's own coalesce window
+// (250 ms), so wake-ups cost at most as many signals as it runs cycles. Each
+// signal is a history event and a workflow task of the scheduler; measured on
+// the dev server, 250 ms instead of 50 ms cut its CPU per job lifecycle from
+// 72 to 62 ms. The first wake-up of a quiet period is still sent at once.
+const DefaultWakeInterval = 250 * time.Millisecond
 
 // wakeTimeout bounds one signal RPC of a Waker.
 const wakeTimeout = 10 * time.Second
