@@ -27,7 +27,12 @@ type Job struct {
 	// WaitingSince is the start of the current wait (submit, or requeue after a
 	// preemption); only set while the job is pending.
 	WaitingSince *time.Time `json:"waiting_since,omitempty"`
-	UpdatedAt    time.Time  `json:"updated_at"`
+	// StartedAt is when the job's first run started (Slurm's sacct Start);
+	// absent while it never ran.
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// EndedAt is when the job reached a final state; absent until then.
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	UpdatedAt time.Time  `json:"updated_at"`
 	// Wait is the job's current wait event; nil when it is not waiting or no
 	// scheduling cycle has looked at it yet.
 	Wait *Wait `json:"wait,omitempty"`
@@ -191,6 +196,7 @@ func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
 		Resources: resourcesFromRequest(j.Request), Command: j.Command, Env: j.Env, RunSeconds: j.RunSeconds,
 		Recovery: recoveryFromStore(j.Recovery), Protected: j.Protected, Held: j.Held,
 		CancelRequested: j.CancelRequested, SubmittedAt: j.SubmitTime, UpdatedAt: j.UpdatedAt,
+		StartedAt: j.StartedAt, EndedAt: j.EndedAt,
 	}
 	for _, p := range j.Prerequisites {
 		out.Prerequisites = append(out.Prerequisites, PrerequisiteSpec{Name: p.Name, Ready: p.Ready, Message: p.Message})

@@ -84,6 +84,10 @@ type Job struct {
 	Explanation *Explanation
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// StartedAt is when the job's first run started; nil while it never ran.
+	StartedAt *time.Time
+	// EndedAt is when the job reached a final state; nil until then.
+	EndedAt *time.Time
 }
 
 // Explanation is what the last scheduling cycle said about a job: its rank,
@@ -177,7 +181,7 @@ func NextAction(r scheduling.WaitReason) string { return nextActions[r] }
 // jobColumns is the select list scanJob reads, in order.
 const jobColumns = `id, project, queue, tier, request, state, submit_time, waiting_since, accrued_aging_s,
 	held, prerequisites, recovery, protected, cancel_requested, coalesce(idempotency_key, ''), spec,
-	coalesce(reason, ''), explanation, created_at, updated_at`
+	coalesce(reason, ''), explanation, created_at, updated_at, started_at, ended_at`
 
 // scanJob scans one row of jobColumns.
 func scanJob(row pgx.Row) (*Job, error) {
@@ -186,7 +190,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 	var request, prereqs, recovery, spec, expl []byte
 	err := row.Scan(&j.ID, &j.Project, &j.Queue, &tier, &request, &j.State, &j.SubmitTime, &j.WaitingSince,
 		&j.AccruedAgingS, &j.Held, &prereqs, &recovery, &j.Protected, &j.CancelRequested, &j.IdempotencyKey,
-		&spec, &j.Reason, &expl, &j.CreatedAt, &j.UpdatedAt)
+		&spec, &j.Reason, &expl, &j.CreatedAt, &j.UpdatedAt, &j.StartedAt, &j.EndedAt)
 	if err != nil {
 		return nil, err
 	}

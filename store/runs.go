@@ -62,7 +62,8 @@ func (s *Store) MarkRunning(ctx context.Context, jobID, allocationID string, sta
 		if _, err := tx.Exec(ctx, `UPDATE allocations SET run_id = $2 WHERE id = $1`, allocationID, runID); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE jobs SET state = 'running', updated_at = $2 WHERE id = $1`, jobID, at)
+		_, err = tx.Exec(ctx, `UPDATE jobs SET state = 'running', updated_at = $2, started_at = coalesce(started_at, $2)
+			WHERE id = $1`, jobID, at)
 		return err
 	})
 	if err != nil {

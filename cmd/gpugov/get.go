@@ -91,6 +91,12 @@ func printJob(w io.Writer, j *api.Job) error {
 	}
 	row("RECOVERY", describeRecovery(j.Recovery))
 	row("SUBMITTED", formatTime(j.SubmittedAt))
+	if j.StartedAt != nil {
+		row("STARTED", fmt.Sprintf("%s (waited %s)", formatTime(*j.StartedAt), formatDuration(j.StartedAt.Sub(j.SubmittedAt))))
+	}
+	if j.EndedAt != nil {
+		row("ENDED", formatTime(*j.EndedAt))
+	}
 	if w := j.Wait; w != nil {
 		row("WAIT", fmt.Sprintf("%s for %s (since %s)", w.Reason, formatDuration(clientNow().Sub(w.Since)), formatClock(w.Since)))
 		row("DETAIL", w.Detail)

@@ -169,8 +169,9 @@ func readBack(ctx context.Context, c *apiclient.Client, tracked []*trackedJob) (
 // reportInput converts the records to the queue report's input and counts
 // the started jobs by the source of their start.
 //
-// The API does not expose run times, so a job's first start is taken as the
-// instant its allocation was granted, from the first of: the end of its last
+// A job's first start is the API's started_at (its first run's start); for
+// jobs stored before that field existed it is taken as the instant its
+// allocation was granted, from the first of: the end of its last
 // wait event (the store closes it at placement); the start a look saw
 // (trackedJob.seenStart); for a succeeded job, its end minus run_seconds/speed
 // (an upper bound); else its submit time.
@@ -196,6 +197,9 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 		final := j.State == "succeeded" || j.State == "failed" || j.State == "cancelled"
 		if final {
 			end := j.UpdatedAt
+			if j.EndedAt != nil {
+				end = *j.EndedAt
+			}
 			qj.End = &end
 		}
 		started := j.State == "placed" || j.State == "running" || j.State == "succeeded" || j.State == "failed" ||
@@ -238,6 +242,9 @@ const (
 // the replay's) and the job is stamped only after the run ends.
 func firstStart(rec *jobRecord, speed float64) (time.Time, startSource) {
 	j := &rec.job
+	if j.StartedAt != nil {
+		return maxTime(*j.StartedAt, j.SubmittedAt), startRecorded
+	}
 	if n := len(rec.events); n > 0 && rec.events[n-1].EndedAt != nil {
 		return maxTime(*rec.events[n-1].EndedAt, j.SubmittedAt), startRecorded
 	}

@@ -1,0 +1,52 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// A job's StartedAt is its first run's start (a second run does not move it)
+// and its EndedAt the instant it reached a final state.
+func TestJobStartedAndEndedAt(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	job := submit(t, s, "vision", "p", 1, 0)
+	get := func() *store.Job {
+		t.Helper()
+		j, err := s.GetJob(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	if j := get(); j.StartedAt != nil || j.EndedAt != nil {
+		t.Fatalf("new job has started_at %v, ended_at %v", j.StartedAt, j.EndedAt)
+	}
+	start := t0.Add(time.Minute)
+	out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{PolicyVersion: "v1", At: start,
+		Placements: []scheduling.Placement{place(job.ID, "p", "p-n0000", 1000, "GPU-p-0000-0")}}, start)
+	if err != nil || len(out.Placed) != 1 {
+		t.Fatalf("placement: %+v, %v", out, err)
+	}
+	runID, err := s.MarkRunning(ctx, job.ID, out.Placed[0].AllocationID, 0, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := get(); j.StartedAt == nil || !j.StartedAt.Equal(start) || j.EndedAt != nil {
+		t.Fatalf("running job: started_at %v (want %v), ended_at %v", j.StartedAt, start, j.EndedAt)
+	}
+	end := start.Add(time.Hour)
+	if err := s.FinishRun(ctx, job.ID, runID, store.OutcomeSucceeded, "", end); err != nil {
+		t.Fatal(err)
+	}
+	if j := get(); j.StartedAt == nil || !j.StartedAt.Equal(start) || j.EndedAt == nil {
+		t.Fatalf("finished job: started_at %v (want %v), ended_at %v", j.StartedAt, start, j.EndedAt)
+	}
+}
