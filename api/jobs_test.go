@@ -420,7 +420,9 @@ func TestGetJobExplainsWait(t *testing.T) {
 	env := newTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	blocker := env.mustSubmit(tokOps, with(func(s map[string]any) { s["queue"] = "inference" }))
-	t0 := time.Date(2026, 11, 30, 13, 2, 0, 0, time.UTC)
+	// The first cycle runs a minute after the submission: the store covers
+	// that minute with a not_yet_evaluated event.
+	t0 := time.Now().UTC().Add(time.Minute).Truncate(time.Second)
 	applyWait(t, env, "c1", t0, scheduling.WaitStatus{
 		JobID: j.ID, Reason: scheduling.ReasonCapacityBusy, Rank: 3,
 		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 0 free",
@@ -456,10 +458,13 @@ func TestGetJobExplainsWait(t *testing.T) {
 	var events WaitEventList
 	env.server.now = func() time.Time { return t1.Add(time.Minute) }
 	env.do(http.MethodGet, "/v1/jobs/"+j.ID+"/events", tokAlice, nil).decode(t, &events)
-	if len(events.Events) != 2 {
+	if len(events.Events) != 3 {
 		t.Fatalf("events %+v", events)
 	}
-	first, cur := events.Events[0], events.Events[1]
+	if pre := events.Events[0]; pre.Reason != "not_yet_evaluated" || pre.EndedAt == nil || !pre.EndedAt.Equal(t0) {
+		t.Fatalf("event before the first cycle %+v", pre)
+	}
+	first, cur := events.Events[1], events.Events[2]
 	if first.Reason != "capacity_busy" || first.EndedAt == nil || first.DurationSeconds != 14*60 {
 		t.Fatalf("first event %+v", first)
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,10 +14,11 @@ import (
 	"github.com/gpugov/gpugov/store"
 )
 
-// Queue service report routes (DESIGN.md §4). Every one reads the records of
-// a window from the store (store.LoadReportInput) and computes the report with
-// queuereport.Compute, so the numbers are those `gpugov simulate` and the
-// queuereport package define:
+// Queue service report routes (DESIGN.md §4). Every one asks the store for
+// the report of a window (store.QueueReport: stored summaries of past hours
+// and days merged with the rest computed from the records, or
+// queuereport.Compute over every record), so the numbers are those `gpugov
+// simulate` and the queuereport package define:
 //
 //	GET /v1/reports/queues?from=&to=&group_by=&project=        the full report (queuereport.Report)
 //	GET /v1/reports/wait-reasons?from=&to=&group_by=&project=  seconds per wait reason (WaitReasonReport)
@@ -31,7 +33,7 @@ import (
 // total only). Bad parameters answer 400 malformed naming the parameter.
 //
 // Any valid token may read reports. A submitter's report covers only its own
-// project's jobs: the records are filtered before Compute, so every count,
+// project's jobs: the records are filtered before computing, so every count,
 // percentile and share is over that project's jobs (service shares are of the
 // project's GPU-seconds, and overtaking and higher-tier arrivals count its own
 // jobs only), while GPU releases, which name no job, stay pool-wide. Operators
@@ -50,16 +52,18 @@ const DefaultReportWindow = 24 * time.Hour
 // MaxReportWindow is the longest window a report may cover (store.MaxReportWindow).
 const MaxReportWindow = store.MaxReportWindow
 
-// ReportTimeout bounds the PostgreSQL reads of one report request. A long
-// window reads millions of rows, which takes seconds, so reports get more
-// than the store timeout of other requests.
-const ReportTimeout = 2 * time.Minute
+// ReportTimeout bounds the PostgreSQL work of one report request. The first
+// long-window report after a start computes the summaries of every past day
+// it covers (seconds per day of history), and a report grouped by project
+// reads every record of its window, so reports get more than the store
+// timeout of other requests.
+const ReportTimeout = 5 * time.Minute
 
 // ReportStore is the part of *store.Store the report routes use. The Store
 // given to New must implement it for them to work (StoreFrom's value does);
 // otherwise they answer 500.
 type ReportStore interface {
-	LoadReportInput(ctx context.Context, window queuereport.Window, now time.Time) (*queuereport.Input, error)
+	QueueReport(ctx context.Context, opts queuereport.Options, project string) (queuereport.Report, error)
 }
 
 // WaitReasonReport answers GET /v1/reports/wait-reasons: the seconds waiting
@@ -85,15 +89,18 @@ type WaitReasonGroup struct {
 // signals of DESIGN.md §4 with the thresholds used, per group, and the
 // starving jobs with the longest waits.
 type StarvationReport struct {
-	Window               queuereport.Window        `json:"window"`
-	End                  time.Time                 `json:"end"`
-	GroupBy              []string                  `json:"group_by"`
-	OvertakenThreshold   int                       `json:"overtaken_threshold"`
-	StarvationReleases   int                       `json:"starvation_releases"`
-	TierArrivalThreshold int                       `json:"tier_arrival_threshold"`
-	Total                StarvationGroup           `json:"total"`
-	Groups               []StarvationGroup         `json:"groups"`
-	Starving             []queuereport.StarvingJob `json:"starving"` // longest waits first, at most queuereport.DefaultStarvingLimit
+	Window               queuereport.Window `json:"window"`
+	End                  time.Time          `json:"end"`
+	GroupBy              []string           `json:"group_by"`
+	OvertakenThreshold   int                `json:"overtaken_threshold"`
+	StarvationReleases   int                `json:"starvation_releases"`
+	TierArrivalThreshold int                `json:"tier_arrival_threshold"`
+	// StarvationMinWaitS is the floor below which a wait carries no signal:
+	// a wait counts once it has lasted max(its queue's objective, this).
+	StarvationMinWaitS float64                   `json:"starvation_min_wait_s"`
+	Total              StarvationGroup           `json:"total"`
+	Groups             []StarvationGroup         `json:"groups"`
+	Starving           []queuereport.StarvingJob `json:"starving"` // longest waits first, at most queuereport.DefaultStarvingLimit
 }
 
 // StarvationGroup is one group's starvation counts.
@@ -155,7 +162,7 @@ func (s *Server) starvationReport(c *gin.Context) {
 	o := r.Options
 	out := StarvationReport{Window: o.Window, End: r.End, GroupBy: o.GroupBy, OvertakenThreshold: o.OvertakenThreshold,
 		StarvationReleases: o.StarvationReleases, TierArrivalThreshold: o.TierArrivalThreshold,
-		Total: starvationGroup(&r.Total), Groups: make([]StarvationGroup, 0, len(r.Groups)), Starving: r.Starving}
+		StarvationMinWaitS: o.StarvationMinWaitS, Total: starvationGroup(&r.Total), Groups: make([]StarvationGroup, 0, len(r.Groups)), Starving: r.Starving}
 	for i := range r.Groups {
 		out.Groups = append(out.Groups, starvationGroup(&r.Groups[i]))
 	}
@@ -220,8 +227,9 @@ func scopeParams(c *gin.Context, prior *Error) ([]string, string, *Error) {
 	return groupBy, project, apiErr
 }
 
-// computeReport loads window w, keeps project's records when project is set,
-// and computes the report; on failure it has answered and returns false.
+// computeReport asks the store for the report over window w, limited to
+// project's jobs when project is set; on failure it has answered and
+// returns false.
 func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []string, project string, now time.Time) (queuereport.Report, bool) {
 	rs, ok := s.store.(ReportStore)
 	if !ok {
@@ -231,18 +239,14 @@ func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []s
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), max(s.storeTimeout, ReportTimeout))
 	defer cancel()
-	in, err := rs.LoadReportInput(ctx, w, now)
-	if err != nil {
-		writeError(c, err)
-		return queuereport.Report{}, false
-	}
-	if project != "" {
-		in = FilterReportInput(in, project)
-	}
-	r, err := queuereport.Compute(*in, queuereport.Options{Window: w, Now: now, GroupBy: groupBy})
-	if err != nil { // the stored records contradict each other: a bug, not the caller's fault
+	r, err := rs.QueueReport(ctx, queuereport.Options{Window: w, Now: now, GroupBy: groupBy}, project)
+	if errors.Is(err, store.ErrReportRecords) { // the stored records contradict each other: a bug, not the caller's fault
 		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
 		_ = c.Error(fmt.Errorf("api: compute report over %s..%s: %w", w.From, w.To, err))
+		return queuereport.Report{}, false
+	}
+	if err != nil {
+		writeError(c, err)
 		return queuereport.Report{}, false
 	}
 	return r, true
@@ -250,7 +254,9 @@ func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []s
 
 // FilterReportInput returns the records of project's jobs: its jobs, their
 // runs and wait events; releases and queue targets are kept whole, since they
-// name no job. in is not changed.
+// name no job. in is not changed. It defines a project's report, which the
+// store computes from the project's records alone
+// (store.LoadProjectReportInput reads the same records).
 func FilterReportInput(in *queuereport.Input, project string) *queuereport.Input {
 	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets}
 	keep := map[string]bool{}

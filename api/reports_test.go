@@ -6,31 +6,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
-	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
-// reportFixtureFile is queuereport's hand-computed fixture (its
-// testdata/README.md): the endpoint must give the same report from the same
-// records stored in PostgreSQL.
-const reportFixtureFile = "../internal/queuereport/testdata/fixture.json"
-
-type reportFixture struct {
-	Input    queuereport.Input   `json:"input"`
-	Options  queuereport.Options `json:"options"`
-	Expected json.RawMessage     `json:"expected"`
-}
+// reportFixture is queuereport's hand-computed fixture (reporttest): the
+// endpoint must give the same report from the same records stored in
+// PostgreSQL.
+type reportFixture = reporttest.Fixture
 
 // fixtureStates maps the fixture's state labels to stored job states.
 var fixtureStates = map[string]store.JobState{
@@ -43,14 +35,7 @@ var fixtureStates = map[string]store.JobState{
 // what State holds.
 func loadReportFixture(t *testing.T) reportFixture {
 	t.Helper()
-	b, err := os.ReadFile(reportFixtureFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f reportFixture
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	f := reporttest.LoadFixture(t)
 	for i := range f.Input.Jobs {
 		st, ok := fixtureStates[f.Input.Jobs[i].State]
 		if !ok {
@@ -187,20 +172,6 @@ func fixtureQuery(f reportFixture) string {
 		"&to=" + url.QueryEscape(f.Options.Window.To.Format(time.RFC3339))
 }
 
-// asJSON marshals v and decodes it into generic JSON values.
-func asJSON(t *testing.T, v any) any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestQueueReportEqualsPureComputation is the issue's equality test: the
 // fixture's records stored in PostgreSQL and read through GET
 // /v1/reports/queues give exactly (1e-9 relative) the report that
@@ -217,7 +188,7 @@ func TestQueueReportEqualsPureComputation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range reportJSONDiff("report", asJSON(t, pure), got) {
+	for _, d := range reporttest.Diff("report", reporttest.AsJSON(t, pure), got) {
 		t.Error("endpoint vs Compute:", d)
 	}
 	var expected map[string]any
@@ -228,7 +199,7 @@ func TestQueueReportEqualsPureComputation(t *testing.T) {
 		m := sj.(map[string]any)
 		m["state"] = string(fixtureStates[m["state"].(string)])
 	}
-	for _, d := range reportJSONDiff("report", expected, got) {
+	for _, d := range reporttest.Diff("report", expected, got) {
 		t.Error("endpoint vs fixture expectation:", d)
 	}
 	if len(pure.Groups) != 4 || pure.Total.Jobs != 10 || len(pure.Starving) != 1 {
@@ -298,7 +269,7 @@ func TestReportSubmitterSeesOwnProject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range reportJSONDiff("report", asJSON(t, want), got) {
+		for _, d := range reporttest.Diff("report", reporttest.AsJSON(t, want), got) {
 			t.Errorf("%s %s: %s", c.token, c.query, d)
 		}
 		if want.Total.Jobs == 0 || want.Total.Jobs >= 10 {
@@ -357,64 +328,5 @@ func TestReportBadParameters(t *testing.T) {
 		if e := r.apiError(t); e.Code != CodeMalformed || e.Field != c.field {
 			t.Errorf("%s: error %+v, want malformed on %s", c.path, e, c.field)
 		}
-	}
-}
-
-// reportJSONDiff lists the differences between two decoded JSON values;
-// numbers are equal within 1e-9 relative to the larger magnitude (at least 1).
-func reportJSONDiff(path string, want, have any) []string {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return []string{fmt.Sprintf("%s: want an object, have %v", path, have)}
-		}
-		keys := map[string]bool{}
-		for k := range w {
-			keys[k] = true
-		}
-		for k := range h {
-			keys[k] = true
-		}
-		names := make([]string, 0, len(keys))
-		for k := range keys {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		var out []string
-		for _, k := range names {
-			wv, wok := w[k]
-			hv, hok := h[k]
-			switch {
-			case !wok:
-				out = append(out, fmt.Sprintf("%s.%s: unexpected %v", path, k, hv))
-			case !hok:
-				out = append(out, fmt.Sprintf("%s.%s: missing, want %v", path, k, wv))
-			default:
-				out = append(out, reportJSONDiff(path+"."+k, wv, hv)...)
-			}
-		}
-		return out
-	case []any:
-		h, ok := have.([]any)
-		if !ok || len(h) != len(w) {
-			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
-		}
-		var out []string
-		for i := range w {
-			out = append(out, reportJSONDiff(fmt.Sprintf("%s[%d]", path, i), w[i], h[i])...)
-		}
-		return out
-	case float64:
-		h, ok := have.(float64)
-		if !ok || math.Abs(w-h) > 1e-9*math.Max(1, math.Max(math.Abs(w), math.Abs(h))) {
-			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
-		}
-		return nil
-	default:
-		if want != have {
-			return []string{fmt.Sprintf("%s: want %v, have %v", path, want, have)}
-		}
-		return nil
 	}
 }

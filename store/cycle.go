@@ -16,6 +16,23 @@ import (
 // ActorScheduler is the audit actor of everything ApplyCycle records.
 const ActorScheduler = "scheduler"
 
+// ReasonNotYetEvaluated is the wait reason of the interval from a job's
+// submit (or requeue) to the first scheduling cycle that evaluates it.
+// DESIGN.md §1's reasons are what a cycle finds; before the first cycle
+// there is no finding, and a job placed by that cycle has none at all, so
+// without this interval the time per wait reason would miss every second a
+// job waited for the scheduler to look at it. ApplyCycle writes it closed, at
+// the cycle that first evaluates the job, so it is never a job's current
+// reason (jobs.reason); it appears in wait-event histories and reports.
+const ReasonNotYetEvaluated scheduling.WaitReason = "not_yet_evaluated"
+
+// notYetEvaluatedDetail and notYetEvaluatedNext are the detail and next
+// action of a ReasonNotYetEvaluated wait event.
+const (
+	notYetEvaluatedDetail = "submitted or requeued; no scheduling cycle had evaluated the job yet"
+	notYetEvaluatedNext   = "none: the scheduler evaluates the job at its next cycle"
+)
+
 // CycleOutcome is what ApplyCycle did with one scheduling cycle's result. It
 // is stored with the cycle, so a replay returns the same value.
 type CycleOutcome struct {
@@ -74,6 +91,11 @@ type StartedPreemption struct {
 //     added to AccruedAgingS;
 //   - each wait status updates the job's reason and explanation and writes a
 //     wait-event transition only when the reason or detail changed;
+//   - a job this cycle places or gives a reason while it has no open wait
+//     event (its first evaluation since it was submitted or requeued) first
+//     gets a closed ReasonNotYetEvaluated event from then (jobs.waiting_since,
+//     or the end of its previous event if later) to now, so that its wait
+//     events cover every second from submit to placement;
 //   - placements and preemption proposals are recorded as decisions and in
 //     the audit log (actor "scheduler"); proposals with Act start preemptions.
 //
@@ -420,7 +442,35 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 		r.jobIDs, r.explanations, now); err != nil {
 		return fmt.Errorf("mark jobs placed: %w", err)
 	}
+	if err := recordNotYetEvaluated(ctx, tx, r.jobIDs, now); err != nil {
+		return err
+	}
 	return closeWaitEvents(ctx, tx, r.jobIDs, now)
+}
+
+// recordNotYetEvaluated writes, for each of jobIDs without an open wait
+// event, a ReasonNotYetEvaluated event closed at now that starts when the job
+// began waiting (waiting_since) or when its previous wait event ended, if
+// later; none where that is not before now. These jobs are seen by a cycle
+// for the first time since they were submitted or requeued: a waiting job
+// keeps an open event from its first evaluation until it is placed.
+func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now time.Time) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO wait_events (job_id, reason, detail, next_action, started_at, ended_at)
+		SELECT j.id, $2, $3, $4, s.since, $5
+		FROM jobs j CROSS JOIN LATERAL (
+			SELECT greatest(j.waiting_since, (SELECT max(w.ended_at) FROM wait_events w WHERE w.job_id = j.id)) AS since) s
+		WHERE j.id = ANY($1) AND s.since < $5
+			AND NOT EXISTS (SELECT 1 FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL)
+		ORDER BY j.id`,
+		jobIDs, string(ReasonNotYetEvaluated), notYetEvaluatedDetail, notYetEvaluatedNext, now)
+	if err != nil {
+		return fmt.Errorf("record waits before the first evaluation: %w", err)
+	}
+	return nil
 }
 
 // applyWaits refreshes the reason and explanation of every job the result
@@ -506,6 +556,9 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		decisions = append(decisions, decisionRow{w.JobID, "wait", []byte(expls[i])})
 	}
 	out.WaitTransitions = len(tr.jobIDs)
+	if err := recordNotYetEvaluated(ctx, tx, tr.jobIDs, now); err != nil {
+		return err
+	}
 	if err := closeWaitEvents(ctx, tx, tr.jobIDs, now); err != nil {
 		return err
 	}

@@ -24,24 +24,41 @@ const JobTypeLabel = "job_type"
 
 // The report's queries. $1 is the window start, $2 the end of its observed
 // part (min(to, now)). A job belongs to the report when it was submitted
-// before $2 and had not ended before $1 (jobs.ended_at, migration 00060);
-// every run of such a job is read, because its requeue waits are the gaps
-// between runs even when they began before the window.
+// before $2 and had not ended before $1 (jobs.ended_at, migration 00060):
+// its span report_job_span(submit_time, ended_at) overlaps [$1, $2), which
+// the GiST index jobs_span_idx (migration 00080) answers for any window,
+// past or recent. Every run of such a job is read, because its requeue waits
+// are the gaps between runs even when they began before the window. With a
+// project, $3 limits the jobs (and so their runs and wait events) to it.
 const (
-	reportJobsSQL = `
+	reportJobCond        = `report_job_span(submit_time, ended_at) && tstzrange($1, $2, '[)')`
+	reportJobProjectCond = reportJobCond + ` AND project = $3`
+
+	// The columns of a report job; the job type label is the last parameter.
+	reportJobsSelect = `
 		SELECT id, project, queue, tier, state, submit_time, ended_at,
 			coalesce(request->>'pool', ''), coalesce((request->>'gpus')::int4, 0),
 			coalesce((request->>'gpu_milli')::int4, 0), request->>'gpu_models',
-			coalesce(request->'labels'->>$3::text, '')
+			coalesce(request->'labels'->>%s::text, '')
 		FROM jobs
-		WHERE submit_time < $2 AND (ended_at IS NULL OR ended_at >= $1)`
+		WHERE %s`
 
 	// Every run of the report's jobs. The semi-join hashes only the jobs'
 	// IDs (a long window) or probes runs by job (a short one).
-	reportRunsSQL = `
+	reportRunsSelect = `
 		SELECT job_id, started_at, ended_at
 		FROM runs
-		WHERE job_id IN (SELECT id FROM jobs WHERE submit_time < $2 AND (ended_at IS NULL OR ended_at >= $1))`
+		WHERE job_id IN (SELECT id FROM jobs WHERE %s)`
+
+	// Wait events of the report's jobs that overlap [$1, $2), or touch its
+	// start: an event ending exactly at $1 adds no time but may be a job's
+	// latest reason. Probing wait_events_job_idx by job keeps a past window
+	// from reading every event that ended after its start.
+	reportWaitEventsSelect = `
+		SELECT job_id, reason, started_at, ended_at
+		FROM wait_events
+		WHERE job_id IN (SELECT id FROM jobs WHERE %s)
+			AND started_at < $2 AND (ended_at IS NULL OR ended_at >= $1)`
 
 	// Allocations released in [$1, $2): their pool, node and job.
 	reportReleasesSQL = `
@@ -54,16 +71,21 @@ const (
 		SELECT node, string_agg(DISTINCT model, E'\x1f' ORDER BY model)
 		FROM gpus GROUP BY node`
 
-	// Wait events that overlap [$1, $2), or touch its start: an event ending
-	// exactly at $1 adds no time but may be a job's latest reason. Such an
-	// event belongs to a report job (it ended at or after $1, so its job did).
-	reportWaitEventsSQL = `
-		SELECT job_id, reason, started_at, ended_at
-		FROM wait_events
-		WHERE started_at < $2 AND (ended_at IS NULL OR ended_at >= $1)`
-
 	reportTargetsSQL = `SELECT name, service_share, max_wait_s FROM queues`
 )
+
+// reportQueries returns the jobs, runs and wait-event queries with their
+// arguments for a window ending at end, limited to project unless it is "".
+func reportQueries(from, end time.Time, project string) (jobs, runs, events string, args, jobArgs []any) {
+	cond, args := reportJobCond, []any{from, end}
+	if project != "" {
+		cond, args = reportJobProjectCond, append(args, project)
+	}
+	label := fmt.Sprintf("$%d", len(args)+1)
+	jobArgs = append(slices.Clone(args), JobTypeLabel)
+	return fmt.Sprintf(reportJobsSelect, label, cond), fmt.Sprintf(reportRunsSelect, cond),
+		fmt.Sprintf(reportWaitEventsSelect, cond), args, jobArgs
+}
 
 // modelSep separates GPU models in reportNodeModelsSQL's string_agg; model
 // names are NVML product names and never contain the ASCII unit separator.
@@ -111,34 +133,57 @@ const MaxReportWindow = 90 * 24 * time.Hour
 //     no longer in the inventory gives none, which matches every job).
 //   - Targets: every queue's service share and wait objective.
 //
-// Queries (plans measured by BenchmarkReport1M): jobs through jobs_ended_at_idx
-// (a bitmap OR of "ended_at IS NULL" and "ended_at >= from"); their runs by a
-// nested loop probing runs by job; releases by allocations_released_at_idx;
-// wait events by a bitmap OR of wait_events_one_open_per_job and
-// wait_events_ended_at_idx. A window covering most of the history turns each
-// into a sequential scan and the runs' semi-join into a hash join on job IDs,
-// which reportSessionSQL keeps in memory.
+// Queries (plans measured by BenchmarkReport1M): jobs through the GiST index
+// jobs_span_idx (their span overlaps the window); their runs and wait events
+// by nested loops probing runs and wait_events_job_idx by job; releases by
+// allocations_released_at_idx. A window covering most of the history turns
+// each into a sequential scan and the semi-joins into hash joins on job IDs,
+// which reportSessionSQL keeps in memory. Long windows are what QueueReport's
+// stored summaries avoid reading.
 //
 // Runs and wait events are grouped by job in the order of Jobs, which is what
 // Compute matches fastest. Errors: an empty or inverted window, one longer
 // than MaxReportWindow, now before window.From, a stored tier or wait reason
 // Compute would reject, or database errors, wrapped with "load report input".
 func (s *Store) LoadReportInput(ctx context.Context, window queuereport.Window, now time.Time) (*queuereport.Input, error) {
+	return s.LoadProjectReportInput(ctx, window, now, "")
+}
+
+// LoadProjectReportInput is LoadReportInput limited to project's jobs (all
+// projects when project is ""): the same records as
+// api.FilterReportInput keeps from the whole input, read without the other
+// projects' rows. Releases and queue targets name no job and are read whole.
+func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.Window, now time.Time, project string) (*queuereport.Input, error) {
 	if err := checkReportWindow(window, now); err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
 	}
-	end := window.To
-	if now.Before(end) {
-		end = now
-	}
-	var l *reportLoader
+	var in *queuereport.Input
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
-			l = newReportLoader(window.From, end)
-			return l.load(ctx, tx)
+			var err error
+			in, err = loadReportInput(ctx, tx, window.From, reportEnd(window, now), project)
+			return err
 		})
 	if err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
+	}
+	return in, nil
+}
+
+// reportEnd is min(window.To, now), the end of the window's observed part.
+func reportEnd(window queuereport.Window, now time.Time) time.Time {
+	if now.Before(window.To) {
+		return now
+	}
+	return window.To
+}
+
+// loadReportInput reads the records of [from, end) in tx (see
+// LoadReportInput), limited to project unless it is "".
+func loadReportInput(ctx context.Context, tx pgx.Tx, from, end time.Time, project string) (*queuereport.Input, error) {
+	l := newReportLoader(from, end)
+	if err := l.load(ctx, tx, project); err != nil {
+		return nil, err
 	}
 	return l.assemble(), nil
 }
@@ -184,7 +229,7 @@ type loadedRun struct {
 
 type loadedEvent struct {
 	job        int32
-	reason     uint8 // index in scheduling.WaitReasons
+	reason     uint8 // index in reportReasons
 	start, end int64 // end is noMicros while open
 }
 
@@ -198,21 +243,22 @@ func newReportLoader(from, end time.Time) *reportLoader {
 
 // load runs the report queries; jobs come first because the other rows are
 // tied to them by ID.
-func (l *reportLoader) load(ctx context.Context, tx pgx.Tx) error {
+func (l *reportLoader) load(ctx context.Context, tx pgx.Tx, project string) error {
 	if _, err := tx.Exec(ctx, reportSessionSQL); err != nil {
 		return err
 	}
+	jobsSQL, runsSQL, eventsSQL, args, jobArgs := reportQueries(l.from, l.end, project)
 	steps := []struct {
 		what string
 		sql  string
 		args []any
 		row  func([][]byte) error
 	}{
-		{"jobs", reportJobsSQL, []any{l.from, l.end, JobTypeLabel}, l.jobRow},
-		{"runs", reportRunsSQL, []any{l.from, l.end}, l.runRow},
+		{"jobs", jobsSQL, jobArgs, l.jobRow},
+		{"runs", runsSQL, args, l.runRow},
 		{"GPU models", reportNodeModelsSQL, nil, l.nodeModelsRow},
 		{"releases", reportReleasesSQL, []any{l.from, l.end}, l.releaseRow},
-		{"wait events", reportWaitEventsSQL, []any{l.from, l.end}, l.eventRow},
+		{"wait events", eventsSQL, args, l.eventRow},
 		{"queues", reportTargetsSQL, nil, l.targetRow},
 	}
 	for _, st := range steps {
@@ -378,10 +424,14 @@ func (l *reportLoader) modelList(raw []byte) ([]string, error) {
 	return m, nil
 }
 
-// waitReason returns the index in scheduling.WaitReasons of the reason
-// spelled b; false for a reason Compute would not know.
+// reportReasons are the wait reasons a stored wait event may have: the
+// scheduler's (DESIGN.md §1) and ReasonNotYetEvaluated.
+var reportReasons = append(slices.Clone(scheduling.WaitReasons), ReasonNotYetEvaluated)
+
+// waitReason returns the index in reportReasons of the reason spelled b;
+// false for a reason the store never writes.
 func waitReason(b []byte) (uint8, bool) {
-	for i, r := range scheduling.WaitReasons {
+	for i, r := range reportReasons {
 		if string(r) == string(b) {
 			return uint8(i), true
 		}
@@ -408,7 +458,7 @@ func (l *reportLoader) assemble() *queuereport.Input {
 	events, _ := groupByJob(len(l.jobs), l.events, func(e *loadedEvent) int32 { return e.job })
 	in.WaitEvents = make([]queuereport.WaitEvent, len(events))
 	for i, e := range events {
-		w := queuereport.WaitEvent{JobID: l.jobs[e.job].ID, Reason: scheduling.WaitReasons[e.reason], Start: microsTime(e.start)}
+		w := queuereport.WaitEvent{JobID: l.jobs[e.job].ID, Reason: reportReasons[e.reason], Start: microsTime(e.start)}
 		if e.end != noMicros {
 			w.End = l.times.put(microsTime(e.end))
 		}

@@ -191,7 +191,10 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 	for _, e := range in.WaitEvents {
 		events = append(events, string(e.Reason))
 	}
-	if got := strings.Join(events, ","); !sameSet(got, "capacity_busy,quota_exhausted,held") {
+	// Each first evaluation after a submit or requeue adds not_yet_evaluated
+	// (ApplyCycle): a's after its requeue, b's and c's; a's first one ended
+	// before the window.
+	if got := strings.Join(events, ","); !sameSet(got, "capacity_busy,quota_exhausted,held,not_yet_evaluated,not_yet_evaluated,not_yet_evaluated") {
 		t.Errorf("wait events %s", got)
 	}
 	var releases []string
@@ -211,8 +214,9 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 	}
 	// Initial waits started in the window: a 21 min; a requeue wait 31 min;
 	// b cancelled while waiting.
+	// Not yet evaluated in the window: a 120–125, b 90–95, c 100–110.
 	if r.Total.Started != 2 || r.Total.RequeueStarts != 1 || r.Total.CancelledWhileWaiting != 1 ||
-		r.Total.WaitReasonSeconds["quota_exhausted"] != 25*60 {
+		r.Total.WaitReasonSeconds["quota_exhausted"] != 25*60 || r.Total.WaitReasonSeconds["not_yet_evaluated"] != 20*60 {
 		t.Errorf("report total %+v", r.Total)
 	}
 }

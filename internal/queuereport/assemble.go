@@ -75,9 +75,15 @@ func (c *computer) report() Report {
 	return r
 }
 
-// jobCounts returns the largest count of each signal over job j's waits.
+// jobCounts returns the largest count of each signal over job j's waits that
+// reach the starvation floor of its queue (Options.StarvationMinWaitS);
+// shorter waits carry no signal.
 func (c *computer) jobCounts(j int) (ot, rel, arr int32) {
+	floor := c.opts.starvationFloor(c.maxWait[c.jobs[j].queue])
 	for i := c.waitFirst[j]; i < c.waitFirst[j]+c.waitCount[j]; i++ {
+		if c.waitLen(i) < floor {
+			continue
+		}
 		ot = max(ot, c.overtaken[i])
 		rel = max(rel, c.releases[i])
 		arr = max(arr, c.arrivals[i])

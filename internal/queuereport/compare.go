@@ -138,6 +138,9 @@ func definitionMismatches(b, a Options) []string {
 	if !slices.Equal(b.GroupBy, a.GroupBy) {
 		out = append(out, fmt.Sprintf("group_by: before %v, after %v", b.GroupBy, a.GroupBy))
 	}
+	if b.StarvationMinWaitS != a.StarvationMinWaitS {
+		out = append(out, fmt.Sprintf("starvation_min_wait_s: before %v, after %v", b.StarvationMinWaitS, a.StarvationMinWaitS))
+	}
 	for _, t := range []struct {
 		name   string
 		bv, av int

@@ -230,3 +230,24 @@ func TestRenderReturnsWriteError(t *testing.T) {
 		t.Error("RenderComparison: want the writer's error")
 	}
 }
+
+// TestRenderEmptyGroupValue checks that an empty group-by value (a job
+// submitted without the job_type label) reads as (none) in tables and
+// comparison labels, not as a blank.
+func TestRenderEmptyGroupValue(t *testing.T) {
+	in := Input{Jobs: []Job{testJob("a", 0, started(10)), testJob("b", 0, started(20))}, Runs: []Run{testRun("a", 10, -1), testRun("b", 20, -1)}}
+	in.Jobs[1].JobType = ""
+	o := window(0, 100, 100, []string{KeyQueue, KeyJobType})
+	r := mustCompute(t, in, o)
+	var table, cmp bytes.Buffer
+	if err := RenderReport(&table, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := RenderComparison(&cmp, Compare(r, r)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), NoValueLabel) || !strings.Contains(cmp.String(), "job_type="+NoValueLabel) ||
+		strings.Contains(cmp.String(), "job_type= ") {
+		t.Errorf("empty job type rendered without %s:\n%s\n%s", NoValueLabel, table.String(), cmp.String())
+	}
+}

@@ -2,7 +2,6 @@ package queuereport
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -117,29 +116,9 @@ type computer struct {
 // a negative threshold, duplicate or unknown job IDs, runs that overlap or
 // disagree with the job's FirstStart, intervals that end before they start.
 func Compute(in Input, opts Options) (Report, error) {
-	o, err := opts.normalized()
+	c, err := run(in, opts)
 	if err != nil {
 		return Report{}, err
 	}
-	c := &computer{
-		in: in, opts: o, from: o.Window.From.UnixNano(),
-		end:   min(o.Window.To.UnixNano(), o.Now.UnixNano()),
-		pools: newInterner(), queues: newInterner(), jobTypes: newInterner(),
-		projects: newInterner(), reasons: newInterner(), msets: newModelSets(),
-		classIdx: make(map[[2]int64]int32), groupIdx: make(map[groupKey]int32),
-	}
-	for i, k := range GroupKeys {
-		c.grouped[i] = slices.Contains(o.GroupBy, k)
-	}
-	steps := []func() error{c.loadTargets, c.loadJobs, c.loadRuns, c.buildWaits, c.loadWaitEvents}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return Report{}, err
-		}
-	}
-	c.prepareStarvation()
-	c.aggregateWaits()
-	c.aggregateRuns()
-	c.countOvertaking()
 	return c.report(), nil
 }

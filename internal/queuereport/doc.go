@@ -65,7 +65,11 @@
 // [lo, hi) of the wait inside the window, strictly after the instant the wait
 // began (when a job is requeued its own GPUs are released and its preemptor
 // starts at that instant). A job carries a signal when the largest count over
-// its waits reaches the threshold in Options:
+// its waits reaches the threshold in Options. Only waits that have lasted
+// at least the starvation floor, max(the queue's MaxWait,
+// Options.StarvationMinWaitS), measured as for longest_wait_s, are counted:
+// a shorter wait carries no signal however many events fall in it (the
+// reasons are on Options.StarvationMinWaitS).
 //
 //   - overtaken: run starts in [lo, hi) of other GPU jobs of the same pool that
 //     were submitted after this job's SubmitTime and fit the same GPUs: their allowed
@@ -93,6 +97,20 @@
 // request shape of its waiting jobs. Runs and wait events that come grouped
 // by job and in the order of Jobs (as a loader ordering both by job gives
 // them) are matched to their job without building an ID map.
+//
+// # Summaries
+//
+// Summarize computes a Summary of one segment of a window: what the report
+// needs from it in a form that adds up (counts, wait samples, GPU-seconds
+// and seconds per reason clipped to it, the jobs alive at its start, the
+// waits open at its end) plus, one by one, the waits that can be over an
+// objective or carry a signal (open, or at least as long as its MinWait)
+// with their starvation counts inside it. Merge joins consecutive summaries
+// and Assemble turns summaries covering a window into the report, equal to
+// Compute's on the same records (TestAssembleEqualsCompute checks this on
+// random records, windows and cuts). The store keeps summaries of past hours
+// and days so that a month's report reads a few dozen summaries instead of
+// millions of records.
 //
 // # Shared fixture
 //

@@ -51,11 +51,12 @@ func testRun(job string, start, end float64) Run {
 }
 
 // window returns options over [from, to) read at now, with the given grouping
-// (nil: the default), thresholds of 1 so that every count shows, and every
-// starving job listed.
+// (nil: the default), thresholds of 1 and no starvation floor so that every
+// count shows, and every starving job listed.
 func window(from, to, now float64, groupBy []string) Options {
 	return Options{Window: Window{From: at(from), To: at(to)}, Now: at(now), GroupBy: groupBy,
-		OvertakenThreshold: 1, StarvationReleases: 1, TierArrivalThreshold: 1, StarvingLimit: NoStarvingLimit}
+		OvertakenThreshold: 1, StarvationReleases: 1, TierArrivalThreshold: 1, StarvingLimit: NoStarvingLimit,
+		StarvationMinWaitS: NoStarvationMinWait}
 }
 
 func mustCompute(t *testing.T, in Input, o Options) Report {

@@ -20,8 +20,8 @@ func RenderReport(w io.Writer, r Report) error {
 	ew.printf("Queue service report\n")
 	ew.printf("window     %s – %s (observed until %s)\n", stamp(o.Window.From), stamp(o.Window.To), stamp(r.End))
 	ew.printf("group by   %s\n", groupByLabel(o.GroupBy))
-	ew.printf("starvation overtaken ≥ %d, matching releases ≥ %d, higher-tier arrivals ≥ %d\n\n",
-		o.OvertakenThreshold, o.StarvationReleases, o.TierArrivalThreshold)
+	ew.printf("starvation overtaken ≥ %d, matching releases ≥ %d, higher-tier arrivals ≥ %d, in waits ≥ %s\n\n",
+		o.OvertakenThreshold, o.StarvationReleases, o.TierArrivalThreshold, floorLabel(o.StarvationMinWaitS))
 	rows := append(append([]Group(nil), r.Groups...), r.Total)
 	renderGroups(ew, o.GroupBy, rows)
 	renderReasons(ew, o.GroupBy, rows)
@@ -85,7 +85,7 @@ func renderStarving(ew *errWriter, r Report) {
 		if s.WaitOngoing {
 			waited += " (still waiting)"
 		}
-		writeLeftRow(tw, []string{s.JobID, s.Queue, s.Tier, s.Pool, waited, stamp(s.WaitStart), signalCounts(s), orDash(s.LastReason)})
+		writeLeftRow(tw, []string{s.JobID, keyValueLabel(s.Queue), s.Tier, keyValueLabel(s.Pool), waited, stamp(s.WaitStart), signalCounts(s), orDash(s.LastReason)})
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
 }
@@ -191,7 +191,7 @@ func keyCells(groupBy []string, key map[string]string) []string {
 	}
 	out := make([]string, len(groupBy))
 	for i, k := range groupBy {
-		out[i] = orDash(key[k])
+		out[i] = keyValueLabel(key[k])
 	}
 	if len(key) == 0 && len(out) > 0 {
 		out[0] = "total"
@@ -206,7 +206,7 @@ func groupLabel(gc GroupComparison) string {
 	var parts []string
 	for _, k := range GroupKeys {
 		if v, ok := gc.Key[k]; ok {
-			parts = append(parts, k+"="+v)
+			parts = append(parts, k+"="+keyValueLabel(v))
 		}
 	}
 	label := strings.Join(parts, " ")
@@ -220,6 +220,28 @@ func groupLabel(gc GroupComparison) string {
 		label += " (before only)"
 	}
 	return label
+}
+
+// floorLabel describes the starvation floor of Options.StarvationMinWaitS.
+func floorLabel(minWaitS float64) string {
+	if minWaitS <= 0 {
+		return "the queue's objective"
+	}
+	return "max(the queue's objective, " + durString(minWaitS) + ")"
+}
+
+// NoValueLabel is how tables and comparison labels show an empty group-by
+// value, such as the job type of a job submitted without the job_type label:
+// "job_type=(none)" reads as a value that is absent, where "job_type=" reads
+// as a rendering fault. JSON keeps the empty string.
+const NoValueLabel = "(none)"
+
+// keyValueLabel returns a group-by value as tables show it.
+func keyValueLabel(v string) string {
+	if v == "" {
+		return NoValueLabel
+	}
+	return v
 }
 
 func orDash(s string) string {

@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
@@ -430,5 +432,63 @@ func TestRadixSorts(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestStarvationFloor checks Options.StarvationMinWaitS: a wait carries
+// signals only once it has lasted max(its queue's objective, the floor),
+// measured to its end or the report end, and a job's counts are the largest
+// over its waits that reach it.
+func TestStarvationFloor(t *testing.T) {
+	in := Input{
+		Jobs: []Job{
+			testJob("short", 0, started(250)),                           // waited 250 s: below the 300 s default floor
+			testJob("long", 0, started(400)),                            // waited 400 s: counts
+			testJob("obj", 0, inQueue("slow", scheduling.TierStandard)), // still waiting; objective 600 s raises its floor
+			testJob("rq", 0, started(310)),                              // 310 s initial wait, then a 100 s requeue wait
+		},
+		Runs:    []Run{testRun("short", 250, -1), testRun("long", 400, -1), testRun("rq", 310, 500), testRun("rq", 600, -1)},
+		Targets: []QueueTarget{{Queue: "q", ServiceShare: 1}, {Queue: "slow", ServiceShare: 1, MaxWait: 600 * time.Second}},
+	}
+	for i := 0; i < 4; i++ { // a release every 100 s matches every job
+		in.Releases = append(in.Releases, Release{At: at(float64(100*i + 50)), Pool: "p"})
+	}
+	for _, t := range []float64{505, 510, 515, 520, 540, 560, 580} { // during rq's requeue wait [500, 600)
+		in.Releases = append(in.Releases, Release{At: at(t), Pool: "p"})
+	}
+	o := window(0, 1000, 550, nil)
+	o.StarvationMinWaitS = 0 // the default floor
+	r := mustCompute(t, in, o)
+	if r.Options.StarvationMinWaitS != DefaultStarvationMinWait.Seconds() {
+		t.Errorf("effective floor %v s, want the default %v", r.Options.StarvationMinWaitS, DefaultStarvationMinWait.Seconds())
+	}
+	s := starvingByID(r)
+	if _, ok := s["short"]; ok {
+		t.Errorf("a 250 s wait is below the floor but has signals: %+v", s["short"])
+	}
+	if s["long"].Releases != 4 || s["rq"].Releases != 3 {
+		t.Errorf("releases long %d, rq %d; want 4 (50…350) and 3 (the 310 s wait's; its 100 s requeue wait with 4 is below the floor)",
+			s["long"].Releases, s["rq"].Releases)
+	}
+	if _, ok := s["obj"]; ok {
+		t.Errorf("obj has waited 550 s of a 600 s objective, yet has signals: %+v", s["obj"])
+	}
+	o.Now = at(700) // obj now 700 s > 600 s; rq's requeue wait 100 s, still below
+	s = starvingByID(mustCompute(t, in, o))
+	if s["obj"].Releases != 11 || s["rq"].Releases != 3 {
+		t.Errorf("at 700: obj releases %d (want 11), rq %d (want 3)", s["obj"].Releases, s["rq"].Releases)
+	}
+	o.Now, o.StarvationMinWaitS = at(550), NoStarvationMinWait
+	s = starvingByID(mustCompute(t, in, o))
+	if s["short"].Releases != 2 || s["rq"].Releases != 5 {
+		t.Errorf("without a floor: short %d releases (want 2), rq %d (want 5: its requeue wait's until 550, more than the 3 of its first)",
+			s["short"].Releases, s["rq"].Releases)
+	}
+	if _, ok := s["obj"]; ok {
+		t.Errorf("without a floor the queue's objective still applies: obj %+v", s["obj"])
+	}
+	o.StarvationMinWaitS = -2
+	if _, err := Compute(in, o); err == nil || !strings.Contains(err.Error(), "starvation_min_wait_s") {
+		t.Errorf("negative floor: error %v, want one naming starvation_min_wait_s", err)
 	}
 }

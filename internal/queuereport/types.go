@@ -203,6 +203,15 @@ const (
 	DefaultTierArrivalThreshold = 3
 )
 
+// DefaultStarvationMinWait is the shortest wait that can carry a starvation
+// signal when Options leaves StarvationMinWaitS at 0; a queue's wait objective
+// raises it (see Options.StarvationMinWaitS).
+const DefaultStarvationMinWait = 5 * time.Minute
+
+// NoStarvationMinWait as Options.StarvationMinWaitS drops the floor, so that
+// only the queue's wait objective (if any) bounds which waits carry signals.
+const NoStarvationMinWait = -1
+
 // DefaultStarvingLimit is how many starving jobs a report lists when Options
 // leaves StarvingLimit at 0: enough to act on, while a congested pool can make
 // hundreds of thousands of jobs starving. The counts per group are always exact.
@@ -223,6 +232,28 @@ type Options struct {
 	StarvationReleases   int      `json:"starvation_releases"`    // matching releases during one wait that make a job starving (N)
 	TierArrivalThreshold int      `json:"tier_arrival_threshold"` // higher-tier arrivals during one wait that make a job starving (K)
 	StarvingLimit        int      `json:"starving_limit"`         // list at most this many starving jobs (longest waits first); 0: DefaultStarvingLimit; NoStarvingLimit: all
+	// StarvationMinWaitS is the floor, in seconds, below which a wait carries
+	// no starvation signal: a wait counts only once it has lasted at least
+	// max(its queue's MaxWait, this floor), measured as for longest_wait_s.
+	// 0 takes DefaultStarvationMinWait; NoStarvationMinWait takes none (the
+	// queue's objective alone).
+	//
+	// Kueue and Armada report no starvation signal, so no floor is borrowed
+	// from them; gpugov's reasons are: a job still inside its queue's wait
+	// objective is served as the queue promises, so being overtaken or
+	// passing a release then is ordinary queueing, not starvation; and
+	// below a few minutes every busy pool shows overtakings and releases
+	// within a few scheduling cycles (a live replay of the Alibaba trace
+	// flagged 570 of 738 jobs, each of which had waited at most 19 s). Five
+	// minutes is many scheduling cycles yet short against the objectives
+	// operators set (tens of minutes to hours).
+	StarvationMinWaitS float64 `json:"starvation_min_wait_s"`
+}
+
+// starvationFloor returns the shortest wait of a queue with objective maxWait
+// (ns, 0 for none) that carries starvation signals, in ns.
+func (o Options) starvationFloor(maxWait int64) int64 {
+	return max(maxWait, int64(math.Round(max(0, o.StarvationMinWaitS)*1e9)))
 }
 
 // normalized returns the options with defaults applied and GroupBy in
@@ -239,6 +270,14 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.Now.Before(o.Window.From) {
 		return o, fmt.Errorf("now (%s) is before window.from (%s)", o.Now.Format(time.RFC3339), o.Window.From.Format(time.RFC3339))
+	}
+	switch {
+	case o.StarvationMinWaitS == 0:
+		o.StarvationMinWaitS = DefaultStarvationMinWait.Seconds()
+	case o.StarvationMinWaitS < 0 && o.StarvationMinWaitS != NoStarvationMinWait,
+		math.IsNaN(o.StarvationMinWaitS) || math.IsInf(o.StarvationMinWaitS, 0):
+		return o, fmt.Errorf("starvation_min_wait_s: must be a number of seconds ≥ 0 (or %d for none), got %v",
+			NoStarvationMinWait, o.StarvationMinWaitS)
 	}
 	gb, err := ParseGroupBy(o.GroupBy)
 	if err != nil {

@@ -39,6 +39,11 @@ type Config struct {
 	// StarvationFactor: a job is starved when one continuous wait exceeds this
 	// many times its queue's wait objective, or it never started.
 	StarvationFactor float64
+	// StarvationMinWaitS is the queue report's floor, in seconds of trace
+	// time, below which a wait carries no starvation signal
+	// (queuereport.Options.StarvationMinWaitS): 0 means its default (300 s),
+	// queuereport.NoStarvationMinWait none.
+	StarvationMinWaitS float64
 }
 
 // RecoveryRule assigns recovery evidence, which the trace lacks, to jobs: each

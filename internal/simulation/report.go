@@ -182,7 +182,8 @@ func (e *engine) serviceReports() (byTier, byType queuereport.Report, err error)
 	in := e.serviceRecords()
 	end := e.at(e.now).Add(time.Nanosecond)
 	opts := queuereport.Options{Window: queuereport.Window{From: e.at(e.start), To: end}, Now: end,
-		GroupBy: []string{queuereport.KeyTier}, StarvingLimit: queuereport.NoStarvingLimit}
+		GroupBy: []string{queuereport.KeyTier}, StarvingLimit: queuereport.NoStarvingLimit,
+		StarvationMinWaitS: e.cfg.StarvationMinWaitS}
 	if byTier, err = queuereport.Compute(in, opts); err != nil {
 		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
 	}
