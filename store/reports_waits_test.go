@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
+)
+
+// TestWaitEventsCoverSubmitToPlacement checks that ApplyCycle's wait events
+// cover every second a job waited before its placement, also when the first
+// cycle that sees the job places it: the interval before that first
+// evaluation is not_yet_evaluated (after a submit or a requeue), then the
+// reasons the cycles found; a job placed in the instant it was submitted
+// gets no event; WaitTransitions counts only reason transitions. The time
+// per reason of the report adds up to the waits.
+func TestWaitEventsCoverSubmitToPlacement(t *testing.T) {
+	ctx := context.Background()
+	s := reportEnv(t)
+	f := &reportFlow{t: t, s: s}
+	base := time.Now().UTC().Truncate(time.Minute).Add(-3 * time.Hour)
+	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
+
+	first := f.submit(at(0), 1, "training") // placed by the first cycle that sees it, 5 min later
+	f.run(first, f.apply(at(5), first, "", "p-a100", "GPU-a0"), at(6), at(20), store.OutcomePreempted)
+	f.run(first, f.apply(at(23), first, "", "p-a100", "GPU-a0"), at(24), time.Time{}, "") // requeued at 20, placed at 23
+
+	waited := f.submit(at(0), 1, "training") // first seen at 2: capacity_busy until placed at 10
+	f.waitCycle(at(2), waited, scheduling.ReasonCapacityBusy, 1)
+	f.run(waited, f.apply(at(10), waited, "", "p-h100", "GPU-h0"), at(10), time.Time{}, "")
+
+	instant := f.submit(at(30), 1, "training") // placed in the instant it was submitted
+	f.apply(at(30), instant, "", "p-a100", "GPU-a1")
+
+	want := map[string][]string{
+		first:   {"not_yet_evaluated 0–5", "not_yet_evaluated 20–23"},
+		waited:  {"not_yet_evaluated 0–2", "capacity_busy 2–10"},
+		instant: nil,
+	}
+	for job, w := range want {
+		events, err := s.JobWaitEvents(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range events {
+			end := "open"
+			if e.EndedAt != nil {
+				end = fmt.Sprint(e.EndedAt.Sub(base).Minutes())
+			}
+			got = append(got, fmt.Sprintf("%s %v–%s", e.Reason, e.StartedAt.Sub(base).Minutes(), end))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("job %s: wait events %v, want %v", job, got, w)
+		}
+		if len(events) > 0 && events[0].NextAction == "" {
+			t.Errorf("job %s: not_yet_evaluated event without a next action: %+v", job, events[0])
+		}
+	}
+	if job, err := s.GetJob(ctx, waited); err != nil || job.Reason != "" {
+		t.Errorf("the placed job's current reason: %+v, %v", job, err)
+	}
+
+	now := at(60)
+	r, err := s.QueueReport(ctx, queuereport.Options{Window: queuereport.Window{From: base, To: now}, Now: now, GroupBy: []string{}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Waits until placement: 5 + 3 (first), 10 (waited), 0 (instant) minutes.
+	if got := r.Total.WaitReasonSeconds; got["not_yet_evaluated"] != 10*60 || got["capacity_busy"] != 8*60 || len(got) != 2 {
+		t.Errorf("seconds per reason %v, want not_yet_evaluated 600 and capacity_busy 480", got)
+	}
+}
+
+// waitCycle applies a cycle at at that gives job reason and checks that it counts as
+// one wait transition (the not_yet_evaluated interval written with it is not
+// one).
+func (f *reportFlow) waitCycle(at time.Time, job string, reason scheduling.WaitReason, transitions int) {
+	f.t.Helper()
+	f.cycle++
+	res := &scheduling.Result{At: at, Waiting: []scheduling.WaitStatus{{JobID: job, Reason: reason, Detail: "test", Rank: 1}}}
+	out, err := f.s.ApplyCycle(context.Background(), fmt.Sprintf("cover-c%d", f.cycle), res, at)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if out.WaitTransitions != transitions {
+		f.t.Errorf("cycle at %s: %d wait transitions, want %d", at.Format(time.RFC3339), out.WaitTransitions, transitions)
+	}
+}
