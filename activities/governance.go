@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
@@ -204,17 +205,41 @@ func (p TemporalRunProgress) RunStep(ctx context.Context, jobID string) (int64, 
 }
 
 // LastHeartbeat returns when the job's pending run activity last
-// heartbeated. A job workflow that is gone has no pending run: ok is false.
+// heartbeated. After a heartbeat timeout Temporal retries the activity and
+// the retry carries no heartbeat time until a worker heartbeats it; the
+// instant the timed-out attempt ended then stands for the last heartbeat (an
+// upper bound: no heartbeat came for a heartbeat timeout before it, so the
+// age it gives is never too large). A job workflow that is gone has no
+// pending run: ok is false.
 func (p TemporalRunProgress) LastHeartbeat(ctx context.Context, jobID string) (time.Time, bool, error) {
 	pa, err := p.runActivity(ctx, jobID)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return time.Time{}, false, nil
 	}
-	if err != nil || pa == nil || pa.GetLastHeartbeatTime() == nil {
+	if err != nil || pa == nil {
 		return time.Time{}, false, err
 	}
-	return pa.GetLastHeartbeatTime().AsTime(), true, nil
+	at, ok := lastHeartbeatOf(pa)
+	return at, ok, nil
+}
+
+// lastHeartbeatOf is LastHeartbeat's reading of one pending run activity.
+func lastHeartbeatOf(pa *workflowpb.PendingActivityInfo) (time.Time, bool) {
+	if hb := pa.GetLastHeartbeatTime(); hb != nil {
+		return hb.AsTime(), true
+	}
+	if heartbeatTimedOut(pa) && pa.GetLastAttemptCompleteTime() != nil {
+		return pa.GetLastAttemptCompleteTime().AsTime(), true
+	}
+	return time.Time{}, false
+}
+
+// heartbeatTimedOut reports whether the pending activity's previous attempt
+// ended by a heartbeat timeout.
+func heartbeatTimedOut(pa *workflowpb.PendingActivityInfo) bool {
+	return pa.GetAttempt() > 1 &&
+		pa.GetLastFailure().GetTimeoutFailureInfo().GetTimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT
 }
 
 // runActivity describes the job's workflow and returns its pending run

@@ -21,6 +21,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
@@ -254,7 +255,10 @@ func (s *Service) StartWorkers() error {
 		Store: s.instr, Temporal: s.temporal, Policy: policySource, Config: s.governanceConfig(),
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 	})
-	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{})
+	// Heartbeats at least every process.NoticeInterval: a preemption's or
+	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
+	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
+	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval})
 	executor.Register(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})
