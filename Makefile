@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test build temporal postgres bench stop clean
+.PHONY: run test build temporal postgres bench stop clean demo-governance
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
 ## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
@@ -28,6 +28,11 @@ postgres:
 ## bench: the performance targets (scheduling cycle, snapshot load, simulation, reports).
 bench: postgres
 	go test -run '^$$' -bench . -benchmem ./...
+
+## demo-governance: a live preemption and reclaim on an isolated stack (database
+## gpugov_demo, Temporal on :7243, API on :8091; never touches `make run`'s). About 2.5 minutes.
+demo-governance: temporal
+	deploy/dev/demo-governance.sh
 
 ## stop: stop what `make run` started.
 stop:
