@@ -20,14 +20,15 @@ import (
 )
 
 // Replay test settings. The pool is a real slice of the trace's cluster —
-// two 8-GPU G2 nodes (the slice holds an 8-GPU pod) and three 2-GPU T4
-// nodes, 22 GPUs — because on the whole cluster (6,212 GPUs) no pod of this
-// day waits. At 800× the service's own latency (placement, run start and
-// release take about a second of real time on a loaded 2-core machine, i.e.
-// ~800 s of trace time) keeps GPUs busy longer than in the trace, so jobs do
-// queue on 22 GPUs (internal/simulation shows none at 28 and heavy queueing at
-// 14). Runs are capped at an hour of trace time so that the test ends within
-// minutes; the pods' requests and arrival times are the trace's.
+// one 8-GPU G2 node (the slice holds an 8-GPU pod) and three 2-GPU T4 nodes,
+// 14 GPUs — because on the whole cluster (6,212 GPUs) no pod of this day
+// waits. internal/simulation replays the same pods with heavy queueing at 14
+// GPUs and none at 28, so here jobs queue for capacity whatever the service's
+// own latency (22 GPUs queued only while a lifecycle took about a second of
+// real time, ~800 s of trace time at 800×; local store activities made it
+// fast enough that 22 GPUs sometimes never filled). Runs are capped at an
+// hour of trace time so that the test ends within minutes; the pods'
+// requests and arrival times are the trace's.
 const (
 	replayPods     = 500
 	replaySpeed    = 800
@@ -44,7 +45,7 @@ const (
 // job, findable by its search attributes.
 func TestReplayRealTrace(t *testing.T) {
 	dir := traceDir(t)
-	nodes := traceNodes(t, dir, []nodePick{{"G2", 8, 2}, {"T4", 2, 3}})
+	nodes := traceNodes(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}})
 	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed})
 	subs := replaySubmissions(t, dir)
 
@@ -110,9 +111,11 @@ func checkEveryJobEndedOrExplained(t *testing.T, e *env, want int) {
 			SELECT count(*) FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL AND w.reason = j.reason))`); n != 0 {
 		t.Errorf("%d waiting jobs without a reason and one open wait event for it", n)
 	}
-	if n := e.queryInt(t, `SELECT count(*) FROM wait_events WHERE reason IN ('capacity_busy', 'fragmented', 'reserved_for_higher_priority')`); n == 0 {
+	n := e.queryInt(t, `SELECT count(DISTINCT job_id) FROM wait_events WHERE reason IN ('capacity_busy', 'fragmented', 'reserved_for_higher_priority')`)
+	if n == 0 {
 		t.Errorf("no job waited for capacity: the pool was too large to exercise wait reasons")
 	}
+	t.Logf("%d jobs waited for capacity", n)
 }
 
 // usageSampler samples the active GPU grants every 100 ms while the replay runs.
