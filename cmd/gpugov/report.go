@@ -22,8 +22,9 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "report",
 		Short: "Queue service report: wait percentiles, longest waits, starvation, time per wait reason, before/after",
-		Long: `Print the queue service report of DESIGN.md §4 over a window, computed by the server
-from its records: per group, wait P50/P95/P99 (submit → first start, and after a requeue),
+		Long: `Print the queue service report over a window, computed by the server from its
+records with the definitions of internal/queuereport (the project design's queue service
+metrics): per group, wait P50/P95/P99 (submit → first start, and after a requeue),
 the longest continuous wait, jobs over the queue's wait objective, cancellation while
 waiting, delivered vs target service share, time per wait reason and starvation signals,
 then the starving jobs.
