@@ -203,7 +203,16 @@ func (s *Server) getJob(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, jobFromStore(job, wait))
+	out := jobFromStore(job, wait)
+	if job.StartedAt != nil { // a job that never ran has no run to read
+		run, err := s.store.LastRun(ctx, job.ID)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		out.LastRun = runFromStore(run)
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 // currentWait returns the open wait event of a pending job, or nil.

@@ -38,9 +38,32 @@ type Job struct {
 	Wait *Wait `json:"wait,omitempty"`
 	// Explanation is the last scheduling cycle's account of the job.
 	Explanation *Explanation `json:"explanation,omitempty"`
+	// LastRun is how the job's latest run went; only GET /v1/jobs/{id} fills
+	// it, once the job has run.
+	LastRun *Run `json:"last_run,omitempty"`
 	// Note tells the client something about this answer, e.g. that the job
 	// workflow will be started by the reconciler (202 on submit).
 	Note string `json:"note,omitempty"`
+}
+
+// Run is one run of a job (Slurm's sacct line of a job step).
+type Run struct {
+	ID        string     `json:"id"`
+	Number    int        `json:"number"` // 1 for the first run, +1 per requeue or preemption
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// Outcome is succeeded, failed, cancelled or preempted; absent while it runs.
+	Outcome string `json:"outcome,omitempty"`
+	// Detail says why it ended that way (executor error, node failure, who cancelled).
+	Detail string `json:"detail,omitempty"`
+}
+
+// runFromStore converts a run summary; nil stays nil.
+func runFromStore(r *store.RunSummary) *Run {
+	if r == nil {
+		return nil
+	}
+	return &Run{ID: r.ID, Number: r.Number, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Outcome: r.Outcome, Detail: r.Detail}
 }
 
 // Recovery is the job's recovery evidence (DESIGN.md "recovery evidence").

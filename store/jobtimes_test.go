@@ -9,8 +9,8 @@ import (
 	"github.com/gpugov/gpugov/store"
 )
 
-// A job's StartedAt is its first run's start (a second run does not move it)
-// and its EndedAt the instant it reached a final state.
+// A job's StartedAt is its first run's start and its EndedAt the instant it
+// reached a final state; LastRun tells how its latest run ended and why.
 func TestJobStartedAndEndedAt(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
@@ -42,11 +42,23 @@ func TestJobStartedAndEndedAt(t *testing.T) {
 	if j := get(); j.StartedAt == nil || !j.StartedAt.Equal(start) || j.EndedAt != nil {
 		t.Fatalf("running job: started_at %v (want %v), ended_at %v", j.StartedAt, start, j.EndedAt)
 	}
+	if r, err := s.LastRun(ctx, job.ID); err != nil || r == nil || r.ID != runID || r.Number != 1 || r.Outcome != "" || r.EndedAt != nil {
+		t.Fatalf("last run while running: %+v, %v", r, err)
+	}
 	end := start.Add(time.Hour)
-	if err := s.FinishRun(ctx, job.ID, runID, store.OutcomeSucceeded, "", end); err != nil {
+	if err := s.FinishRun(ctx, job.ID, runID, store.OutcomeFailed, "node failure: no agent on node p-n0000", end); err != nil {
 		t.Fatal(err)
 	}
 	if j := get(); j.StartedAt == nil || !j.StartedAt.Equal(start) || j.EndedAt == nil {
 		t.Fatalf("finished job: started_at %v (want %v), ended_at %v", j.StartedAt, start, j.EndedAt)
+	}
+	r, err := s.LastRun(ctx, job.ID)
+	if err != nil || r == nil || r.Outcome != store.OutcomeFailed || r.Detail != "node failure: no agent on node p-n0000" ||
+		r.EndedAt == nil || !r.EndedAt.Equal(end) {
+		t.Fatalf("last run after the failure: %+v, %v", r, err)
+	}
+	other := submit(t, s, "vision", "p", 1, 0)
+	if r, err := s.LastRun(ctx, other.ID); err != nil || r != nil {
+		t.Fatalf("last run of a job that never ran: %+v, %v", r, err)
 	}
 }

@@ -97,6 +97,9 @@ func printJob(w io.Writer, j *api.Job) error {
 	if j.EndedAt != nil {
 		row("ENDED", formatTime(*j.EndedAt))
 	}
+	if r := j.LastRun; r != nil {
+		row("LAST RUN", describeRun(r))
+	}
 	if w := j.Wait; w != nil {
 		row("WAIT", fmt.Sprintf("%s for %s (since %s)", w.Reason, formatDuration(clientNow().Sub(w.Since)), formatClock(w.Since)))
 		row("DETAIL", w.Detail)
@@ -276,4 +279,19 @@ func formatClock(t time.Time) string {
 // formatTime is a full timestamp in displayLocation.
 func formatTime(t time.Time) string {
 	return t.In(displayLocation).Format("2006-01-02 15:04:05 MST")
+}
+
+// describeRun is one line on a run: number, ID, and how it ended and why.
+func describeRun(r *api.Run) string {
+	out := fmt.Sprintf("#%d %s", r.Number, r.ID)
+	switch {
+	case r.EndedAt == nil:
+		out += fmt.Sprintf(", running since %s", formatClock(r.StartedAt))
+	default:
+		out += fmt.Sprintf(", %s at %s", r.Outcome, formatClock(*r.EndedAt))
+	}
+	if r.Detail != "" {
+		out += ": " + r.Detail
+	}
+	return out
 }

@@ -56,6 +56,9 @@ func explainJob(j *api.Job) string {
 		b.WriteString("\n")
 	default:
 		fmt.Fprintf(&b, "%s is %s (final); it no longer waits\n", j.ID, j.State)
+		if r := j.LastRun; r != nil {
+			fmt.Fprintf(&b, "last run: %s\n", describeRun(r))
+		}
 	}
 	if j.CancelRequested {
 		b.WriteString("cancellation requested: the job workflow is stopping the run\n")
