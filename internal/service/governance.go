@@ -136,7 +136,7 @@ func (s *Service) reportLoop(ctx context.Context) {
 
 // updateQueueGauges sets gpugov_queue_longest_wait_seconds and
 // gpugov_queue_starving_jobs from the pending jobs now and the queue service
-// report of the last reportWindow, grouped by queue and listing every
+// report of the last reportWindow (store.QueueReport), grouped by queue and listing every
 // starving job (telemetry.QueueGauges counts those still waiting). It reads
 // the plain store, not the instrumented one, so that the scheduling cycle
 // metrics see only the scheduler's snapshots.
@@ -147,14 +147,14 @@ func (s *Service) updateQueueGauges(ctx context.Context) error {
 		return err
 	}
 	window := queuereport.Window{From: now.Add(-reportWindow), To: now}
-	in, err := s.store.LoadReportInput(ctx, window, now)
+	// QueueReport merges the stored hourly summaries (and stores those that
+	// are missing), so the gauges cost a fraction of recomputing the window
+	// from its records and keep the summaries of recent hours warm for the
+	// API's reports.
+	rep, err := s.store.QueueReport(ctx, queuereport.Options{Window: window, Now: now,
+		GroupBy: []string{queuereport.KeyQueue}, StarvingLimit: queuereport.NoStarvingLimit}, "")
 	if err != nil {
 		return err
-	}
-	rep, err := queuereport.Compute(*in, queuereport.Options{Window: window, Now: now,
-		GroupBy: []string{queuereport.KeyQueue}, StarvingLimit: queuereport.NoStarvingLimit})
-	if err != nil {
-		return fmt.Errorf("queue report: %w", err)
 	}
 	s.tel.Metrics.SetQueueGauges(telemetry.QueueGauges(snap.Queues, snap.Pending, &rep, now))
 	return nil
