@@ -125,9 +125,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
-	if err := a.addGovernance(ctx, snap); err != nil {
-		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
-	}
+	a.addGovernance(snap)
 	pol, err := a.policy(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)

@@ -213,28 +213,6 @@ func (s *Store) PreemptionRunIDs(ctx context.Context, allocationIDs []string) (m
 	return out, nil
 }
 
-// ResumeDowngradedJobs returns which of the given jobs have their recovery
-// evidence downgraded by a wrong-step resume (FinishPreemption sets it; a
-// verified resume clears it), for the scheduling snapshot's
-// RecoveryEvidence.ResumeDowngraded. Errors are database errors.
-func (s *Store) ResumeDowngradedJobs(ctx context.Context, jobIDs []string) (map[string]bool, error) {
-	out := map[string]bool{}
-	if len(jobIDs) == 0 {
-		return out, nil
-	}
-	err := forEachRow(ctx, s.pool, `SELECT id FROM jobs WHERE id = ANY($1) AND recovery ? 'resume_downgraded'`,
-		[]any{jobIDs}, func(rows pgx.Rows) error {
-			var id string
-			err := rows.Scan(&id)
-			out[id] = true
-			return err
-		})
-	if err != nil {
-		return nil, fmt.Errorf("store: downgraded recovery evidence: %w", err)
-	}
-	return out, nil
-}
-
 // PreemptionVictim is the victim of a preemption as stored now: what the
 // workflow's first step re-checks before touching it.
 type PreemptionVictim struct {

@@ -140,16 +140,17 @@ func (l *snapshotLoader) reset() {
 type rowCounts struct{ allocs, running, pending int }
 
 // recoveryCols holds job_queue's recovery columns (rec_checkpointable,
-// rec_interval_s, rec_verified_resumes).
+// rec_interval_s, rec_verified_resumes, rec_resume_downgraded).
 type recoveryCols struct {
 	checkpointable bool
 	interval       int64
 	resumes        int32
+	downgraded     bool
 }
 
 func (c *recoveryCols) recovery() scheduling.RecoveryEvidence {
 	return scheduling.RecoveryEvidence{Checkpointable: c.checkpointable, CheckpointIntervalSeconds: c.interval,
-		VerifiedResumes: int(c.resumes)}
+		VerifiedResumes: int(c.resumes), ResumeDowngraded: c.downgraded}
 }
 
 // lookup returns the cached static part of a live job (by job_queue.seq) and
@@ -184,7 +185,8 @@ func (l *snapshotLoader) queries() []rowQuery {
 				a.cpu_milli, a.memory_mib, a.borrowed, a.gpu_uuids, a.gpu_milli,
 				coalesce(r.started_at, a.granted_at), r.last_checkpoint,
 				coalesce(q.state IN ('placed', 'running'), false), coalesce(q.seq, 0), coalesce(q.protected, false),
-				coalesce(q.rec_checkpointable, false), coalesce(q.rec_interval_s, 0), coalesce(q.rec_verified_resumes, 0)
+				coalesce(q.rec_checkpointable, false), coalesce(q.rec_interval_s, 0), coalesce(q.rec_verified_resumes, 0),
+				coalesce(q.rec_resume_downgraded, false)
 			FROM allocations a
 			LEFT JOIN job_queue q ON q.job_id = a.job_id
 			LEFT JOIN runs r ON r.id = a.run_id
@@ -202,7 +204,7 @@ func (l *snapshotLoader) queries() []rowQuery {
 		}},
 		rowQuery{sql: `
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, prereq_triples,
-				rec_checkpointable, rec_interval_s, rec_verified_resumes, last_checkpoint
+				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
 			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
 		rowQuery{sql: `SELECT for_job_id, victim_job_id FROM preemptions WHERE ended_at IS NULL ORDER BY victim_job_id`,
 			fn: func(rows pgx.Rows) error {
@@ -235,7 +237,7 @@ func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
 	// The job ID of a running job comes from the cache (assemble), so the
 	// query sends it only for the others.
 	if err := rows.Scan(&a.JobID, &a.ID, &a.Pool, &a.Node, &a.CPUMilli, &a.MemoryMiB, &a.Borrowed, &uuids, &milli,
-		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes); err != nil {
+		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes, &c.downgraded); err != nil {
 		return err
 	}
 	if len(uuids) != len(milli) {
@@ -269,7 +271,7 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 	var c recoveryCols
 	var seq int64
 	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &triples,
-		&c.checkpointable, &c.interval, &c.resumes, &checkpoint); err != nil {
+		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint); err != nil {
 		return err
 	}
 	pj.Recovery, pj.WaitingSince = c.recovery(), pj.WaitingSince.UTC()
