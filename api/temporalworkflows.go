@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -45,22 +44,12 @@ func NewTemporalWorkflows(c client.Client, o TemporalOptions) *TemporalWorkflows
 	return &TemporalWorkflows{client: c, opts: o, waker: temporalx.NewWaker(c, 0, nil)}
 }
 
-// StartJob starts JobWorkflow with ID "job/<id>" on the service task queue.
-// It is idempotent: a running workflow with that ID is reused (conflict policy
-// use-existing) and a closed one is never started again (reuse policy
-// reject-duplicate, whose "already started" answer counts as success), so a
-// retried submit, or the reconciler, may call it any number of times.
+// StartJob starts JobWorkflow with workflows.JobStartOptions (ID "job/<id>").
+// It is idempotent: a running workflow with that ID is reused and a closed one
+// is never started again (its "already started" answer counts as success),
+// so a retried submit, or the reconciler, may call it any number of times.
 func (t *TemporalWorkflows) StartJob(ctx context.Context, jobID string, attrs JobAttributes) error {
-	opts := client.StartWorkflowOptions{
-		ID:                       temporalx.JobWorkflowID(jobID),
-		TaskQueue:                temporalx.ServiceTaskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		// Eager start: when this process also runs the service worker (serve
-		// does), the server hands the first workflow task back in the start
-		// answer instead of through the task queue; otherwise it is ignored.
-		EnableEagerStart: true,
-	}
+	opts := workflows.JobStartOptions(jobID)
 	if t.opts.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
 			temporalx.QueueKey.ValueSet(attrs.Queue),

@@ -36,18 +36,32 @@ func SignalScheduler(ctx context.Context, c client.Client, in *SchedulerInput, s
 	return nil
 }
 
-// StartJob starts the job's JobWorkflow (ID "job/<id>") on the service task
-// queue; when it already runs (a retried submission), the running one is
-// returned. It returns the client's error when the server refuses.
+// JobStartOptions are the options every start of a job's JobWorkflow uses:
+// ID "job/<id>" on the service task queue; a running workflow with that ID is
+// reused (conflict policy use-existing) and a closed one is never started
+// again (reuse policy reject-duplicate), so a retried submission or the
+// reconciler may start it any number of times; eager start hands the first
+// workflow task to a worker of the same process when the server allows it.
+// Callers may add search attributes.
+func JobStartOptions(jobID string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                       temporalx.JobWorkflowID(jobID),
+		TaskQueue:                temporalx.ServiceTaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		EnableEagerStart:         true,
+	}
+}
+
+// StartJob starts the job's JobWorkflow with JobStartOptions; when it already
+// runs (a retried submission), the running one is returned. It returns the
+// client's error when the server refuses, including Temporal's "already
+// started" error for a job whose workflow has closed.
 func StartJob(ctx context.Context, c client.Client, in *JobInput) (client.WorkflowRun, error) {
 	if in == nil || in.JobID == "" {
 		return nil, fmt.Errorf("start job workflow: job ID is required")
 	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       temporalx.JobWorkflowID(in.JobID),
-		TaskQueue:                temporalx.ServiceTaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, JobWorkflowName, in)
+	run, err := c.ExecuteWorkflow(ctx, JobStartOptions(in.JobID), JobWorkflowName, in)
 	if err != nil {
 		return nil, fmt.Errorf("start job workflow %s: %w", in.JobID, err)
 	}
