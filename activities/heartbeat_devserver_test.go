@@ -28,10 +28,12 @@ func lostRunWorkflow(ctx workflow.Context) error {
 }
 
 // TestLastHeartbeatSurvivesAHeartbeatTimeout: an executor heartbeats once and
-// then goes silent (a frozen agent); after the heartbeat timeout Temporal
-// retries the run and the retry carries no heartbeat time. LastHeartbeat
-// must still answer — with the end of the timed-out attempt — or a lost
-// agent's run would never become a failed reclaim finding.
+// then goes silent (a frozen agent); Temporal times the attempt out and
+// retries it, and the retries stay silent. Through those retries
+// LastHeartbeat must keep answering with a time near the only heartbeat, so
+// the age grows and a lost agent's run becomes a failed reclaim finding. (The
+// dev server keeps the heartbeat time across retries; lastHeartbeatOf's
+// fallback for a retry without one is covered by TestLastHeartbeatOf.)
 func TestLastHeartbeatSurvivesAHeartbeatTimeout(t *testing.T) {
 	dev := temporaltest.Start(t)
 	c := dev.Client
