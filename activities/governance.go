@@ -205,12 +205,12 @@ func (p TemporalRunProgress) RunStep(ctx context.Context, jobID string) (int64, 
 }
 
 // LastHeartbeat returns when the job's pending run activity last
-// heartbeated. After a heartbeat timeout Temporal retries the activity and
-// the retry carries no heartbeat time until a worker heartbeats it; the
-// instant the timed-out attempt ended then stands for the last heartbeat (an
-// upper bound: no heartbeat came for a heartbeat timeout before it, so the
-// age it gives is never too large). A job workflow that is gone has no
-// pending run: ok is false.
+// heartbeated. A retry after a heartbeat timeout may carry no heartbeat time
+// (the dev server keeps the previous one, but a retry taken by a frozen
+// worker was seen without it); the instant the timed-out attempt ended then
+// stands for the last heartbeat (an upper bound: no heartbeat came for a
+// heartbeat timeout before it, so the age it gives is never too large). A
+// job workflow that is gone has no pending run: ok is false.
 func (p TemporalRunProgress) LastHeartbeat(ctx context.Context, jobID string) (time.Time, bool, error) {
 	pa, err := p.runActivity(ctx, jobID)
 	var nf *serviceerror.NotFound
