@@ -211,7 +211,7 @@ func reclaimFromStore(r *store.Reclaim) Reclaim {
 	}
 	return Reclaim{
 		ID: r.ID, AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue, Pool: r.Pool, Node: r.Node,
-		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: r.Stage, Basis: r.Basis,
+		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: string(r.Stage), Basis: r.Basis,
 		Evidence: ev, GPUs: r.GPUs, State: string(r.State), WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
 		NoticeDeadline: r.NoticeDeadline, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, ReleasedAt: r.ReleasedAt,
 		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason, Detail: r.Detail,

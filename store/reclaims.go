@@ -33,7 +33,7 @@ type Reclaim struct {
 	Class          vocab.ReclaimClass
 	Mode           vocab.ReclaimMode
 	ConfiguredMode vocab.ReclaimMode
-	Stage          string
+	Stage          vocab.AutomationStage
 	Basis          string
 	Evidence       map[string]any
 	GPUs           float64
