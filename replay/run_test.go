@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
-	"github.com/gpugov/gpugov/internal/replay"
-	"github.com/gpugov/gpugov/internal/service"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/replay"
+	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
