@@ -31,6 +31,7 @@ import (
 	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
+	"github.com/gpugov/gpugov/workflows"
 )
 
 // The node the live agent test's agent serves, its pool and its GPUs (a
@@ -165,7 +166,7 @@ func (s *agentStack) startAgent(t *testing.T, temporalAddr string, src inventory
 		t.Fatal(err)
 	}
 	w := worker.New(c, temporalx.NodeTaskQueue(agentNode), process.WorkerOptions(agentGrace))
-	process.RegisterActivity(w, &process.ProcessActivity{
+	workflows.RegisterNodeWorker(w, &process.ProcessActivity{
 		Executor: &process.Executor{CheckpointRoot: s.checkpointRoot, GracePeriod: agentGrace,
 			HeartbeatInterval: process.NoticeInterval, Logger: logger},
 		Node: agentNode, Specs: apiClient, Checkpoints: apiClient, Logger: logger,

@@ -227,10 +227,9 @@ func (s *Service) connectTemporal(ctx context.Context) error {
 	return nil
 }
 
-// StartWorkers starts the service worker (workflows.Register,
-// workflows.RegisterGovernance, activities.Register and
-// activities.RegisterGovernance on the instrumented store, polling
-// temporalx.ServiceTaskQueue) and the simulated-executor worker (polling
+// StartWorkers starts the service worker (workflows.RegisterServiceWorker on
+// the instrumented store, polling temporalx.ServiceTaskQueue) and the
+// simulated-executor worker (workflows.RegisterSimExecutorWorker, polling
 // temporalx.SimExecutorTaskQueue, checkpoints recorded in the store). Start
 // calls it; after StopWorkers it starts fresh workers, as a restarted process
 // would. It is a no-op while workers run, and returns a worker's start error.
@@ -247,19 +246,15 @@ func (s *Service) StartWorkers() error {
 	}
 	policySource := func(context.Context) (*scheduling.Policy, error) { return policy, nil }
 	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	workflows.RegisterGovernance(svc)
-	activities.Register(svc, activities.Deps{Store: s.instr, Temporal: s.temporal, Policy: policySource,
-		Governance: s.governanceConfig()})
-	activities.RegisterGovernance(svc, activities.GovernanceDeps{
-		Store: s.instr, Temporal: s.temporal, Policy: policySource, Config: s.governanceConfig(),
+	workflows.RegisterServiceWorker(svc, activities.Deps{
+		Store: s.instr, Temporal: s.temporal, Policy: policySource, Governance: s.governanceConfig(),
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 	})
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
 	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
 	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval})
-	executor.Register(sim, &executor.SimulatedExecutor{
+	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})
 	for i, w := range []worker.Worker{svc, sim} {

@@ -38,10 +38,9 @@ const recordEnv = "GPUGOV_RECORD_HISTORIES"
 func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor.SimulatedExecutor) {
 	t.Helper()
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	activities.Register(svc, activities.Deps{Store: st, Temporal: c})
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	executor.Register(sim, exec)
+	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)

@@ -85,14 +85,11 @@ func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol schedul
 	t.Helper()
 	policy := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	workflows.RegisterGovernance(svc)
-	activities.Register(svc, activities.Deps{Store: st, Temporal: c, Policy: policy})
-	activities.RegisterGovernance(svc, activities.GovernanceDeps{Store: st, Temporal: c, Policy: policy,
-		Config: func() *governance.Config { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, Policy: policy,
+		Governance: func() *governance.Config { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
 		PollInterval: 100 * time.Millisecond})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	executor.Register(sim, exec)
+	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
