@@ -39,9 +39,9 @@ type Service struct {
 	store     *store.Store
 	instr     *instrumentedStore
 	temporal  client.Client
-	workflows *api.TemporalWorkflows
+	workflows *workflows.Client
+	starter   *workflows.Starter // background workflow starts of the API's submissions
 	httpSrv   *http.Server
-	api       *api.Server // its Close drains the background workflow starts
 	listener  net.Listener
 	serveErr  chan error // the HTTP server's exit error, once
 
@@ -220,7 +220,7 @@ func (s *Service) connectTemporal(ctx context.Context) error {
 	if err := temporalx.RegisterSearchAttributes(ctx, c, s.cfg.TemporalNamespace); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	s.workflows = api.NewTemporalWorkflows(c, api.TemporalOptions{
+	s.workflows = workflows.NewClient(c, workflows.ClientOptions{
 		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
 		SearchAttributes: true,
 	})
@@ -290,12 +290,12 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
+	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
 	srv := api.New(api.StoreFrom(s.store), s.workflows, s.cfg.Tokens,
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
-		api.WithAsyncStarts(0, 0))
-	s.api = srv
+		api.WithStartQueue(s.starter))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -312,8 +312,9 @@ func (s *Service) serveHTTP() error {
 	return nil
 }
 
-// reconcileLoop runs api.ReconcileJobWorkflows every ReconcileInterval until
-// ctx ends; failures are logged and retried at the next pass.
+// reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
+// PendingJobs every ReconcileInterval until ctx ends; failures are logged
+// and retried at the next pass.
 func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
@@ -328,7 +329,7 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 			case <-t.C:
 			}
 		}
-		res, err := api.ReconcileJobWorkflows(ctx, api.StoreFrom(s.store), s.workflows, 0)
+		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
 		}
@@ -367,8 +368,8 @@ func (s *Service) close(ctx context.Context) error {
 	} else if s.listener != nil {
 		errs = append(errs, s.listener.Close())
 	}
-	if s.api != nil {
-		s.api.Close() // queued workflow starts, before the Temporal client closes
+	if s.starter != nil {
+		s.starter.Close() // queued workflow starts, before the Temporal client closes
 	}
 	if s.stopLoops != nil {
 		s.stopLoops()

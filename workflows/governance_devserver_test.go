@@ -170,7 +170,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		// 0.8 × that (the SDK throttles heartbeats), well inside the grace period.
 		runs[j.ID] = startJob(t, c, &workflows.JobInput{JobID: j.ID, HeartbeatTimeoutSeconds: 2})
 	}
-	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
+	_ = signalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
 	for _, j := range []*store.Job{exp, noCkpt, prot} {
 		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == store.StateRunning })
 	}
@@ -187,7 +187,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 
 	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: scheduling.TierProduction, gpus: 1, runSeconds: 300})
 	prodRun := startJob(t, c, &workflows.JobInput{JobID: prod.ID})
-	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
+	_ = signalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
 	if res := waitJob(t, prodRun, time.Minute); res.State != workflows.JobSucceeded {
 		t.Fatalf("production job %+v, want succeeded", res)
 	}
