@@ -91,10 +91,10 @@ type StartQueue interface {
 	Offer(jobID string, attrs temporalx.JobAttributes) bool
 }
 
-// Default timeouts of the calls a request makes.
+// Timeouts of the calls a request makes.
 const (
-	DefaultStoreTimeout    = 5 * time.Second  // PostgreSQL calls of one request
-	DefaultWorkflowTimeout = 10 * time.Second // Temporal calls of one request
+	DefaultStoreTimeout = 5 * time.Second  // PostgreSQL calls of one request (WithStoreTimeout changes it)
+	WorkflowTimeout     = 10 * time.Second // Temporal calls of one request
 )
 
 // Option configures a Server.
@@ -126,23 +126,18 @@ func WithStartQueue(q StartQueue) Option { return func(s *Server) { s.startQueue
 // DefaultStoreTimeout), so an unresponsive database gives a 503, not a hang.
 func WithStoreTimeout(d time.Duration) Option { return func(s *Server) { s.storeTimeout = d } }
 
-// WithWorkflowTimeout bounds the Temporal calls of one request (default
-// DefaultWorkflowTimeout).
-func WithWorkflowTimeout(d time.Duration) Option { return func(s *Server) { s.workflowTimeout = d } }
-
 // Server is the HTTP API. Create it with New; serve Handler().
 type Server struct {
-	store           Store
-	workflows       Workflows
-	tokens          Tokens
-	metrics         http.Handler
-	middleware      []gin.HandlerFunc
-	log             *slog.Logger
-	storeTimeout    time.Duration
-	workflowTimeout time.Duration
-	now             func() time.Time
-	engine          *gin.Engine
-	startQueue      StartQueue // WithStartQueue's; nil starts every workflow in the request
+	store        Store
+	workflows    Workflows
+	tokens       Tokens
+	metrics      http.Handler
+	middleware   []gin.HandlerFunc
+	log          *slog.Logger
+	storeTimeout time.Duration
+	now          func() time.Time
+	engine       *gin.Engine
+	startQueue   StartQueue // WithStartQueue's; nil starts every workflow in the request
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -150,7 +145,7 @@ type Server struct {
 func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	s := &Server{
 		store: st, workflows: wf, tokens: tokens, log: slog.Default(),
-		storeTimeout: DefaultStoreTimeout, workflowTimeout: DefaultWorkflowTimeout, now: time.Now,
+		storeTimeout: DefaultStoreTimeout, now: time.Now,
 	}
 	for _, o := range opts {
 		o(s)
@@ -164,9 +159,6 @@ func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 
 // Handler returns the http.Handler serving the API.
 func (s *Server) Handler() http.Handler { return s.engine }
-
-// Routes lists every method and path the API serves (gin syntax, ":id").
-func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }
 
 // routes builds the gin engine with every route of openapi.json.
 func (s *Server) routes() *gin.Engine {
@@ -229,7 +221,7 @@ func (s *Server) storeCtx(c *gin.Context) (context.Context, context.CancelFunc) 
 // request's cancellation: once a job is committed, a client hanging up must
 // not stop its workflow from being started.
 func (s *Server) workflowCtx(c *gin.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.Request.Context()), s.workflowTimeout)
+	return context.WithTimeout(context.WithoutCancel(c.Request.Context()), WorkflowTimeout)
 }
 
 // healthz answers 200 while the process serves HTTP; it checks nothing else.

@@ -345,10 +345,6 @@ func (s *Service) Store() *store.Store { return s.store }
 // Temporal returns the service's Temporal client.
 func (s *Service) Temporal() client.Client { return s.temporal }
 
-// ServeErr delivers the HTTP server's error if it stops on its own (nil after
-// Close); Run watches it.
-func (s *Service) ServeErr() <-chan error { return s.serveErr }
-
 // Close shuts down in reverse order: the HTTP server (in-flight requests
 // finish within ShutdownTimeout), the loops (reconciler, queue gauges,
 // governance file watcher), the workers, the Temporal
