@@ -30,7 +30,7 @@ const (
 // "alibaba" and the simulated executor at testSpeed.
 func startService(t *testing.T) *service.Service {
 	t.Helper()
-	nodes, err := alibaba.ReadNodes("../simulation/testdata/nodes_two_t4.csv")
+	nodes, err := alibaba.ReadNodes("../internal/simulation/testdata/nodes_two_t4.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func client(t *testing.T, svc *service.Service, token string) *apiclient.Client 
 // smallSubmissions builds pods_small.csv's seven GPU pods at testSpeed.
 func smallSubmissions(t *testing.T) []replay.Submission {
 	t.Helper()
-	pods, _, err := alibaba.ReadPods("../simulation/testdata/pods_small.csv", alibaba.ReadOptions{})
+	pods, _, err := alibaba.ReadPods("../internal/simulation/testdata/pods_small.csv", alibaba.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
