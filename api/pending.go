@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -21,7 +22,7 @@ type PendingJobs struct {
 // EachPendingJob calls fn with every pending job, page by page, state by
 // state; it returns the first ListJobs error.
 func (p PendingJobs) EachPendingJob(ctx context.Context, fn func(jobID string, attrs temporalx.JobAttributes)) error {
-	for _, state := range []store.JobState{store.StateSubmitted, store.StateWaiting} {
+	for _, state := range []vocab.JobState{vocab.JobSubmitted, vocab.JobWaiting} {
 		f := store.JobFilter{State: state, Limit: p.PageSize}
 		for {
 			jobs, next, err := p.Store.ListJobs(ctx, f)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestPendingJobsListsJobsThatMayLackAWorkflow submits jobs while Temporal is
@@ -34,7 +35,7 @@ func TestPendingJobsListsJobsThatMayLackAWorkflow(t *testing.T) {
 	if r := env.do(http.MethodPost, "/v1/jobs/"+cancelled.ID+"/cancel", tokAlice, nil); r.status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
-	applyWait(t, env, "c1", time.Now(), scheduling.WaitStatus{JobID: pending[1], Reason: scheduling.ReasonCapacityBusy, Rank: 1})
+	applyWait(t, env, "c1", time.Now(), scheduling.WaitStatus{JobID: pending[1], Reason: vocab.ReasonCapacityBusy, Rank: 1})
 
 	var listed []string
 	attrs := map[string]temporalx.JobAttributes{}

@@ -258,7 +258,7 @@ func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []s
 func reportProject(c *gin.Context) (string, *Error) {
 	p, asked := principal(c), c.Query("project")
 	switch {
-	case p.Role.seesAll():
+	case p.Role.SeesAllProjects():
 		return asked, nil
 	case asked != "" && asked != p.Project:
 		return "", forbiddenProject(p, asked)
