@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
@@ -425,8 +426,8 @@ func (l *reportLoader) modelList(raw []byte) ([]string, error) {
 }
 
 // reportReasons are the wait reasons a stored wait event may have: the
-// scheduler's (DESIGN.md §1) and ReasonNotYetEvaluated.
-var reportReasons = append(slices.Clone(scheduling.WaitReasons), ReasonNotYetEvaluated)
+// scheduler's (DESIGN.md §1) and accounting.ReasonNotYetEvaluated.
+var reportReasons = append(slices.Clone(scheduling.WaitReasons), accounting.ReasonNotYetEvaluated)
 
 // waitReason returns the index in reportReasons of the reason spelled b;
 // false for a reason the store never writes.
