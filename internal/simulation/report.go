@@ -110,7 +110,7 @@ type Preemptions struct {
 	// term: the job's next run never started, or ended (or the simulation
 	// did) before it was back at the step of the notice.
 	RecomputeUnmeasured int `json:"recompute_unmeasured"`
-	WouldPreempt   int     `json:"would_preempt"`    // proposals recorded but not acted on (stage observe/trial)
+	WouldPreempt        int `json:"would_preempt"` // proposals recorded but not acted on (stage observe/trial)
 }
 
 // Starved lists the jobs that waited longer than Factor × their queue's wait
