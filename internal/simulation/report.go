@@ -40,6 +40,32 @@ type Report struct {
 	StarvedJobs         Starved            `json:"starved_jobs"`
 	Unfinished          Unfinished         `json:"unfinished"`
 	Assumptions         []string           `json:"assumptions"`
+	// History is what the simulation did, as the service would have recorded
+	// it; left out of the JSON form (it holds every job).
+	History *History `json:"-"`
+}
+
+// History is a simulation's decisions and records in the service's terms,
+// for comparing a simulation with the service run on the same jobs (the
+// conformance test in e2e).
+type History struct {
+	// Placements lists every grant in the order the simulation made them.
+	Placements []Placement
+	// Records are the jobs, runs, wait events, releases and queue targets
+	// the queue service report was computed from (trace second s is
+	// alibaba.Epoch + s).
+	Records queuereport.Input
+	// Window is the report window the simulation's own report used.
+	Window queuereport.Window
+}
+
+// Placement is one grant of the simulation.
+type Placement struct {
+	JobID string    // the pod name
+	At    time.Time // the cycle's instant
+	Cycle int       // the cycle's number, from 1
+	Rank  int       // the job's rank in that cycle (scheduling.Placement.Rank)
+	Node  string    // the node granted
 }
 
 // SkippedRows reports the pod rows dropped by --skip-invalid.
@@ -182,20 +208,21 @@ const (
 // every starving job. The window ends a nanosecond after the last event, so
 // that a run starting at the last instant counts while waits still open are
 // measured to that instant (a nanosecond is below the reported second).
-func (e *engine) serviceReports() (byTier, byType queuereport.Report, err error) {
-	in := e.serviceRecords()
+func (e *engine) serviceReports() (in queuereport.Input, window queuereport.Window, byTier, byType queuereport.Report, err error) {
+	in = e.serviceRecords()
 	end := e.at(e.now).Add(time.Nanosecond)
-	opts := queuereport.Options{Window: queuereport.Window{From: e.at(e.start), To: end}, Now: end,
+	window = queuereport.Window{From: e.at(e.start), To: end}
+	opts := queuereport.Options{Window: window, Now: end,
 		GroupBy: []string{queuereport.KeyTier}, StarvingLimit: queuereport.NoStarvingLimit,
 		StarvationMinWaitS: e.cfg.StarvationMinWaitS}
 	if byTier, err = queuereport.Compute(in, opts); err != nil {
-		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+		return in, window, byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
 	}
 	opts.GroupBy, opts.StarvingLimit = []string{queuereport.KeyTier, queuereport.KeyJobType}, 0
 	if byType, err = queuereport.Compute(in, opts); err != nil {
-		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+		return in, window, byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
 	}
-	return byTier, byType, nil
+	return in, window, byTier, byType, nil
 }
 
 // serviceRecords returns the simulation's history as the service would have
@@ -285,7 +312,7 @@ func seconds(v *float64) *int64 {
 // when queuereport rejects the simulation's records, which would be a bug
 // of the engine.
 func (e *engine) report(in Input) (*Report, error) {
-	byTier, byType, err := e.serviceReports()
+	records, window, byTier, byType, err := e.serviceReports()
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +327,7 @@ func (e *engine) report(in Input) (*Report, error) {
 		Cycles:      e.cycleNo, Reasons: map[string]float64{},
 		StarvedJobs: Starved{Factor: e.cfg.StarvationFactor, Jobs: []StarvedJob{}},
 		Unfinished:  Unfinished{Jobs: []string{}},
+		History:     &History{Placements: e.placements, Records: records, Window: window},
 	}
 	if r.SkippedRows.Messages == nil {
 		r.SkippedRows.Messages = []string{}

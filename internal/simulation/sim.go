@@ -167,6 +167,7 @@ type engine struct {
 	// victims) get a cycle at their own instant.
 	changeable   int
 	placed       int
+	placements   []Placement // every grant, in order (Report.History)
 	releases     []queuereport.Release // every release of GPUs, for the starvation signals
 	preempts     map[scheduling.Tier]int
 	lossGPUS     map[scheduling.Tier]float64
@@ -499,6 +500,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 	e.allocMilli += milli
 	e.rate[e.projIdx[j.spec.Project]] += float64(milli) / scheduling.MilliPerGPU
 	e.placed++
+	e.placements = append(e.placements, Placement{JobID: j.spec.ID, At: now, Cycle: e.cycleNo, Rank: pl.Rank, Node: pl.Node})
 	e.events.push(event{t: j.runEnd, kind: evCompletion, job: j, seq: j.runSeq})
 	return nil
 }
