@@ -228,6 +228,13 @@ func TestPreemption(t *testing.T) {
 	if r.Preemptions.Count != 1 || r.Preemptions.LossGPUSeconds != 45 || r.Preemptions.RecomputeUnmeasured != 0 {
 		t.Fatalf("preemptions %+v, want 1 with 45 GPU-s loss, recompute measured", r.Preemptions)
 	}
+	var order []string
+	for _, p := range r.History.Placements {
+		order = append(order, fmt.Sprintf("%s@%d", p.JobID, p.At.Sub(alibaba.Epoch)/time.Second))
+	}
+	if got := strings.Join(order, " "); got != "b@0 c@120 b@150" {
+		t.Errorf("placements %s, want b@0 c@120 b@150", got)
+	}
 	exp := groupOf(t, r, "experiment")
 	if exp.Preemptions != 1 || exp.RequeueWaits != 1 {
 		t.Fatalf("experiment group %+v", exp)
