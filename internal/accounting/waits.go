@@ -84,7 +84,10 @@ type WaitStep struct {
 // the not-yet-evaluated event when due and closes the open event; a wait
 // status (reason, detail) that WaitChanged calls a change writes the
 // not-yet-evaluated event when due, closes the open event and opens one for
-// the new status; an unchanged status does nothing.
+// the new status; an unchanged status does nothing. The simulator calls it
+// as a whole; the store applies its two parts where it holds the rows they
+// read: WaitChanged before it updates the job rows, NotYetEvaluatedSince
+// after the update has locked them (store.ApplyCycle).
 func WaitTransition(st WaitState, placed bool, reason scheduling.WaitReason, detail string, now time.Time) WaitStep {
 	if !placed && !WaitChanged(st.Open, st.Reason, st.Detail, reason, detail) {
 		return WaitStep{}
