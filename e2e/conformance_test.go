@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/replay"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/replay"
 )
 
 // The conformance scenario runs on four lanes, each one 2-GPU node of its own
@@ -126,18 +126,18 @@ var conformanceEpisodes = []struct {
 // under the same policy, queues, quotas, stage and recovery rule.
 func conformanceConfig() simulation.Config {
 	cfg := simulation.DefaultConfig()
-	cfg.PoolName, cfg.Stage, cfg.Projects, cfg.Seed = conformancePool, scheduling.StageAutomate, conformanceProjects, 1
+	cfg.PoolName, cfg.Stage, cfg.Projects, cfg.Seed = conformancePool, vocab.StageAutomate, conformanceProjects, 1
 	cfg.Policy = scheduling.Policy{
 		Version: "conformance",
-		TierBase: map[scheduling.Tier]float64{scheduling.TierExperiment: 0, scheduling.TierStandard: 250,
-			scheduling.TierKeyProject: 10000, scheduling.TierProduction: 30000},
+		TierBase: map[vocab.Tier]float64{vocab.TierExperiment: 0, vocab.TierStandard: 250,
+			vocab.TierKeyProject: 10000, vocab.TierProduction: 30000},
 		Aging:       scheduling.AgingPolicy{Enabled: true, StepPoints: 100, IntervalSeconds: 2, CapPoints: 1000},
 		Reservation: scheduling.ReservationPolicy{Enabled: true, Depth: 16},
 		Preemption: scheduling.PreemptionPolicy{Enabled: true, MinRuntimeSeconds: 2, MaxPreemptions: 3, WindowSeconds: 3600,
 			SaveRestoreSeconds: 1, GraceSeconds: 10, ReleaseWithoutCheckpoint: true},
 	}
 	cfg.Quotas = []scheduling.Quota{{Project: quotaProject, Pool: conformancePool, NominalMilli: 1000}}
-	cfg.Recovery = simulation.RecoveryRule{Tiers: []scheduling.Tier{scheduling.TierExperiment}, Probability: 0.5,
+	cfg.Recovery = simulation.RecoveryRule{Tiers: []vocab.Tier{vocab.TierExperiment}, Probability: 0.5,
 		CheckpointIntervalSeconds: conformanceCkptS}
 	// The service's scheduler runs a cycle at least every second (startEnv's
 	// CycleInterval); so does the simulation's timer.
@@ -196,7 +196,7 @@ func conformanceName(t *testing.T, cfg simulation.Config, base string, j conform
 		if inQuota != j.quota {
 			continue
 		}
-		if alibaba.TierOf(j.qos) == scheduling.TierExperiment && checkpointable(cfg, name) != j.ckpt {
+		if alibaba.TierOf(j.qos) == vocab.TierExperiment && checkpointable(cfg, name) != j.ckpt {
 			continue
 		}
 		return name
@@ -390,7 +390,7 @@ func checkScenarioExercised(t *testing.T, sim *simulation.Report) {
 	if sim.Preemptions.Count != 4 || sim.Preemptions.WouldPreempt != 0 {
 		t.Fatalf("simulation preemptions %+v, want 4 carried out", sim.Preemptions)
 	}
-	for _, r := range []scheduling.WaitReason{scheduling.ReasonQuotaExhausted, scheduling.ReasonReservedForHigherPriority} {
+	for _, r := range []vocab.WaitReason{vocab.ReasonQuotaExhausted, vocab.ReasonReservedForHigherPriority} {
 		if sim.Reasons[string(r)] <= 0 {
 			t.Fatalf("simulation has no time in %s: %v", r, sim.Reasons)
 		}
@@ -582,7 +582,7 @@ func reasonUnion(a, b map[string]float64) []string {
 func roundMap(m map[string]float64) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		if k == string(accounting.ReasonNotYetEvaluated) {
+		if k == string(vocab.ReasonNotYetEvaluated) {
 			k = "nye"
 		}
 		out[k] = fmt.Sprintf("%.1f", v)

@@ -12,17 +12,12 @@ import (
 
 	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// ActorScheduler is the audit actor of everything ApplyCycle records.
-const ActorScheduler = "scheduler"
-
-// notYetEvaluatedDetail and notYetEvaluatedNext are the detail and next
-// action of an accounting.ReasonNotYetEvaluated wait event.
-const (
-	notYetEvaluatedDetail = "submitted or requeued; no scheduling cycle had evaluated the job yet"
-	notYetEvaluatedNext   = "none: the scheduler evaluates the job at its next cycle"
-)
+// notYetEvaluatedDetail is the detail of a vocab.ReasonNotYetEvaluated wait
+// event.
+const notYetEvaluatedDetail = "submitted or requeued; no scheduling cycle had evaluated the job yet"
 
 // CycleOutcome is what ApplyCycle did with one scheduling cycle's result. It
 // is stored with the cycle, so a replay returns the same value.
@@ -87,7 +82,7 @@ type StartedPreemption struct {
 //     (accounting.WaitChanged);
 //   - a job this cycle places or gives a reason while it has no open wait
 //     event (its first evaluation since it was submitted or requeued) first
-//     gets a closed accounting.ReasonNotYetEvaluated event from then (jobs.waiting_since,
+//     gets a closed vocab.ReasonNotYetEvaluated event from then (jobs.waiting_since,
 //     or the end of its previous event if later) to now, so that its wait
 //     events cover every second from submit to placement;
 //   - placements and preemption proposals are recorded as decisions and in
@@ -115,7 +110,7 @@ func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.
 
 // cycleJob is a job row locked by a cycle.
 type cycleJob struct {
-	state           JobState
+	state           vocab.JobState
 	held, cancelled bool
 	pool            string
 	cpuMilli, memMi int64
@@ -306,7 +301,7 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
 			"borrowed": p.Borrowed, "rank": p.Rank, "priority": priorityParts(p.Priority)}
 		decisions = append(decisions, decisionRow{p.JobID, "place", mustJSON(body)})
-		audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: "place", Subject: p.JobID,
+		audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: "place", Subject: p.JobID,
 			Reason: fmt.Sprintf("rank %d, score %.1f: granted %s on node %s", p.Rank, p.Priority.Score,
 				describeShares(p.GPUs), p.Node), Evidence: body})
 	}
@@ -334,7 +329,7 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 		return "job not found"
 	case placed[p.JobID]:
 		return "job placed twice in one cycle"
-	case j.state != StateSubmitted && j.state != StateWaiting:
+	case j.state != vocab.JobSubmitted && j.state != vocab.JobWaiting:
 		return fmt.Sprintf("job is %s, not pending", j.state)
 	case j.held:
 		return "job is held"
@@ -443,7 +438,7 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 // recordNotYetEvaluated writes, for each of jobIDs that
 // accounting.NotYetEvaluatedSince finds due (no open wait event, and a start
 // — waiting_since or the end of the job's previous wait event, if later —
-// before now), an accounting.ReasonNotYetEvaluated event from that start,
+// before now), an vocab.ReasonNotYetEvaluated event from that start,
 // closed at now. These jobs are seen by a cycle for the first time since they
 // were submitted or requeued: a waiting job keeps an open event from its
 // first evaluation until it is placed. The state is read after the caller
@@ -483,7 +478,7 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO wait_events (job_id, reason, detail, next_action, started_at, ended_at)
 		SELECT u.id, $3, $4, $5, u.since, $6 FROM unnest($1::text[], $2::timestamptz[]) AS u(id, since)`,
-		ids, starts, string(accounting.ReasonNotYetEvaluated), notYetEvaluatedDetail, notYetEvaluatedNext, now); err != nil {
+		ids, starts, string(vocab.ReasonNotYetEvaluated), notYetEvaluatedDetail, vocab.ReasonNotYetEvaluated.NextAction(), now); err != nil {
 		return fmt.Errorf("record waits before the first evaluation: %w", err)
 	}
 	return nil
@@ -536,10 +531,10 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			out.StaleWaits++
 			continue
 		}
-		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: NextAction(w.Reason),
+		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
 			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
-		if accounting.WaitChanged(c.open, scheduling.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
+		if accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
 			transition[w.JobID] = true
 		}
 	}
@@ -615,7 +610,7 @@ func (w *waitRows) add(s scheduling.WaitStatus) {
 	w.jobIDs = append(w.jobIDs, s.JobID)
 	w.reasons = append(w.reasons, string(s.Reason))
 	w.details = append(w.details, s.Detail)
-	w.next = append(w.next, NextAction(s.Reason))
+	w.next = append(w.next, s.Reason.NextAction())
 	w.reeval = append(w.reeval, s.ReEvaluate)
 	w.blocking = append(w.blocking, s.BlockingJobID)
 }
@@ -637,7 +632,7 @@ func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []sc
 		}
 		decisions = append(decisions, decisionRow{p.ForJobID, kind, body})
 		for _, v := range p.Victims {
-			audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: action, Subject: v.JobID,
+			audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: action, Subject: v.JobID,
 				Reason:   fmt.Sprintf("for job %s: %s", p.ForJobID, p.Reason),
 				Evidence: map[string]any{"proposal": json.RawMessage(body), "allocation_id": v.AllocationID}})
 			if p.Act {

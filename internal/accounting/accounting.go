@@ -10,8 +10,8 @@
 //     CHECK constraint stays the backstop); the simulator checks every grant.
 //   - wait-event segmentation (WaitChanged, NotYetEvaluatedSince,
 //     WaitTransition, CloseAt): which wait event a cycle's outcome closes and
-//     which it opens, including the closed ReasonNotYetEvaluated event from
-//     submit or requeue to a job's first evaluation.
+//     which it opens, including the closed vocab.ReasonNotYetEvaluated event
+//     from submit or requeue to a job's first evaluation.
 //   - effective run loss (EffectiveRunLoss): lost since checkpoint +
 //     save/restore + recompute, per GPU held.
 //
@@ -22,5 +22,6 @@
 // scheduling for its value types. The store, its snapshot and the simulator
 // all decay usage through those two functions.
 //
-// The package imports only internal/scheduling and the standard library.
+// The package imports only internal/scheduling, internal/vocab and the
+// standard library.
 package accounting

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestAdmit(t *testing.T) {
@@ -43,7 +44,7 @@ func TestAdmit(t *testing.T) {
 func TestWaitTransition(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	busy, frag := scheduling.ReasonCapacityBusy, scheduling.ReasonFragmented
+	busy, frag := vocab.ReasonCapacityBusy, vocab.ReasonFragmented
 
 	// First evaluation 5 s after submit: a closed not-yet-evaluated event, then an open one.
 	st := WaitState{WaitingSince: at(0)}

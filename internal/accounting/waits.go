@@ -3,18 +3,8 @@ package accounting
 import (
 	"time"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
-
-// ReasonNotYetEvaluated is the wait reason of the interval from a job's
-// submit (or requeue) to the first scheduling cycle that evaluates it. The
-// reasons of scheduling are what a cycle finds; before the first cycle there
-// is no finding, and a job placed by that cycle has none at all, so without
-// this interval the time per wait reason would miss every second a job
-// waited for the scheduler to look at it. It is written closed, at the cycle
-// that first evaluates the job, so it is never a job's current reason; it
-// appears in wait-event histories and reports (docs/design.md).
-const ReasonNotYetEvaluated scheduling.WaitReason = "not_yet_evaluated"
 
 // WaitState is what segmentation needs of one pending job's wait events, as
 // the store holds them.
@@ -22,7 +12,7 @@ type WaitState struct {
 	// Open is true when the job has an open wait event (ended_at NULL);
 	// Reason and Detail are that event's.
 	Open   bool
-	Reason scheduling.WaitReason
+	Reason vocab.WaitReason
 	Detail string
 	// WaitingSince is when the job's current wait began: its submit, or the
 	// release that requeued it (jobs.waiting_since).
@@ -36,11 +26,11 @@ type WaitState struct {
 // pending job opens a new wait event: when the job has no open event, or the
 // open event's reason or detail differs. A status equal to the open event
 // extends it and writes nothing.
-func WaitChanged(open bool, curReason scheduling.WaitReason, curDetail string, reason scheduling.WaitReason, detail string) bool {
+func WaitChanged(open bool, curReason vocab.WaitReason, curDetail string, reason vocab.WaitReason, detail string) bool {
 	return !open || curReason != reason || curDetail != detail
 }
 
-// NotYetEvaluatedSince returns the start of the closed ReasonNotYetEvaluated
+// NotYetEvaluatedSince returns the start of the closed vocab.ReasonNotYetEvaluated
 // event a cycle at now writes for a job it evaluates (gives a reason or
 // places) while the job has no open wait event: the later of WaitingSince
 // and LastEnded. ok is false when no such event is due: the job has an open
@@ -69,7 +59,7 @@ func CloseAt(start, at time.Time) time.Time {
 // WaitStep is what one cycle's outcome does to a pending job's wait events,
 // all at the cycle's instant now, in this order.
 type WaitStep struct {
-	// NotYetEvaluated is true when a closed ReasonNotYetEvaluated event
+	// NotYetEvaluated is true when a closed vocab.ReasonNotYetEvaluated event
 	// [NotYetEvaluatedFrom, now) is written first.
 	NotYetEvaluated     bool
 	NotYetEvaluatedFrom time.Time
@@ -88,7 +78,7 @@ type WaitStep struct {
 // as a whole; the store applies its two parts where it holds the rows they
 // read: WaitChanged before it updates the job rows, NotYetEvaluatedSince
 // after the update has locked them (store.ApplyCycle).
-func WaitTransition(st WaitState, placed bool, reason scheduling.WaitReason, detail string, now time.Time) WaitStep {
+func WaitTransition(st WaitState, placed bool, reason vocab.WaitReason, detail string, now time.Time) WaitStep {
 	if !placed && !WaitChanged(st.Open, st.Reason, st.Detail, reason, detail) {
 		return WaitStep{}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Input is a trace as read by package alibaba.
@@ -66,7 +67,7 @@ type simJob struct {
 	runLeft  int64 // trace-scheduled pods: run seconds still to do
 
 	waitStart int64
-	reason    scheduling.WaitReason // the last cycle's reason; "" until a cycle evaluated the wait
+	reason    vocab.WaitReason // the last cycle's reason; "" until a cycle evaluated the wait
 	// wait is the job's wait-event state as the store holds it, and openAt the
 	// open event's start: accounting.WaitTransition segments the waits.
 	wait         accounting.WaitState
@@ -102,7 +103,7 @@ type simRun struct{ start, end int64 }
 // simWait is one closed wait event [start, end) of a job: the reason it
 // waited for, as the service's wait_events table records it.
 type simWait struct {
-	reason     scheduling.WaitReason
+	reason     vocab.WaitReason
 	start, end int64
 }
 
@@ -110,7 +111,7 @@ type simWait struct {
 // resume and pass times, which the run after the preemption supplies.
 type pendingLoss struct {
 	in   accounting.LossInput
-	tier scheduling.Tier
+	tier vocab.Tier
 	// redoS is the time the next run needs, from its start, to be back at the
 	// step reached at the notice: restore plus the work lost.
 	redoS float64
@@ -162,15 +163,16 @@ type engine struct {
 	allocMilliS float64 // integral of allocMilli over time
 
 	cycleNo int
-	// changeable counts the waiting jobs whose last reason is changeable. It
+	// changeable counts the waiting jobs whose last reason a release, a
+	// deletion or time alone may change (vocab.WaitReason.TimeCanChange). It
 	// is exact after each cycle; jobs queued since then (arrivals, requeued
 	// victims) get a cycle at their own instant.
 	changeable   int
 	placed       int
-	placements   []Placement // every grant, in order (Report.History)
+	placements   []Placement           // every grant, in order (Report.History)
 	releases     []queuereport.Release // every release of GPUs, for the starvation signals
-	preempts     map[scheduling.Tier]int
-	lossGPUS     map[scheduling.Tier]float64
+	preempts     map[vocab.Tier]int
+	lossGPUS     map[vocab.Tier]float64
 	unmeasured   int // preemptions whose loss has no recompute term (the next run never passed the step)
 	wouldPreempt int
 
@@ -206,7 +208,7 @@ func newEngine(in Input, cfg Config, progress io.Writer) *engine {
 		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
 		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
 		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: accounting.Ledger{}, byID: map[string]*simJob{},
-		projIdx: map[string]int{}, preempts: map[scheduling.Tier]int{}, lossGPUS: map[scheduling.Tier]float64{},
+		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
 	}
 	for _, n := range e.pools[0].Nodes {
 		for _, g := range n.GPUs {
@@ -378,18 +380,6 @@ func (e *engine) schedule(t int64) error {
 	return nil
 }
 
-// changeable lists the reasons that a release, a deletion or time alone may
-// change: freed GPUs can be granted, aging reorders ranks and reservations,
-// runs become old enough to be preemption victims, anti-thrash windows
-// expire. The others cannot change that way (no_matching_capacity holds
-// "even if empty"; holds, prerequisites and pools do not occur in a trace), so
-// a release while only they wait needs no cycle.
-var changeable = map[scheduling.WaitReason]bool{
-	scheduling.ReasonCapacityBusy: true, scheduling.ReasonFragmented: true,
-	scheduling.ReasonReservedForHigherPriority: true, scheduling.ReasonQuotaExhausted: true,
-	scheduling.ReasonPreemptionInProgress: true,
-}
-
 // cycle runs one scheduling cycle at t and applies its outcome. It reports
 // whether a preemption was carried out (GPUs were freed for a blocked job).
 func (e *engine) cycle(t int64) (bool, error) {
@@ -412,7 +402,7 @@ func (e *engine) cycle(t int64) (bool, error) {
 		}
 		e.segment(j, accounting.WaitTransition(j.wait, false, w.Reason, w.Detail, now), w.Reason, w.Detail, t)
 		j.reason = w.Reason
-		if changeable[w.Reason] {
+		if w.Reason.TimeCanChange() {
 			e.changeable++
 		}
 	}
@@ -655,10 +645,10 @@ func (e *engine) removePending(j *simJob) {
 // the cycle's wait status, empty for a placement): the closed
 // not-yet-evaluated event, the close of the open event, the new open event,
 // as the store writes them.
-func (e *engine) segment(j *simJob, st accounting.WaitStep, reason scheduling.WaitReason, detail string, t int64) {
+func (e *engine) segment(j *simJob, st accounting.WaitStep, reason vocab.WaitReason, detail string, t int64) {
 	if st.NotYetEvaluated {
 		from := int64(st.NotYetEvaluatedFrom.Sub(e.epoch) / time.Second)
-		j.waits = append(j.waits, simWait{reason: accounting.ReasonNotYetEvaluated, start: from, end: t})
+		j.waits = append(j.waits, simWait{reason: vocab.ReasonNotYetEvaluated, start: from, end: t})
 		j.wait.LastEnded = e.at(t)
 	}
 	if st.Close {
