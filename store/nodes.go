@@ -402,16 +402,38 @@ func (s *Store) GPUSamples(ctx context.Context, uuids []string, since time.Time)
 	return out, nil
 }
 
+// DefaultPruneBatch is how many gpu_samples rows one statement of
+// PruneGPUSamples deletes when the caller gives no batch size: small enough
+// that each statement holds its row locks and writes its WAL briefly, large
+// enough that a day of samples of a 1,000-GPU pool (2.9 million rows at one
+// sample per 30 s) goes in a few hundred statements.
+const DefaultPruneBatch = 10000
+
 // PruneGPUSamples deletes the samples taken before before and returns how
-// many it deleted; the service runs it periodically to bound the table
-// (one sample per GPU per agent refresh, 2,880 a day per GPU at 30 s).
-// Errors are wrapped with "prune GPU samples".
-func (s *Store) PruneGPUSamples(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM gpu_samples WHERE at < $1`, before)
-	if err != nil {
-		return 0, fmt.Errorf("store: prune GPU samples: %w", err)
+// many it deleted; the service runs it periodically to bound the table (one
+// sample per GPU per agent refresh, 2,880 a day per GPU at 30 s). It deletes
+// in statements of at most batch rows (≤ 0 means DefaultPruneBatch), each
+// its own transaction, oldest first through the btree index on at
+// (migration 00110), until one deletes fewer than batch; a cancelled ctx
+// stops it between statements, keeping what earlier ones deleted. Errors are
+// wrapped with "prune GPU samples" and come with the count deleted so far.
+func (s *Store) PruneGPUSamples(ctx context.Context, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultPruneBatch
 	}
-	return tag.RowsAffected(), nil
+	var deleted int64
+	for {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM gpu_samples WHERE (gpu_uuid, at) IN (
+				SELECT gpu_uuid, at FROM gpu_samples WHERE at < $1 ORDER BY at LIMIT $2)`, before, batch)
+		if err != nil {
+			return deleted, fmt.Errorf("store: prune GPU samples: %w", err)
+		}
+		deleted += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return deleted, nil
+		}
+	}
 }
 
 // RunSpec is what a node agent needs to start a run as a process: the job's
