@@ -11,8 +11,9 @@ import (
 // `db:"column"` (pgx.RowToStructByName), which are then converted to the
 // domain types; a column added to a select list without a matching field (or
 // the other way round) fails the query instead of shifting every later value.
-// The hot scheduling snapshot (LoadSnapshot) keeps positional scans into
-// reused buffers; see snapshot.go for why.
+// The scheduling snapshot (LoadSnapshot, run every cycle) and the inventory
+// and queue rows it reads keep positional scans; snapshotLoader's comment
+// gives the measurement.
 
 // queryOne runs sql on q and scans its only row by name into a T. It returns
 // an error wrapping pgx.ErrNoRows when there is no row.
