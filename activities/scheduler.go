@@ -12,6 +12,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -43,7 +44,7 @@ type Scheduler struct {
 // signalledReasons is the wait reason last signalled to each job, as of a cycle.
 type signalledReasons struct {
 	cycleID string
-	byJob   map[string]scheduling.WaitReason
+	byJob   map[string]vocab.WaitReason
 }
 
 // NewScheduler returns the scheduler activities on d's dependencies.
@@ -80,14 +81,6 @@ type StartedPreemption struct {
 	// RunID is the victim's run on the allocation; "" when the victim was
 	// placed but its run had not started.
 	RunID string
-}
-
-// preemptionRecorder is the part of *store.Store that records the
-// "would preempt" proposals of observe-stage pools and names the victims'
-// runs; a Store without it (a test double) records neither.
-type preemptionRecorder interface {
-	RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error)
-	PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error)
 }
 
 // RunCycleResult is what one cycle did.
@@ -186,12 +179,8 @@ func cycleResult(out *store.CycleOutcome, plan *scheduling.Result) *RunCycleResu
 // of each started preemption's victim, for its workflow ID.
 func (a *Scheduler) recordPreemptions(ctx context.Context, cycleID string, plan *scheduling.Result,
 	out *store.CycleOutcome, res *RunCycleResult, now time.Time) error {
-	rec, ok := a.Store.(preemptionRecorder)
-	if !ok {
-		return nil
-	}
 	if !out.Replayed {
-		if _, err := rec.RecordWouldPreempt(ctx, cycleID, plan.Preemptions, now); err != nil {
+		if _, err := a.Store.RecordWouldPreempt(ctx, cycleID, plan.Preemptions, now); err != nil {
 			return err
 		}
 	}
@@ -202,7 +191,7 @@ func (a *Scheduler) recordPreemptions(ctx context.Context, cycleID string, plan 
 	for i, p := range res.Preemptions {
 		allocs[i] = p.AllocationID
 	}
-	runs, err := rec.PreemptionRunIDs(ctx, allocs)
+	runs, err := a.Store.PreemptionRunIDs(ctx, allocs)
 	if err != nil {
 		return err
 	}
@@ -223,17 +212,17 @@ func (a *Scheduler) policy(ctx context.Context) (*scheduling.Policy, error) {
 // reasonsBefore returns the reasons signalled as of in.PreviousCycleID: the
 // remembered ones when this Scheduler ran that cycle, else those the store
 // holds for waiting jobs (what the previous cycle stored and signalled).
-func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]scheduling.WaitReason, error) {
+func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]vocab.WaitReason, error) {
 	a.mu.Lock()
 	r := a.reasons[in.Shard]
 	a.mu.Unlock()
 	if r != nil && in.PreviousCycleID != "" && r.cycleID == in.PreviousCycleID {
 		return r.byJob, nil
 	}
-	byJob := map[string]scheduling.WaitReason{}
+	byJob := map[string]vocab.WaitReason{}
 	after := ""
 	for {
-		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: store.StateWaiting, Limit: store.MaxListLimit, AfterID: after})
+		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: vocab.JobWaiting, Limit: store.MaxListLimit, AfterID: after})
 		if err != nil {
 			return nil, fmt.Errorf("read stored wait reasons: %w", err)
 		}
@@ -252,11 +241,11 @@ func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[s
 // reasonChange is one waiting job whose reason differs from the one signalled.
 type reasonChange struct {
 	jobID  string
-	reason scheduling.WaitReason
+	reason vocab.WaitReason
 }
 
 // reasonChanges lists the waiting jobs whose reason is not the one in prev.
-func reasonChanges(prev map[string]scheduling.WaitReason, waiting []scheduling.WaitStatus) []reasonChange {
+func reasonChanges(prev map[string]vocab.WaitReason, waiting []scheduling.WaitStatus) []reasonChange {
 	var out []reasonChange
 	for _, w := range waiting {
 		if prev[w.JobID] != w.Reason {
@@ -304,8 +293,8 @@ func (a *Scheduler) signalReasons(ctx context.Context, changes []reasonChange) m
 // cycle's reason for every waiting job, except where the signal failed, which
 // keeps the earlier reason so that the next cycle signals it again.
 func (a *Scheduler) rememberReasons(in *RunCycleInput, waiting []scheduling.WaitStatus,
-	prev map[string]scheduling.WaitReason, failed map[string]bool) {
-	byJob := make(map[string]scheduling.WaitReason, len(waiting))
+	prev map[string]vocab.WaitReason, failed map[string]bool) {
+	byJob := make(map[string]vocab.WaitReason, len(waiting))
 	for _, w := range waiting {
 		switch {
 		case !failed[w.JobID]:

@@ -16,19 +16,21 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // recordingWorkflows is the one fake of these tests: it stands for Temporal,
 // which the API reaches only through the Workflows interface and which is
-// tested against a real dev server in temporalworkflows_test.go and in
-// workflows/. It records calls and can be told to fail, which a real Temporal
+// tested against a real dev server in workflows/ (client_test.go). It
+// records calls and can be told to fail, which a real Temporal
 // server cannot be made to do on cue (needed for the 202 paths).
 type recordingWorkflows struct {
 	mu        sync.Mutex
 	started   []string
-	attrs     []JobAttributes
+	attrs     []temporalx.JobAttributes
 	cancelled []string
 	notified  int
 	startErr  error
@@ -38,7 +40,7 @@ type recordingWorkflows struct {
 	startHook func(jobID string)
 }
 
-func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs JobAttributes) error {
+func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs temporalx.JobAttributes) error {
 	w.mu.Lock()
 	hook := w.startHook
 	w.mu.Unlock()
@@ -89,10 +91,10 @@ const (
 func testTokens(t testing.TB) Tokens {
 	t.Helper()
 	toks, err := NewTokens(map[string]Principal{
-		tokAlice: {Name: "alice", Project: "vision", Role: RoleSubmitter},
-		tokBob:   {Name: "bob", Project: "speech", Role: RoleSubmitter},
-		tokOps:   {Name: "olga", Project: "platform", Role: RoleOperator},
-		tokAdmin: {Name: "root", Project: "platform", Role: RoleAdmin},
+		tokAlice: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
+		tokBob:   {Name: "bob", Project: "speech", Role: vocab.RoleSubmitter},
+		tokOps:   {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
+		tokAdmin: {Name: "root", Project: "platform", Role: vocab.RoleAdmin},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,14 +104,14 @@ func testTokens(t testing.TB) Tokens {
 
 // testQueues are the queues every test database holds.
 var testQueues = []scheduling.Queue{
-	{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1, MaxWait: 2 * time.Hour},
-	{Name: "inference", Tier: scheduling.TierProduction, ServiceShare: 2, Protected: true},
-	{Name: "delivery", Tier: scheduling.TierKeyProject, ServiceShare: 1, MaxWait: 30 * time.Minute},
+	{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1, MaxWait: 2 * time.Hour},
+	{Name: "inference", Tier: vocab.TierProduction, ServiceShare: 2, Protected: true},
+	{Name: "delivery", Tier: vocab.TierKeyProject, ServiceShare: 1, MaxWait: 30 * time.Minute},
 }
 
 // testPools is a small inventory: one node with two A100s in one NVLink domain.
 var testPools = []scheduling.Pool{{
-	Name: "a100-east", Available: true, Stage: scheduling.StageObserve,
+	Name: "a100-east", Available: true, Stage: vocab.StageObserve,
 	Nodes: []scheduling.Node{{
 		Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
 		GPUs: []scheduling.GPU{

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -31,7 +32,7 @@ const (
 // submitJob handles POST /v1/jobs. Order matters for invariant 3: validate
 // (nothing stored on a rejection) → commit the row → start the workflow →
 // answer 201 (new), 200 (same Idempotency-Key again) or 202 (committed, start
-// deferred to the reconciler). With WithAsyncStarts a new job's start is
+// deferred to the reconciler). With WithStartQueue a new job's start is
 // queued and the answer is 201 at once; a repeated key still starts its
 // workflow in the request, so a client's retry confirms the start.
 func (s *Server) submitJob(c *gin.Context) {
@@ -81,7 +82,7 @@ func (s *Server) submitJob(c *gin.Context) {
 // the job's workflow and returns the status and body to answer with.
 func (s *Server) startJobWorkflow(c *gin.Context, job *store.Job, created bool) (int, Job) {
 	out := jobFromStore(job, nil)
-	if created && s.starter != nil && s.starter.offer(startRequest{jobID: job.ID, attrs: jobAttributes(job)}) {
+	if created && s.startQueue != nil && s.startQueue.Offer(job.ID, jobAttributes(job)) {
 		return http.StatusCreated, out
 	}
 	wctx, cancel := s.workflowCtx(c)
@@ -348,12 +349,6 @@ func (s *Server) answerJob(ctx context.Context, c *gin.Context, id string, statu
 	c.JSON(status, out)
 }
 
-// jobStates are the states ?state= accepts.
-var jobStates = []store.JobState{
-	store.StateSubmitted, store.StateWaiting, store.StatePlaced, store.StateRunning,
-	store.StateSucceeded, store.StateFailed, store.StateCancelled,
-}
-
 // listJobs handles GET /v1/jobs?project=&queue=&state=&reason=&limit=&cursor=.
 // A submitter's listing is always limited to its own project.
 func (s *Server) listJobs(c *gin.Context) {
@@ -379,19 +374,19 @@ func (s *Server) listJobs(c *gin.Context) {
 // jobFilter reads and checks the list query parameters.
 func jobFilter(c *gin.Context, p Principal) (store.JobFilter, *Error) {
 	f := store.JobFilter{
-		Project: c.Query("project"), Queue: c.Query("queue"), State: store.JobState(c.Query("state")),
-		Reason: scheduling.WaitReason(c.Query("reason")), AfterID: c.Query("cursor"),
+		Project: c.Query("project"), Queue: c.Query("queue"), State: vocab.JobState(c.Query("state")),
+		Reason: vocab.WaitReason(c.Query("reason")), AfterID: c.Query("cursor"),
 	}
 	switch {
-	case !p.Role.seesAll() && f.Project != "" && f.Project != p.Project:
+	case !p.Role.SeesAllProjects() && f.Project != "" && f.Project != p.Project:
 		return f, forbiddenProject(p, f.Project)
-	case !p.Role.seesAll():
+	case !p.Role.SeesAllProjects():
 		f.Project = p.Project
 	}
-	if f.State != "" && !slices.Contains(jobStates, f.State) {
-		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "state", "unknown state %q (want one of %s)", f.State, joinStates())
+	if f.State != "" && !f.State.Valid() {
+		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "state", "unknown state %q (want one of %s)", f.State, strings.Join(names(vocab.JobStates), ", "))
 	}
-	if f.Reason != "" && !slices.Contains(scheduling.WaitReasons, f.Reason) {
+	if f.Reason != "" && !slices.Contains(vocab.WaitReasons, f.Reason) {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "reason", "unknown wait reason %q", f.Reason)
 	}
 	if l := c.Query("limit"); l != "" {
@@ -405,14 +400,6 @@ func jobFilter(c *gin.Context, p Principal) (store.JobFilter, *Error) {
 		f.Limit = n
 	}
 	return f, nil
-}
-
-func joinStates() string {
-	names := make([]string, len(jobStates))
-	for i, s := range jobStates {
-		names[i] = string(s)
-	}
-	return strings.Join(names, ", ")
 }
 
 // listQueues handles GET /v1/queues.

@@ -8,39 +8,21 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.temporal.io/api/serviceerror"
 
-	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
 // GovernanceWorkflows is what the reclaim decision routes ask of Temporal.
 // The Workflows given to New must implement it for them to work
-// (*TemporalWorkflows does); otherwise they answer 500.
+// (workflows.Client does); otherwise they answer 500.
 type GovernanceWorkflows interface {
 	// DecideReclaim sends signal (temporalx.SignalReclaimKeep or
 	// SignalReclaimConfirm) with who and why to the allocation's
-	// ReclaimWorkflow. A workflow that is closed is ErrReclaimClosed.
+	// ReclaimWorkflow. A workflow that is closed is
+	// temporalx.ErrReclaimClosed (answered 409).
 	DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error
-}
-
-// ErrReclaimClosed is returned by DecideReclaim when the reclaim workflow
-// has already ended: no decision is awaited.
-var ErrReclaimClosed = errors.New("the reclaim workflow has ended")
-
-// DecideReclaim implements GovernanceWorkflows.
-func (t *TemporalWorkflows) DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error {
-	id := temporalx.ReclaimWorkflowID(allocationID)
-	err := t.client.SignalWorkflow(ctx, id, "", signal, temporalx.ReclaimDecisionSignal{Actor: actor, Reason: reason})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return ErrReclaimClosed
-	}
-	if err != nil {
-		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
-	}
-	return nil
 }
 
 // Reclaim is one reclaim record: the allocation, its class and the
@@ -94,11 +76,9 @@ type ReclaimReport struct {
 
 // Accepted values of the reclaim report's filters.
 var (
-	reclaimClasses = enumQuery{"class", []string{string(governance.ClassFailed), string(governance.ClassIdle), string(governance.ClassCompleted)}}
-	reclaimModes   = enumQuery{"mode", []string{string(governance.ModeReport), string(governance.ModeNotify),
-		string(governance.ModeAuto), string(governance.ModeConfirm)}}
-	reclaimStates = enumQuery{"state", []string{store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified,
-		store.ReclaimAwaitConfirm, store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved}}
+	reclaimClasses = enumQuery{"class", names(vocab.ReclaimClasses)}
+	reclaimModes   = enumQuery{"mode", names(vocab.ReclaimModes)}
+	reclaimStates  = enumQuery{"state", names(vocab.ReclaimStates)}
 )
 
 // listReclaims handles GET /v1/reclaims?class=&mode=&pool=&state=&limit=.
@@ -107,7 +87,8 @@ func (s *Server) listReclaims(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := store.ReclaimFilter{Class: q["class"], Mode: q["mode"], Pool: c.Query("pool"), State: q["state"], Limit: limit}
+	f := store.ReclaimFilter{Class: vocab.ReclaimClass(q["class"]), Mode: vocab.ReclaimMode(q["mode"]), Pool: c.Query("pool"),
+		State: vocab.ReclaimState(q["state"]), Limit: limit}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (ReclaimReport, error) {
 		rs, err := gs.ListReclaims(ctx, f)
 		return reclaimReport(rs), err
@@ -136,7 +117,7 @@ func reclaimReport(rs []store.Reclaim) ReclaimReport {
 // admin approves the release (confirm mode, or a notify-mode release before
 // its window ends).
 func (s *Server) confirmReclaim(c *gin.Context) {
-	if p := principal(c); !p.Role.seesAll() {
+	if p := principal(c); !p.Role.SeesAllProjects() {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "confirming a reclaim needs an operator or admin token; this is a %s token", p.Role))
 		return
 	}
@@ -187,7 +168,7 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 	wctx, wcancel := s.workflowCtx(c)
 	defer wcancel()
 	if err := wf.DecideReclaim(wctx, r.AllocationID, signal, p.Name, actionReason(req, verb)); err != nil {
-		if errors.Is(err, ErrReclaimClosed) {
+		if errors.Is(err, temporalx.ErrReclaimClosed) {
 			writeError(c, newError(http.StatusConflict, CodeConflict, "", "reclaim %s: %v", r.ID, err))
 			return
 		}
@@ -201,8 +182,8 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 // awaitsDecision reports whether a reclaim still takes the decision: a
 // notify- or confirm-mode reclaim that was not decided or released yet.
 func awaitsDecision(r *store.Reclaim) bool {
-	return r.State == store.ReclaimNotified || r.State == store.ReclaimAwaitConfirm ||
-		(r.State == store.ReclaimOpen && (r.Mode == governance.ModeNotify || r.Mode == governance.ModeConfirm))
+	return r.State == vocab.ReclaimNotified || r.State == vocab.ReclaimAwaitConfirm ||
+		(r.State == vocab.ReclaimOpen && (r.Mode == vocab.ModeNotify || r.Mode == vocab.ModeConfirm))
 }
 
 func reclaimFromStore(r *store.Reclaim) Reclaim {
@@ -212,8 +193,8 @@ func reclaimFromStore(r *store.Reclaim) Reclaim {
 	}
 	return Reclaim{
 		ID: r.ID, AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue, Pool: r.Pool, Node: r.Node,
-		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: r.Stage, Basis: r.Basis,
-		Evidence: ev, GPUs: r.GPUs, State: r.State, WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
+		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: string(r.Stage), Basis: r.Basis,
+		Evidence: ev, GPUs: r.GPUs, State: string(r.State), WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
 		NoticeDeadline: r.NoticeDeadline, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, ReleasedAt: r.ReleasedAt,
 		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason, Detail: r.Detail,
 	}

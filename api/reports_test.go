@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -25,9 +26,9 @@ import (
 type reportFixture = reporttest.Fixture
 
 // fixtureStates maps the fixture's state labels to stored job states.
-var fixtureStates = map[string]store.JobState{
-	"completed": store.StateSucceeded, "pending": store.StateWaiting,
-	"running": store.StateRunning, "cancelled": store.StateCancelled,
+var fixtureStates = map[string]vocab.JobState{
+	"completed": vocab.JobSucceeded, "pending": vocab.JobWaiting,
+	"running": vocab.JobRunning, "cancelled": vocab.JobCancelled,
 }
 
 // loadReportFixture reads the fixture with its state labels replaced by the
@@ -61,7 +62,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Cleanup(st.Close)
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
-		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: scheduling.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
 	}
 	if err := st.UpsertQueues(ctx, queues); err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 func fixturePools() []scheduling.Pool {
 	var pools []scheduling.Pool
 	for _, name := range []string{"p1", "p2"} {
-		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
+		p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
 		for _, model := range []string{"A100", "H100"} {
 			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
 			for g := range 4 {
@@ -265,7 +266,7 @@ func TestReportSubmitterSeesOwnProject(t *testing.T) {
 	}{{tokAlice, "", "vision"}, {tokOps, "&project=search", "search"}} {
 		var got any
 		env.getJSON("/v1/reports/queues?"+fixtureQuery(f)+c.query, c.token, &got)
-		want, err := queuereport.Compute(*FilterReportInput(&f.Input, c.project), f.Options)
+		want, err := queuereport.Compute(*filterReportInput(&f.Input, c.project), f.Options)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,4 +330,31 @@ func TestReportBadParameters(t *testing.T) {
 			t.Errorf("%s: error %+v, want malformed on %s", c.path, e, c.field)
 		}
 	}
+}
+
+// filterReportInput returns the records of project's jobs: its jobs, their
+// runs and wait events; releases and queue targets are kept whole, since they
+// name no job. in is not changed. It is the test's definition of a project's
+// report, which the store computes from the project's records alone
+// (store.LoadProjectReportInput reads the same records).
+func filterReportInput(in *queuereport.Input, project string) *queuereport.Input {
+	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets}
+	keep := map[string]bool{}
+	for _, j := range in.Jobs {
+		if j.Project == project {
+			keep[j.ID] = true
+			out.Jobs = append(out.Jobs, j)
+		}
+	}
+	for _, r := range in.Runs {
+		if keep[r.JobID] {
+			out.Runs = append(out.Runs, r)
+		}
+	}
+	for _, e := range in.WaitEvents {
+		if keep[e.JobID] {
+			out.WaitEvents = append(out.WaitEvents, e)
+		}
+	}
+	return out
 }

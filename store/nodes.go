@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Audit action of an inventory change reported by a node agent.
@@ -121,7 +122,7 @@ func checkNodeInput(pool string, node scheduling.Node) error {
 func upsertNodeTx(ctx context.Context, tx pgx.Tx, pool string, node scheduling.Node) (*NodeChange, error) {
 	change := &NodeChange{Node: node.Name, Pool: pool}
 	tag, err := tx.Exec(ctx, `INSERT INTO pools (name, available, stage, updated_at) VALUES ($1, true, $2, now())
-		ON CONFLICT (name) DO NOTHING`, pool, string(scheduling.StageObserve))
+		ON CONFLICT (name) DO NOTHING`, pool, string(vocab.StageObserve))
 	if err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
@@ -414,7 +415,7 @@ const DefaultPruneBatch = 10000
 // sample per GPU per agent refresh, 2,880 a day per GPU at 30 s). It deletes
 // in statements of at most batch rows (≤ 0 means DefaultPruneBatch), each
 // its own transaction, oldest first through the btree index on at
-// (migration 00110), until one deletes fewer than batch; a cancelled ctx
+// (migration 00120), until one deletes fewer than batch; a cancelled ctx
 // stops it between statements, keeping what earlier ones deleted. Errors are
 // wrapped with "prune GPU samples" and come with the count deleted so far.
 func (s *Store) PruneGPUSamples(ctx context.Context, before time.Time, batch int) (int64, error) {

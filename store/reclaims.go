@@ -9,20 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// Reclaim states (reclaims.state).
+// Audit actions of reclaims.
 const (
-	ReclaimOpen          = "open"                  // classified, mode not acted on yet
-	ReclaimReported      = "reported"              // report mode (or a stage that only records): nothing touched
-	ReclaimNotified      = "notified"              // notify mode: the owner was told, the window runs
-	ReclaimAwaitConfirm  = "awaiting_confirmation" // confirm mode: waits for an operator
-	ReclaimReleased      = "released"              // the GPUs were released
-	ReclaimKept          = "kept"                  // the owner disputed it (a false reclaim): nothing released
-	ReclaimExpired       = "expired"               // no operator confirmed within the window: nothing released
-	ReclaimResolved      = "resolved"              // the allocation was released by its own job before the reclaim acted
-	ActorReclaim         = "reclaim"               // audit actor of reclaim actions
 	reclaimAuditNotice   = "reclaim_notice"
 	reclaimAuditRelease  = "reclaim_release"
 	reclaimAuditDispute  = "reclaim_dispute"
@@ -31,34 +22,34 @@ const (
 
 // Reclaim is one row of reclaims.
 type Reclaim struct {
-	ID             string           `db:"id"`
-	AllocationID   string           `db:"allocation_id"`
-	JobID          string           `db:"job_id"`
-	Project        string           `db:"project"`
-	Queue          string           `db:"queue"`
-	Pool           string           `db:"pool"`
-	Node           string           `db:"node"`
-	Class          governance.Class `db:"class"`
-	Mode           governance.Mode  `db:"mode"`
-	ConfiguredMode governance.Mode  `db:"configured_mode"`
-	Stage          string           `db:"stage"`
-	Basis          string           `db:"basis"`
-	Evidence       map[string]any   `db:"evidence"`
-	GPUs           float64          `db:"gpus"`
-	State          string           `db:"state"`
-	WorkflowID     string           `db:"workflow_id"`
-	DetectedAt     time.Time        `db:"detected_at"`
-	NoticeAt       *time.Time       `db:"notice_at"`
-	NoticeDeadline *time.Time       `db:"notice_deadline"`
-	DecidedBy      string           `db:"decided_by"`
-	DecidedAt      *time.Time       `db:"decided_at"`
-	ReleasedAt     *time.Time       `db:"released_at"`
-	GPUsReleased   float64          `db:"gpus_released"`
-	Disputed       bool             `db:"disputed"`
-	DisputeBy      string           `db:"dispute_by"`
-	DisputeReason  string           `db:"dispute_reason"`
-	Detail         string           `db:"detail"`
-	UpdatedAt      time.Time        `db:"updated_at"`
+	ID             string                `db:"id"`
+	AllocationID   string                `db:"allocation_id"`
+	JobID          string                `db:"job_id"`
+	Project        string                `db:"project"`
+	Queue          string                `db:"queue"`
+	Pool           string                `db:"pool"`
+	Node           string                `db:"node"`
+	Class          vocab.ReclaimClass    `db:"class"`
+	Mode           vocab.ReclaimMode     `db:"mode"`
+	ConfiguredMode vocab.ReclaimMode     `db:"configured_mode"`
+	Stage          vocab.AutomationStage `db:"stage"`
+	Basis          string                `db:"basis"`
+	Evidence       map[string]any        `db:"evidence"`
+	GPUs           float64               `db:"gpus"`
+	State          vocab.ReclaimState    `db:"state"`
+	WorkflowID     string                `db:"workflow_id"`
+	DetectedAt     time.Time             `db:"detected_at"`
+	NoticeAt       *time.Time            `db:"notice_at"`
+	NoticeDeadline *time.Time            `db:"notice_deadline"`
+	DecidedBy      string                `db:"decided_by"`
+	DecidedAt      *time.Time            `db:"decided_at"`
+	ReleasedAt     *time.Time            `db:"released_at"`
+	GPUsReleased   float64               `db:"gpus_released"`
+	Disputed       bool                  `db:"disputed"`
+	DisputeBy      string                `db:"dispute_by"`
+	DisputeReason  string                `db:"dispute_reason"`
+	Detail         string                `db:"detail"`
+	UpdatedAt      time.Time             `db:"updated_at"`
 }
 
 const reclaimColumns = `id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage, basis,
@@ -86,25 +77,25 @@ func (r *Reclaim) utc() {
 
 // evidenceRow is one row of ReclaimEvidence's allocation query.
 type evidenceRow struct {
-	AllocationID     string                     `db:"allocation_id"`
-	JobID            string                     `db:"job_id"`
-	Project          string                     `db:"project"`
-	Queue            string                     `db:"queue"`
-	Tier             string                     `db:"tier"`
-	Pool             string                     `db:"pool"`
-	Node             string                     `db:"node"`
-	JobState         string                     `db:"job_state"`
-	Protected        bool                       `db:"protected"`
-	GrantedAt        time.Time                  `db:"granted_at"`
-	RunID            string                     `db:"run_id"`
-	RunStartedAt     *time.Time                 `db:"run_started_at"`
-	RunEndedAt       *time.Time                 `db:"run_ended_at"`
-	RunOutcome       string                     `db:"run_outcome"`
-	LastCheckpointAt *time.Time                 `db:"last_checkpoint_at"`
-	GPUUUIDs         []string                   `db:"gpu_uuids"`
-	Milli            int64                      `db:"milli"`
-	Stage            scheduling.AutomationStage `db:"stage"`
-	Reclaimed        bool                       `db:"reclaimed"`
+	AllocationID     string                `db:"allocation_id"`
+	JobID            string                `db:"job_id"`
+	Project          string                `db:"project"`
+	Queue            string                `db:"queue"`
+	Tier             string                `db:"tier"`
+	Pool             string                `db:"pool"`
+	Node             string                `db:"node"`
+	JobState         vocab.JobState        `db:"job_state"`
+	Protected        bool                  `db:"protected"`
+	GrantedAt        time.Time             `db:"granted_at"`
+	RunID            string                `db:"run_id"`
+	RunStartedAt     *time.Time            `db:"run_started_at"`
+	RunEndedAt       *time.Time            `db:"run_ended_at"`
+	RunOutcome       vocab.RunOutcome      `db:"run_outcome"`
+	LastCheckpointAt *time.Time            `db:"last_checkpoint_at"`
+	GPUUUIDs         []string              `db:"gpu_uuids"`
+	Milli            int64                 `db:"milli"`
+	Stage            vocab.AutomationStage `db:"stage"`
+	Reclaimed        bool                  `db:"reclaimed"`
 }
 
 // ReclaimEvidence returns the evidence of every active allocation for the
@@ -227,10 +218,10 @@ func (s *Store) GetReclaim(ctx context.Context, id string) (*Reclaim, error) {
 // ReclaimFilter selects reclaims for ListReclaims; empty fields match all.
 // Limit 0 means DefaultListLimit, capped at MaxListLimit.
 type ReclaimFilter struct {
-	Class string
-	Mode  string
+	Class vocab.ReclaimClass
+	Mode  vocab.ReclaimMode
 	Pool  string
-	State string
+	State vocab.ReclaimState
 	Limit int
 }
 
@@ -257,7 +248,7 @@ func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, e
 // SetReclaimState moves an undecided reclaim (open, notified or
 // awaiting_confirmation) to state with a detail; a reclaim already in a
 // final state is left alone, so retries are safe. Errors are database errors.
-func (s *Store) SetReclaimState(ctx context.Context, id, state, detail string, at time.Time) error {
+func (s *Store) SetReclaimState(ctx context.Context, id string, state vocab.ReclaimState, detail string, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE reclaims SET state = $2, detail = $3, updated_at = $4
 		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, state, detail, at)
@@ -283,7 +274,7 @@ func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.
 	if err != nil || tag.RowsAffected() == 0 {
 		return r, err
 	}
-	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
 		Reason: fmt.Sprintf("allocation %s is %s: %s; released at %s unless the owner keeps it", r.AllocationID, r.Class,
 			r.Basis, deadline.UTC().Format(time.RFC3339)),
 		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class, "deadline": deadline.UTC()}})
@@ -336,14 +327,15 @@ func (s *Store) ConfirmReclaim(ctx context.Context, id, by, reason string, at ti
 // safe. Errors wrap ErrNotFound or database errors.
 func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Time) (*Reclaim, error) {
 	r, err := s.GetReclaim(ctx, id)
-	if err != nil || r.ReleasedAt != nil || r.State == ReclaimResolved {
+	if err != nil || r.ReleasedAt != nil || r.State == vocab.ReclaimResolved {
 		return r, err
 	}
 	err = s.inTx(ctx, "release reclaim "+id, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, r.JobID); err != nil {
 			return err
 		}
-		var runID, outcome string
+		var runID string
+		var outcome vocab.RunOutcome
 		var ended bool
 		err := tx.QueryRow(ctx, `
 			SELECT coalesce(a.run_id, ''), coalesce(ru.outcome, ''), ru.ended_at IS NOT NULL
@@ -363,17 +355,17 @@ func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Tim
 		next := outcome
 		switch {
 		case runID == "":
-			next = OutcomeRequeued
+			next = vocab.RunRequeued
 		case !ended:
-			next = OutcomeCancelled
+			next = vocab.RunCancelled
 			if _, err := tx.Exec(ctx, `UPDATE runs SET ended_at = greatest($2, started_at), outcome = 'cancelled', detail = $3 WHERE id = $1`,
 				runID, at, "reclaimed as "+string(r.Class)+" by "+id); err != nil {
 				return err
 			}
-		case outcome == OutcomePreempted:
-			next = OutcomeRequeued
+		case outcome == vocab.RunPreempted:
+			next = vocab.RunRequeued
 		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = cancel_requested OR $2 WHERE id = $1`, r.JobID, next == OutcomeCancelled); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = cancel_requested OR $2 WHERE id = $1`, r.JobID, next == vocab.RunCancelled); err != nil {
 			return err
 		}
 		if err := setJobAfterRelease(ctx, tx, r.JobID, next, at); err != nil {

@@ -13,7 +13,8 @@ import (
 // the other way round) fails the query instead of shifting every later value.
 // The scheduling snapshot (LoadSnapshot, run every cycle) and the inventory
 // and queue rows it reads keep positional scans; snapshotLoader's comment
-// gives the measurement.
+// gives the measurement. ApplyCycle's per-row reads of the cycle's jobs and
+// GPUs (cycle.go) are positional on the same grounds.
 
 // queryOne runs sql on q and scans its only row by name into a T. It returns
 // an error wrapping pgx.ErrNoRows when there is no row.

@@ -10,17 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-)
-
-// Run outcomes accepted by FinishRun.
-const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomeCancelled = "cancelled"
-	OutcomePreempted = "preempted" // the job goes back to waiting, keeping its aging credit
-	// OutcomeRequeued is accepted by ReleasePlacement only: the job goes back
-	// to waiting without having run.
-	OutcomeRequeued = "requeued"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // MarkRunning starts a run of a placed job on its allocation: it creates the
@@ -49,7 +39,7 @@ func (s *Store) MarkRunning(ctx context.Context, jobID, allocationID string, sta
 		if err := checkLiveAllocation(ctx, tx, jobID, allocationID); err != nil {
 			return err
 		}
-		if state != StatePlaced {
+		if state != vocab.JobPlaced {
 			return fmt.Errorf("job is %s, not placed: %w", state, ErrConflict)
 		}
 		runID = newID("r-")
@@ -110,9 +100,9 @@ type finishedRunRow struct {
 // was requested). A run already ended makes it a no-op, so retries are safe
 // and usage is charged once. Errors wrap ErrNotFound (run), ErrConflict (run
 // of another job) or database errors.
-func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail string, at time.Time) error {
+func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome vocab.RunOutcome, detail string, at time.Time) error {
 	switch outcome {
-	case OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomePreempted:
+	case vocab.RunSucceeded, vocab.RunFailed, vocab.RunCancelled, vocab.RunPreempted:
 	default:
 		return fmt.Errorf("store: finish run %s: %w", runID,
 			invalidf("outcome", "outcome %q is not succeeded, failed, cancelled or preempted", outcome))
@@ -136,7 +126,7 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 		case endedAt != nil:
 			return nil
 		}
-		milli, err := releaseAllocation(ctx, tx, allocationID, "run ended: "+outcome, at)
+		milli, err := releaseAllocation(ctx, tx, allocationID, "run ended: "+string(outcome), at)
 		if err != nil {
 			return err
 		}
@@ -148,10 +138,10 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 			return err
 		}
 		next := outcome
-		if outcome == OutcomePreempted && !cancelRequested {
-			next = OutcomeRequeued
-		} else if outcome == OutcomePreempted {
-			next = OutcomeCancelled
+		if outcome == vocab.RunPreempted && !cancelRequested {
+			next = vocab.RunRequeued
+		} else if outcome == vocab.RunPreempted {
+			next = vocab.RunCancelled
 		}
 		return setJobAfterRelease(ctx, tx, jobID, next, at)
 	})
@@ -159,9 +149,9 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 
 // setJobAfterRelease moves a job whose allocation was released to the state
 // of outcome: requeued → waiting (waiting_since=at, accrued aging kept).
-func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID, outcome string, at time.Time) error {
+func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID string, outcome vocab.RunOutcome, at time.Time) error {
 	var err error
-	if outcome == OutcomeRequeued {
+	if outcome == vocab.RunRequeued {
 		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET state = 'waiting', waiting_since = $2, reason = NULL, explanation = NULL, updated_at = $2
 			WHERE id = $1`, jobID, at)
@@ -209,9 +199,9 @@ func releaseAllocation(ctx context.Context, tx pgx.Tx, allocationID, why string,
 // kept). An allocation already released makes it a no-op, so retries are
 // safe. Errors wrap ErrNotFound, ErrConflict (allocation of another job, or
 // one that has a run: use FinishRun) or database errors.
-func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID, outcome, detail string, at time.Time) error {
+func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome, detail string, at time.Time) error {
 	switch outcome {
-	case OutcomeCancelled, OutcomeFailed, OutcomeRequeued:
+	case vocab.RunCancelled, vocab.RunFailed, vocab.RunRequeued:
 	default:
 		return fmt.Errorf("store: release placement %s: %w", allocationID,
 			invalidf("outcome", "outcome %q is not cancelled, failed or requeued", outcome))
@@ -305,69 +295,4 @@ func (s *Store) RecordCheckpoint(ctx context.Context, jobID, runID string, cp sc
 			jobID, doc, cp.Step)
 		return err
 	})
-}
-
-// RecordResumeVerified records that a run was verified to have resumed from
-// its job's checkpoint (the preemption workflow's verify-resume step) and adds
-// one to the job's verified resumes. It counts once per run, so retries are
-// safe. Errors wrap ErrNotFound or database errors.
-func (s *Store) RecordResumeVerified(ctx context.Context, jobID, runID string) error {
-	return s.inTx(ctx, "record verified resume of "+runID, func(tx pgx.Tx) error {
-		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
-			return err
-		}
-		var verifiedBefore bool
-		err := tx.QueryRow(ctx, `SELECT resume_verified FROM runs WHERE id = $1 AND job_id = $2`, runID, jobID).Scan(&verifiedBefore)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %s of job %s: %w", runID, jobID, ErrNotFound)
-		}
-		if err != nil || verifiedBefore {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET resume_verified = true WHERE id = $1`, runID); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `
-			UPDATE jobs SET recovery = jsonb_set(recovery, '{verified_resumes}',
-				to_jsonb(coalesce((recovery->>'verified_resumes')::int4, 0) + 1)), updated_at = now()
-			WHERE id = $1`, jobID)
-		return err
-	})
-}
-
-// Preemption states passed to EndPreemption.
-const (
-	PreemptionReleased = "released" // the victim's GPUs were released
-	PreemptionAborted  = "aborted"  // no valid checkpoint in the grace period and policy said abort, or the victim ended
-)
-
-// EndPreemption closes a preemption started by ApplyCycle with state released
-// or aborted and a detail, and records the effective run loss in GPU-seconds
-// (negative: not known yet). FinishRun with outcome preempted already closes
-// it as released; a later call then only records the effective loss, which the
-// verify-resume step measures after the release. Retries are safe. Errors wrap
-// ErrNotFound or database errors.
-func (s *Store) EndPreemption(ctx context.Context, preemptionID, state, detail string, effectiveLossGPUSeconds float64, at time.Time) error {
-	if state != PreemptionReleased && state != PreemptionAborted {
-		return fmt.Errorf("store: end preemption %s: %w", preemptionID,
-			invalidf("state", "state %q is not released or aborted", state))
-	}
-	var loss *float64
-	if effectiveLossGPUSeconds >= 0 {
-		loss = &effectiveLossGPUSeconds
-	}
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE preemptions SET
-			state = CASE WHEN ended_at IS NULL THEN $2 ELSE state END,
-			detail = CASE WHEN ended_at IS NULL THEN $3 ELSE detail END,
-			ended_at = coalesce(ended_at, greatest($5, started_at)),
-			effective_loss_gpu_s = coalesce($4, effective_loss_gpu_s)
-		WHERE id = $1`, preemptionID, state, detail, loss, at)
-	if err != nil {
-		return fmt.Errorf("store: end preemption %s: %w", preemptionID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("store: end preemption %s: %w", preemptionID, ErrNotFound)
-	}
-	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -38,10 +39,9 @@ const recordEnv = "GPUGOV_RECORD_HISTORIES"
 func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor.SimulatedExecutor) {
 	t.Helper()
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	activities.Register(svc, activities.Deps{Store: st, Temporal: c})
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	executor.Register(sim, exec)
+	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
@@ -52,16 +52,26 @@ func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor
 
 func startJob(t *testing.T, c client.Client, in *workflows.JobInput) client.WorkflowRun {
 	t.Helper()
-	run, err := workflows.StartJob(context.Background(), c, in)
+	run, err := c.ExecuteWorkflow(context.Background(), workflows.JobStartOptions(in.JobID), workflows.JobWorkflowName, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A retried submission gets the same run.
-	again, err := workflows.StartJob(context.Background(), c, in)
+	again, err := c.ExecuteWorkflow(context.Background(), workflows.JobStartOptions(in.JobID), workflows.JobWorkflowName, in)
 	if err != nil || again.GetRunID() != run.GetRunID() {
-		t.Fatalf("second StartJob = %v (%v), want run %s", again, err, run.GetRunID())
+		t.Fatalf("second start = %v (%v), want run %s", again, err, run.GetRunID())
 	}
 	return run
+}
+
+// signalScheduler sends signal with arg to the running scheduler of in's
+// shard (the default one when in.Shard is "").
+func signalScheduler(ctx context.Context, c client.Client, in *workflows.SchedulerInput, signal string, arg any) error {
+	shard := in.Shard
+	if shard == "" {
+		shard = temporalx.DefaultShard
+	}
+	return c.SignalWorkflow(ctx, temporalx.SchedulerWorkflowID(shard), "", signal, arg)
 }
 
 func waitJob(t *testing.T, run client.WorkflowRun, timeout time.Duration) *workflows.JobResult {
@@ -143,12 +153,12 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: first.ID}); err != nil {
+	if err := signalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: first.ID}); err != nil {
 		t.Fatal(err)
 	}
 
 	res1, res2 := waitJob(t, firstRun, time.Minute), waitJob(t, secondRun, time.Minute)
-	if res1.State != workflows.JobSucceeded || res2.State != workflows.JobSucceeded || res1.AllocationID == res2.AllocationID {
+	if res1.State != vocab.JobSucceeded || res2.State != vocab.JobSucceeded || res1.AllocationID == res2.AllocationID {
 		t.Fatalf("results %+v and %+v, want both succeeded on their own allocations", res1, res2)
 	}
 	// Exactly one of them waited for the GPU, and was told why.
@@ -163,10 +173,10 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	// Cancel a long run through the API's path: store, then signal.
 	long := submitJob(t, st, jobSpec{gpus: 1, runSeconds: 1_000_000})
 	longRun := startJob(t, c, &workflows.JobInput{JobID: long.ID})
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: long.ID}); err != nil {
+	if err := signalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: long.ID}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "long job running", func() bool { return jobState(t, st, long.ID) == store.StateRunning })
+	waitFor(t, 30*time.Second, "long job running", func() bool { return jobState(t, st, long.ID) == vocab.JobRunning })
 	if err := st.CancelJob(context.Background(), long.ID, "carol", "queue drained"); err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +184,10 @@ func TestEndToEndOnDevServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	res3 := waitJob(t, longRun, 30*time.Second)
-	if res3.State != workflows.JobCancelled || res3.Step <= 0 || !strings.Contains(res3.Detail, "cancelled at step") {
+	if res3.State != vocab.JobCancelled || res3.Step <= 0 || !strings.Contains(res3.Detail, "cancelled at step") {
 		t.Fatalf("long job result %+v, want cancelled by the executor part-way", res3)
 	}
-	if !allocationReleased(t, st, res3.AllocationID) || jobState(t, st, long.ID) != store.StateCancelled {
+	if !allocationReleased(t, st, res3.AllocationID) || jobState(t, st, long.ID) != vocab.JobCancelled {
 		t.Fatal("cancelled run's allocation not released or job not cancelled")
 	}
 
@@ -203,21 +213,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 		t.Fatalf("second StartScheduler = %v (%v), want the running scheduler", again, err)
 	}
 
-	// A wake-up signal starts the scheduler when none runs.
-	if err := c.CancelWorkflow(context.Background(), sched.GetID(), ""); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "scheduler cancelled", func() bool {
-		d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
-	})
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalInventoryChanged, temporalx.InventoryChangedSignal{Pool: testPool}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Fatalf("scheduler after signal-with-start: %v (%v), want running", d.GetWorkflowExecutionInfo().GetStatus(), err)
-	}
+	// Stop it so that nothing runs after the test.
 	if err := c.CancelWorkflow(context.Background(), sched.GetID(), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +261,7 @@ func TestRunResumesAfterHeartbeatTimeoutOnDevServer(t *testing.T) {
 	default:
 		t.Fatal("the first attempt never hung")
 	}
-	if res.State != workflows.JobSucceeded || !res.ResumedAfterCrash || res.Step != 100 {
+	if res.State != vocab.JobSucceeded || !res.ResumedAfterCrash || res.Step != 100 {
 		t.Fatalf("result %+v, want success after a resume", res)
 	}
 	// The resume point is a checkpoint the lost attempt heartbeated (20 or 40,
@@ -325,7 +321,7 @@ func TestNodeRunWithoutAgentFailsOnDevServer(t *testing.T) {
 	if !strings.Contains(err.Error(), "node failure: no agent on node "+placed.Node) {
 		t.Fatalf("error %q does not name the node failure", err)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateFailed {
+	if got := jobState(t, st, job.ID); got != vocab.JobFailed {
 		t.Fatalf("stored state %s, want failed", got)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {

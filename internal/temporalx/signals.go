@@ -1,6 +1,9 @@
 package temporalx
 
-import "github.com/gpugov/gpugov/internal/scheduling"
+import (
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // DefaultShard is the scheduler shard that covers every pool (one shard by default).
 const DefaultShard = "default"
@@ -64,5 +67,20 @@ type CancelSignal struct {
 
 // WaitReasonSignal is the payload of SignalWaitReason.
 type WaitReasonSignal struct {
-	Reason scheduling.WaitReason
+	Reason vocab.WaitReason
+}
+
+// JobAttributes are what a JobWorkflow is started with besides its job ID:
+// the values of its Temporal UI search attributes (QueueKey, TierKey, PoolKey,
+// JobStateKey) and which executor runs it. The API computes them from the
+// stored job; the job workflows' client (workflows.Client) starts with them.
+type JobAttributes struct {
+	Queue string
+	Tier  string
+	Pool  string
+	State string
+	// Process is true for a job with a command: its runs go to the node agent
+	// of the placed node (workflows.ExecutorNode) instead of the simulated
+	// executor, which runs jobs that only give run_seconds.
+	Process bool
 }

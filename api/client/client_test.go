@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gpugov/gpugov/api"
+)
+
+func TestNewRejectsNonHTTPAddress(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8080", "ftp://x", "http://", ""} {
+		if _, err := New(addr, ""); err == nil {
+			t.Errorf("%q accepted", addr)
+		}
+	}
+}
+
+// TestErrorsAndHeaders checks what the client sends (token, idempotency key)
+// and how it reports a JSON API error and a non-JSON one (e.g. from a proxy).
+// The full round trip against the real API is in cmd/gpugov's tests.
+func TestErrorsAndHeaders(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer t0k" || r.Header.Get(api.IdempotencyKeyHeader) != "k" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/base/v1/jobs") && r.Method == http.MethodPost {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = w.Write([]byte(`{"error": {"code": "invalid", "field": "resources.gpus", "message": "must be ≥ 0, got -1"}}`))
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html>bad gateway</html>"))
+	}))
+	defer hs.Close()
+	c, err := New(hs.URL+"/base/", "t0k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, status, err := c.Submit(context.Background(), &api.JobSpec{Queue: "q"}, "k")
+	e, ok := AsError(err)
+	if !ok || status != 422 || !e.ClientError() || err.Error() != "resources.gpus: must be ≥ 0, got -1" {
+		t.Fatalf("422: %d %v", status, err)
+	}
+	_, err = c.action(context.Background(), "j-1", "hold", "")
+	if e, ok := AsError(err); !ok || e.Status != http.StatusUnauthorized || !e.ClientError() {
+		t.Fatalf("401 without idempotency key: %v", err)
+	}
+	c.http.Transport = headerTransport{"Idempotency-Key": "k"}
+	_, err = c.Queues(context.Background())
+	if e, ok := AsError(err); !ok || e.ClientError() || !strings.Contains(err.Error(), "Bad Gateway: <html>bad gateway</html>") {
+		t.Fatalf("502: %v", err)
+	}
+}
+
+// headerTransport adds fixed headers to every request.
+type headerTransport map[string]string
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}

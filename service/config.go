@@ -1,0 +1,160 @@
+// Package service wires gpugov's server process together: the PostgreSQL
+// store (migrated at start), the Temporal client with OpenTelemetry tracing,
+// the service worker (every workflow and the store-backed activities), the
+// simulated-executor worker, the scheduler workflow, the HTTP API with
+// Prometheus metrics, and the periodic reconciler of job workflows
+// (DESIGN.md invariant 3), with preemption and reclaim governance (their
+// workflows and activities, the governance file watcher, the reclaim scan).
+// `gpugov serve` is a thin command over Run; the
+// end-to-end tests start the same components in-process with Start.
+//
+// Scheduling metrics (placements, cycle duration, job waits, the waiting
+// gauge) are recorded by a decorator of the store the activities use (see
+// instrumentedStore), because the activities offer no metrics hooks; so are
+// the wait-reason transitions by reason. The queue gauges (longest wait,
+// starving jobs) are recomputed periodically from the queue service report.
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/replay"
+	"github.com/gpugov/gpugov/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultCycleInterval is the scheduler's longest time between cycles
+	// when no signal wakes it (workflows.SchedulerInput's own default).
+	DefaultCycleInterval = 5 * time.Second
+	// DefaultSimSpeed is the simulated executor's speed: seconds of job work
+	// per real second. It is the replay's default speed, so that a replay
+	// compresses runs exactly as much as arrivals: a day of trace passes in 144 s.
+	DefaultSimSpeed = replay.DefaultSpeed
+	// DefaultReconcileInterval is how often pending jobs' workflows are
+	// (idempotently) started again, for submissions answered 202.
+	DefaultReconcileInterval = 30 * time.Second
+	// DefaultShutdownTimeout bounds the graceful shutdown of HTTP and workers.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultReportInterval is how often the queue gauges (longest wait,
+	// starving jobs) are recomputed from the queue service report.
+	DefaultReportInterval = 5 * time.Minute
+	// DefaultSimHeartbeat is the simulated executor's real time between heartbeats.
+	DefaultSimHeartbeat = time.Second
+	// ServiceName is the OpenTelemetry service name and the otelgin server name.
+	ServiceName = "gpugov"
+)
+
+// Config is what Start needs. Zero values take the defaults named per field.
+type Config struct {
+	// DatabaseURL is the PostgreSQL URL; the database is created when missing
+	// and migrated at start. Required.
+	DatabaseURL string
+	// TemporalAddress is the Temporal frontend host:port. Required.
+	TemporalAddress string
+	// TemporalNamespace is the Temporal namespace; "" means "default".
+	TemporalNamespace string
+	// APIAddr is the HTTP listen address; a ":0" port picks a free one (see
+	// Service.APIAddr). Required.
+	APIAddr string
+	// Tokens are the API's bearer tokens. Required (at least one).
+	Tokens api.Tokens
+
+	// Policy is the scheduling policy of every cycle; nil means
+	// scheduling.DefaultPolicy.
+	Policy *scheduling.Policy
+	// Queues, when not empty, are upserted at start (a policy file's queues).
+	// When empty and the store holds no queue at all, DefaultQueues are created.
+	Queues []scheduling.Queue
+	// Quotas, when not empty, are upserted at start. A project without a quota
+	// row in a pool is not limited there (internal/scheduling/quota.go).
+	Quotas []scheduling.Quota
+	// Inventory, when not empty, is upserted at start (pools listed replace
+	// their stored nodes and GPUs; other pools are kept).
+	Inventory []scheduling.Pool
+
+	// GovernanceFile is the governance configuration (internal/governance:
+	// pool stages, low-risk queues, protection windows, preemption bounds,
+	// reclaim scan and modes). It must load at start; its pool stages and
+	// low-risk queues are written to the store then and whenever the file
+	// changes. "" means governance.Default() and leaves the stored stages and
+	// low-risk flags as they are.
+	GovernanceFile string
+
+	// CycleInterval is the scheduler's timer; 0 means DefaultCycleInterval.
+	// It applies when the scheduler workflow is started, not to one already running.
+	CycleInterval time.Duration
+	// SimSpeed is the simulated executor's seconds of work per real second;
+	// ≤ 0 means DefaultSimSpeed.
+	SimSpeed float64
+	// SimHeartbeat is the simulated executor's heartbeat interval; 0 means DefaultSimHeartbeat.
+	SimHeartbeat time.Duration
+	// ReconcileInterval is the reconciler's period; 0 means DefaultReconcileInterval.
+	ReconcileInterval time.Duration
+	// ReportInterval is the queue gauges' period; 0 means DefaultReportInterval.
+	ReportInterval time.Duration
+	// ShutdownTimeout bounds Close's graceful steps; 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// GPUSampleRetention is how long gpu_samples rows (node agents'
+	// utilisation samples) are kept; 0 means DefaultGPUSampleRetention. Start
+	// refuses one shorter than the reclaim observation window.
+	GPUSampleRetention time.Duration
+	// RetentionInterval is the period of the gpu_samples retention pass; 0
+	// means DefaultRetentionInterval.
+	RetentionInterval time.Duration
+
+	// Logger receives the service's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// AfterCycleCommit, when set, is called after each scheduling cycle's
+	// transaction has committed and before the cycle activity answers. A
+	// non-nil error is returned to the activity as if its worker had died
+	// after the commit: Temporal retries the cycle, which the store replays.
+	// Failure drills and tests use it; production leaves it nil.
+	AfterCycleCommit func(ctx context.Context, out *store.CycleOutcome) error
+}
+
+// DefaultQueues are the queues created when the store has none: one per
+// tier, named after it (the trace replay routes jobs by tier name), with
+// service shares 4:3:2:1, wait objectives 60 s, 10 min, 1 h and 6 h,
+// production protected and experiment low-risk — internal/simulation's
+// defaults, so that a replay and a simulation run under the same queues.
+func DefaultQueues() []scheduling.Queue {
+	return simulation.DefaultConfig().Queues
+}
+
+// withDefaults returns c with its zero values replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.CycleInterval <= 0 {
+		c.CycleInterval = DefaultCycleInterval
+	}
+	if c.SimSpeed <= 0 {
+		c.SimSpeed = DefaultSimSpeed
+	}
+	if c.SimHeartbeat <= 0 {
+		c.SimHeartbeat = DefaultSimHeartbeat
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.ReportInterval <= 0 {
+		c.ReportInterval = DefaultReportInterval
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.GPUSampleRetention == 0 {
+		c.GPUSampleRetention = DefaultGPUSampleRetention
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

@@ -1,0 +1,181 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/telemetry"
+	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
+)
+
+// metricValue scrapes the telemetry handler and returns the value of the
+// first sample whose line matches pattern, or -1 when none does.
+func metricValue(t *testing.T, tel *telemetry.Telemetry, pattern string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	re := regexp.MustCompile(`(?m)^` + pattern + ` ([0-9.e+-]+)$`)
+	m := re.FindStringSubmatch(rec.Body.String())
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestInstrumentedStore runs real scheduling cycles through the decorator on
+// a real store and checks what it records: placements by pool and tier, the
+// waiting gauge by queue and reason, the cycle duration, the wait-reason
+// transitions, one wait sample per run — and nothing for a replayed cycle — and that the after-commit hook
+// runs after the commit and its error reaches the caller.
+func TestInstrumentedStore(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool := scheduling.Pool{Name: "p", Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{{
+		Name: "n1", Schedulable: true, GPUs: []scheduling.GPU{
+			{UUID: "GPU-1", Model: "T4", MemoryMiB: 15360, Healthy: true},
+			{UUID: "GPU-2", Model: "T4", MemoryMiB: 15360, Healthy: true},
+		}}}}
+	if err := st.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureDefaultQueues(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	for i, gpus := range []int{1, 1, 4} {
+		_, _, err := st.CreateJob(ctx, &store.NewJob{Project: "p1", Queue: "standard", Tier: vocab.TierStandard,
+			Request: scheduling.ResourceRequest{GPUs: gpus, Pool: "p"}, RunSeconds: 10,
+			SubmitTime: time.Now().Add(-time.Duration(10+i) * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tel, err := telemetry.Setup(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	var hookCalls []string
+	var hookErr error
+	is := newInstrumentedStore(st, tel.Metrics, func(_ context.Context, out *store.CycleOutcome) error {
+		hookCalls = append(hookCalls, out.CycleID)
+		return hookErr
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	cycle := func(id string) (*store.CycleOutcome, error) {
+		now := time.Now()
+		snap, err := is.LoadSnapshot(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol := scheduling.DefaultPolicy()
+		return is.ApplyCycle(ctx, id, scheduling.Plan(snap, &pol, now), now)
+	}
+	out, err := cycle("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Placed) != 2 {
+		t.Fatalf("cycle placed %d jobs, want the two 1-GPU jobs", len(out.Placed))
+	}
+	placements := `gpugov_placements_total\{.*pool="p",tier="standard"\}`
+	if v := metricValue(t, tel, placements); v != 2 {
+		t.Errorf("placements = %v, want 2", v)
+	}
+	if v := metricValue(t, tel, `gpugov_waiting_jobs\{.*queue="standard",reason="no_matching_capacity"\}`); v != 1 {
+		t.Errorf("waiting gauge = %v, want the 4-GPU job waiting for no_matching_capacity", v)
+	}
+	if v := metricValue(t, tel, `gpugov_scheduling_cycle_duration_seconds_count\{.*\}`); v != 1 {
+		t.Errorf("cycles recorded = %v, want 1", v)
+	}
+	transitions := `gpugov_wait_reason_transitions_total\{.*reason="no_matching_capacity"\}`
+	if out.WaitTransitions != 1 {
+		t.Errorf("store opened %d wait events, want 1 (the 4-GPU job)", out.WaitTransitions)
+	}
+	if v := metricValue(t, tel, transitions); v != 1 {
+		t.Errorf("wait reason transitions = %v, want 1 to no_matching_capacity", v)
+	}
+
+	// A retried attempt of the same cycle is replayed by the store: no new placements counted.
+	if _, err := cycle("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, tel, placements); v != 2 {
+		t.Errorf("placements after a replayed cycle = %v, want still 2", v)
+	}
+	if v := metricValue(t, tel, transitions); v != 1 {
+		t.Errorf("wait reason transitions after a replayed cycle = %v, want still 1", v)
+	}
+	hookErr = errors.New("drill")
+	if _, err := cycle("c2"); !errors.Is(err, hookErr) {
+		t.Errorf("cycle with a failing hook: %v, want the hook's error", err)
+	}
+	if len(hookCalls) != 3 || hookCalls[0] != "c1" || hookCalls[2] != "c2" {
+		t.Errorf("hook calls %v, want c1, c1 (replay), c2", hookCalls)
+	}
+
+	p := out.Placed[0]
+	for range 2 { // the second call is a retried attempt: same run, no second sample
+		if _, err := is.MarkRunning(ctx, p.JobID, p.AllocationID, 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := metricValue(t, tel, `gpugov_job_wait_seconds_count\{.*queue="standard",tier="standard"\}`); v != 1 {
+		t.Errorf("wait samples = %v, want 1", v)
+	}
+	if v := metricValue(t, tel, `gpugov_job_wait_seconds_sum\{.*queue="standard",tier="standard"\}`); v < 10 {
+		t.Errorf("wait sum = %v s, want ≥ 10 s (the job was submitted 10 s ago)", v)
+	}
+}
+
+// TestWaitTransitions counts transitions the way the store opens wait events:
+// by new reason, for a changed reason or detail or a job not waiting before;
+// placed jobs are skipped, conflicted jobs keep their wait, and a first cycle
+// whose total disagrees with the store's is not counted.
+func TestWaitTransitions(t *testing.T) {
+	is := newInstrumentedStore(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wait := func(job string, r vocab.WaitReason, detail string) scheduling.WaitStatus {
+		return scheduling.WaitStatus{JobID: job, Reason: r, Detail: detail}
+	}
+	capacity, quota := vocab.ReasonNoMatchingCapacity, vocab.ReasonQuotaExhausted
+	first := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+		wait("a", capacity, "0 free"), wait("b", quota, ""), wait("e", capacity, "0 free")}}
+	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 1}, first); got != nil {
+		t.Errorf("first cycle, store total 1 of 3 waiting: %v, want nothing counted", got)
+	}
+	is.lastWaits = nil // the process's first cycle again
+	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 3}, first); got[string(capacity)] != 2 || got[string(quota)] != 1 {
+		t.Errorf("first cycle, store total 3: %v, want 2 × %s and 1 × %s", got, capacity, quota)
+	}
+	second := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+		wait("a", capacity, "1 free"), // detail changed
+		wait("b", quota, ""),          // unchanged
+		wait("c", quota, ""),          // new
+		wait("d", capacity, "placed"), // placed by the same cycle
+	}} // e was planned for placement, which conflicted: it still waits as before
+	out := &store.CycleOutcome{Placed: []store.PlacedJob{{JobID: "d"}}, Conflicts: []store.Conflict{{JobID: "e"}}}
+	if got := is.waitTransitions(out, second); len(got) != 2 || got[string(capacity)] != 1 || got[string(quota)] != 1 {
+		t.Errorf("second cycle: %v, want a's new detail and c's arrival", got)
+	}
+	third := &scheduling.Result{Waiting: []scheduling.WaitStatus{wait("e", capacity, "0 free"), wait("d", capacity, "requeued")}}
+	if got := is.waitTransitions(&store.CycleOutcome{}, third); len(got) != 1 || got[string(capacity)] != 1 {
+		t.Errorf("third cycle: %v, want only d (requeued after its placement), not e", got)
+	}
+}

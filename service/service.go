@@ -1,0 +1,410 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel"
+	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/executor"
+	"github.com/gpugov/gpugov/internal/executor/process"
+	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/telemetry"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/workflows"
+)
+
+// Service is a started gpugov server: store, Temporal client and workers,
+// scheduler, HTTP API and background loops. Create it with Start; stop it
+// with Close.
+type Service struct {
+	cfg       Config
+	tel       *telemetry.Telemetry
+	store     *store.Store
+	instr     *instrumentedStore
+	temporal  client.Client
+	workflows *workflows.Client
+	starter   *workflows.Starter // background workflow starts of the API's submissions
+	httpSrv   *http.Server
+	listener  net.Listener
+	serveErr  chan error // the HTTP server's exit error, once
+
+	govMetrics *telemetry.GovernanceMetrics // preemption and reclaim outcomes
+	governance *governance.Watcher          // Config.GovernanceFile's; nil without one
+
+	mu      sync.Mutex
+	workers []worker.Worker // nil while stopped (StopWorkers)
+
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start brings the service up in dependency order: the governance file
+// (when configured), telemetry, database (created if missing, migrated,
+// opened), seed data (inventory, queues, quotas) and then the governance
+// file's pool stages and low-risk queues, Temporal client with the
+// OpenTelemetry tracing interceptor and gpugov's search attributes, the
+// service and simulated-executor workers, the scheduler and reclaim scan
+// workflows, the HTTP API, and the loops: reconciler, queue gauges,
+// gpu_samples retention and governance file watcher. On any error it
+// undoes what it started and returns the error naming the failed step.
+func Start(ctx context.Context, cfg Config) (*Service, error) {
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg.withDefaults(), serveErr: make(chan error, 1)}
+	if err := s.start(ctx); err != nil {
+		_ = s.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// validate checks the required fields of cfg.
+func validate(cfg Config) error {
+	switch {
+	case cfg.DatabaseURL == "":
+		return errors.New("service: a database URL is required")
+	case cfg.TemporalAddress == "":
+		return errors.New("service: a Temporal address is required")
+	case cfg.APIAddr == "":
+		return errors.New("service: an API listen address is required")
+	case cfg.Tokens.Len() == 0:
+		return errors.New("service: at least one API token is required")
+	case cfg.GPUSampleRetention < 0:
+		return fmt.Errorf("service: GPU sample retention (--gpu-sample-retention) is %s; want a positive duration", cfg.GPUSampleRetention)
+	}
+	return nil
+}
+
+// start runs the steps of Start; Close undoes whatever was set.
+func (s *Service) start(ctx context.Context) error {
+	if err := s.watchGovernance(); err != nil {
+		return err
+	}
+	if err := s.checkRetention(); err != nil {
+		return err
+	}
+	var err error
+	if s.tel, err = telemetry.Setup(ctx, ServiceName); err != nil {
+		return fmt.Errorf("service: telemetry: %w", err)
+	}
+	// Setup installed its meter provider as the global one.
+	if s.govMetrics, err = telemetry.NewGovernanceMetrics(otel.Meter("github.com/gpugov/gpugov")); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	if err := s.openStore(ctx); err != nil {
+		return err
+	}
+	if err := s.seed(ctx); err != nil {
+		return err
+	}
+	if err := s.applyGovernance(ctx); err != nil {
+		return err
+	}
+	if err := s.connectTemporal(ctx); err != nil {
+		return err
+	}
+	if err := s.StartWorkers(); err != nil {
+		return err
+	}
+	if _, err := workflows.StartScheduler(ctx, s.temporal, s.schedulerInput()); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	if err := s.startReclaimScan(ctx); err != nil {
+		return err
+	}
+	if err := s.serveHTTP(); err != nil {
+		return err
+	}
+	s.startLoops(ctx)
+	s.cfg.Logger.Info("gpugov serving", "api", s.APIAddr(), "temporal", s.cfg.TemporalAddress,
+		"cycle_interval", s.cfg.CycleInterval, "sim_speed", s.cfg.SimSpeed)
+	return nil
+}
+
+// startLoops starts the background loops on a context that Close cancels:
+// the reconciler, the queue gauges, the gpu_samples retention and, with a
+// governance file, its watcher.
+func (s *Service) startLoops(ctx context.Context) {
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopLoops = cancel
+	s.loops.Add(3)
+	go s.reconcileLoop(loopCtx)
+	go s.reportLoop(loopCtx)
+	go s.retentionLoop(loopCtx)
+	if w := s.governance; w != nil {
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			w.Run(loopCtx)
+		}()
+	}
+}
+
+// openStore creates the database when missing, applies the migrations and
+// opens the pool, whose queries are traced by otelpgx (spans go through the
+// global tracer provider that telemetry installed).
+func (s *Service) openStore(ctx context.Context) error {
+	if _, err := store.EnsureDatabase(ctx, s.cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	if err := store.Migrate(ctx, s.cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	st, err := store.Open(ctx, s.cfg.DatabaseURL, store.WithQueryTracer(otelpgx.NewTracer()))
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	s.store = st
+	s.instr = newInstrumentedStore(st, s.tel.Metrics, s.cfg.AfterCycleCommit, s.cfg.Logger)
+	return nil
+}
+
+// seed upserts the configured inventory, queues and quotas, and creates the
+// default queues when the store has none.
+func (s *Service) seed(ctx context.Context) error {
+	if len(s.cfg.Inventory) > 0 {
+		if err := s.store.UpsertInventory(ctx, s.cfg.Inventory); err != nil {
+			return fmt.Errorf("service: import inventory: %w", err)
+		}
+		for _, p := range s.cfg.Inventory {
+			c := CountPool(p)
+			s.cfg.Logger.Info("inventory imported", "pool", p.Name, "nodes", c.Nodes, "gpus", c.GPUs)
+		}
+	}
+	if len(s.cfg.Queues) > 0 {
+		if err := s.store.UpsertQueues(ctx, s.cfg.Queues); err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+	} else if created, err := EnsureDefaultQueues(ctx, s.store); err != nil {
+		return fmt.Errorf("service: %w", err)
+	} else if created {
+		s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
+	}
+	if len(s.cfg.Quotas) > 0 {
+		if err := s.store.UpsertQuotas(ctx, s.cfg.Quotas); err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+	}
+	return nil
+}
+
+// connectTemporal dials Temporal with the OpenTelemetry tracing interceptor
+// (it also implements the worker interceptor, so workers created from the
+// client trace workflows and activities) and registers the search attributes.
+func (s *Service) connectTemporal(ctx context.Context) error {
+	tracing, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	if err != nil {
+		return fmt.Errorf("service: temporal tracing interceptor: %w", err)
+	}
+	c, err := temporalx.Dial(ctx, temporalx.ClientOptions{
+		HostPort: s.cfg.TemporalAddress, Namespace: s.cfg.TemporalNamespace, Logger: s.cfg.Logger,
+		Interceptors: []interceptor.ClientInterceptor{tracing},
+	})
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	s.temporal = c
+	if err := temporalx.RegisterSearchAttributes(ctx, c, s.cfg.TemporalNamespace); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	s.workflows = workflows.NewClient(c, workflows.ClientOptions{
+		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
+		SearchAttributes: true,
+	})
+	return nil
+}
+
+// StartWorkers starts the service worker (workflows.RegisterServiceWorker on
+// the instrumented store, polling temporalx.ServiceTaskQueue) and the
+// simulated-executor worker (workflows.RegisterSimExecutorWorker, polling
+// temporalx.SimExecutorTaskQueue, checkpoints recorded in the store). Start
+// calls it; after StopWorkers it starts fresh workers, as a restarted process
+// would. It is a no-op while workers run, and returns a worker's start error.
+func (s *Service) StartWorkers() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers != nil {
+		return nil
+	}
+	policy := s.cfg.Policy
+	if policy == nil {
+		p := scheduling.DefaultPolicy()
+		policy = &p
+	}
+	policySource := func(context.Context) (*scheduling.Policy, error) { return policy, nil }
+	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
+	workflows.RegisterServiceWorker(svc, activities.Deps{
+		Store: s.instr, Temporal: s.temporal, Policy: policySource, Governance: s.governanceConfig(),
+		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
+	})
+	// Heartbeats at least every process.NoticeInterval: a preemption's or
+	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
+	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
+	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval})
+	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
+		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
+	})
+	for i, w := range []worker.Worker{svc, sim} {
+		if err := w.Start(); err != nil {
+			if i == 1 {
+				svc.Stop()
+			}
+			return fmt.Errorf("service: start worker: %w", err)
+		}
+	}
+	s.workers = []worker.Worker{svc, sim}
+	return nil
+}
+
+// StopWorkers stops both workers: they poll no more, and the activities they
+// run are cancelled as by a process exit (the simulated executor's runs fail
+// their attempt and resume from their heartbeat on the next worker). Failure
+// drills and tests use it with StartWorkers.
+func (s *Service) StopWorkers() {
+	s.mu.Lock()
+	ws := s.workers
+	s.workers = nil
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.Stop()
+	}
+}
+
+// schedulerInput is the scheduler workflow's input from the config.
+func (s *Service) schedulerInput() *workflows.SchedulerInput {
+	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
+}
+
+// serveHTTP listens on the API address and serves the API in the background.
+func (s *Service) serveHTTP() error {
+	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
+	srv := api.New(api.StoreFrom(s.store), s.workflows, s.cfg.Tokens,
+		api.WithMetricsHandler(s.tel.Handler()),
+		api.WithMiddleware(otelgin.Middleware(ServiceName)),
+		api.WithLogger(s.cfg.Logger),
+		api.WithStartQueue(s.starter))
+	l, err := net.Listen("tcp", s.cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
+	}
+	s.listener = l
+	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		err := s.httpSrv.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.serveErr <- err
+	}()
+	return nil
+}
+
+// reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
+// PendingJobs every ReconcileInterval until ctx ends; failures are logged
+// and retried at the next pass.
+func (s *Service) reconcileLoop(ctx context.Context) {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.ReconcileInterval)
+	defer t.Stop()
+	// The first pass runs at once: starts queued by a process that died
+	// before making them are made now, not a whole interval later.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
+		}
+	}
+}
+
+// APIAddr returns the address the API listens on, e.g. "127.0.0.1:8080".
+func (s *Service) APIAddr() string { return s.listener.Addr().String() }
+
+// Store returns the service's store.
+func (s *Service) Store() *store.Store { return s.store }
+
+// Temporal returns the service's Temporal client.
+func (s *Service) Temporal() client.Client { return s.temporal }
+
+// Close shuts down in reverse order: the HTTP server (in-flight requests
+// finish within ShutdownTimeout), the loops (reconciler, queue gauges,
+// governance file watcher), the workers, the Temporal
+// client, the store and telemetry. It returns the joined errors; calling it
+// again returns the same result.
+func (s *Service) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Service) close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if s.httpSrv != nil {
+		errs = append(errs, s.httpSrv.Shutdown(ctx))
+	} else if s.listener != nil {
+		errs = append(errs, s.listener.Close())
+	}
+	if s.starter != nil {
+		s.starter.Close() // queued workflow starts, before the Temporal client closes
+	}
+	if s.stopLoops != nil {
+		s.stopLoops()
+		s.loops.Wait()
+	}
+	s.StopWorkers()
+	if s.temporal != nil {
+		s.temporal.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.tel != nil {
+		errs = append(errs, s.tel.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the service, serves until ctx is done (SIGINT/SIGTERM in
+// `gpugov serve`) or the HTTP server fails, then closes it gracefully. It
+// returns Start's error, the server's failure, or Close's error.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.cfg.Logger.Info("gpugov shutting down")
+	case serveErr = <-s.serveErr:
+		s.cfg.Logger.Error("HTTP server stopped", "err", serveErr)
+	}
+	return errors.Join(serveErr, s.Close(context.WithoutCancel(ctx)))
+}
