@@ -13,6 +13,8 @@
 // instrumentedStore), because the activities offer no metrics hooks; so are
 // the wait-reason transitions by reason. The queue gauges (longest wait,
 // starving jobs) are recomputed periodically from the queue service report.
+// Node agents' GPU utilisation samples older than Config.GPUSampleRetention
+// are deleted hourly (retention.go).
 package service
 
 import (
