@@ -191,8 +191,8 @@ func TestEndToEndOnDevServer(t *testing.T) {
 
 	// The scheduler's first run continues as new after its 6 cycles.
 	waitFor(t, 30*time.Second, "scheduler continue-as-new", func() bool {
-		d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), sched.GetRunID())
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+		d, err := c.DescribeWorkflow(context.Background(), sched.GetID(), sched.GetRunID())
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
 	})
 	record(t, c, firstRun.GetID(), firstRun.GetRunID(), "job-succeeded-"+map[bool]string{true: "waited", false: "direct"}[waited == firstRun])
 	record(t, c, secondRun.GetID(), secondRun.GetRunID(), "job-succeeded-"+map[bool]string{true: "waited", false: "direct"}[waited == secondRun])
@@ -208,15 +208,18 @@ func TestEndToEndOnDevServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "scheduler cancelled", func() bool {
-		d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
+		d, err := c.DescribeWorkflow(context.Background(), sched.GetID(), "")
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
 	})
 	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalInventoryChanged, temporalx.InventoryChangedSignal{Pool: testPool}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Fatalf("scheduler after signal-with-start: %v (%v), want running", d.GetWorkflowExecutionInfo().GetStatus(), err)
+	d, err := c.DescribeWorkflow(context.Background(), sched.GetID(), "")
+	if err != nil {
+		t.Fatalf("scheduler after signal-with-start: %v, want running", err)
+	}
+	if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Fatalf("scheduler after signal-with-start: %v, want running", st)
 	}
 	if err := c.CancelWorkflow(context.Background(), sched.GetID(), ""); err != nil {
 		t.Fatal(err)
