@@ -52,23 +52,11 @@ func loadReportFixture(t *testing.T) reportFixture {
 // release of that run names, and wait events. Its clock is the fixture's now.
 func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
 		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: scheduling.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
 	}
-	if err := st.UpsertQueues(ctx, queues); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertInventory(ctx, fixturePools()); err != nil {
-		t.Fatal(err)
-	}
+	st, dbURL := storetest.NewStore(t, storetest.Fixture{Pools: fixturePools(), Queues: queues})
 	storeFixtureRecords(t, st, f.Input)
 	wf := &recordingWorkflows{}
 	srv := New(StoreFrom(st), wf, testTokens(t), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -79,19 +67,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 // fixturePools holds, per fixture pool and GPU model, one node of four GPUs
 // named <pool>-<model>.
 func fixturePools() []scheduling.Pool {
-	var pools []scheduling.Pool
-	for _, name := range []string{"p1", "p2"} {
-		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
-		for _, model := range []string{"A100", "H100"} {
-			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
-			for g := range 4 {
-				n.GPUs = append(n.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: model, MemoryMiB: 81920, Healthy: true})
-			}
-			p.Nodes = append(p.Nodes, n)
-		}
-		pools = append(pools, p)
-	}
-	return pools
+	return storetest.ModelPools([]string{"p1", "p2"}, []string{"A100", "H100"}, scheduling.StageObserve, 4)
 }
 
 // storeFixtureRecords inserts the fixture's jobs, runs (as allocations with

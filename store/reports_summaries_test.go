@@ -19,27 +19,7 @@ import (
 // each, named <pool>-<model>) and queues.
 func summaryEnv(t *testing.T) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	var pools []scheduling.Pool
-	for _, name := range reporttest.Pools {
-		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
-		for _, model := range reporttest.Models {
-			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
-			for g := range 4 {
-				n.GPUs = append(n.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: model, MemoryMiB: 81920, Healthy: true})
-			}
-			p.Nodes = append(p.Nodes, n)
-		}
-		pools = append(pools, p)
-	}
-	if err := s.UpsertInventory(ctx, pools); err != nil {
-		t.Fatal(err)
-	}
+	pools := storetest.ModelPools(reporttest.Pools, reporttest.Models, scheduling.StageObserve, 4)
 	var queues []scheduling.Queue
 	for _, q := range reporttest.Queues {
 		sq := scheduling.Queue{Name: q.Name, Tier: q.Tier}
@@ -53,9 +33,7 @@ func summaryEnv(t *testing.T) *store.Store {
 		}
 		queues = append(queues, sq)
 	}
-	if err := s.UpsertQueues(ctx, queues); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: pools, Queues: queues})
 	return s
 }
 

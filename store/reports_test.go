@@ -18,12 +18,6 @@ import (
 // two A100s and node p-h100 with one H100, and queue "train".
 func reportEnv(t *testing.T) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
 	gpu := func(uuid, model string) scheduling.GPU {
 		return scheduling.GPU{UUID: uuid, Model: model, MemoryMiB: 81920, Healthy: true}
 	}
@@ -31,13 +25,8 @@ func reportEnv(t *testing.T) *store.Store {
 		{Name: "p-a100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-a0", "A100"), gpu("GPU-a1", "A100")}},
 		{Name: "p-h100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-h0", "H100")}},
 	}}
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
 	q := scheduling.Queue{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 2, MaxWait: 90 * time.Minute}
-	if err := s.UpsertQueues(ctx, []scheduling.Queue{q}); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{pool}, Queues: []scheduling.Queue{q}})
 	return s
 }
 

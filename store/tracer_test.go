@@ -34,11 +34,7 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 // query is seen (otelpgx plugs in there in serve).
 func TestWithQueryTracerSeesStoreQueries(t *testing.T) {
 	tr := &countingTracer{}
-	s, err := store.Open(context.Background(), storetest.NewDatabase(t), store.WithQueryTracer(tr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := storetest.NewStore(t, storetest.Fixture{}, store.WithQueryTracer(tr))
 	if _, err := s.ListQueues(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -36,15 +36,7 @@ type service struct {
 
 func newService(t *testing.T) *service {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{
 		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: api.RoleAgent},
 		tokSubmitter: {Name: "alice", Project: "vision", Role: api.RoleSubmitter},
