@@ -99,6 +99,7 @@ func runCycle(t *testing.T, a *activities.Scheduler, in *activities.RunCycleInpu
 }
 
 func TestRunCycleRetriedWithSameIDPlacesOnce(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, 1, 2)
 	a, b := submit(t, st, 1), submit(t, st, 1)
 	sched := activities.NewScheduler(activities.Deps{Store: st})
@@ -127,6 +128,7 @@ func TestRunCycleRetriedWithSameIDPlacesOnce(t *testing.T) {
 }
 
 func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, 1, 1)
 	runner := submit(t, st, 1)
 	waiter := submit(t, st, 1)
@@ -176,6 +178,7 @@ func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
 }
 
 func TestJobActivities(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, 1, 1)
 	job := submit(t, st, 1)
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)

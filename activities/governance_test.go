@@ -52,6 +52,7 @@ func runningJob(t *testing.T, st *store.Store, queue string, tier scheduling.Tie
 // the experiment job from being proposed as a victim, and so does recovery
 // evidence downgraded by a wrong-step resume; with neither, it is proposed.
 func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t, 1, 1)
 	govQueues(t, st)
@@ -131,6 +132,7 @@ func (h heartbeats) LastHeartbeat(_ context.Context, jobID string) (time.Time, b
 // utilisation samples: no evidence of idleness); one whose heartbeat cannot
 // be read is classified without it and counted.
 func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t, 1, 3)
 	govQueues(t, st)

@@ -15,6 +15,7 @@ import (
 // checks that a reconcile pass starts the workflow of every pending job but
 // not of finished ones.
 func TestReconcileStartsDeferredWorkflows(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.wf.startErr = errTemporalDown
 	var pending []string

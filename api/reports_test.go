@@ -155,6 +155,7 @@ func fixtureQuery(f reportFixture) string {
 // hand-computed expectation. The database path drops J0 (ended before the
 // window) and the release before the window; the numbers must not move.
 func TestQueueReportEqualsPureComputation(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	var got any
@@ -186,6 +187,7 @@ func TestQueueReportEqualsPureComputation(t *testing.T) {
 // TestReportViewsAndComparison checks that the wait-reason and starvation
 // views and the comparison carry the report's own numbers.
 func TestReportViewsAndComparison(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	pure, err := queuereport.Compute(f.Input, queuereport.Options{Window: f.Options.Window, Now: f.Options.Now, GroupBy: []string{"queue"}})
@@ -234,6 +236,7 @@ func TestReportViewsAndComparison(t *testing.T) {
 // report is computed over its project's records only; an operator may ask
 // for one project; a submitter may not ask for another's.
 func TestReportSubmitterSeesOwnProject(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	for _, c := range []struct {
@@ -263,6 +266,7 @@ func TestReportSubmitterSeesOwnProject(t *testing.T) {
 // TestReportDefaultWindow checks that without from and to the report covers
 // the 24 hours before now.
 func TestReportDefaultWindow(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	var r queuereport.Report
@@ -281,6 +285,7 @@ func TestReportDefaultWindow(t *testing.T) {
 // TestReportBadParameters checks every bad parameter answers 400 malformed
 // naming it, before the store is read.
 func TestReportBadParameters(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	for _, c := range []struct{ path, field string }{

@@ -11,6 +11,7 @@ import (
 // its workflow start (held here) has happened; Close waits for the start,
 // which is followed by the scheduler's wake-up.
 func TestAsyncStartAnswersBeforeTheWorkflowStarts(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, WithAsyncStarts(1, 8))
 	release := make(chan struct{})
 	env.wf.startHook = func(string) { <-release }
@@ -39,6 +40,7 @@ func TestAsyncStartAnswersBeforeTheWorkflowStarts(t *testing.T) {
 // A background start that fails leaves the committed job to the reconciler,
 // which starts it once Temporal answers again.
 func TestAsyncStartFailureLeftToTheReconciler(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, WithAsyncStarts(2, 8))
 	env.wf.startErr = errTemporalDown
 	var j Job
@@ -67,6 +69,7 @@ func TestAsyncStartFailureLeftToTheReconciler(t *testing.T) {
 // When the queue is full the request starts its own workflow (back-pressure)
 // and answers only after that start.
 func TestAsyncStartQueueFullStartsInTheRequest(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, WithAsyncStarts(1, 1))
 	entered, release := make(chan string, 1), make(chan struct{})
 	var first string

@@ -50,6 +50,7 @@ func recordingScheduler(ctx workflow.Context) (int, error) {
 // closed, the search attributes are set, cancel carries actor and reason, and
 // the scheduler gets job-submitted.
 func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
+	t.Parallel()
 	srv := temporaltest.Start(t)
 	w := worker.New(srv.Client, temporalx.ServiceTaskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(recordingJobWorkflow, workflow.RegisterOptions{Name: workflows.JobWorkflowName})

@@ -23,6 +23,7 @@ func agentNode(name string, uuids []string, sick ...string) scheduling.Node {
 }
 
 func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 2, 2)
@@ -82,6 +83,7 @@ func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
 }
 
 func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	first, err := s.UpsertNode(ctx, "fresh", agentNode("gpu-01", []string{"GPU-a", "GPU-b"}), "agent")
@@ -128,6 +130,7 @@ func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
 }
 
 func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	_, err := s.UpsertNode(context.Background(), "p", agentNode("n", []string{"GPU-x", "GPU-x"}), "agent")
 	if err == nil {
@@ -139,6 +142,7 @@ func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
 }
 
 func TestGPUSamples(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
@@ -180,6 +184,7 @@ func TestGPUSamples(t *testing.T) {
 }
 
 func TestGetRunSpec(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a"}), "agent"); err != nil {

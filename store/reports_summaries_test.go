@@ -119,6 +119,7 @@ func countRows(t *testing.T, s *store.Store, sql string) int {
 // before and after late writes (records dated in summarised hours, an
 // inventory change) that make stored summaries stale.
 func TestQueueReportFromSummariesEqualsRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := summaryEnv(t)
 	base := time.Now().UTC().Truncate(24 * time.Hour).Add(-5 * 24 * time.Hour)
@@ -184,6 +185,7 @@ func TestQueueReportFromSummariesEqualsRecords(t *testing.T) {
 // the project, and grouping by project (never summarised) equals the
 // records' report.
 func TestQueueReportProjectScope(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := summaryEnv(t)
 	base := time.Now().UTC().Truncate(time.Hour).Add(-48 * time.Hour)

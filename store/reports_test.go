@@ -102,6 +102,7 @@ func (f *reportFlow) run(job, alloc string, start, end time.Time, outcome string
 // that a job which ended before the window is left out. CancelJob stamps the
 // wall clock, so the history is laid out in the hours before now.
 func TestLoadReportInputFromStoreFlows(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := reportEnv(t)
 	f := &reportFlow{t: t, s: s}
@@ -212,6 +213,7 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 
 // TestLoadReportInputRejectsBadWindows checks the window errors.
 func TestLoadReportInputRejectsBadWindows(t *testing.T) {
+	t.Parallel()
 	s := reportEnv(t)
 	now := time.Now()
 	for _, c := range []struct {
@@ -234,6 +236,7 @@ func TestLoadReportInputRejectsBadWindows(t *testing.T) {
 // ended_at with the transition's time, and a later updated_at bump (a late
 // checkpoint record) does not move it.
 func TestJobsEndedAtTrigger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := reportEnv(t)
 	f := &reportFlow{t: t, s: s}

@@ -33,6 +33,7 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 // WithQueryTracer puts the tracer on the pool's connections: every store
 // query is seen (otelpgx plugs in there in serve).
 func TestWithQueryTracerSeesStoreQueries(t *testing.T) {
+	t.Parallel()
 	tr := &countingTracer{}
 	s, _ := storetest.NewStore(t, storetest.Fixture{}, store.WithQueryTracer(tr))
 	if _, err := s.ListQueues(context.Background()); err != nil {

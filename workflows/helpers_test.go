@@ -141,11 +141,7 @@ func newTestEnv(t *testing.T, st *store.Store, run any) *testEnv {
 // newTestEnvWith is newTestEnv with the activities' dependencies given.
 func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	st := deps.Store.(*store.Store)
-	var suite testsuite.WorkflowTestSuite
-	suite.SetLogger(quietLogger())
-	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
-	env.SetTestTimeout(2 * time.Minute)
-	workflows.Register(env)
+	env := newWorkflowEnv()
 	if deps.Waker == nil {
 		deps.Waker = env
 	}
@@ -155,6 +151,18 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	} else {
 		env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
 	}
+	return env
+}
+
+// newWorkflowEnv is a testsuite environment with gpugov's workflows
+// registered (no activities) that records search-attribute upserts and
+// signals to other workflows.
+func newWorkflowEnv() *testEnv {
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(quietLogger())
+	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
+	env.SetTestTimeout(2 * time.Minute)
+	workflows.Register(env)
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
 		env.mu.Lock()
