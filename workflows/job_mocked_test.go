@@ -33,6 +33,9 @@ const (
 	preemptWFID = "preemption/pre-1"
 )
 
+// notice is a preemption's notice to stop the job's run mockRunID.
+var notice = temporalx.PreemptSignal{PreemptionID: "pre-1", WorkflowID: preemptWFID, ForJobID: "j-prod", RunID: mockRunID}
+
 // mockPlaced is the scheduler's `placed` signal for mockAllocID.
 var mockPlaced = temporalx.PlacedSignal{AllocationID: mockAllocID, CycleID: "c1", Pool: testPool, Node: "p1-n0000",
 	GPUs: []scheduling.GPUShare{{UUID: "GPU-p1-0000-0", Milli: scheduling.MilliPerGPU}}}
@@ -79,43 +82,29 @@ func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
 		return nil, errors.New("run activity not mocked")
 	}, activity.RegisterOptions{Name: executor.RunActivityName})
 
-	m.OnActivity("LoadJob", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in *activities.LoadJobInput) (*activities.LoadJobResult, error) {
-			m.record("LoadJob", *in)
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			r := m.loads[0]
-			if len(m.loads) > 1 {
-				m.loads = m.loads[1:]
+	mockActivity(m, "LoadJob", func(*activities.LoadJobInput) *activities.LoadJobResult {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		r := m.loads[0]
+		if len(m.loads) > 1 {
+			m.loads = m.loads[1:]
+		}
+		return &r
+	})
+	mockActivity(m, "CancelJob", func(*activities.CancelJobInput) *activities.CancelJobResult { return &activities.CancelJobResult{} })
+	mockActivity(m, "MarkRunning", func(*activities.MarkRunningInput) *activities.MarkRunningResult {
+		if g := m.markRunningGate; g != nil {
+			select {
+			case <-g:
+			case <-m.done:
 			}
-			return &r, nil
-		})
-	m.OnActivity("CancelJob", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in *activities.CancelJobInput) (*activities.CancelJobResult, error) {
-			m.record("CancelJob", *in)
-			return &activities.CancelJobResult{}, nil
-		})
-	m.OnActivity("MarkRunning", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in *activities.MarkRunningInput) (*activities.MarkRunningResult, error) {
-			m.record("MarkRunning", *in)
-			if g := m.markRunningGate; g != nil {
-				select {
-				case <-g:
-				case <-m.done:
-				}
-			}
-			return &activities.MarkRunningResult{RunID: mockRunID, StartedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, nil
-		})
-	m.OnActivity("FinishRun", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in *activities.FinishRunInput) (*activities.FinishRunResult, error) {
-			m.record("FinishRun", *in)
-			return &activities.FinishRunResult{}, nil
-		})
-	m.OnActivity("ReleasePlacement", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in *activities.ReleasePlacementInput) (*activities.ReleasePlacementResult, error) {
-			m.record("ReleasePlacement", *in)
-			return &activities.ReleasePlacementResult{}, nil
-		})
+		}
+		return &activities.MarkRunningResult{RunID: mockRunID, StartedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	})
+	mockActivity(m, "FinishRun", func(*activities.FinishRunInput) *activities.FinishRunResult { return &activities.FinishRunResult{} })
+	mockActivity(m, "ReleasePlacement", func(*activities.ReleasePlacementInput) *activities.ReleasePlacementResult {
+		return &activities.ReleasePlacementResult{}
+	})
 	m.OnActivity(executor.RunActivityName, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in *executor.RunInput) (*executor.RunResult, error) {
 			m.record(executor.RunActivityName, *in)
@@ -129,9 +118,26 @@ func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
 	return m
 }
 
+// mockActivity answers activity name with answer(input), recording the call.
+func mockActivity[In, Out any](m *mockedJob, name string, answer func(*In) *Out) {
+	m.OnActivity(name, mock.Anything, mock.Anything).Return(func(_ context.Context, in *In) (*Out, error) {
+		m.record(name, *in)
+		return answer(in), nil
+	})
+}
+
 // endRun ends the oldest running run activity with r (a cancelled one's
 // result is dropped by the environment).
 func (m *mockedJob) endRun(r *executor.RunResult) { m.runEnds <- r }
+
+// signalAndEndRun sends signal name with arg after d and ends the run it
+// stops (a cancel or a preemption notice) with stoppedRun.
+func (m *mockedJob) signalAndEndRun(d time.Duration, name string, arg any) {
+	m.RegisterDelayedCallback(func() {
+		m.SignalWorkflow(name, arg)
+		m.endRun(stoppedRun)
+	}, d)
+}
 
 func (m *mockedJob) record(name string, in any) {
 	m.mu.Lock()
@@ -298,10 +304,7 @@ func TestJobWorkflowMockedCancelWhilePlacedFinishesRunCancelled(t *testing.T) {
 func TestJobWorkflowMockedCancelWhileRunning(t *testing.T) {
 	m := newMockedJob(t, waitingJob())
 	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
-	m.RegisterDelayedCallback(func() {
-		m.SignalWorkflow(temporalx.SignalCancel, temporalx.CancelSignal{Actor: "bob", Reason: "superseded"})
-		m.endRun(stoppedRun)
-	}, time.Minute+runWallTime)
+	m.signalAndEndRun(time.Minute+runWallTime, temporalx.SignalCancel, temporalx.CancelSignal{Actor: "bob", Reason: "superseded"})
 	m.execute()
 
 	res := m.jobResult(t)
@@ -327,12 +330,8 @@ func TestJobWorkflowMockedPreemptedThenCancelledWhileWaiting(t *testing.T) {
 	// and is cancelled there: its run ends cancelled and the job is
 	// cancelled in the store.
 	m := newMockedJob(t, waitingJob())
-	pre := temporalx.PreemptSignal{PreemptionID: "pre-1", WorkflowID: preemptWFID, ForJobID: "j-prod", RunID: mockRunID}
 	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
-	m.RegisterDelayedCallback(func() {
-		m.SignalWorkflow(temporalx.SignalPreempt, pre)
-		m.endRun(stoppedRun)
-	}, time.Minute+runWallTime)
+	m.signalAndEndRun(time.Minute+runWallTime, temporalx.SignalPreempt, notice)
 	m.signalAt(time.Hour, temporalx.SignalCancel, temporalx.CancelSignal{Actor: "alice", Reason: "gave up"})
 	m.execute()
 
@@ -360,11 +359,10 @@ func TestJobWorkflowMockedPreemptAndCancelTogetherEndCancelled(t *testing.T) {
 	// the cancellation wins (the run ends cancelled, FinishRun releases),
 	// and the preemption is told how the run ended.
 	m := newMockedJob(t, waitingJob())
-	pre := temporalx.PreemptSignal{PreemptionID: "pre-1", WorkflowID: preemptWFID, ForJobID: "j-prod", RunID: mockRunID}
 	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
 	m.RegisterDelayedCallback(func() {
 		m.SignalWorkflow(temporalx.SignalCancel, temporalx.CancelSignal{Actor: "bob", Reason: "superseded"})
-		m.SignalWorkflow(temporalx.SignalPreempt, pre)
+		m.SignalWorkflow(temporalx.SignalPreempt, notice)
 		m.endRun(stoppedRun)
 	}, time.Minute+runWallTime)
 	m.execute()
@@ -417,14 +415,10 @@ func TestJobWorkflowMockedPreemptedResumesOnNewAllocation(t *testing.T) {
 	resumed := waitingJob()
 	resumed.ResumeStep = 40
 	m := newMockedJob(t, waitingJob(), resumed)
-	pre := temporalx.PreemptSignal{PreemptionID: "pre-1", WorkflowID: preemptWFID, ForJobID: "j-prod", RunID: mockRunID}
 	second := mockPlaced
 	second.AllocationID = "alloc-2"
 	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
-	m.RegisterDelayedCallback(func() {
-		m.SignalWorkflow(temporalx.SignalPreempt, pre)
-		m.endRun(stoppedRun)
-	}, time.Minute+runWallTime)
+	m.signalAndEndRun(time.Minute+runWallTime, temporalx.SignalPreempt, notice)
 	m.RegisterDelayedCallback(func() {
 		m.SignalWorkflow(temporalx.SignalPlaced, mockPlaced) // a repeat of the released allocation: ignored
 		m.SignalWorkflow(temporalx.SignalPlaced, second)

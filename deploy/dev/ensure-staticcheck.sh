@@ -6,8 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
 STATICCHECK_BIN="${STATICCHECK_BIN:-$GPUGOV_ROOT/bin/staticcheck}"
-if [ -x "$STATICCHECK_BIN" ] && go version -m "$STATICCHECK_BIN" 2>/dev/null |
-    grep -Eq "^[[:space:]]+mod[[:space:]]+honnef.co/go/tools[[:space:]]+$STATICCHECK_VERSION[[:space:]]"; then
+if has_module_version "$STATICCHECK_BIN" honnef.co/go/tools "$STATICCHECK_VERSION"; then
   exit 0
 fi
 log "building staticcheck $STATICCHECK_VERSION into $(dirname "$STATICCHECK_BIN")"
