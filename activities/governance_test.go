@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -23,8 +24,8 @@ import (
 func govQueues(t *testing.T, st *store.Store) {
 	t.Helper()
 	if err := st.UpsertQueues(context.Background(), []scheduling.Queue{
-		{Name: "exp", Tier: scheduling.TierExperiment, ServiceShare: 1},
-		{Name: "prod", Tier: scheduling.TierProduction, ServiceShare: 1},
+		{Name: "exp", Tier: vocab.TierExperiment, ServiceShare: 1},
+		{Name: "prod", Tier: vocab.TierProduction, ServiceShare: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func govQueues(t *testing.T, st *store.Store) {
 
 // runningJob stores a checkpointable job of queue on GPU gpu whose run
 // started at started, and returns it with its allocation and run.
-func runningJob(t *testing.T, st *store.Store, queue string, tier scheduling.Tier, gpu string, started time.Time) (*store.Job, string, string) {
+func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gpu string, started time.Time) (*store.Job, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	j := storetest.Submit(t, st, &store.NewJob{Project: "vision", Queue: queue, Tier: tier, RunSeconds: 1e6,
@@ -56,8 +57,8 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t, 1, 1)
 	govQueues(t, st)
-	exp, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, gpuUUID(0), time.Now().Add(-2*time.Hour))
-	if _, _, err := st.CreateJob(ctx, &store.NewJob{Project: "serving", Queue: "prod", Tier: scheduling.TierProduction,
+	exp, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(0), time.Now().Add(-2*time.Hour))
+	if _, _, err := st.CreateJob(ctx, &store.NewJob{Project: "serving", Queue: "prod", Tier: vocab.TierProduction,
 		RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +139,9 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	govQueues(t, st)
 	now := time.Now()
 	started := now.Add(-2 * time.Hour)
-	lost, lostAlloc, lostRun := runningJob(t, st, "exp", scheduling.TierExperiment, gpuUUID(0), started)
-	alive, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, gpuUUID(1), started)
-	unread, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, gpuUUID(2), started)
+	lost, lostAlloc, lostRun := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(0), started)
+	alive, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(1), started)
+	unread, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(2), started)
 	cfg := governance.Default()
 	cfg.Reclaim.Enabled = true
 	hb := heartbeats{at: map[string]time.Time{lost.ID: now.Add(-time.Hour), alive.ID: now.Add(-10 * time.Second)},
@@ -165,7 +166,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 		t.Fatalf("scan %+v, want 3 active, 1 heartbeat unread, 1 finding", scan)
 	}
 	f := scan.Findings[0]
-	if f.JobID != lost.ID || f.Class != string(governance.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
+	if f.JobID != lost.ID || f.Class != string(vocab.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
 		t.Fatalf("finding %+v, want %s failed for its lost heartbeat", f, lost.ID)
 	}
 
@@ -177,7 +178,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	if err := val.Get(&as); err != nil {
 		t.Fatal(err)
 	}
-	if !as.Proceed || as.Class != string(governance.ClassFailed) {
+	if !as.Proceed || as.Class != string(vocab.ClassFailed) {
 		t.Fatalf("assess %+v, want a failed reclaim recorded", as)
 	}
 	r, err := st.GetReclaim(ctx, as.ReclaimID)
@@ -189,7 +190,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	}
 
 	// Its run is still going: the release goes through its job workflow.
-	val, err = env.ExecuteActivity("ReleaseReclaimed", &activities.ReleaseReclaimInput{ReclaimID: as.ReclaimID, By: store.ActorReclaim})
+	val, err = env.ExecuteActivity("ReleaseReclaimed", &activities.ReleaseReclaimInput{ReclaimID: as.ReclaimID, By: vocab.ActorReclaim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +198,10 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	if err := val.Get(&rel); err != nil {
 		t.Fatal(err)
 	}
-	if rel.State != store.ReclaimReleased || rel.GPUsReleased != 1 || jobs.cancelled() != 1 {
+	if rel.State != vocab.ReclaimReleased || rel.GPUsReleased != 1 || jobs.cancelled() != 1 {
 		t.Fatalf("release %+v after %d cancel signals, want released through one cancel of the job", rel, jobs.cancelled())
 	}
-	if j, _ := st.GetJob(ctx, lost.ID); j.State != store.StateCancelled {
+	if j, _ := st.GetJob(ctx, lost.ID); j.State != vocab.JobCancelled {
 		t.Fatalf("lost job is %s, want cancelled", j.State)
 	}
 	var detail string
@@ -228,7 +229,7 @@ func (c *cancellingJobs) SignalWorkflow(ctx context.Context, workflowID, _, name
 	c.mu.Unlock()
 	for job, run := range c.runs {
 		if temporalx.JobWorkflowID(job) == workflowID {
-			return c.st.FinishRun(ctx, job, run, store.OutcomeCancelled, "cancelled by the reclaim", time.Now())
+			return c.st.FinishRun(ctx, job, run, vocab.RunCancelled, "cancelled by the reclaim", time.Now())
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -25,9 +26,9 @@ import (
 type reportFixture = reporttest.Fixture
 
 // fixtureStates maps the fixture's state labels to stored job states.
-var fixtureStates = map[string]store.JobState{
-	"completed": store.StateSucceeded, "pending": store.StateWaiting,
-	"running": store.StateRunning, "cancelled": store.StateCancelled,
+var fixtureStates = map[string]vocab.JobState{
+	"completed": vocab.JobSucceeded, "pending": vocab.JobWaiting,
+	"running": vocab.JobRunning, "cancelled": vocab.JobCancelled,
 }
 
 // loadReportFixture reads the fixture with its state labels replaced by the
@@ -54,7 +55,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Helper()
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
-		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: scheduling.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
 	}
 	st, dbURL := storetest.NewStore(t, storetest.Fixture{Pools: fixturePools(), Queues: queues})
 	storeFixtureRecords(t, st, f.Input)
@@ -67,7 +68,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 // fixturePools holds, per fixture pool and GPU model, one node of four GPUs
 // named <pool>-<model>.
 func fixturePools() []scheduling.Pool {
-	return storetest.ModelPools([]string{"p1", "p2"}, []string{"A100", "H100"}, scheduling.StageObserve, 4)
+	return storetest.ModelPools([]string{"p1", "p2"}, []string{"A100", "H100"}, vocab.StageObserve, 4)
 }
 
 // storeFixtureRecords inserts the fixture's jobs, runs (as allocations with

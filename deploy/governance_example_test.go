@@ -8,6 +8,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // runHeartbeatTimeout is JobWorkflow's default run heartbeat timeout: a
@@ -27,7 +28,7 @@ func TestGovernanceExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Stages()["sim"]; got != scheduling.StageAutomate {
+	if got := cfg.Stages()["sim"]; got != vocab.StageAutomate {
 		t.Errorf("pools.sim.stage = %q, want automate", got)
 	}
 	if !cfg.LowRisk("experiment") {
@@ -48,17 +49,17 @@ func TestGovernanceExampleLoads(t *testing.T) {
 	if w := governance.Seconds(r.ObservationWindowSeconds); w <= runHeartbeatTimeout {
 		t.Errorf("reclaim.observation_window_seconds = %s, want above the %s run heartbeat timeout", w, runHeartbeatTimeout)
 	}
-	if m := cfg.ConfiguredMode("sim", "experiment", governance.ClassIdle); m != governance.ModeNotify {
+	if m := cfg.ConfiguredMode("sim", "experiment", vocab.ClassIdle); m != vocab.ModeNotify {
 		t.Errorf("mode of an idle experiment run in pool sim = %s, want notify (the demo waits for its notice and release)", m)
 	}
 	if w := governance.Seconds(r.NotifyWindowSeconds); w > time.Minute {
 		t.Errorf("reclaim.notify_window_seconds = %s, want at most a minute (the demo waits it out)", w)
 	}
-	var modes []governance.Mode
+	var modes []vocab.ReclaimMode
 	for _, rule := range r.Rules {
 		modes = append(modes, rule.Mode)
 	}
-	for _, m := range governance.Modes {
+	for _, m := range vocab.ReclaimModes {
 		if !slices.Contains(modes, m) {
 			t.Errorf("reclaim.rules: no rule in mode %s; the example should show every mode", m)
 		}
@@ -92,10 +93,10 @@ func TestDemoPolicyLoads(t *testing.T) {
 		}
 		return cfg.Queues[i]
 	}
-	if q := queue("production"); !q.Protected || q.Tier != scheduling.TierProduction {
+	if q := queue("production"); !q.Protected || q.Tier != vocab.TierProduction {
 		t.Errorf("queue production = %+v, want tier production, protected", q)
 	}
-	if q := queue("experiment"); !q.LowRisk || q.Tier != scheduling.TierExperiment {
+	if q := queue("experiment"); !q.LowRisk || q.Tier != vocab.TierExperiment {
 		t.Errorf("queue experiment = %+v, want tier experiment, low-risk", q)
 	}
 }

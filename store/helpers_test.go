@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -21,7 +22,7 @@ func newStore(t testing.TB) (*store.Store, string) {
 
 // testPool is storetest.Pool at stage automate.
 func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
-	return storetest.Pool(name, scheduling.StageAutomate, nodes, gpusPerNode)
+	return storetest.Pool(name, vocab.StageAutomate, nodes, gpusPerNode)
 }
 
 // submit creates a pending job of queue "train" submitted at t0 in pool
@@ -29,7 +30,7 @@ func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
 func submit(t testing.TB, s *store.Store, project, pool string, gpus, milli int) *store.Job {
 	t.Helper()
 	return storetest.Submit(t, s, &store.NewJob{
-		Project: project, Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0,
+		Project: project, Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0,
 		Request: scheduling.ResourceRequest{GPUs: gpus, GPUMilli: milli, Pool: pool, CPUMilli: 4000, MemoryMiB: 16384},
 	})
 }

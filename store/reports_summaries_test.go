@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -19,7 +20,7 @@ import (
 // each, named <pool>-<model>) and queues.
 func summaryEnv(t *testing.T) *store.Store {
 	t.Helper()
-	pools := storetest.ModelPools(reporttest.Pools, reporttest.Models, scheduling.StageObserve, 4)
+	pools := storetest.ModelPools(reporttest.Pools, reporttest.Models, vocab.StageObserve, 4)
 	var queues []scheduling.Queue
 	for _, q := range reporttest.Queues {
 		sq := scheduling.Queue{Name: q.Name, Tier: q.Tier}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 	"github.com/gpugov/gpugov/workflows"
@@ -39,7 +40,7 @@ func gpuUUID(i int) string { return storetest.GPUName(testPool, 0, i) }
 func newStore(t testing.TB, gpus int) *store.Store {
 	t.Helper()
 	st, _ := storetest.NewStore(t, storetest.Fixture{
-		Pools:  []scheduling.Pool{storetest.Pool(testPool, scheduling.StageObserve, 1, gpus)},
+		Pools:  []scheduling.Pool{storetest.Pool(testPool, vocab.StageObserve, 1, gpus)},
 		Queues: []scheduling.Queue{storetest.TrainQueue},
 	})
 	return st
@@ -56,7 +57,7 @@ type jobSpec struct {
 func submitJob(t testing.TB, st *store.Store, spec jobSpec) *store.Job {
 	t.Helper()
 	return storetest.Submit(t, st, &store.NewJob{
-		Project: "vision", Queue: testQueue, Tier: scheduling.TierStandard, RunSeconds: spec.runSeconds,
+		Project: "vision", Queue: testQueue, Tier: vocab.TierStandard, RunSeconds: spec.runSeconds,
 		Request:  scheduling.ResourceRequest{GPUs: spec.gpus, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: spec.checkpointInterval > 0, CheckpointIntervalSeconds: spec.checkpointInterval},
 	})
@@ -100,7 +101,7 @@ func countRows(t testing.TB, st *store.Store, sql string, args ...any) int {
 }
 
 // jobState reads the job's stored state.
-func jobState(t testing.TB, st *store.Store, jobID string) store.JobState {
+func jobState(t testing.TB, st *store.Store, jobID string) vocab.JobState {
 	t.Helper()
 	j, err := st.GetJob(context.Background(), jobID)
 	if err != nil {

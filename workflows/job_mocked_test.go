@@ -17,6 +17,7 @@ import (
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/workflows"
 )
 
@@ -67,8 +68,8 @@ type mockedJob struct {
 
 // Run results the tests end runs with.
 var (
-	succeededRun = &executor.RunResult{Outcome: executor.OutcomeSucceeded, Step: 60, Detail: "done"}
-	stoppedRun   = &executor.RunResult{Outcome: executor.OutcomeCancelled, Step: 30, Detail: "stopped"}
+	succeededRun = &executor.RunResult{Outcome: vocab.RunSucceeded, Step: 60, Detail: "done"}
+	stoppedRun   = &executor.RunResult{Outcome: vocab.RunCancelled, Step: 30, Detail: "stopped"}
 )
 
 // newMockedJob builds the environment; loads are LoadJob's answers.
@@ -201,13 +202,13 @@ func (m *mockedJob) runStopped() []temporalx.RunStoppedSignal {
 // waitingJob is LoadJob's answer for a job waiting in the store.
 func waitingJob() activities.LoadJobResult {
 	return activities.LoadJobResult{JobID: mockJobID, Project: "vision", Queue: testQueue, Tier: "standard", Pool: testPool,
-		State: workflows.JobWaiting, RunSeconds: 60, CheckpointIntervalSeconds: 20}
+		State: vocab.JobWaiting, RunSeconds: 60, CheckpointIntervalSeconds: 20}
 }
 
 // placedJob is LoadJob's answer once a cycle placed the job.
 func placedJob() activities.LoadJobResult {
 	j := waitingJob()
-	j.State = workflows.JobPlaced
+	j.State = vocab.JobPlaced
 	return j
 }
 
@@ -221,7 +222,7 @@ func TestJobWorkflowMockedCancelWhileWaiting(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.AllocationID != "" || res.RunID != "" || res.Detail != "cancelled by alice: wrong data" {
+	if res.State != vocab.JobCancelled || res.AllocationID != "" || res.RunID != "" || res.Detail != "cancelled by alice: wrong data" {
 		t.Fatalf("result %+v, want cancelled without allocation or run", res)
 	}
 	// The store is told, then read again: not placed, so nothing to release.
@@ -243,12 +244,12 @@ func TestJobWorkflowMockedCancelRacingPlacementReleasesLateAllocation(t *testing
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.AllocationID != mockAllocID || res.RunID != "" {
+	if res.State != vocab.JobCancelled || res.AllocationID != mockAllocID || res.RunID != "" {
 		t.Fatalf("result %+v, want cancelled holding %s without a run", res, mockAllocID)
 	}
 	m.wantCalls("LoadJob", "CancelJob", "LoadJob", "ReleasePlacement")
 	in := m.call("ReleasePlacement", 0).(activities.ReleasePlacementInput)
-	if in.AllocationID != mockAllocID || in.Outcome != workflows.JobCancelled || in.SchedulerWorkflowID != schedulerID ||
+	if in.AllocationID != mockAllocID || in.Outcome != vocab.RunCancelled || in.SchedulerWorkflowID != schedulerID ||
 		in.Detail != "cancelled by alice: not needed" {
 		t.Fatalf("ReleasePlacement input %+v", in)
 	}
@@ -280,7 +281,7 @@ func TestJobWorkflowMockedCancelWhilePlacedFinishesRunCancelled(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.AllocationID != mockAllocID || res.RunID != mockRunID {
+	if res.State != vocab.JobCancelled || res.AllocationID != mockAllocID || res.RunID != mockRunID {
 		t.Fatalf("result %+v, want a cancelled run on %s", res, mockAllocID)
 	}
 	// The run activity is scheduled and cancelled in one workflow task: its
@@ -296,7 +297,7 @@ func TestJobWorkflowMockedCancelWhilePlacedFinishesRunCancelled(t *testing.T) {
 		t.Fatalf("store activities called %v, want %v", store, want)
 	}
 	in := m.call("FinishRun", 0).(activities.FinishRunInput)
-	if in.RunID != mockRunID || in.Outcome != workflows.JobCancelled || in.Detail != "cancelled by bob: superseded" {
+	if in.RunID != mockRunID || in.Outcome != vocab.RunCancelled || in.Detail != "cancelled by bob: superseded" {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 }
@@ -308,7 +309,7 @@ func TestJobWorkflowMockedCancelWhileRunning(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.RunID != mockRunID || res.Step != 0 {
+	if res.State != vocab.JobCancelled || res.RunID != mockRunID || res.Step != 0 {
 		t.Fatalf("result %+v, want a cancelled run without a run result", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
@@ -316,7 +317,7 @@ func TestJobWorkflowMockedCancelWhileRunning(t *testing.T) {
 	if run.RunID != mockRunID || run.AllocationID != mockAllocID || run.RunSeconds != 60 || run.CheckpointIntervalSeconds != 20 {
 		t.Fatalf("run input %+v", run)
 	}
-	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != workflows.JobCancelled || in.SchedulerWorkflowID != schedulerID {
+	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != vocab.RunCancelled || in.SchedulerWorkflowID != schedulerID {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 	states, _ := m.upserted()
@@ -336,11 +337,11 @@ func TestJobWorkflowMockedPreemptedThenCancelledWhileWaiting(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.Preemptions != 0 || res.Detail != "cancelled by alice: gave up" {
+	if res.State != vocab.JobCancelled || res.Preemptions != 0 || res.Detail != "cancelled by alice: gave up" {
 		t.Fatalf("result %+v, want cancelled, never resumed", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun", "CancelJob")
-	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.RunID != mockRunID || in.Outcome != workflows.JobCancelled {
+	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.RunID != mockRunID || in.Outcome != vocab.RunCancelled {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 	stopped := m.runStopped()
@@ -368,15 +369,15 @@ func TestJobWorkflowMockedPreemptAndCancelTogetherEndCancelled(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobCancelled || res.Detail != "cancelled by bob: superseded" {
+	if res.State != vocab.JobCancelled || res.Detail != "cancelled by bob: superseded" {
 		t.Fatalf("result %+v, want cancelled by bob", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
-	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != workflows.JobCancelled {
+	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != vocab.RunCancelled {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 	stopped := m.runStopped()
-	if len(stopped) != 1 || stopped[0].Outcome != workflows.JobCancelled || stopped[0].PreemptionID != "pre-1" {
+	if len(stopped) != 1 || stopped[0].Outcome != string(vocab.RunCancelled) || stopped[0].PreemptionID != "pre-1" {
 		t.Fatalf("run-stopped signals %+v, want one saying the run ended cancelled", stopped)
 	}
 }
@@ -394,11 +395,11 @@ func TestJobWorkflowMockedPreemptForAnotherRunIsAnsweredNotRunning(t *testing.T)
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobSucceeded || res.Step != 60 || res.Preemptions != 0 {
+	if res.State != vocab.JobSucceeded || res.Step != 60 || res.Preemptions != 0 {
 		t.Fatalf("result %+v, want succeeded at step 60", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
-	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != workflows.JobSucceeded {
+	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != vocab.RunSucceeded {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 	stopped := m.runStopped()
@@ -427,7 +428,7 @@ func TestJobWorkflowMockedPreemptedResumesOnNewAllocation(t *testing.T) {
 	m.execute()
 
 	res := m.jobResult(t)
-	if res.State != workflows.JobSucceeded || res.AllocationID != "alloc-2" || res.Preemptions != 1 {
+	if res.State != vocab.JobSucceeded || res.AllocationID != "alloc-2" || res.Preemptions != 1 {
 		t.Fatalf("result %+v, want succeeded on alloc-2 after one preemption", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
@@ -449,7 +450,7 @@ func TestJobWorkflowMockedRunFailureFailsWorkflowWithResult(t *testing.T) {
 	m := newMockedJob(t, waitingJob())
 	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
 	m.RegisterDelayedCallback(func() {
-		m.endRun(&executor.RunResult{Outcome: executor.OutcomeFailed, Step: 12, Detail: "exit status 3"})
+		m.endRun(&executor.RunResult{Outcome: vocab.RunFailed, Step: 12, Detail: "exit status 3"})
 	}, time.Minute+runWallTime)
 	m.execute()
 
@@ -459,11 +460,11 @@ func TestJobWorkflowMockedRunFailureFailsWorkflowWithResult(t *testing.T) {
 	}
 	var res workflows.JobResult
 	decodeDetails(t, appErr, &res)
-	if res.State != workflows.JobFailed || res.Step != 12 || res.Detail != "exit status 3" {
+	if res.State != vocab.JobFailed || res.Step != 12 || res.Detail != "exit status 3" {
 		t.Fatalf("failed result %+v", res)
 	}
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
-	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != workflows.JobFailed {
+	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != vocab.RunFailed {
 		t.Fatalf("FinishRun input %s", fmt.Sprint(in))
 	}
 }

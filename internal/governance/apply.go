@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // StageWriter stores what the configuration sets in the database, where the
@@ -12,7 +12,7 @@ import (
 // (pools.stage, which Plan's Act decision reads) and the low-risk queues
 // (queues.low_risk, which the trial stage reads).
 type StageWriter interface {
-	SetPoolStages(ctx context.Context, stages map[string]scheduling.AutomationStage, actor, reason string) ([]string, error)
+	SetPoolStages(ctx context.Context, stages map[string]vocab.AutomationStage, actor, reason string) ([]string, error)
 	SetLowRiskQueues(ctx context.Context, queues []string, actor, reason string) ([]string, error)
 }
 

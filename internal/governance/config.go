@@ -18,34 +18,8 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
-
-// Class is a reclaim class (DESIGN.md §1).
-type Class string
-
-// The reclaim classes.
-const (
-	ClassFailed    Class = "failed"    // the run ended or is unrecoverable, GPUs still held
-	ClassIdle      Class = "idle"      // running, no progress or utilisation for the observation window, not protected
-	ClassCompleted Class = "completed" // work done, cleanup (release) not run
-)
-
-// Classes lists every class.
-var Classes = []Class{ClassFailed, ClassIdle, ClassCompleted}
-
-// Mode is a reclaim mode (DESIGN.md §1).
-type Mode string
-
-// The reclaim modes.
-const (
-	ModeReport  Mode = "report"  // record only
-	ModeNotify  Mode = "notify"  // tell the owner, wait the notice window, release unless they keep it
-	ModeAuto    Mode = "auto"    // release at once
-	ModeConfirm Mode = "confirm" // an operator must approve
-)
-
-// Modes lists every mode.
-var Modes = []Mode{ModeReport, ModeNotify, ModeAuto, ModeConfirm}
 
 // Defaults of Config.
 const (
@@ -75,7 +49,7 @@ type Config struct {
 
 // PoolConfig is one pool's governance settings.
 type PoolConfig struct {
-	Stage scheduling.AutomationStage `yaml:"stage"`
+	Stage vocab.AutomationStage `yaml:"stage"`
 }
 
 // WindowConfig is a protection window.
@@ -119,7 +93,7 @@ type ReclaimConfig struct {
 	// operator before it expires unreleased; 0 means DefaultConfirmWindowSeconds.
 	ConfirmWindowSeconds float64 `yaml:"confirm_window_seconds"`
 	// DefaultMode is the mode of findings no rule matches; "" means report.
-	DefaultMode Mode `yaml:"default_mode"`
+	DefaultMode vocab.ReclaimMode `yaml:"default_mode"`
 	// Rules give modes by pool, queue and class; the first rule whose
 	// non-empty fields all match wins.
 	Rules []ModeRule `yaml:"rules"`
@@ -127,10 +101,10 @@ type ReclaimConfig struct {
 
 // ModeRule sets the mode of the findings it matches; an empty field matches any value.
 type ModeRule struct {
-	Pool  string `yaml:"pool"`
-	Queue string `yaml:"queue"`
-	Class Class  `yaml:"class"`
-	Mode  Mode   `yaml:"mode"`
+	Pool  string             `yaml:"pool"`
+	Queue string             `yaml:"queue"`
+	Class vocab.ReclaimClass `yaml:"class"`
+	Mode  vocab.ReclaimMode  `yaml:"mode"`
 }
 
 // Default returns the configuration used when no file is given: no pool
@@ -155,7 +129,7 @@ func (c *Config) applyDefaults() {
 		r.IdleGPUPercent = DefaultIdleGPUPercent
 	}
 	if r.DefaultMode == "" {
-		r.DefaultMode = ModeReport
+		r.DefaultMode = vocab.ModeReport
 	}
 }
 
@@ -166,8 +140,8 @@ func setDefault(v *float64, d float64) {
 }
 
 // Stages returns the configured stage of each listed pool.
-func (c *Config) Stages() map[string]scheduling.AutomationStage {
-	out := make(map[string]scheduling.AutomationStage, len(c.Pools))
+func (c *Config) Stages() map[string]vocab.AutomationStage {
+	out := make(map[string]vocab.AutomationStage, len(c.Pools))
 	for name, p := range c.Pools {
 		out[name] = p.Stage
 	}
@@ -202,7 +176,7 @@ func (c *Config) InProtectionWindow(queue string, now time.Time) string {
 
 // ConfiguredMode returns the mode the first matching rule gives a finding of
 // class in (pool, queue), or the default mode.
-func (c *Config) ConfiguredMode(pool, queue string, class Class) Mode {
+func (c *Config) ConfiguredMode(pool, queue string, class vocab.ReclaimClass) vocab.ReclaimMode {
 	for _, r := range c.Reclaim.Rules {
 		if (r.Pool == "" || r.Pool == pool) && (r.Queue == "" || r.Queue == queue) && (r.Class == "" || r.Class == class) {
 			return r.Mode
@@ -213,14 +187,6 @@ func (c *Config) ConfiguredMode(pool, queue string, class Class) Mode {
 
 // Seconds converts a seconds field to a duration.
 func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// String renders a class for messages.
-func (k Class) String() string { return string(k) }
-
-// validStage reports whether s is one of the three stages.
-func validStage(s scheduling.AutomationStage) bool {
-	return s == scheduling.StageObserve || s == scheduling.StageTrial || s == scheduling.StageAutomate
-}
 
 // errorf formats a validation message naming the field.
 func errorf(field, format string, args ...any) string {

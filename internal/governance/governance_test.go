@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 const validYAML = `pools:
@@ -30,15 +31,15 @@ func TestParseAppliesDefaultsAndRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pools["a100-east"].Stage != scheduling.StageTrial || c.Reclaim.NotifyWindowSeconds != 600 ||
-		c.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds || c.Reclaim.DefaultMode != ModeReport {
+	if c.Pools["a100-east"].Stage != vocab.StageTrial || c.Reclaim.NotifyWindowSeconds != 600 ||
+		c.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds || c.Reclaim.DefaultMode != vocab.ModeReport {
 		t.Fatalf("config %+v", c)
 	}
 	for _, tc := range []struct {
 		pool, queue string
-		class       Class
-		want        Mode
-	}{{"a100-east", "exp", ClassIdle, ModeAuto}, {"a100-east", "exp", ClassFailed, ModeNotify}, {"other", "exp", ClassFailed, ModeReport}} {
+		class       vocab.ReclaimClass
+		want        vocab.ReclaimMode
+	}{{"a100-east", "exp", vocab.ClassIdle, vocab.ModeAuto}, {"a100-east", "exp", vocab.ClassFailed, vocab.ModeNotify}, {"other", "exp", vocab.ClassFailed, vocab.ModeReport}} {
 		if got := c.ConfiguredMode(tc.pool, tc.queue, tc.class); got != tc.want {
 			t.Errorf("mode(%s,%s,%s) = %s, want %s", tc.pool, tc.queue, tc.class, got, tc.want)
 		}
@@ -94,12 +95,12 @@ func TestWatcherKeepsOldConfigOnBadFileAndReportsChanges(t *testing.T) {
 		t.Fatal("unchanged file reported as a change")
 	}
 	write("pools:\n  a100-east: {stage: sideways}\n", t0.Add(time.Minute))
-	if w.Check(context.Background()) || len(errs) != 1 || w.Current().Pools["a100-east"].Stage != scheduling.StageTrial {
+	if w.Check(context.Background()) || len(errs) != 1 || w.Current().Pools["a100-east"].Stage != vocab.StageTrial {
 		t.Fatalf("bad file: errors %v, stage %s; want the old config kept", errs, w.Current().Pools["a100-east"].Stage)
 	}
 	write("pools:\n  a100-east: {stage: automate}\n", t0.Add(2*time.Minute))
-	if !w.Check(context.Background()) || len(changes) != 1 || changes[0].Old.Pools["a100-east"].Stage != scheduling.StageTrial ||
-		w.Current().Pools["a100-east"].Stage != scheduling.StageAutomate {
+	if !w.Check(context.Background()) || len(changes) != 1 || changes[0].Old.Pools["a100-east"].Stage != vocab.StageTrial ||
+		w.Current().Pools["a100-east"].Stage != vocab.StageAutomate {
 		t.Fatalf("good file: changes %+v", changes)
 	}
 }
@@ -143,24 +144,24 @@ func TestClassify(t *testing.T) {
 	cases := []struct {
 		name string
 		ev   func(*Evidence)
-		want Class // "" = not reclaimable
+		want vocab.ReclaimClass // "" = not reclaimable
 	}{
-		{"succeeded run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "succeeded", &ended }, ClassCompleted},
-		{"failed run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "failed", &ended }, ClassFailed},
-		{"no run within the window", func(e *Evidence) { e.RunID, e.JobState = "", "placed" }, ClassFailed},
-		{"idle on every sample", func(e *Evidence) { e.Samples = samples(2) }, ClassIdle},
+		{"succeeded run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "succeeded", &ended }, vocab.ClassCompleted},
+		{"failed run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "failed", &ended }, vocab.ClassFailed},
+		{"no run within the window", func(e *Evidence) { e.RunID, e.JobState = "", "placed" }, vocab.ClassFailed},
+		{"idle on every sample", func(e *Evidence) { e.Samples = samples(2) }, vocab.ClassIdle},
 		{"missing samples are no evidence", func(e *Evidence) {}, ""},
 		{"busy GPU", func(e *Evidence) { e.Samples = samples(40) }, ""},
 		{"samples not spanning the window", func(e *Evidence) { e.Samples = samples(2)[15:] }, ""},
 		{"checkpoint in the window is progress", func(e *Evidence) { cp := now.Add(-time.Minute); e.Samples, e.LastCheckpointAt = samples(0), &cp }, ""},
 		{"protected job", func(e *Evidence) { e.Samples, e.Protected = samples(0), true }, ""},
-		{"heartbeat older than the window", func(e *Evidence) { hb := now.Add(-11 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, ClassFailed},
-		{"heartbeat lost on protected work", func(e *Evidence) { hb := now.Add(-time.Hour); e.Protected, e.LastHeartbeatAt = true, &hb }, ClassFailed},
+		{"heartbeat older than the window", func(e *Evidence) { hb := now.Add(-11 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, vocab.ClassFailed},
+		{"heartbeat lost on protected work", func(e *Evidence) { hb := now.Add(-time.Hour); e.Protected, e.LastHeartbeatAt = true, &hb }, vocab.ClassFailed},
 		{"recent heartbeat", func(e *Evidence) { hb := now.Add(-9 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, ""},
 		{"heartbeat age of an ended run", func(e *Evidence) {
 			hb := now.Add(-time.Hour)
 			e.RunOutcome, e.RunEndedAt, e.LastHeartbeatAt = "cancelled", &ended, &hb
-		}, ClassFailed},
+		}, vocab.ClassFailed},
 	}
 	for _, tc := range cases {
 		ev := base()
@@ -182,7 +183,7 @@ func TestClassifyHeartbeatBasis(t *testing.T) {
 	ev := &Evidence{AllocationID: "a", RunID: "r-1", JobState: "running", GrantedAt: now.Add(-time.Hour),
 		RunStartedAt: now.Add(-time.Hour), GPUs: 2, LastHeartbeatAt: &hb}
 	f, ok := Classify(ev, c, now)
-	if !ok || f.Class != ClassFailed {
+	if !ok || f.Class != vocab.ClassFailed {
 		t.Fatalf("finding %+v (%v), want failed", f, ok)
 	}
 	for _, want := range []string{"run r-1 has not heartbeated for 25m0s", "2026-01-01T11:35:00Z", "10m0s observation window", "2 GPU(s)"} {
@@ -201,20 +202,20 @@ func TestClassifyHeartbeatBasis(t *testing.T) {
 func TestDecideModeByStageAndProtection(t *testing.T) {
 	c := Default()
 	c.LowRiskQueues = []string{"exp"}
-	c.Reclaim.Rules = []ModeRule{{Mode: ModeAuto}}
+	c.Reclaim.Rules = []ModeRule{{Mode: vocab.ModeAuto}}
 	for _, tc := range []struct {
-		stage     scheduling.AutomationStage
+		stage     vocab.AutomationStage
 		queue     string
 		protected bool
-		want      Mode
+		want      vocab.ReclaimMode
 	}{
-		{scheduling.StageObserve, "exp", false, ModeReport},
-		{scheduling.StageTrial, "train", false, ModeReport},
-		{scheduling.StageTrial, "exp", false, ModeAuto},
-		{scheduling.StageAutomate, "train", false, ModeAuto},
-		{scheduling.StageAutomate, "train", true, ModeConfirm},
+		{vocab.StageObserve, "exp", false, vocab.ModeReport},
+		{vocab.StageTrial, "train", false, vocab.ModeReport},
+		{vocab.StageTrial, "exp", false, vocab.ModeAuto},
+		{vocab.StageAutomate, "train", false, vocab.ModeAuto},
+		{vocab.StageAutomate, "train", true, vocab.ModeConfirm},
 	} {
-		if d := c.DecideMode(tc.stage, "p", tc.queue, ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
+		if d := c.DecideMode(tc.stage, "p", tc.queue, vocab.ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
 			t.Errorf("%s/%s/protected=%v: %+v, want %s", tc.stage, tc.queue, tc.protected, d, tc.want)
 		}
 	}

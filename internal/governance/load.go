@@ -82,7 +82,7 @@ func (c *Config) validate(root *yaml.Node) []Problem {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if s := c.Pools[n].Stage; !validStage(s) {
+		if s := c.Pools[n].Stage; !s.Valid() {
 			v.add([]string{"pools", n, "stage"}, "%q is not observe, trial or automate", s)
 		}
 	}
@@ -106,15 +106,15 @@ func (c *Config) validate(root *yaml.Node) []Problem {
 	if r.IdleGPUPercent < 0 || r.IdleGPUPercent > 100 {
 		v.add([]string{"reclaim", "idle_gpu_percent"}, "%d is outside 0..100", r.IdleGPUPercent)
 	}
-	if r.DefaultMode != "" && !slices.Contains(Modes, r.DefaultMode) {
+	if r.DefaultMode != "" && !r.DefaultMode.Valid() {
 		v.add([]string{"reclaim", "default_mode"}, "%q is not report, notify, auto or confirm", r.DefaultMode)
 	}
 	for i, rule := range r.Rules {
 		at := []string{"reclaim", "rules", strconv.Itoa(i)}
-		if !slices.Contains(Modes, rule.Mode) {
+		if !rule.Mode.Valid() {
 			v.add(append(at, "mode"), "%q is not report, notify, auto or confirm", rule.Mode)
 		}
-		if rule.Class != "" && !slices.Contains(Classes, rule.Class) {
+		if rule.Class != "" && !rule.Class.Valid() {
 			v.add(append(at, "class"), "%q is not failed, idle or completed", rule.Class)
 		}
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/apiclient"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -29,7 +29,7 @@ const governanceYAML = "testdata/governance.yaml"
 // not load fails Start, before any database or Temporal call, with an error
 // naming the file.
 func TestServiceGovernanceFileInvalid(t *testing.T) {
-	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestServiceGovernanceFileInvalid(t *testing.T) {
 }
 
 func TestStartValidates(t *testing.T) {
-	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestStartValidates(t *testing.T) {
 func TestServiceLifecycle(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
 	dev := temporaltest.Start(t)
-	tokens, err := api.NewTokens(map[string]api.Principal{"admin": {Project: "platform", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"admin": {Project: "platform", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,14 +126,14 @@ func TestServiceLifecycle(t *testing.T) {
 			t.Errorf("%s workflow: %v; want running", id, st)
 		}
 	}
-	checkGovernanceApplied(ctx, t, svc.Store(), scheduling.StageTrial)
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageTrial)
 	// A changed file is applied again and audited (Check is what the watcher's poll runs).
 	changed := strings.Replace(string(govData), "stage: trial", "stage: automate", 1)
 	if err := os.WriteFile(govFile, []byte(changed), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	svc.governance.Check(ctx)
-	checkGovernanceApplied(ctx, t, svc.Store(), scheduling.StageAutomate)
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageAutomate)
 	audit, err := svc.Store().AuditFor(ctx, govFile, 0)
 	if err != nil || len(audit) == 0 || audit[0].Action != ActionGovernanceConfigChange || audit[0].Actor != GovernanceActor {
 		t.Errorf("audit of %s: %+v, %v; want a %s entry", govFile, audit, err, ActionGovernanceConfigChange)
@@ -204,7 +204,7 @@ func TestServiceLifecycle(t *testing.T) {
 // checkGovernanceApplied checks the stored stage of the trace pool against
 // stage and that the standard queue is low-risk, as testdata/governance.yaml
 // makes it (the default queues make only experiment low-risk).
-func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, stage scheduling.AutomationStage) {
+func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, stage vocab.AutomationStage) {
 	t.Helper()
 	snap, err := st.LoadSnapshot(ctx, time.Now())
 	if err != nil {

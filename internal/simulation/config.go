@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Config is everything a simulation run is governed by: the scheduling policy
@@ -28,7 +29,7 @@ type Config struct {
 	Queues   []scheduling.Queue // one per tier, named after it (trace jobs are routed by tier name)
 	Quotas   []scheduling.Quota // none by default: no project quota limits
 	PoolName string             // name of the pool the node list forms
-	Stage    scheduling.AutomationStage
+	Stage    vocab.AutomationStage
 	Projects int    // synthetic projects pods are hashed into (alibaba.ProjectOf)
 	Seed     uint64 // seed of the recovery-evidence draw
 	Recovery RecoveryRule
@@ -53,7 +54,7 @@ type Config struct {
 // job checkpoints every CheckpointIntervalSeconds of run time and starts with
 // VerifiedResumes verified resumes.
 type RecoveryRule struct {
-	Tiers                     []scheduling.Tier
+	Tiers                     []vocab.Tier
 	Probability               float64 // 0..1
 	CheckpointIntervalSeconds int64   // > 0
 	VerifiedResumes           int
@@ -76,14 +77,14 @@ const (
 // resume; a 600 s timer cycle (the default aging interval); starvation at 4×
 // the objective.
 func DefaultConfig() Config {
-	q := func(t scheduling.Tier, share float64, maxWaitS int64) scheduling.Queue {
+	q := func(t vocab.Tier, share float64, maxWaitS int64) scheduling.Queue {
 		return scheduling.Queue{Name: t.String(), Tier: t, ServiceShare: share, MaxWait: time.Duration(maxWaitS) * time.Second}
 	}
 	queues := []scheduling.Queue{
-		q(scheduling.TierProduction, 4, DefaultProductionMaxWaitS),
-		q(scheduling.TierKeyProject, 3, DefaultKeyProjectMaxWaitS),
-		q(scheduling.TierStandard, 2, DefaultStandardMaxWaitS),
-		q(scheduling.TierExperiment, 1, DefaultExperimentMaxWaitS),
+		q(vocab.TierProduction, 4, DefaultProductionMaxWaitS),
+		q(vocab.TierKeyProject, 3, DefaultKeyProjectMaxWaitS),
+		q(vocab.TierStandard, 2, DefaultStandardMaxWaitS),
+		q(vocab.TierExperiment, 1, DefaultExperimentMaxWaitS),
 	}
 	queues[0].Protected = true
 	queues[3].LowRisk = true
@@ -91,11 +92,11 @@ func DefaultConfig() Config {
 		Policy:   scheduling.DefaultPolicy(),
 		Queues:   queues,
 		PoolName: alibaba.DefaultPoolName,
-		Stage:    scheduling.StageAutomate,
+		Stage:    vocab.StageAutomate,
 		Projects: alibaba.DefaultProjects,
 		Seed:     1,
 		Recovery: RecoveryRule{
-			Tiers:       []scheduling.Tier{scheduling.TierStandard, scheduling.TierExperiment},
+			Tiers:       []vocab.Tier{vocab.TierStandard, vocab.TierExperiment},
 			Probability: 0.5, CheckpointIntervalSeconds: 1800, VerifiedResumes: 1,
 		},
 		CycleIntervalSeconds: 600,
@@ -323,7 +324,7 @@ func fromFile(f fileConfig) (Config, error) {
 	if c.Recovery, err = recoveryFromFile(f.Recovery); err != nil {
 		return Config{}, err
 	}
-	c.Stage = scheduling.AutomationStage(f.Stage)
+	c.Stage = vocab.AutomationStage(f.Stage)
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -337,7 +338,7 @@ func fromFile(f fileConfig) (Config, error) {
 // timer period and checkpoint interval of at least 1 s, a recovery
 // probability in 0..1 and a positive starvation factor.
 func (c Config) Validate() error {
-	for _, t := range scheduling.Tiers {
+	for _, t := range vocab.Tiers {
 		i := slices.IndexFunc(c.Queues, func(q scheduling.Queue) bool { return q.Name == t.String() })
 		if i < 0 {
 			return fieldError("queues", "no queue named %q (trace jobs go to the queue named after their tier)", t)
@@ -348,7 +349,7 @@ func (c Config) Validate() error {
 	}
 	r := c.Recovery
 	switch {
-	case !slices.Contains([]scheduling.AutomationStage{scheduling.StageObserve, scheduling.StageTrial, scheduling.StageAutomate}, c.Stage):
+	case !slices.Contains([]vocab.AutomationStage{vocab.StageObserve, vocab.StageTrial, vocab.StageAutomate}, c.Stage):
 		return fieldError("stage", "%q is not observe, trial or automate", c.Stage)
 	case c.PoolName == "":
 		return fieldError("pool", "is empty")
@@ -369,7 +370,7 @@ func (c Config) Validate() error {
 }
 
 func policyFromFile(f fileConfig) (scheduling.Policy, error) {
-	p := scheduling.Policy{Version: f.Version, TierBase: map[scheduling.Tier]float64{},
+	p := scheduling.Policy{Version: f.Version, TierBase: map[vocab.Tier]float64{},
 		Aging:       scheduling.AgingPolicy{Enabled: f.Aging.Enabled, StepPoints: f.Aging.StepPoints, IntervalSeconds: f.Aging.IntervalS, CapPoints: f.Aging.CapPoints},
 		FairShare:   scheduling.FairSharePolicy{Enabled: f.FairShare.Enabled, Weight: f.FairShare.Weight, HalfLifeSeconds: f.FairShare.HalfLifeS},
 		Reservation: scheduling.ReservationPolicy{Enabled: f.Reservation.Enabled, Depth: f.Reservation.Depth},
@@ -379,7 +380,7 @@ func policyFromFile(f fileConfig) (scheduling.Policy, error) {
 			RequireVerifiedResume: f.Preemption.RequireVerifiedResume, ReleaseWithoutCheckpoint: f.Preemption.ReleaseWithoutCheckpoint},
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.TierBase)) {
-		t, err := scheduling.ParseTier(name)
+		t, err := vocab.ParseTier(name)
 		if err != nil {
 			return p, fieldError("tier_base."+name, "%v", err)
 		}
@@ -412,7 +413,7 @@ func queuesFromFile(fq []fileQueue) ([]scheduling.Queue, error) {
 	var queues []scheduling.Queue
 	for i, q := range fq {
 		field := fmt.Sprintf("queues[%d]", i)
-		t, err := scheduling.ParseTier(q.Tier)
+		t, err := vocab.ParseTier(q.Tier)
 		switch {
 		case q.Name == "":
 			return nil, fieldError(field+".name", "is empty")
@@ -458,7 +459,7 @@ func quotasFromFile(fq []fileQuota, pool string) ([]scheduling.Quota, error) {
 func recoveryFromFile(f fileRecovery) (RecoveryRule, error) {
 	r := RecoveryRule{Probability: f.Probability, CheckpointIntervalSeconds: f.CheckpointIntervalS, VerifiedResumes: f.VerifiedResumes}
 	for i, name := range f.Tiers {
-		t, err := scheduling.ParseTier(name)
+		t, err := vocab.ParseTier(name)
 		if err != nil {
 			return r, fieldError(fmt.Sprintf("recovery.tiers[%d]", i), "%v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestLoadConfigGood(t *testing.T) {
@@ -17,7 +18,7 @@ func TestLoadConfigGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := DefaultConfig()
-	if c.Seed != 7 || c.Stage != scheduling.StageObserve {
+	if c.Seed != 7 || c.Stage != vocab.StageObserve {
 		t.Errorf("seed %d stage %s", c.Seed, c.Stage)
 	}
 	if c.Policy.Preemption.MinRuntimeSeconds != 10 || c.Policy.Preemption.SaveRestoreSeconds != 5 {
@@ -38,7 +39,7 @@ func TestLoadConfigGood(t *testing.T) {
 	if !reflect.DeepEqual(c.Quotas, wantQuota) {
 		t.Errorf("quotas %+v, want %+v", c.Quotas, wantQuota)
 	}
-	if !reflect.DeepEqual(c.Recovery.Tiers, []scheduling.Tier{scheduling.TierExperiment}) ||
+	if !reflect.DeepEqual(c.Recovery.Tiers, []vocab.Tier{vocab.TierExperiment}) ||
 		c.Recovery.Probability != 1 || c.Recovery.CheckpointIntervalSeconds != 50 {
 		t.Errorf("recovery %+v", c.Recovery)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -19,7 +20,7 @@ type Fixture struct {
 
 // TrainQueue is the standard-tier queue "train" with service share 1 and no
 // wait objective, the queue most tests submit to.
-var TrainQueue = scheduling.Queue{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}
+var TrainQueue = scheduling.Queue{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}
 
 // NewStore creates a database (NewDatabase), opens a store on it with opts,
 // closed when the test ends, and loads f into it. It returns the store and
@@ -68,7 +69,7 @@ func GPUName(pool string, n, g int) string { return fmt.Sprintf("GPU-%s-%04d-%d"
 // schedulable nodes (NodeName; 96 CPU cores, 1 TiB memory each) of
 // gpusPerNode healthy whole GPUs (GPUName; GPUModel, 80 GiB, NVLink domain
 // "nv<g/4>": four GPUs per domain).
-func Pool(name string, stage scheduling.AutomationStage, nodes, gpusPerNode int) scheduling.Pool {
+func Pool(name string, stage vocab.AutomationStage, nodes, gpusPerNode int) scheduling.Pool {
 	p := scheduling.Pool{Name: name, Available: true, Stage: stage}
 	for n := range nodes {
 		node := scheduling.Node{Name: NodeName(name, n), CPUMilli: 96000, MemoryMiB: 1 << 20, Schedulable: true}
@@ -124,7 +125,7 @@ func Place(t testing.TB, st *store.Store, cycleID string, at time.Time, placemen
 // model of models, one schedulable node "<pool>-<model>" of gpusPerNode
 // healthy 80 GiB GPUs of that model named "GPU-<node>-<g>" (the layout of the
 // queue-report fixtures, where each model's node is its own release target).
-func ModelPools(names, models []string, stage scheduling.AutomationStage, gpusPerNode int) []scheduling.Pool {
+func ModelPools(names, models []string, stage vocab.AutomationStage, gpusPerNode int) []scheduling.Pool {
 	var pools []scheduling.Pool
 	for _, name := range names {
 		p := scheduling.Pool{Name: name, Available: true, Stage: stage}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv/nvmltest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -38,8 +39,8 @@ func newService(t *testing.T) *service {
 	t.Helper()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{
-		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: api.RoleAgent},
-		tokSubmitter: {Name: "alice", Project: "vision", Role: api.RoleSubmitter},
+		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: vocab.RoleAgent},
+		tokSubmitter: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func TestRunSpecAndCheckpointRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	job, _, err := svc.store.CreateJob(ctx, &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard,
 		Request:  scheduling.ResourceRequest{GPUs: 1, Pool: "a100-east"},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 60},
 		Command:  []string{"python", "train.py"}, Env: map[string]string{"SEED": "1"},
