@@ -151,8 +151,8 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	jobs := &cancellingJobs{st: st, runs: map[string]string{lost.ID: lostRun}}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	activities.RegisterGovernance(env, activities.GovernanceDeps{Store: st, Progress: hb, Temporal: jobs,
-		PollInterval: 20 * time.Millisecond, Config: func() *governance.Config { return cfg }, Now: func() time.Time { return now }})
+	activities.Register(env, activities.Deps{Store: st, Progress: hb, Temporal: jobs,
+		PollInterval: 20 * time.Millisecond, Governance: func() *governance.Config { return cfg }, Now: func() time.Time { return now }})
 
 	val, err := env.ExecuteActivity("ScanReclaims", &activities.ScanInput{})
 	if err != nil {

@@ -146,24 +146,22 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	if deps.Waker == nil {
 		deps.Waker = env
 	}
-	activities.Register(env, deps)
+	workflows.RegisterServiceWorker(env, deps)
 	if run == nil {
-		executor.Register(env, fastExecutor(st))
+		workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
 	} else {
 		env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
 	}
 	return env
 }
 
-// newWorkflowEnv is a testsuite environment with gpugov's workflows
-// registered (no activities) that records search-attribute upserts and
-// signals to other workflows.
+// newWorkflowEnv is a testsuite environment, with nothing registered yet,
+// that records search-attribute upserts and signals to other workflows.
 func newWorkflowEnv() *testEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
 	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
 	env.SetTestTimeout(2 * time.Minute)
-	workflows.Register(env)
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
 		env.mu.Lock()

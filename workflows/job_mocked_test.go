@@ -76,6 +76,7 @@ var (
 func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
 	m := &mockedJob{testEnv: newWorkflowEnv(), t: t, loads: loads, runEnds: make(chan *executor.RunResult, 4), done: make(chan struct{})}
 	t.Cleanup(func() { close(m.done) })
+	workflows.RegisterServiceWorkflows(m)
 	// Registered only so that the workflow's activity names resolve; every
 	// call is answered by the mocks below.
 	m.RegisterActivity(&activities.Jobs{})

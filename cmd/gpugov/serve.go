@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/service"
 )
 
 // Defaults of `gpugov serve` besides defaultDatabaseURL (migrate.go).

@@ -48,7 +48,7 @@ func TestServeConfig(t *testing.T) {
 	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, reconcileInterval: time.Second, tokensFile: devTokens,
 		inventoryFile: "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
 		policyFile:     "../../internal/simulation/testdata/policy_good.yaml",
-		governanceFile: "../../internal/service/testdata/governance.yaml"}
+		governanceFile: "../../service/testdata/governance.yaml"}
 	cfg, err := good.config(logger)
 	if err != nil {
 		t.Fatal(err)

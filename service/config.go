@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/replay"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/replay"
 	"github.com/gpugov/gpugov/store"
 )
 
