@@ -142,26 +142,28 @@ func newTestEnv(t *testing.T, st *store.Store, run any) *testEnv {
 // newTestEnvWith is newTestEnv with the activities' dependencies given.
 func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	st := deps.Store.(*store.Store)
-	env := newWorkflowEnv()
-	if deps.Waker == nil {
-		deps.Waker = env
-	}
-	workflows.RegisterServiceWorker(env, deps)
-	if run == nil {
-		workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
-	} else {
-		env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
-	}
-	return env
+	return newWorkflowEnv(func(env *testEnv) {
+		if deps.Waker == nil {
+			deps.Waker = env
+		}
+		workflows.RegisterServiceWorker(env, deps)
+		if run == nil {
+			workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
+		} else {
+			env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
+		}
+	})
 }
 
-// newWorkflowEnv is a testsuite environment, with nothing registered yet,
-// that records search-attribute upserts and signals to other workflows.
-func newWorkflowEnv() *testEnv {
+// newWorkflowEnv is a testsuite environment with what register registers
+// (the test environment takes registrations only before any mock) that
+// records search-attribute upserts and signals to other workflows.
+func newWorkflowEnv(register func(*testEnv)) *testEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
 	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
 	env.SetTestTimeout(2 * time.Minute)
+	register(env)
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
 		env.mu.Lock()

@@ -74,15 +74,17 @@ var (
 
 // newMockedJob builds the environment; loads are LoadJob's answers.
 func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
-	m := &mockedJob{testEnv: newWorkflowEnv(), t: t, loads: loads, runEnds: make(chan *executor.RunResult, 4), done: make(chan struct{})}
+	env := newWorkflowEnv(func(env *testEnv) {
+		workflows.RegisterServiceWorkflows(env)
+		// Registered only so that the workflow's activity names resolve;
+		// every call is answered by the mocks below.
+		env.RegisterActivity(&activities.Jobs{})
+		env.RegisterActivityWithOptions(func(context.Context, *executor.RunInput) (*executor.RunResult, error) {
+			return nil, errors.New("run activity not mocked")
+		}, activity.RegisterOptions{Name: executor.RunActivityName})
+	})
+	m := &mockedJob{testEnv: env, t: t, loads: loads, runEnds: make(chan *executor.RunResult, 4), done: make(chan struct{})}
 	t.Cleanup(func() { close(m.done) })
-	workflows.RegisterServiceWorkflows(m)
-	// Registered only so that the workflow's activity names resolve; every
-	// call is answered by the mocks below.
-	m.RegisterActivity(&activities.Jobs{})
-	m.RegisterActivityWithOptions(func(context.Context, *executor.RunInput) (*executor.RunResult, error) {
-		return nil, errors.New("run activity not mocked")
-	}, activity.RegisterOptions{Name: executor.RunActivityName})
 
 	mockActivity(m, "LoadJob", func(*activities.LoadJobInput) *activities.LoadJobResult {
 		m.mu.Lock()
