@@ -127,6 +127,11 @@ type envOptions struct {
 	simSpeed    float64
 	dbURL       string // connect the service through this URL (a proxy) instead of the database's own
 	afterCommit func(context.Context, *store.CycleOutcome) error
+	// policy, queues and quotas, when set, replace the service's defaults
+	// (service.Config's fields of the same names).
+	policy *scheduling.Policy
+	queues []scheduling.Queue
+	quotas []scheduling.Quota
 }
 
 // startEnv creates a database, a dev server and the service on a free port,
@@ -159,6 +164,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	cfg.AfterCycleCommit = o.afterCommit
+	cfg.Policy, cfg.Queues, cfg.Quotas = o.policy, o.queues, o.quotas
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := service.Start(ctx, cfg)

@@ -189,17 +189,20 @@ func loadReportInput(ctx context.Context, tx pgx.Tx, from, end time.Time, projec
 	return l.assemble(), nil
 }
 
-// checkReportWindow rejects windows LoadReportInput does not read.
+// checkReportWindow rejects windows LoadReportInput does not read, with a
+// *ValidationError (ErrInvalid).
 func checkReportWindow(w queuereport.Window, now time.Time) error {
 	switch {
-	case w.From.IsZero() || w.To.IsZero():
-		return fmt.Errorf("window: from and to are required")
+	case w.From.IsZero():
+		return invalidf("window.from", "window: from and to are required")
+	case w.To.IsZero():
+		return invalidf("window.to", "window: from and to are required")
 	case !w.To.After(w.From):
-		return fmt.Errorf("window: to (%s) must be after from (%s)", w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
+		return invalidf("window.to", "window: to (%s) must be after from (%s)", w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	case w.To.Sub(w.From) > MaxReportWindow:
-		return fmt.Errorf("window: %s is longer than the %s limit", w.To.Sub(w.From), MaxReportWindow)
+		return invalidf("window.from", "window: %s is longer than the %s limit", w.To.Sub(w.From), MaxReportWindow)
 	case now.Before(w.From):
-		return fmt.Errorf("now (%s) is before window.from (%s)", now.Format(time.RFC3339), w.From.Format(time.RFC3339))
+		return invalidf("window.from", "now (%s) is before window.from (%s)", now.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
 	return nil
 }

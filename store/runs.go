@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +80,15 @@ func checkLiveAllocation(ctx context.Context, tx pgx.Tx, jobID, allocationID str
 	return nil
 }
 
+// finishedRunRow is the run FinishRun ends, with its job's project.
+type finishedRunRow struct {
+	JobID        string     `db:"job_id"`
+	AllocationID string     `db:"allocation_id"`
+	StartedAt    time.Time  `db:"started_at"`
+	EndedAt      *time.Time `db:"ended_at"`
+	Project      string     `db:"project"`
+}
+
 // FinishRun ends a run with outcome (succeeded, failed, cancelled or
 // preempted) and detail (exit code, signal, message). In one transaction it
 // releases the run's allocation (released_at, allocation_gpus inactive, which
@@ -95,20 +103,18 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome voca
 	switch outcome {
 	case vocab.RunSucceeded, vocab.RunFailed, vocab.RunCancelled, vocab.RunPreempted:
 	default:
-		return fmt.Errorf("store: finish run %s: outcome %q is not succeeded, failed, cancelled or preempted", runID, outcome)
+		return fmt.Errorf("store: finish run %s: %w", runID,
+			invalidf("outcome", "outcome %q is not succeeded, failed, cancelled or preempted", outcome))
 	}
 	return s.inTx(ctx, "finish run "+runID, func(tx pgx.Tx) error {
 		_, _, cancelRequested, err := lockJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
-		var runJob, allocationID, project string
-		var startedAt time.Time
-		var endedAt *time.Time
-		err = tx.QueryRow(ctx, `
+		run, err := queryOne[finishedRunRow](ctx, tx, `
 			SELECT r.job_id, r.allocation_id, r.started_at, r.ended_at, j.project
-			FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).
-			Scan(&runJob, &allocationID, &startedAt, &endedAt, &project)
+			FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID)
+		runJob, allocationID, project, startedAt, endedAt := run.JobID, run.AllocationID, run.Project, run.StartedAt, run.EndedAt
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
@@ -196,7 +202,8 @@ func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string
 	switch outcome {
 	case vocab.RunCancelled, vocab.RunFailed, vocab.RunRequeued:
 	default:
-		return fmt.Errorf("store: release placement %s: outcome %q is not cancelled, failed or requeued", allocationID, outcome)
+		return fmt.Errorf("store: release placement %s: %w", allocationID,
+			invalidf("outcome", "outcome %q is not cancelled, failed or requeued", outcome))
 	}
 	return s.inTx(ctx, "release placement "+allocationID, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
@@ -227,17 +234,18 @@ func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string
 }
 
 // chargeUsage adds to the project's decayed usage the GPU-seconds of gpus GPUs
-// held for d, decayed to at with the store's half-life h. A constant load g
-// over [at-d, at] contributes ∫ g·2^(-(at-t)/h) dt = g·h/ln2·(1-2^(-d/h)) —
-// the continuous form of Slurm's PriorityDecayHalfLife decay, so a long run's
-// early hours count less than its last ones. The stored total is decayed to
-// the later of its as_of and at before the two are added.
+// held for d, decayed to at with the store's half-life h: the constant load's
+// contribution is scheduling.AccrueUsage (the continuous form of Slurm's
+// PriorityDecayHalfLife decay, so a long run's early hours count less than its
+// last ones). The stored total is decayed to the later of its as_of and at
+// (scheduling.DecayUsage's rule, applied in SQL so that concurrent charges
+// add up in the row) before the two are added.
 func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus float64, d time.Duration, at time.Time) error {
 	if d <= 0 || gpus <= 0 {
 		return nil
 	}
 	h := s.usageHalfLife.Seconds()
-	add := decayedGPUSeconds(gpus, d.Seconds(), h)
+	add := scheduling.AccrueUsage(gpus, d.Seconds(), h)
 	_, err := tx.Exec(ctx, `
 		INSERT INTO project_usage AS u (project, decayed_gpu_seconds, as_of) VALUES ($1, $2, $3)
 		ON CONFLICT (project) DO UPDATE SET
@@ -249,12 +257,6 @@ func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus
 		return fmt.Errorf("charge usage of %s: %w", project, err)
 	}
 	return nil
-}
-
-// decayedGPUSeconds is g·h/ln2·(1-2^(-d/h)): g GPUs held for d seconds,
-// decayed with half-life h seconds to the end of the interval.
-func decayedGPUSeconds(g, d, h float64) float64 {
-	return g * h / math.Ln2 * -math.Expm1(-d/h*math.Ln2)
 }
 
 // RecordCheckpoint records a valid checkpoint of a run, as the run's last
