@@ -188,6 +188,7 @@ func TestGPUSamples(t *testing.T) {
 // old rows deletes every sample taken before the cutoff, of every GPU, and
 // keeps the sample taken at the cutoff and all later ones.
 func TestPruneGPUSamplesDeletesOnlyOld(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
