@@ -72,6 +72,7 @@ func dgxCollector() *nvmlinv.Collector {
 }
 
 func TestAgentLoopReportsInventoryAndSamples(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -119,6 +120,7 @@ func TestAgentLoopReportsInventoryAndSamples(t *testing.T) {
 }
 
 func TestReporterErrors(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx := context.Background()
 	c := newClient(t, svc.url, tokAgent)
@@ -159,6 +161,7 @@ func TestReporterErrors(t *testing.T) {
 }
 
 func TestRunSpecAndCheckpointRecording(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx := context.Background()
 	c := newClient(t, svc.url, tokAgent)
