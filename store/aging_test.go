@@ -14,6 +14,7 @@ import (
 // the snapshot's eligible wait and the credit carried into accrued_aging_s
 // at placement leave the hold out (docs/design.md §1, wait reasons).
 func TestHeldTimeEarnsNoAging(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 1)
