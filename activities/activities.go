@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -65,9 +65,10 @@ type Deps struct {
 	// Waker wakes schedulers when job activities release allocations; nil
 	// means one built on Temporal (when Temporal is set) by Register.
 	Waker Waker
-	// Governance gives the governance configuration in force (protection
-	// windows the scheduling cycle applies); nil means governance.Default.
-	Governance func() *governance.Config
+	// Governance gives the policy in force (internal/policy: the protection
+	// windows and project fair-share weights the scheduling cycle applies);
+	// nil applies neither.
+	Governance func() *policy.Policy
 }
 
 // Register registers the scheduler and job activities on w (the worker polling

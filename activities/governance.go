@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -70,9 +71,9 @@ type GovernanceDeps struct {
 	// Policy gives the grace period and the no-checkpoint rule; nil means
 	// scheduling.DefaultPolicy.
 	Policy PolicySource
-	// Config gives the governance configuration in force (a
-	// governance.Watcher's Current); nil means governance.Default().
-	Config func() *governance.Config
+	// Config gives the policy in force (a
+	// policy.Watcher's Current); nil means policy.Default().
+	Config func() *policy.Policy
 	// Progress reads runs' heartbeated steps for the recompute measurement;
 	// nil uses only the store's evidence (checkpoints and run ends). When it
 	// is also a RunHeartbeatSource (TemporalRunProgress is), the reclaim scan
@@ -129,14 +130,14 @@ func RegisterGovernance(w worker.ActivityRegistry, d GovernanceDeps) {
 
 func (d *GovernanceDeps) now() time.Time { return clock(d.Now) }
 
-func (d *GovernanceDeps) config() *governance.Config {
+func (d *GovernanceDeps) config() *policy.Policy {
 	if d.Config == nil {
-		return governance.Default()
+		return policy.Default()
 	}
 	if c := d.Config(); c != nil {
 		return c
 	}
-	return governance.Default()
+	return policy.Default()
 }
 
 func (d *GovernanceDeps) policy(ctx context.Context) (*scheduling.Policy, error) {

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -69,12 +69,12 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	pol := scheduling.DefaultPolicy()
 	pol.Preemption.RequireVerifiedResume = false
 	var mu sync.Mutex
-	cfg := governance.Default()
-	cfg.ProtectionWindows = []governance.WindowConfig{{Name: "launch", Start: time.Now().Add(-time.Hour),
+	cfg := policy.Default()
+	cfg.ProtectionWindows = []policy.Window{{Name: "launch", Start: time.Now().Add(-time.Hour),
 		End: time.Now().Add(time.Hour), Queues: []string{"exp"}}}
 	sched := activities.NewScheduler(activities.Deps{Store: st,
 		Policy: func(context.Context) (*scheduling.Policy, error) { return &pol, nil }})
-	sched.Governance = func() *governance.Config { mu.Lock(); defer mu.Unlock(); return cfg }
+	sched.Governance = func() *policy.Policy { mu.Lock(); defer mu.Unlock(); return cfg }
 	proposals := func() int {
 		ps, err := st.ListPreemptions(ctx, store.PreemptionFilter{JobID: exp.ID})
 		if err != nil {
@@ -94,7 +94,7 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	}
 
 	mu.Lock()
-	cfg = governance.Default()
+	cfg = policy.Default()
 	mu.Unlock()
 	if _, err := st.Pool().Exec(ctx, `UPDATE jobs SET recovery = recovery || '{"resume_downgraded": {"preemption_id": "p-test"}}' WHERE id = $1`, exp.ID); err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	lost, lostAlloc, lostRun := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-0", started)
 	alive, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-1", started)
 	unread, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-2", started)
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Reclaim.Enabled = true
 	hb := heartbeats{at: map[string]time.Time{lost.ID: now.Add(-time.Hour), alive.ID: now.Add(-10 * time.Second)},
 		fail: map[string]bool{unread.ID: true}}
@@ -155,7 +155,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	activities.RegisterGovernance(env, activities.GovernanceDeps{Store: st, Progress: hb, Temporal: jobs,
-		PollInterval: 20 * time.Millisecond, Config: func() *governance.Config { return cfg }, Now: func() time.Time { return now }})
+		PollInterval: 20 * time.Millisecond, Config: func() *policy.Policy { return cfg }, Now: func() time.Time { return now }})
 
 	val, err := env.ExecuteActivity("ScanReclaims", &activities.ScanInput{})
 	if err != nil {
@@ -169,7 +169,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 		t.Fatalf("scan %+v, want 3 active, 1 heartbeat unread, 1 finding", scan)
 	}
 	f := scan.Findings[0]
-	if f.JobID != lost.ID || f.Class != string(governance.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
+	if f.JobID != lost.ID || f.Class != string(policy.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
 		t.Fatalf("finding %+v, want %s failed for its lost heartbeat", f, lost.ID)
 	}
 
@@ -181,7 +181,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	if err := val.Get(&as); err != nil {
 		t.Fatal(err)
 	}
-	if !as.Proceed || as.Class != string(governance.ClassFailed) {
+	if !as.Proceed || as.Class != string(policy.ClassFailed) {
 		t.Fatalf("assess %+v, want a failed reclaim recorded", as)
 	}
 	r, err := st.GetReclaim(ctx, as.ReclaimID)

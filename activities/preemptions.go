@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
@@ -110,7 +111,7 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 
 // ineligible returns the outcome and reason that forbid touching the victim
 // v now, or "" when it may be preempted.
-func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *governance.Config) (string, string) {
+func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *policy.Policy) (string, string) {
 	if rec.EndedAt != nil {
 		return store.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail
 	}
@@ -397,9 +398,9 @@ func (a *Preemptions) waitPassed(ctx context.Context, in *VerifyResumeInput, run
 		t := run.StartedAt
 		return &t, "", nil
 	}
-	bound := governance.Seconds(in.RecomputeTimeoutSeconds)
+	bound := policy.Seconds(in.RecomputeTimeoutSeconds)
 	if bound <= 0 {
-		bound = governance.Seconds(governance.DefaultRecomputeTimeoutSeconds)
+		bound = policy.Seconds(policy.DefaultRecomputeTimeoutSeconds)
 	}
 	deadline := time.Now().Add(bound)
 	for {

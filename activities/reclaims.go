@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
@@ -65,7 +66,7 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 		return res, nil
 	}
 	now := a.d.now()
-	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	window := policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)
 	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 	cfg := a.d.config()
 	now := a.d.now()
 	res := &AssessResult{NotifyWindowSeconds: cfg.Reclaim.NotifyWindowSeconds, ConfirmWindowSeconds: cfg.Reclaim.ConfirmWindowSeconds}
-	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	window := policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)
 	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
@@ -183,7 +184,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 		res.Detail = "no longer reclaimable on the current evidence"
 		return res, nil
 	}
-	d := cfg.DecideMode(ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
+	d := governance.DecideMode(cfg, ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
 	r, _, err := a.d.Store.OpenReclaim(ctx, store.NewReclaim{Evidence: *ev, Finding: f, Decision: d, WorkflowID: in.WorkflowID, At: now})
 	if err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (a *Reclaims) NotifyOwner(ctx context.Context, in *NotifyInput) (*OwnerNoti
 		return nil, invalidInput("notify owner: reclaim ID is required")
 	}
 	now := a.d.now()
-	r, err := a.d.Store.NoticeReclaim(ctx, in.ReclaimID, now.Add(governance.Seconds(in.WindowSeconds)), now)
+	r, err := a.d.Store.NoticeReclaim(ctx, in.ReclaimID, now.Add(policy.Seconds(in.WindowSeconds)), now)
 	if err != nil {
 		return nil, nonRetryable(err)
 	}
@@ -325,7 +326,7 @@ func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput
 func (a *Reclaims) release(ctx context.Context, r *store.Reclaim, by string) (*store.Reclaim, error) {
 	runID, _ := r.Evidence["run_id"].(string)
 	runOutcome, _ := r.Evidence["run_outcome"].(string)
-	if runID == "" || runOutcome != "" || r.Class == governance.ClassCompleted {
+	if runID == "" || runOutcome != "" || r.Class == policy.ClassCompleted {
 		return a.d.Store.ReleaseReclaimed(ctx, r.ID, by, a.d.now())
 	}
 	reason := fmt.Sprintf("reclaimed by %s (%s): %s", r.ID, r.Class, r.Basis)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -70,8 +71,8 @@ func governanceFixture(t *testing.T) (*testEnv, *decidingWorkflows, *store.Preem
 	}
 	ev := governance.Evidence{AllocationID: out.Placed[1].AllocationID, JobID: failed.ID, Project: "vision", Queue: "train",
 		Pool: "a100-east", GPUs: 1, JobState: "running", GrantedAt: now}
-	r, _, err := e.store.OpenReclaim(ctx, store.NewReclaim{Evidence: ev, Finding: governance.Finding{Class: governance.ClassFailed, Basis: "run failed"},
-		Decision: governance.ModeDecision{Mode: governance.ModeNotify, Configured: governance.ModeNotify, Stage: scheduling.StageAutomate}, At: now})
+	r, _, err := e.store.OpenReclaim(ctx, store.NewReclaim{Evidence: ev, Finding: governance.Finding{Class: policy.ClassFailed, Basis: "run failed"},
+		Decision: governance.ModeDecision{Mode: policy.ModeNotify, Configured: policy.ModeNotify, Stage: scheduling.StageAutomate}, At: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
@@ -94,9 +94,9 @@ type ReclaimReport struct {
 
 // Accepted values of the reclaim report's filters.
 var (
-	reclaimClasses = enumQuery{"class", []string{string(governance.ClassFailed), string(governance.ClassIdle), string(governance.ClassCompleted)}}
-	reclaimModes   = enumQuery{"mode", []string{string(governance.ModeReport), string(governance.ModeNotify),
-		string(governance.ModeAuto), string(governance.ModeConfirm)}}
+	reclaimClasses = enumQuery{"class", []string{string(policy.ClassFailed), string(policy.ClassIdle), string(policy.ClassCompleted)}}
+	reclaimModes   = enumQuery{"mode", []string{string(policy.ModeReport), string(policy.ModeNotify),
+		string(policy.ModeAuto), string(policy.ModeConfirm)}}
 	reclaimStates = enumQuery{"state", []string{store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified,
 		store.ReclaimAwaitConfirm, store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved}}
 )
@@ -202,7 +202,7 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 // notify- or confirm-mode reclaim that was not decided or released yet.
 func awaitsDecision(r *store.Reclaim) bool {
 	return r.State == store.ReclaimNotified || r.State == store.ReclaimAwaitConfirm ||
-		(r.State == store.ReclaimOpen && (r.Mode == governance.ModeNotify || r.Mode == governance.ModeConfirm))
+		(r.State == store.ReclaimOpen && (r.Mode == policy.ModeNotify || r.Mode == policy.ModeConfirm))
 }
 
 func reclaimFromStore(r *store.Reclaim) Reclaim {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 )
 
 // Reclaim states (reclaims.state).
@@ -38,9 +39,9 @@ type Reclaim struct {
 	Queue          string
 	Pool           string
 	Node           string
-	Class          governance.Class
-	Mode           governance.Mode
-	ConfiguredMode governance.Mode
+	Class          policy.Class
+	Mode           policy.Mode
+	ConfiguredMode policy.Mode
 	Stage          string
 	Basis          string
 	Evidence       map[string]any

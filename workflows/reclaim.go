@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
@@ -67,12 +67,12 @@ func ReclaimWorkflow(ctx workflow.Context, in *ReclaimInput) (*ReclaimResult, er
 		return res, nil
 	}
 	upsertGovernanceAttrs(ctx, a.Queue, a.Tier, a.Pool)
-	switch governance.Mode(a.Mode) {
-	case governance.ModeAuto:
+	switch policy.Mode(a.Mode) {
+	case policy.ModeAuto:
 		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: store.ActorReclaim, Reason: "auto mode"})
-	case governance.ModeNotify:
+	case policy.ModeNotify:
 		return r.notify(ctx, res, &a)
-	case governance.ModeConfirm:
+	case policy.ModeConfirm:
 		return r.confirm(ctx, res, &a)
 	}
 	return r.close(ctx, res, store.ReclaimReported, "report mode: recorded only")
@@ -217,7 +217,7 @@ func ReclaimScanWorkflow(ctx workflow.Context, in *ReclaimScanInput) error {
 		next.ScansBefore++
 		interval := secondsDuration(scan.ScanIntervalSeconds)
 		if interval <= 0 {
-			interval = secondsDuration(governance.DefaultScanIntervalSeconds)
+			interval = secondsDuration(policy.DefaultScanIntervalSeconds)
 		}
 		if err := workflow.Sleep(ctx, interval); err != nil {
 			return err

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -20,27 +20,27 @@ func TestReclaimWorkflowModes(t *testing.T) {
 	confirm := temporalx.ReclaimDecisionSignal{Actor: "olga", Reason: "approved"}
 	cases := []struct {
 		name     string
-		mode     governance.Mode
+		mode     policy.Mode
 		stage    scheduling.AutomationStage
 		signal   string
 		arg      temporalx.ReclaimDecisionSignal
 		state    string
 		released bool
 	}{
-		{"report records only", governance.ModeAuto, scheduling.StageObserve, "", keep, store.ReclaimReported, false},
-		{"auto releases at once", governance.ModeAuto, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
-		{"notify then keep is a dispute", governance.ModeNotify, scheduling.StageAutomate, temporalx.SignalReclaimKeep, keep, store.ReclaimKept, false},
-		{"notify without objection releases", governance.ModeNotify, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
-		{"confirm releases on approval", governance.ModeConfirm, scheduling.StageAutomate, temporalx.SignalReclaimConfirm, confirm, store.ReclaimReleased, true},
-		{"confirm expires without approval", governance.ModeConfirm, scheduling.StageAutomate, "", keep, store.ReclaimExpired, false},
+		{"report records only", policy.ModeAuto, scheduling.StageObserve, "", keep, store.ReclaimReported, false},
+		{"auto releases at once", policy.ModeAuto, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
+		{"notify then keep is a dispute", policy.ModeNotify, scheduling.StageAutomate, temporalx.SignalReclaimKeep, keep, store.ReclaimKept, false},
+		{"notify without objection releases", policy.ModeNotify, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
+		{"confirm releases on approval", policy.ModeConfirm, scheduling.StageAutomate, temporalx.SignalReclaimConfirm, confirm, store.ReclaimReleased, true},
+		{"confirm expires without approval", policy.ModeConfirm, scheduling.StageAutomate, "", keep, store.ReclaimExpired, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newGovStore(t, 1, tc.stage)
 			alloc := failRunHoldingGPUs(t, st, expQueue, 0, "failed")
-			cfg := governance.Default()
+			cfg := policy.Default()
 			cfg.Reclaim.Enabled = true
-			cfg.Reclaim.Rules = []governance.ModeRule{{Queue: expQueue, Mode: tc.mode}}
+			cfg.Reclaim.Rules = []policy.ModeRule{{Queue: expQueue, Mode: tc.mode}}
 			env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
 			if tc.signal != "" {
 				env.RegisterDelayedCallback(func() { env.SignalWorkflow(tc.signal, tc.arg) }, time.Minute)
@@ -57,9 +57,9 @@ func TestReclaimWorkflowModes(t *testing.T) {
 			}
 			wantMode := tc.mode
 			if tc.stage == scheduling.StageObserve {
-				wantMode = governance.ModeReport
+				wantMode = policy.ModeReport
 			}
-			if res.State != tc.state || res.Mode != string(wantMode) || res.Class != string(governance.ClassFailed) {
+			if res.State != tc.state || res.Mode != string(wantMode) || res.Class != string(policy.ClassFailed) {
 				t.Fatalf("result %+v, want state %s in mode %s", res, tc.state, wantMode)
 			}
 			if allocationReleased(t, st, alloc) != tc.released {
@@ -72,7 +72,7 @@ func TestReclaimWorkflowModes(t *testing.T) {
 			if r.Disputed != (tc.state == store.ReclaimKept) || (tc.released && r.GPUsReleased != 1) || r.Basis == "" {
 				t.Fatalf("record %+v", r)
 			}
-			if tc.mode == governance.ModeNotify && (r.NoticeAt == nil || countRows(t, st,
+			if tc.mode == policy.ModeNotify && (r.NoticeAt == nil || countRows(t, st,
 				`SELECT count(*) FROM audit_log WHERE subject = $1 AND action = 'reclaim_notice'`, r.JobID) != 1) {
 				t.Fatalf("notify mode without a notice: %+v", r)
 			}
@@ -100,7 +100,7 @@ func TestReclaimWorkflowSkipsReleasedAllocation(t *testing.T) {
 	if _, err := st.Pool().Exec(context.Background(), `UPDATE allocations SET released_at = now() WHERE id = $1`, alloc); err != nil {
 		t.Fatal(err)
 	}
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Reclaim.Enabled = true
 	env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
 	env.ExecuteWorkflow(workflows.ReclaimWorkflowName, &workflows.ReclaimInput{AllocationID: alloc})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/store"
 )
@@ -34,11 +35,11 @@ func heldAfterRun(t *testing.T, st *store.Store, gpu, outcome string) string {
 // recordReclaims classifies every active allocation from its stored
 // evidence and records a reclaim of each finding in the mode the rules
 // give, as AssessReclaim does; it returns the reclaims by allocation.
-func recordReclaims(t *testing.T, st *store.Store, cfg *governance.Config) map[string]*store.Reclaim {
+func recordReclaims(t *testing.T, st *store.Store, cfg *policy.Policy) map[string]*store.Reclaim {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	evs, err := st.ReclaimEvidence(ctx, now.Add(-governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
+	evs, err := st.ReclaimEvidence(ctx, now.Add(-policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func recordReclaims(t *testing.T, st *store.Store, cfg *governance.Config) map[s
 		if !ok {
 			continue
 		}
-		d := cfg.DecideMode(ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
+		d := governance.DecideMode(cfg, ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
 		r, _, err := st.OpenReclaim(ctx, store.NewReclaim{Evidence: *ev, Finding: f, Decision: d,
 			WorkflowID: "reclaim/" + ev.AllocationID, At: now})
 		if err != nil {
@@ -76,9 +77,9 @@ func TestReclaimsCommand(t *testing.T) {
 
 	failedAlloc := heldAfterRun(t, env.store, "GPU-0", "failed")
 	doneAlloc := heldAfterRun(t, env.store, "GPU-1", "succeeded")
-	cfg := governance.Default()
-	cfg.Reclaim.Rules = []governance.ModeRule{{Class: governance.ClassFailed, Mode: governance.ModeNotify},
-		{Class: governance.ClassCompleted, Mode: governance.ModeAuto}}
+	cfg := policy.Default()
+	cfg.Reclaim.Rules = []policy.ModeRule{{Class: policy.ClassFailed, Mode: policy.ModeNotify},
+		{Class: policy.ClassCompleted, Mode: policy.ModeAuto}}
 	rs := recordReclaims(t, env.store, cfg)
 	failed, done := rs[failedAlloc], rs[doneAlloc]
 	if failed == nil || done == nil {

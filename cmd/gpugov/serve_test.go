@@ -46,14 +46,13 @@ func TestServeConfig(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, reconcileInterval: time.Second, tokensFile: devTokens,
 		inventoryFile: "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
-		policyFile:     "../../internal/simulation/testdata/policy_good.yaml",
-		governanceFile: "../../internal/service/testdata/governance.yaml"}
+		policyFile: "../../deploy/gpugov/policy.yaml"}
 	cfg, err := good.config(logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.Policy == nil || len(cfg.Queues) == 0 || cfg.GovernanceFile != good.governanceFile {
-		t.Errorf("config %+v: want tokens, one pool, the file's policy and queues, the governance file", cfg)
+	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.Policy != nil {
+		t.Errorf("config %+v: want tokens, one pool, the policy file", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
 		"cycle interval":   func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
@@ -64,8 +63,7 @@ func TestServeConfig(t *testing.T) {
 		"inventory file":   func(o *serveOptions) { o.inventoryFile = devTokens },
 		"inventory format": func(o *serveOptions) { o.inventoryFormat = "xml" },
 		"policy file":      func(o *serveOptions) { o.policyFile = devTokens },
-		"governance file":  func(o *serveOptions) { o.governanceFile = devTokens },
-		"no governance":    func(o *serveOptions) { o.governanceFile = "missing.yaml" },
+		"no policy file":   func(o *serveOptions) { o.policyFile = "missing.yaml" },
 	} {
 		o := good
 		mutate(&o)

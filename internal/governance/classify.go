@@ -1,10 +1,17 @@
+// Package governance holds gpugov's pure preemption and reclaim decisions:
+// the effective-run-loss formula (docs/design.md, vocabulary), the reclaim
+// classification of an allocation from its evidence, and the mode a finding
+// is handled in. Their configuration (each pool's automation stage, the
+// low-risk queues, protection windows, the verify-resume bounds, the
+// reclaim scan and its modes) is the policy's (internal/policy). It imports
+// neither Temporal nor pgx.
 package governance
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
@@ -53,7 +60,7 @@ type Evidence struct {
 // Finding is an allocation the scan would reclaim: its class and the basis,
 // a sentence with the quantities, for the record and the owner's notice.
 type Finding struct {
-	Class Class
+	Class policy.Class
 	Basis string
 }
 
@@ -68,26 +75,26 @@ type Finding struct {
 // the idle threshold; missing samples are no evidence of idleness, and
 // protected jobs, queues and windows are never idle). It returns false when
 // the allocation is not reclaimable.
-func Classify(ev *Evidence, c *Config, now time.Time) (Finding, bool) {
-	window := Seconds(c.Reclaim.ObservationWindowSeconds)
+func Classify(ev *Evidence, c *policy.Policy, now time.Time) (Finding, bool) {
+	window := policy.Seconds(c.Reclaim.ObservationWindowSeconds)
 	switch {
 	case ev.RunOutcome == "succeeded" || ev.JobState == "succeeded":
-		return Finding{ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
+		return Finding{policy.ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
 			endedText(ev.RunEndedAt), ev.GPUs)}, true
 	case ev.RunEndedAt != nil:
-		return Finding{ClassFailed, fmt.Sprintf("run %s ended %s%s but %.3g GPU(s) are still held", ev.RunID, ev.RunOutcome,
+		return Finding{policy.ClassFailed, fmt.Sprintf("run %s ended %s%s but %.3g GPU(s) are still held", ev.RunID, ev.RunOutcome,
 			endedText(ev.RunEndedAt), ev.GPUs)}, true
 	case ev.JobState == "failed" || ev.JobState == "cancelled":
-		return Finding{ClassFailed, fmt.Sprintf("job is %s but %.3g GPU(s) are still held", ev.JobState, ev.GPUs)}, true
+		return Finding{policy.ClassFailed, fmt.Sprintf("job is %s but %.3g GPU(s) are still held", ev.JobState, ev.GPUs)}, true
 	case ev.RunID == "" && now.Sub(ev.GrantedAt) >= window:
-		return Finding{ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
+		return Finding{policy.ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
 			ev.GrantedAt.UTC().Format(time.RFC3339), window)}, true
 	case heartbeatLost(ev, now, window):
-		return Finding{ClassFailed, fmt.Sprintf("run %s has not heartbeated for %s (last heartbeat at %s), longer than the %s observation window: its executor is lost but %.3g GPU(s) are still held",
+		return Finding{policy.ClassFailed, fmt.Sprintf("run %s has not heartbeated for %s (last heartbeat at %s), longer than the %s observation window: its executor is lost but %.3g GPU(s) are still held",
 			ev.RunID, now.Sub(*ev.LastHeartbeatAt).Round(time.Second), ev.LastHeartbeatAt.UTC().Format(time.RFC3339), window, ev.GPUs)}, true
 	}
 	if basis, ok := idle(ev, c, now, window); ok {
-		return Finding{ClassIdle, basis}, true
+		return Finding{policy.ClassIdle, basis}, true
 	}
 	return Finding{}, false
 }
@@ -108,7 +115,7 @@ func (ev *Evidence) HeartbeatAge(now time.Time) (time.Duration, bool) {
 }
 
 // idle applies the idle rule; see Classify.
-func idle(ev *Evidence, c *Config, now time.Time, window time.Duration) (string, bool) {
+func idle(ev *Evidence, c *policy.Policy, now time.Time, window time.Duration) (string, bool) {
 	from := now.Add(-window)
 	switch {
 	case ev.RunID == "" || ev.Protected || c.InProtectionWindow(ev.Queue, now) != "":
@@ -165,33 +172,28 @@ func endedText(t *time.Time) string {
 
 // ModeDecision is the mode a finding is handled in and why.
 type ModeDecision struct {
-	Mode       Mode
-	Configured Mode // what the rules say, before stage and protection
+	Mode       policy.Mode
+	Configured policy.Mode // what the rules say, before stage and protection
 	Stage      scheduling.AutomationStage
 	Why        string
 }
 
-// DecideMode gives a finding's mode from the rules and the pool's stage:
-// observe (or an unknown stage) records only (report); trial acts only on
-// low-risk queues and reports the rest; protected work is never released
-// without an operator (confirm) unless it is only reported.
-func (c *Config) DecideMode(stage scheduling.AutomationStage, pool, queue string, class Class, protected bool) ModeDecision {
+// DecideMode gives a finding's mode from the policy's reclaim rules and the
+// pool's stage: observe (or an unknown stage) records only (report); trial
+// acts only on the policy's low-risk queues and reports the rest; protected
+// work is never released without an operator (confirm) unless it is only
+// reported.
+func DecideMode(c *policy.Policy, stage scheduling.AutomationStage, pool, queue string, class policy.Class, protected bool) ModeDecision {
 	d := ModeDecision{Configured: c.ConfiguredMode(pool, queue, class), Stage: stage}
 	switch {
 	case stage != scheduling.StageTrial && stage != scheduling.StageAutomate:
-		d.Mode, d.Why = ModeReport, fmt.Sprintf("pool %s is in the %s stage: recorded only", pool, orNone(string(stage)))
+		d.Mode, d.Why = policy.ModeReport, fmt.Sprintf("pool %s is in the %s stage: recorded only", pool, orNone(string(stage)))
 	case stage == scheduling.StageTrial && !c.LowRisk(queue):
-		d.Mode, d.Why = ModeReport, fmt.Sprintf("pool %s is in the trial stage and queue %s is not low-risk: recorded only", pool, queue)
-	case protected && d.Configured != ModeReport:
-		d.Mode, d.Why = ModeConfirm, "protected work is released only on an operator's confirmation"
+		d.Mode, d.Why = policy.ModeReport, fmt.Sprintf("pool %s is in the trial stage and queue %s is not low-risk: recorded only", pool, queue)
+	case protected && d.Configured != policy.ModeReport:
+		d.Mode, d.Why = policy.ModeConfirm, "protected work is released only on an operator's confirmation"
 	default:
 		d.Mode, d.Why = d.Configured, fmt.Sprintf("configured mode for pool %s, queue %s, class %s", pool, queue, class)
 	}
 	return d
 }
-
-// ValidMode reports whether m is one of the four modes.
-func ValidMode(m Mode) bool { return slices.Contains(Modes, m) }
-
-// ValidClass reports whether k is one of the three classes.
-func ValidClass(k Class) bool { return slices.Contains(Classes, k) }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 )
@@ -642,7 +643,8 @@ func (e *engine) advance(t int64) {
 	e.now = t
 }
 
-// usageAt returns the projects' decayed usage as of now (the clock is there).
+// usageAt returns the projects' decayed usage as of now (the clock is there),
+// their shares set from Config.ProjectWeights.
 func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	if !e.cfg.Policy.FairShare.Enabled {
 		return nil
@@ -651,6 +653,7 @@ func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	for i, p := range e.projects {
 		e.usageRows = append(e.usageRows, scheduling.ProjectUsage{Project: p, DecayedGPUSeconds: e.usage[i], AsOf: now})
 	}
+	policy.ApplyProjectWeights(e.usageRows, e.cfg.ProjectWeights)
 	return e.usageRows
 }
 
