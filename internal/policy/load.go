@@ -321,6 +321,11 @@ func number(d *decoder, dst *float64, rule check[float64]) fieldFunc {
 func integer[T int | int64 | uint64](d *decoder, dst *T, rule check[T]) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		var v T
+		// yaml.v3 truncates a float decoded into an integer: only !!int is whole.
+		if n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null" {
+			d.fail(n, path, "want a whole number, got %s", describe(n))
+			return
+		}
 		if !d.scalar(n, path, "a whole number", &v) {
 			return
 		}

@@ -30,9 +30,10 @@ type Watcher struct {
 	Path string
 	// Interval is the poll period; 0 means DefaultPollInterval.
 	Interval time.Duration
-	// OnChange is called after a changed file was loaded and made current
-	// (store and activate its version, write the pool stages to the store).
-	// Its error is passed to OnError; the new policy stays current.
+	// OnChange is called when a changed file loaded to a new policy, before
+	// it is made current (store and activate its version, write the pool
+	// stages to the store). Its error is passed to OnError; the new policy
+	// becomes current all the same.
 	OnChange func(ctx context.Context, c Change) error
 	// OnError receives load failures and OnChange errors; nil ignores them.
 	OnError func(error)
@@ -86,39 +87,40 @@ func (w *Watcher) Run(ctx context.Context) {
 // Check re-reads the file if its modification time or size changed since
 // the last read and reports whether a new policy became current. A file
 // that loads to the same policy (Hash) as the current one counts as
-// unchanged and calls no OnChange.
+// unchanged and calls no OnChange. A changed policy is handed to OnChange
+// first and made current after it returns, error or not, so that what reads
+// Current (the scheduling cycle, which records the hash) sees a version
+// OnChange has stored.
 func (w *Watcher) Check(ctx context.Context) bool {
 	st, err := os.Stat(w.Path)
 	if err != nil {
 		w.fail(fmt.Errorf("policy file: %w (keeping the previous policy)", err))
 		return false
 	}
-	w.mu.RLock()
+	w.mu.Lock()
 	same := st.ModTime().Equal(w.modTime) && st.Size() == w.size
-	w.mu.RUnlock()
+	w.modTime, w.size = st.ModTime(), st.Size()
+	old := w.current
+	w.mu.Unlock()
 	if same {
 		return false
 	}
-	cfg, err := Load(w.Path)
-	w.mu.Lock()
-	w.modTime, w.size = st.ModTime(), st.Size()
-	old := w.current
-	if err == nil {
-		w.current = cfg
-	}
-	w.mu.Unlock()
+	p, err := Load(w.Path)
 	if err != nil {
 		w.fail(fmt.Errorf("%w (keeping the previous policy)", err))
 		return false
 	}
-	if cfg.Hash() == old.Hash() {
+	if p.Hash() == old.Hash() {
 		return false
 	}
 	if w.OnChange != nil {
-		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: cfg, At: time.Now()}); err != nil {
+		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: p, At: time.Now()}); err != nil {
 			w.fail(fmt.Errorf("policy change: %w", err))
 		}
 	}
+	w.mu.Lock()
+	w.current = p
+	w.mu.Unlock()
 	return true
 }
 
