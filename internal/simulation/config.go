@@ -19,11 +19,11 @@ type Config struct {
 	// ProjectWeights are the projects' fair-share weights
 	// (policy.ApplyProjectWeights); empty gives equal shares.
 	ProjectWeights map[string]float64
-	PoolName string             // name of the pool the node list forms
-	Stage    scheduling.AutomationStage
-	Projects int    // synthetic projects pods are hashed into (alibaba.ProjectOf)
-	Seed     uint64 // seed of the recovery-evidence draw
-	Recovery RecoveryRule
+	PoolName       string // name of the pool the node list forms
+	Stage          scheduling.AutomationStage
+	Projects       int    // synthetic projects pods are hashed into (alibaba.ProjectOf)
+	Seed           uint64 // seed of the recovery-evidence draw
+	Recovery       RecoveryRule
 	// CycleIntervalSeconds is the period of the timer-driven scheduling cycle
 	// that runs, besides the cycles at arrivals and releases, while some job
 	// waits for a reason that time alone can change and some job runs.
