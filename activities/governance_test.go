@@ -243,3 +243,55 @@ func (c *cancellingJobs) cancelled() int {
 	defer c.mu.Unlock()
 	return c.cancels
 }
+
+// TestRunCycleWeighsProjectsByPolicy runs a real scheduling cycle on a
+// one-GPU pool with two equal waiting jobs of projects that have used the
+// same GPU time: without project weights the earlier submission is placed;
+// with the policy weighing project "late" 3:1, its fair share is larger,
+// its fair-share points higher, and its job is placed instead.
+func TestRunCycleWeighsProjectsByPolicy(t *testing.T) {
+	placed := func(weights map[string]float64) string {
+		ctx := context.Background()
+		st := newStore(t, 1)
+		govQueues(t, st)
+		if _, err := st.Pool().Exec(ctx, `INSERT INTO project_usage (project, decayed_gpu_seconds, as_of)
+			VALUES ('early', 36000, now()), ('late', 36000, now())`); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, project := range []string{"early", "late"} {
+			j, _, err := st.CreateJob(ctx, &store.NewJob{Project: project, Queue: "exp", Tier: scheduling.TierExperiment,
+				RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+		}
+		cfg := policy.Default()
+		cfg.FairShare.ProjectWeights = weights
+		sched := activities.NewScheduler(activities.Deps{Store: st,
+			Policy:     func(context.Context) (*scheduling.Policy, error) { return cfg.Scheduling(), nil },
+			Governance: func() *policy.Policy { return cfg }})
+		res := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+		if len(res.Placements) != 1 {
+			t.Fatalf("placements %+v, want one", res.Placements)
+		}
+		if res.PolicyVersion != cfg.Hash() {
+			t.Errorf("cycle ran with policy %q, want the policy's hash %s", res.PolicyVersion, cfg.Hash())
+		}
+		switch res.Placements[0].JobID {
+		case ids[0]:
+			return "early"
+		case ids[1]:
+			return "late"
+		}
+		t.Fatalf("placed %s, neither job", res.Placements[0].JobID)
+		return ""
+	}
+	if got := placed(nil); got != "early" {
+		t.Errorf("equal weights: placed project %s's job, want early's (submitted first)", got)
+	}
+	if got := placed(map[string]float64{"late": 3}); got != "late" {
+		t.Errorf("late weighted 3:1: placed project %s's job, want late's", got)
+	}
+}
