@@ -46,7 +46,7 @@ type NotifyResult struct {
 	// GraceSeconds and ReleaseWithoutCheckpoint are the policy's (scheduling.PreemptionPolicy).
 	GraceSeconds             float64
 	ReleaseWithoutCheckpoint bool
-	// VerifyResumeTimeoutSeconds and RecomputeTimeoutSeconds are the governance config's.
+	// VerifyResumeTimeoutSeconds and RecomputeTimeoutSeconds are the policy's (preemption.verify_resume_timeout_s, recompute_timeout_s).
 	VerifyResumeTimeoutSeconds float64
 	RecomputeTimeoutSeconds    float64
 	// VictimQueue, VictimTier and Pool name the victim's queue, its tier and

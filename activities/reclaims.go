@@ -153,7 +153,7 @@ type AssessResult struct {
 
 // AssessReclaim re-reads the allocation's evidence (with its run's last
 // heartbeat), classifies it again, decides the mode from config and the
-// pool's stage (governance.Config.DecideMode: observe reports, trial acts on
+// pool's stage (governance.DecideMode: observe reports, trial acts on
 // low-risk queues only, protected work needs confirmation) and records the
 // reclaim with its basis (one per allocation).
 func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessResult, error) {

@@ -9,8 +9,8 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
-// An empty (nil) low-risk list from a governance file without
-// low_risk_queues clears every flag instead of failing on SQL NULL.
+// An empty (nil) low-risk list (a policy whose queues are none low-risk)
+// clears every flag instead of failing on SQL NULL.
 func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
@@ -20,7 +20,7 @@ func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	changed, err := s.SetLowRiskQueues(ctx, nil, "test", "no low_risk_queues in the file")
+	changed, err := s.SetLowRiskQueues(ctx, nil, "test", "no low-risk queue in the policy")
 	if err != nil {
 		t.Fatalf("SetLowRiskQueues(nil): %v", err)
 	}

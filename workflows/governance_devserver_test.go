@@ -80,7 +80,7 @@ func submitGovJob(t *testing.T, st *store.Store, j govJob) *store.Job {
 }
 
 // startGovWorkers runs the service worker with every workflow and activity
-// (the policy pol, the governance config cfg, progress from Temporal) and a
+// (the scheduling policy pol, the policy cfg, progress from Temporal) and a
 // simulated executor, as `serve` must wire them.
 func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol scheduling.Policy, cfg *policy.Policy, exec *executor.SimulatedExecutor) {
 	t.Helper()

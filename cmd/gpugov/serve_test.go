@@ -51,7 +51,7 @@ func TestServeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.Policy != nil {
+	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile {
 		t.Errorf("config %+v: want tokens, one pool, the policy file", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
