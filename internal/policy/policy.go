@@ -48,11 +48,14 @@ type Policy struct {
 	Reservation Reservation        `json:"reservation"`
 	Preemption  Preemption         `json:"preemption"`
 	// Queues, when not empty, are upserted by serve at start and on every
-	// reload; when empty serve keeps the stored queues (creating one per tier
-	// when there are none) and the simulator uses DefaultQueues.
+	// reload, and only they may be low-risk (a stored queue the list leaves
+	// out is kept, its low-risk flag cleared); when empty serve keeps the
+	// stored queues (creating one per tier when there are none) and the
+	// simulator uses DefaultQueues.
 	Queues []Queue `json:"queues"`
-	// Quotas are upserted by serve at start and on every reload; a project
-	// without a quota in a pool is not limited there.
+	// Quotas are upserted by serve at start and on every reload (stored
+	// quotas the list leaves out are kept); a project without a quota in a
+	// pool is not limited there.
 	Quotas []Quota `json:"quotas"`
 	// Pools gives named pools their automation stage. A pool not listed keeps
 	// the stage stored for it (observe when created); the simulator's pool,
