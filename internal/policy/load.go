@@ -337,62 +337,52 @@ func integer[T int | int64 | uint64](d *decoder, dst *T, rule check[T]) fieldFun
 	}
 }
 
-// tier decodes a tier name.
-func (d *decoder) tier(dst *string) fieldFunc {
+// enum decodes a string that must be one of allowed; what names the kind
+// ("a tier") in type errors.
+func enum[T ~string](d *decoder, dst *T, what string, allowed []T) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		var s string
-		if !d.scalar(n, path, "a tier", &s) {
+		if !d.scalar(n, path, what, &s) {
 			return
 		}
-		if _, err := scheduling.ParseTier(s); err != nil {
-			d.fail(n, path, "%q is not production, key-project, standard or experiment", s)
+		if !slices.Contains(allowed, T(s)) {
+			d.fail(n, path, "%q is not %s", s, orList(allowed))
 			return
 		}
-		*dst = s
+		*dst = T(s)
 	}
 }
+
+// orList renders values for messages: "a, b or c".
+func orList[T ~string](values []T) string {
+	names := make([]string, len(values))
+	for i, v := range values {
+		names[i] = string(v)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// tierNames are the tiers' names, highest first.
+func tierNames() []string {
+	names := make([]string, len(scheduling.Tiers))
+	for i, t := range scheduling.Tiers {
+		names[i] = t.String()
+	}
+	return names
+}
+
+func (d *decoder) tier(dst *string) fieldFunc { return enum(d, dst, "a tier", tierNames()) }
 
 func (d *decoder) stage(dst *scheduling.AutomationStage) fieldFunc {
-	return func(n *yaml.Node, path string) {
-		var s string
-		if !d.scalar(n, path, "a stage", &s) {
-			return
-		}
-		if !slices.Contains(Stages, scheduling.AutomationStage(s)) {
-			d.fail(n, path, "%q is not %s", s, stageList())
-			return
-		}
-		*dst = scheduling.AutomationStage(s)
-	}
+	return enum(d, dst, "a stage", Stages)
 }
 
-func (d *decoder) mode(dst *Mode) fieldFunc {
-	return func(n *yaml.Node, path string) {
-		var s string
-		if !d.scalar(n, path, "a mode", &s) {
-			return
-		}
-		if !ValidMode(Mode(s)) {
-			d.fail(n, path, "%q is not report, notify, auto or confirm", s)
-			return
-		}
-		*dst = Mode(s)
-	}
-}
+func (d *decoder) mode(dst *Mode) fieldFunc { return enum(d, dst, "a mode", Modes) }
 
-func (d *decoder) class(dst *Class) fieldFunc {
-	return func(n *yaml.Node, path string) {
-		var s string
-		if !d.scalar(n, path, "a class", &s) {
-			return
-		}
-		if !ValidClass(Class(s)) {
-			d.fail(n, path, "%q is not failed, idle or completed", s)
-			return
-		}
-		*dst = Class(s)
-	}
-}
+func (d *decoder) class(dst *Class) fieldFunc { return enum(d, dst, "a class", Classes) }
 
 // instant decodes an RFC 3339 time.
 func (d *decoder) instant(dst *time.Time) fieldFunc {
@@ -427,7 +417,7 @@ func (d *decoder) names(dst *[]string) fieldFunc {
 func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 	d.mapping(root, "", fields{
 		"version":            func(*yaml.Node, string) {}, // checked by version
-		"tier_base":          d.tierBase(p),
+		"tier_base":          d.numbers(p.TierBase, tierName, anyValue),
 		"aging":              d.aging(root, &p.Aging),
 		"fair_share":         d.fairShare(&p.FairShare),
 		"reservation":        d.reservation(&p.Reservation),
@@ -441,31 +431,35 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 	})
 }
 
-func (d *decoder) tierBase(p *Policy) fieldFunc {
+// numbers decodes a mapping of names to numbers checked by rule into dst
+// (keys already there keep their value unless the file names them); a name
+// that key refuses is a problem at the key.
+func (d *decoder) numbers(dst map[string]float64, key func(string) string, rule check[float64]) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.entries(n, path, func(k, v *yaml.Node, at string) {
-			if _, err := scheduling.ParseTier(k.Value); err != nil {
-				d.fail(k, at, "%q is not production, key-project, standard or experiment", k.Value)
+			if msg := key(k.Value); msg != "" {
+				d.fail(k, at, "%s", msg)
 				return
 			}
-			var x float64
-			number(d, &x, anyValue)(v, at)
-			if d.ok(at, v) {
-				p.TierBase[k.Value] = x
+			x := math.NaN()
+			number(d, &x, rule)(v, at)
+			if !math.IsNaN(x) {
+				dst[k.Value] = x
 			}
 		})
 	}
 }
 
-// ok reports whether no problem was recorded at path's line for path.
-func (d *decoder) ok(path string, n *yaml.Node) bool {
-	for _, pr := range d.probs {
-		if pr.Field == path && pr.Line == n.Line {
-			return false
-		}
+// tierName refuses a name that is not a tier's.
+func tierName(name string) string {
+	if !slices.Contains(tierNames(), name) {
+		return fmt.Sprintf("%q is not %s", name, orList(tierNames()))
 	}
-	return true
+	return ""
 }
+
+// anyName accepts every name.
+func anyName(string) string { return "" }
 
 func (d *decoder) aging(root *yaml.Node, a *Aging) fieldFunc {
 	return func(n *yaml.Node, path string) {
@@ -488,15 +482,8 @@ func (d *decoder) fairShare(f *FairShare) fieldFunc {
 			"weight":      number(d, &f.Weight, nonNegative),
 			"half_life_s": number(d, &f.HalfLifeSeconds, nonNegative),
 			"project_weights": func(n *yaml.Node, path string) {
-				weights := map[string]float64{}
-				d.entries(n, path, func(k, v *yaml.Node, at string) {
-					var w float64
-					number(d, &w, positive)(v, at)
-					if d.ok(at, v) {
-						weights[k.Value] = w
-					}
-				})
-				f.ProjectWeights = weights
+				f.ProjectWeights = map[string]float64{}
+				d.numbers(f.ProjectWeights, anyName, positive)(n, path)
 			},
 		})
 	}

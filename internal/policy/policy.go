@@ -22,7 +22,6 @@ package policy
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -456,15 +455,6 @@ func ApplyProjectWeights(usage []scheduling.ProjectUsage, weights map[string]flo
 
 // Seconds converts a seconds field to a duration.
 func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// stageList renders the stages for messages: "observe, trial or automate".
-func stageList() string {
-	names := make([]string, len(Stages))
-	for i, s := range Stages {
-		names[i] = string(s)
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
 
 // LowRisk reports whether the policy lists queue as low-risk.
 func (p *Policy) LowRisk(queue string) bool { return slices.Contains(p.LowRiskQueues(), queue) }
