@@ -17,8 +17,8 @@ func (a *Scheduler) addGovernance(snap *scheduling.Snapshot) {
 	}
 }
 
-// governance returns the policy in force, or nil when the
-// Scheduler has no source (no protection windows apply).
+// governance returns the policy in force, or nil when the Scheduler has no
+// source (no protection window or project weight applies).
 func (a *Scheduler) governance() *policy.Policy {
 	if a.Governance == nil {
 		return nil

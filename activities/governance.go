@@ -71,8 +71,8 @@ type GovernanceDeps struct {
 	// Policy gives the grace period and the no-checkpoint rule; nil means
 	// scheduling.DefaultPolicy.
 	Policy PolicySource
-	// Config gives the policy in force (a
-	// policy.Watcher's Current); nil means policy.Default().
+	// Config gives the policy in force (a policy.Watcher's Current); nil
+	// means policy.Default().
 	Config func() *policy.Policy
 	// Progress reads runs' heartbeated steps for the recompute measurement;
 	// nil uses only the store's evidence (checkpoints and run ends). When it
