@@ -20,6 +20,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -38,8 +39,8 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (*store.Job, error)
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
 	MarkRunning(ctx context.Context, jobID, allocationID string, startStep int64, at time.Time) (string, error)
-	FinishRun(ctx context.Context, jobID, runID, outcome, detail string, at time.Time) error
-	ReleasePlacement(ctx context.Context, jobID, allocationID, outcome, detail string, at time.Time) error
+	FinishRun(ctx context.Context, jobID, runID string, outcome vocab.RunOutcome, detail string, at time.Time) error
+	ReleasePlacement(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome, detail string, at time.Time) error
 }
 
 var _ Store = (*store.Store)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -35,10 +36,10 @@ func newStore(t testing.TB, gpus int) *store.Store {
 	for i := range gpus {
 		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
 	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{node}}}); err != nil {
+	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{node}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -47,7 +48,7 @@ func newStore(t testing.TB, gpus int) *store.Store {
 func submit(t testing.TB, st *store.Store, gpus int) *store.Job {
 	t.Helper()
 	j, _, err := st.CreateJob(context.Background(), &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard, RunSeconds: 90.5,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard, RunSeconds: 90.5,
 		Request:  scheduling.ResourceRequest{GPUs: gpus, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 30},
 	})
@@ -61,12 +62,12 @@ func submit(t testing.TB, st *store.Store, gpus int) *store.Job {
 // it records `wait-reason` signals and fails those of the jobs in fail.
 type recordingSignaler struct {
 	mu   sync.Mutex
-	sent map[string][]scheduling.WaitReason // by workflow ID
+	sent map[string][]vocab.WaitReason // by workflow ID
 	fail map[string]error
 }
 
 func newSignaler() *recordingSignaler {
-	return &recordingSignaler{sent: map[string][]scheduling.WaitReason{}, fail: map[string]error{}}
+	return &recordingSignaler{sent: map[string][]vocab.WaitReason{}, fail: map[string]error{}}
 }
 
 func (r *recordingSignaler) SignalWorkflow(_ context.Context, workflowID, runID, name string, arg any) error {
@@ -82,11 +83,11 @@ func (r *recordingSignaler) SignalWorkflow(_ context.Context, workflowID, runID,
 	return nil
 }
 
-func (r *recordingSignaler) take() map[string][]scheduling.WaitReason {
+func (r *recordingSignaler) take() map[string][]vocab.WaitReason {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.sent
-	r.sent = map[string][]scheduling.WaitReason{}
+	r.sent = map[string][]vocab.WaitReason{}
 	return out
 }
 
@@ -147,7 +148,7 @@ func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
 	if len(c1.Placements) != 1 || c1.Placements[0].JobID != runner.ID || c1.ReasonChanges != 1 {
 		t.Fatalf("cycle 1 %+v", c1)
 	}
-	if got := sig.take(); len(got) != 1 || len(got[wf(waiter.ID)]) != 1 || got[wf(waiter.ID)][0] != scheduling.ReasonCapacityBusy {
+	if got := sig.take(); len(got) != 1 || len(got[wf(waiter.ID)]) != 1 || got[wf(waiter.ID)][0] != vocab.ReasonCapacityBusy {
 		t.Fatalf("cycle 1 signalled %v, want capacity_busy to %s only", got, waiter.ID)
 	}
 
@@ -163,7 +164,7 @@ func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
 	big := submit(t, st, 2) // never fits one GPU
 	runCycle(t, other, &activities.RunCycleInput{Shard: "default", CycleID: "c3", PreviousCycleID: "c2"})
 	got := sig.take()
-	if len(got) != 1 || len(got[wf(big.ID)]) != 1 || got[wf(big.ID)][0] != scheduling.ReasonNoMatchingCapacity {
+	if len(got) != 1 || len(got[wf(big.ID)]) != 1 || got[wf(big.ID)][0] != vocab.ReasonNoMatchingCapacity {
 		t.Fatalf("cycle 3 signalled %v, want no_matching_capacity to %s only", got, big.ID)
 	}
 

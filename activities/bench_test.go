@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -22,7 +23,7 @@ func BenchmarkRunCycleSteadyState(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	pool := scheduling.Pool{Name: testPool, Available: true, Stage: scheduling.StageObserve}
+	pool := scheduling.Pool{Name: testPool, Available: true, Stage: vocab.StageObserve}
 	for n := range 8 {
 		node := scheduling.Node{Name: fmt.Sprintf("p1-n%d", n), CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
 		for g := range 8 {
@@ -33,7 +34,7 @@ func BenchmarkRunCycleSteadyState(b *testing.B) {
 	if err := st.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
 		b.Fatal(err)
 	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		b.Fatal(err)
 	}
 	for range 64 + 1000 {

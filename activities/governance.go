@@ -18,6 +18,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -27,7 +28,7 @@ type GovernanceStore interface {
 	GetPreemption(ctx context.Context, id string) (*store.PreemptionRecord, error)
 	GetPreemptionVictim(ctx context.Context, id string) (*store.PreemptionVictim, error)
 	NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*store.PreemptionRecord, error)
-	AbortPreemption(ctx context.Context, id, outcome, detail string, at time.Time) error
+	AbortPreemption(ctx context.Context, id string, outcome vocab.PreemptionOutcome, detail string, at time.Time) error
 	RecordPreemptionCheckpoint(ctx context.Context, id string, stepAtNotice *int64) (*store.CheckpointOutcome, error)
 	ReleasePreempted(ctx context.Context, id, detail string, at time.Time) (*store.PreemptionRelease, error)
 	RequeuePreempted(ctx context.Context, id string, at time.Time) (*store.Requeue, error)
@@ -37,7 +38,7 @@ type GovernanceStore interface {
 	ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error)
 	OpenReclaim(ctx context.Context, nr store.NewReclaim) (*store.Reclaim, bool, error)
 	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
-	SetReclaimState(ctx context.Context, id, state, detail string, at time.Time) error
+	SetReclaimState(ctx context.Context, id string, state vocab.ReclaimState, detail string, at time.Time) error
 	NoticeReclaim(ctx context.Context, id string, deadline, at time.Time) (*store.Reclaim, error)
 	DisputeReclaim(ctx context.Context, id, by, reason string, at time.Time) (*store.Reclaim, bool, error)
 	ConfirmReclaim(ctx context.Context, id, by, reason string, at time.Time) (*store.Reclaim, error)
@@ -104,7 +105,7 @@ func (d *GovernanceDeps) recordPreemption(ctx context.Context, id string) {
 		return
 	}
 	if rec, err := d.Store.GetPreemption(ctx, id); err == nil && rec.FinishedAt != nil {
-		d.Metrics.RecordPreemption(ctx, rec.Pool, rec.Outcome, rec.EffectiveLossGPUSeconds, rec.ResumedCorrectly)
+		d.Metrics.RecordPreemption(ctx, rec.Pool, string(rec.Outcome), rec.EffectiveLossGPUSeconds, rec.ResumedCorrectly)
 	}
 }
 
@@ -114,7 +115,7 @@ func (d *GovernanceDeps) recordReclaim(ctx context.Context, id string) {
 		return
 	}
 	if r, err := d.Store.GetReclaim(ctx, id); err == nil {
-		d.Metrics.RecordReclaim(ctx, r.Pool, string(r.Class), string(r.Mode), r.State, r.GPUsReleased, r.Disputed)
+		d.Metrics.RecordReclaim(ctx, r.Pool, string(r.Class), string(r.Mode), string(r.State), r.GPUsReleased, r.Disputed)
 	}
 }
 
@@ -178,9 +179,9 @@ func (d *GovernanceDeps) signal(ctx context.Context, workflowID, name string, ar
 
 // tellScheduler wakes the scheduler after GPUs were released; a failure is
 // not an error (its timer cycle finds the free GPUs anyway).
-func (d *GovernanceDeps) tellScheduler(ctx context.Context, jobID, allocationID, outcome string) {
+func (d *GovernanceDeps) tellScheduler(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome) {
 	_ = d.signal(ctx, d.schedulerID(), temporalx.SignalAllocationReleased,
-		temporalx.AllocationReleasedSignal{JobID: jobID, AllocationID: allocationID, Outcome: outcome})
+		temporalx.AllocationReleasedSignal{JobID: jobID, AllocationID: allocationID, Outcome: string(outcome)})
 }
 
 var errWorkflowGone = errors.New("workflow closed or not found")

@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -22,8 +23,8 @@ import (
 func govQueues(t *testing.T, st *store.Store) {
 	t.Helper()
 	if err := st.UpsertQueues(context.Background(), []scheduling.Queue{
-		{Name: "exp", Tier: scheduling.TierExperiment, ServiceShare: 1},
-		{Name: "prod", Tier: scheduling.TierProduction, ServiceShare: 1},
+		{Name: "exp", Tier: vocab.TierExperiment, ServiceShare: 1},
+		{Name: "prod", Tier: vocab.TierProduction, ServiceShare: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func govQueues(t *testing.T, st *store.Store) {
 
 // runningJob stores a checkpointable job of queue on GPU gpu whose run
 // started at started, and returns it with its allocation and run.
-func runningJob(t *testing.T, st *store.Store, queue string, tier scheduling.Tier, gpu string, started time.Time) (*store.Job, string, string) {
+func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gpu string, started time.Time) (*store.Job, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	j, _, err := st.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: queue, Tier: tier, RunSeconds: 1e6,
@@ -61,8 +62,8 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t, 1)
 	govQueues(t, st)
-	exp, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-0", time.Now().Add(-2*time.Hour))
-	if _, _, err := st.CreateJob(ctx, &store.NewJob{Project: "serving", Queue: "prod", Tier: scheduling.TierProduction,
+	exp, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-0", time.Now().Add(-2*time.Hour))
+	if _, _, err := st.CreateJob(ctx, &store.NewJob{Project: "serving", Queue: "prod", Tier: vocab.TierProduction,
 		RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +143,9 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	govQueues(t, st)
 	now := time.Now()
 	started := now.Add(-2 * time.Hour)
-	lost, lostAlloc, lostRun := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-0", started)
-	alive, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-1", started)
-	unread, _, _ := runningJob(t, st, "exp", scheduling.TierExperiment, "GPU-2", started)
+	lost, lostAlloc, lostRun := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-0", started)
+	alive, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-1", started)
+	unread, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-2", started)
 	cfg := policy.Default()
 	cfg.Reclaim.Enabled = true
 	hb := heartbeats{at: map[string]time.Time{lost.ID: now.Add(-time.Hour), alive.ID: now.Add(-10 * time.Second)},
@@ -169,7 +170,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 		t.Fatalf("scan %+v, want 3 active, 1 heartbeat unread, 1 finding", scan)
 	}
 	f := scan.Findings[0]
-	if f.JobID != lost.ID || f.Class != string(policy.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
+	if f.JobID != lost.ID || f.Class != string(vocab.ClassFailed) || !strings.Contains(f.Basis, "has not heartbeated for 1h0m0s") {
 		t.Fatalf("finding %+v, want %s failed for its lost heartbeat", f, lost.ID)
 	}
 
@@ -181,7 +182,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	if err := val.Get(&as); err != nil {
 		t.Fatal(err)
 	}
-	if !as.Proceed || as.Class != string(policy.ClassFailed) {
+	if !as.Proceed || as.Class != string(vocab.ClassFailed) {
 		t.Fatalf("assess %+v, want a failed reclaim recorded", as)
 	}
 	r, err := st.GetReclaim(ctx, as.ReclaimID)
@@ -193,7 +194,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	}
 
 	// Its run is still going: the release goes through its job workflow.
-	val, err = env.ExecuteActivity("ReleaseReclaimed", &activities.ReleaseReclaimInput{ReclaimID: as.ReclaimID, By: store.ActorReclaim})
+	val, err = env.ExecuteActivity("ReleaseReclaimed", &activities.ReleaseReclaimInput{ReclaimID: as.ReclaimID, By: vocab.ActorReclaim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +202,10 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	if err := val.Get(&rel); err != nil {
 		t.Fatal(err)
 	}
-	if rel.State != store.ReclaimReleased || rel.GPUsReleased != 1 || jobs.cancelled() != 1 {
+	if rel.State != vocab.ReclaimReleased || rel.GPUsReleased != 1 || jobs.cancelled() != 1 {
 		t.Fatalf("release %+v after %d cancel signals, want released through one cancel of the job", rel, jobs.cancelled())
 	}
-	if j, _ := st.GetJob(ctx, lost.ID); j.State != store.StateCancelled {
+	if j, _ := st.GetJob(ctx, lost.ID); j.State != vocab.JobCancelled {
 		t.Fatalf("lost job is %s, want cancelled", j.State)
 	}
 	var detail string
@@ -232,7 +233,7 @@ func (c *cancellingJobs) SignalWorkflow(ctx context.Context, workflowID, _, name
 	c.mu.Unlock()
 	for job, run := range c.runs {
 		if temporalx.JobWorkflowID(job) == workflowID {
-			return c.st.FinishRun(ctx, job, run, store.OutcomeCancelled, "cancelled by the reclaim", time.Now())
+			return c.st.FinishRun(ctx, job, run, vocab.RunCancelled, "cancelled by the reclaim", time.Now())
 		}
 	}
 	return nil
@@ -260,7 +261,7 @@ func TestRunCycleWeighsProjectsByPolicy(t *testing.T) {
 		}
 		var ids []string
 		for _, project := range []string{"early", "late"} {
-			j, _, err := st.CreateJob(ctx, &store.NewJob{Project: project, Queue: "exp", Tier: scheduling.TierExperiment,
+			j, _, err := st.CreateJob(ctx, &store.NewJob{Project: project, Queue: "exp", Tier: vocab.TierExperiment,
 				RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}})
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -47,7 +48,7 @@ type LoadJobResult struct {
 	Queue           string
 	Tier            string // tier name: production, key-project, standard, experiment
 	Pool            string
-	State           string // store.JobState
+	State           vocab.JobState
 	CancelRequested bool
 	// RunSeconds is the job's work in seconds, rounded up (the executor's last step).
 	RunSeconds int64
@@ -73,7 +74,7 @@ func (a *Jobs) LoadJob(ctx context.Context, in *LoadJobInput) (*LoadJobResult, e
 		Queue:           j.Queue,
 		Tier:            j.Tier.String(),
 		Pool:            j.Request.Pool,
-		State:           string(j.State),
+		State:           j.State,
 		CancelRequested: j.CancelRequested,
 		RunSeconds:      int64(math.Ceil(j.RunSeconds)),
 	}
@@ -118,7 +119,7 @@ func (a *Jobs) MarkRunning(ctx context.Context, in *MarkRunningInput) (*MarkRunn
 type FinishRunInput struct {
 	JobID   string
 	RunID   string
-	Outcome string // store.OutcomeSucceeded, OutcomeFailed, OutcomeCancelled or OutcomePreempted
+	Outcome vocab.RunOutcome // vocab.RunSucceeded, RunFailed, RunCancelled or RunPreempted
 	Detail  string
 	// SchedulerWorkflowID, when set, is woken once the allocation is released.
 	SchedulerWorkflowID string
@@ -136,7 +137,7 @@ func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunRes
 		return nil, invalidInput("finish run: job ID and run ID are required")
 	}
 	switch in.Outcome {
-	case store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomeCancelled, store.OutcomePreempted:
+	case vocab.RunSucceeded, vocab.RunFailed, vocab.RunCancelled, vocab.RunPreempted:
 	default:
 		return nil, invalidInput(fmt.Sprintf("finish run %s: unknown outcome %q", in.RunID, in.Outcome))
 	}
@@ -152,7 +153,7 @@ func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunRes
 type ReleasePlacementInput struct {
 	JobID        string
 	AllocationID string
-	Outcome      string // store.OutcomeCancelled, OutcomeFailed or OutcomeRequeued
+	Outcome      vocab.RunOutcome // vocab.RunCancelled, RunFailed or RunRequeued
 	Detail       string
 	// SchedulerWorkflowID, when set, is woken once the allocation is released.
 	SchedulerWorkflowID string
@@ -171,7 +172,7 @@ func (a *Jobs) ReleasePlacement(ctx context.Context, in *ReleasePlacementInput) 
 		return nil, invalidInput("release placement: job ID and allocation ID are required")
 	}
 	switch in.Outcome {
-	case store.OutcomeCancelled, store.OutcomeFailed, store.OutcomeRequeued:
+	case vocab.RunCancelled, vocab.RunFailed, vocab.RunRequeued:
 	default:
 		return nil, invalidInput(fmt.Sprintf("release placement %s: unknown outcome %q", in.AllocationID, in.Outcome))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -38,7 +39,7 @@ type PreemptionStep struct {
 type NotifyResult struct {
 	// Proceed is false when the preemption ended here: Outcome and Detail say why.
 	Proceed    bool
-	Outcome    string
+	Outcome    vocab.PreemptionOutcome
 	Detail     string
 	RunID      string
 	NotifiedAt time.Time
@@ -100,7 +101,7 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 	err = a.d.signal(ctx, temporalx.JobWorkflowID(rec.VictimJobID), temporalx.SignalPreempt, temporalx.PreemptSignal{
 		PreemptionID: rec.ID, WorkflowID: in.WorkflowID, ForJobID: rec.ForJobID, RunID: rec.RunID, Reason: rec.Reason})
 	if errors.Is(err, errWorkflowGone) {
-		return a.stop(ctx, res, rec.ID, store.PreemptionVictimEnded, "the victim's job workflow has closed")
+		return a.stop(ctx, res, rec.ID, vocab.PreemptionVictimEnded, "the victim's job workflow has closed")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("notify %s: %w", rec.ID, err)
@@ -111,30 +112,30 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 
 // ineligible returns the outcome and reason that forbid touching the victim
 // v now, or "" when it may be preempted.
-func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *policy.Policy) (string, string) {
+func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *policy.Policy) (vocab.PreemptionOutcome, string) {
 	if rec.EndedAt != nil {
-		return store.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail
+		return vocab.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail
 	}
 	switch {
 	case !v.AllocationLive || v.RunEnded || v.State.Final():
-		return store.PreemptionVictimEnded, fmt.Sprintf("the victim is %s and its run or allocation has ended", v.State)
+		return vocab.PreemptionVictimEnded, fmt.Sprintf("the victim is %s and its run or allocation has ended", v.State)
 	case v.Protected:
-		return store.PreemptionAbortedIneligible, "the victim job is protected"
+		return vocab.PreemptionAbortedIneligible, "the victim job is protected"
 	case v.QueueProtected:
-		return store.PreemptionAbortedIneligible, "the victim's queue " + v.Queue + " is protected"
+		return vocab.PreemptionAbortedIneligible, "the victim's queue " + v.Queue + " is protected"
 	case !v.Checkpointable:
-		return store.PreemptionAbortedIneligible, "the victim is not checkpointable"
+		return vocab.PreemptionAbortedIneligible, "the victim is not checkpointable"
 	case v.ResumeDowngraded:
-		return store.PreemptionAbortedIneligible, "the victim's recovery evidence was downgraded by a wrong-step resume"
+		return vocab.PreemptionAbortedIneligible, "the victim's recovery evidence was downgraded by a wrong-step resume"
 	}
 	if w := cfg.InProtectionWindow(v.Queue, a.d.now()); w != "" {
-		return store.PreemptionAbortedIneligible, "the victim's queue is inside protection window " + w
+		return vocab.PreemptionAbortedIneligible, "the victim's queue is inside protection window " + w
 	}
 	return "", ""
 }
 
 // stop ends the preemption at the notice with outcome.
-func (a *Preemptions) stop(ctx context.Context, res *NotifyResult, id, outcome, why string) (*NotifyResult, error) {
+func (a *Preemptions) stop(ctx context.Context, res *NotifyResult, id string, outcome vocab.PreemptionOutcome, why string) (*NotifyResult, error) {
 	if err := a.d.Store.AbortPreemption(ctx, id, outcome, why, a.d.now()); err != nil {
 		return nil, nonRetryable(err)
 	}
@@ -159,7 +160,7 @@ type CheckpointResult struct {
 	// VictimEnded is true when the run ended by itself (RunOutcome) rather
 	// than on the notice.
 	VictimEnded bool
-	RunOutcome  string
+	RunOutcome  vocab.RunOutcome
 }
 
 // Checkpoint is the second step, run once the victim reported its stop or
@@ -186,8 +187,8 @@ func (a *Preemptions) Checkpoint(ctx context.Context, in *CheckpointInput) (*Che
 	if out.Record.StepAtNotice != nil {
 		res.StepAtNotice = *out.Record.StepAtNotice
 	}
-	if s := in.Stopped; s != nil && (s.Outcome == "succeeded" || s.Outcome == "failed" || s.Outcome == "cancelled") {
-		res.VictimEnded, res.RunOutcome = true, s.Outcome
+	if s := in.Stopped; s != nil && vocab.RunOutcome(s.Outcome).EndsJobAs() != "" {
+		res.VictimEnded, res.RunOutcome = true, vocab.RunOutcome(s.Outcome)
 	}
 	res.VictimEnded = res.VictimEnded || res.RunOutcome != ""
 	return res, nil
@@ -196,7 +197,7 @@ func (a *Preemptions) Checkpoint(ctx context.Context, in *CheckpointInput) (*Che
 // AbortInput ends a preemption without release.
 type AbortInput struct {
 	PreemptionStep
-	Outcome string // store.PreemptionAbortedNoCkpt or store.PreemptionVictimEnded
+	Outcome vocab.PreemptionOutcome // vocab.PreemptionAbortedNoCkpt or vocab.PreemptionVictimEnded
 	Detail  string
 	// ResumeVictim sends `preempt-aborted` so the victim runs again on the
 	// allocation it still holds.
@@ -230,7 +231,7 @@ type ReleaseResult struct {
 	ReleasedAt  time.Time
 	GPUs        float64
 	VictimEnded bool
-	RunOutcome  string
+	RunOutcome  vocab.RunOutcome
 }
 
 // Release is the third step: the victim's run ends preempted and its
@@ -247,7 +248,7 @@ func (a *Preemptions) Release(ctx context.Context, in *PreemptionStep) (*Release
 		return nil, nonRetryable(err)
 	}
 	if !out.VictimEnded {
-		a.d.tellScheduler(ctx, in.VictimJobID, in.AllocationID, store.OutcomePreempted)
+		a.d.tellScheduler(ctx, in.VictimJobID, in.AllocationID, vocab.RunPreempted)
 	}
 	return &ReleaseResult{ReleasedAt: out.ReleasedAt, GPUs: out.GPUs, VictimEnded: out.VictimEnded, RunOutcome: out.RunOutcome}, nil
 }
@@ -295,7 +296,7 @@ type VerifyResumeInput struct {
 
 // VerifyResumeResult is the preemption's final record.
 type VerifyResumeResult struct {
-	Outcome          string
+	Outcome          vocab.PreemptionOutcome
 	ResumedCorrectly *bool
 	RecomputeSeconds *float64
 	LossGPUSeconds   float64
@@ -320,7 +321,7 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 	if rec.FinishedAt != nil {
 		return verifyResult(rec), nil
 	}
-	r := store.PreemptionResume{Outcome: store.PreemptionResumeNotObserved, Failures: append([]string(nil), in.Failures...)}
+	r := store.PreemptionResume{Outcome: vocab.PreemptionResumeNotObserved, Failures: append([]string(nil), in.Failures...)}
 	li := governance.LossInput{GPUs: rec.GPUs, Resumable: rec.SavedCheckpoint}
 	if rec.NotifiedAt != nil {
 		li.NotifiedAt = *rec.NotifiedAt
@@ -367,12 +368,12 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 	r.ResumedRunID, r.ResumedFromStep, r.ResumedAt, r.ResumedCorrectly = run.RunID, &run.StartStep, &started, &correct
 	li.ResumedAt = started
 	if !correct {
-		r.Outcome = store.PreemptionResumeFailed
+		r.Outcome = vocab.PreemptionResumeFailed
 		r.Failures = append(r.Failures, fmt.Sprintf("resumed from step %d, but the saved checkpoint is at step %d", run.StartStep, saved))
 		r.Detail = "resume from the wrong step: recovery evidence downgraded"
 		return nil
 	}
-	r.Outcome, r.Detail = store.PreemptionCompleted, fmt.Sprintf("resumed at step %d", saved)
+	r.Outcome, r.Detail = vocab.PreemptionCompleted, fmt.Sprintf("resumed at step %d", saved)
 	target := saved
 	if rec.StepAtNotice != nil {
 		target = max(*rec.StepAtNotice, saved)
@@ -414,7 +415,7 @@ func (a *Preemptions) waitPassed(ctx context.Context, in *VerifyResumeInput, run
 			return &t, "", nil
 		}
 		if cur.EndedAt != nil {
-			if cur.Outcome == store.OutcomeSucceeded {
+			if cur.Outcome == vocab.RunSucceeded {
 				return cur.EndedAt, "", nil
 			}
 			return nil, fmt.Sprintf("the next run ended %s before passing step %d", cur.Outcome, target), nil

@@ -12,6 +12,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -146,7 +147,7 @@ type AssessResult struct {
 	Pool                 string
 	Class                string
 	Mode                 string
-	State                string // the stored state: "open" unless an earlier attempt went further
+	State                vocab.ReclaimState // the stored state: open unless an earlier attempt went further
 	NotifyWindowSeconds  float64
 	ConfirmWindowSeconds float64
 }
@@ -198,14 +199,14 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 // CloseInput ends a reclaim without release.
 type CloseInput struct {
 	ReclaimID string
-	State     string // store.ReclaimReported or store.ReclaimExpired
+	State     vocab.ReclaimState // vocab.ReclaimReported or vocab.ReclaimExpired
 	Detail    string
 }
 
 // CloseReclaim records a reclaim that ends without touching the allocation:
 // reported (report mode) or expired (no confirmation in time).
 func (a *Reclaims) CloseReclaim(ctx context.Context, in *CloseInput) error {
-	if in == nil || in.ReclaimID == "" || (in.State != store.ReclaimReported && in.State != store.ReclaimExpired) {
+	if in == nil || in.ReclaimID == "" || (in.State != vocab.ReclaimReported && in.State != vocab.ReclaimExpired) {
 		return invalidInput("close reclaim: reclaim ID and state reported or expired are required")
 	}
 	if err := a.d.Store.SetReclaimState(ctx, in.ReclaimID, in.State, in.Detail, a.d.now()); err != nil {
@@ -250,7 +251,7 @@ func (a *Reclaims) AwaitConfirmation(ctx context.Context, in *CloseInput) error 
 	if in == nil || in.ReclaimID == "" {
 		return invalidInput("await confirmation: reclaim ID is required")
 	}
-	return a.d.Store.SetReclaimState(ctx, in.ReclaimID, store.ReclaimAwaitConfirm, in.Detail, a.d.now())
+	return a.d.Store.SetReclaimState(ctx, in.ReclaimID, vocab.ReclaimAwaitConfirm, in.Detail, a.d.now())
 }
 
 // DecisionInput is an owner's keep or an operator's confirm.
@@ -285,7 +286,7 @@ type ReleaseReclaimInput struct {
 
 // ReleaseReclaimResult is what was released.
 type ReleaseReclaimResult struct {
-	State        string
+	State        vocab.ReclaimState
 	GPUsReleased float64
 	ReleasedAt   *time.Time
 }
@@ -310,7 +311,7 @@ func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput
 	if err != nil {
 		return nil, nonRetryable(err)
 	}
-	if r.ReleasedAt == nil && r.State != store.ReclaimResolved {
+	if r.ReleasedAt == nil && r.State != vocab.ReclaimResolved {
 		if r, err = a.release(ctx, r, in.By); err != nil {
 			return nil, err
 		}
@@ -326,7 +327,7 @@ func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput
 func (a *Reclaims) release(ctx context.Context, r *store.Reclaim, by string) (*store.Reclaim, error) {
 	runID, _ := r.Evidence["run_id"].(string)
 	runOutcome, _ := r.Evidence["run_outcome"].(string)
-	if runID == "" || runOutcome != "" || r.Class == policy.ClassCompleted {
+	if runID == "" || runOutcome != "" || r.Class == vocab.ClassCompleted {
 		return a.d.Store.ReleaseReclaimed(ctx, r.ID, by, a.d.now())
 	}
 	reason := fmt.Sprintf("reclaimed by %s (%s): %s", r.ID, r.Class, r.Basis)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -43,7 +44,7 @@ type Scheduler struct {
 // signalledReasons is the wait reason last signalled to each job, as of a cycle.
 type signalledReasons struct {
 	cycleID string
-	byJob   map[string]scheduling.WaitReason
+	byJob   map[string]vocab.WaitReason
 }
 
 // NewScheduler returns the scheduler activities on d's dependencies.
@@ -223,17 +224,17 @@ func (a *Scheduler) policy(ctx context.Context) (*scheduling.Policy, error) {
 // reasonsBefore returns the reasons signalled as of in.PreviousCycleID: the
 // remembered ones when this Scheduler ran that cycle, else those the store
 // holds for waiting jobs (what the previous cycle stored and signalled).
-func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]scheduling.WaitReason, error) {
+func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]vocab.WaitReason, error) {
 	a.mu.Lock()
 	r := a.reasons[in.Shard]
 	a.mu.Unlock()
 	if r != nil && in.PreviousCycleID != "" && r.cycleID == in.PreviousCycleID {
 		return r.byJob, nil
 	}
-	byJob := map[string]scheduling.WaitReason{}
+	byJob := map[string]vocab.WaitReason{}
 	after := ""
 	for {
-		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: store.StateWaiting, Limit: store.MaxListLimit, AfterID: after})
+		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: vocab.JobWaiting, Limit: store.MaxListLimit, AfterID: after})
 		if err != nil {
 			return nil, fmt.Errorf("read stored wait reasons: %w", err)
 		}
@@ -252,11 +253,11 @@ func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[s
 // reasonChange is one waiting job whose reason differs from the one signalled.
 type reasonChange struct {
 	jobID  string
-	reason scheduling.WaitReason
+	reason vocab.WaitReason
 }
 
 // reasonChanges lists the waiting jobs whose reason is not the one in prev.
-func reasonChanges(prev map[string]scheduling.WaitReason, waiting []scheduling.WaitStatus) []reasonChange {
+func reasonChanges(prev map[string]vocab.WaitReason, waiting []scheduling.WaitStatus) []reasonChange {
 	var out []reasonChange
 	for _, w := range waiting {
 		if prev[w.JobID] != w.Reason {
@@ -304,8 +305,8 @@ func (a *Scheduler) signalReasons(ctx context.Context, changes []reasonChange) m
 // cycle's reason for every waiting job, except where the signal failed, which
 // keeps the earlier reason so that the next cycle signals it again.
 func (a *Scheduler) rememberReasons(in *RunCycleInput, waiting []scheduling.WaitStatus,
-	prev map[string]scheduling.WaitReason, failed map[string]bool) {
-	byJob := make(map[string]scheduling.WaitReason, len(waiting))
+	prev map[string]vocab.WaitReason, failed map[string]bool) {
+	byJob := make(map[string]vocab.WaitReason, len(waiting))
 	for _, w := range waiting {
 		switch {
 		case !failed[w.JobID]:

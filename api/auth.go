@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // principalKey is the gin context key of the authenticated Principal.
@@ -25,7 +27,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		writeError(c, newError(http.StatusUnauthorized, CodeUnauthorized, "", "unknown bearer token"))
 		return
 	}
-	if p.Role == RoleAgent && !agentRoute(c.FullPath()) {
+	if p.Role == vocab.RoleAgent && !agentRoute(c.FullPath()) {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "an agent token may call only the node-agent routes"))
 		return
 	}

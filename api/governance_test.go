@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -38,7 +38,7 @@ func governanceFixture(t *testing.T) (*testEnv, *decidingWorkflows, *store.Preem
 	e.server = New(StoreFrom(e.store), wf, testTokens(t))
 	ctx := context.Background()
 	mk := func(queue string, recovery scheduling.RecoveryEvidence) *store.Job {
-		j, _, err := e.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: queue, Tier: scheduling.TierStandard,
+		j, _, err := e.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: queue, Tier: vocab.TierStandard,
 			Request: scheduling.ResourceRequest{GPUs: 1, Pool: "a100-east"}, Recovery: recovery, RunSeconds: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -71,8 +71,8 @@ func governanceFixture(t *testing.T) (*testEnv, *decidingWorkflows, *store.Preem
 	}
 	ev := governance.Evidence{AllocationID: out.Placed[1].AllocationID, JobID: failed.ID, Project: "vision", Queue: "train",
 		Pool: "a100-east", GPUs: 1, JobState: "running", GrantedAt: now}
-	r, _, err := e.store.OpenReclaim(ctx, store.NewReclaim{Evidence: ev, Finding: governance.Finding{Class: policy.ClassFailed, Basis: "run failed"},
-		Decision: governance.ModeDecision{Mode: policy.ModeNotify, Configured: policy.ModeNotify, Stage: scheduling.StageAutomate}, At: now})
+	r, _, err := e.store.OpenReclaim(ctx, store.NewReclaim{Evidence: ev, Finding: governance.Finding{Class: vocab.ClassFailed, Basis: "run failed"},
+		Decision: governance.ModeDecision{Mode: vocab.ModeNotify, Configured: vocab.ModeNotify, Stage: vocab.StageAutomate}, At: now})
 	if err != nil {
 		t.Fatal(err)
 	}

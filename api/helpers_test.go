@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -89,10 +90,10 @@ const (
 func testTokens(t testing.TB) Tokens {
 	t.Helper()
 	toks, err := NewTokens(map[string]Principal{
-		tokAlice: {Name: "alice", Project: "vision", Role: RoleSubmitter},
-		tokBob:   {Name: "bob", Project: "speech", Role: RoleSubmitter},
-		tokOps:   {Name: "olga", Project: "platform", Role: RoleOperator},
-		tokAdmin: {Name: "root", Project: "platform", Role: RoleAdmin},
+		tokAlice: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
+		tokBob:   {Name: "bob", Project: "speech", Role: vocab.RoleSubmitter},
+		tokOps:   {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
+		tokAdmin: {Name: "root", Project: "platform", Role: vocab.RoleAdmin},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,14 +103,14 @@ func testTokens(t testing.TB) Tokens {
 
 // testQueues are the queues every test database holds.
 var testQueues = []scheduling.Queue{
-	{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1, MaxWait: 2 * time.Hour},
-	{Name: "inference", Tier: scheduling.TierProduction, ServiceShare: 2, Protected: true},
-	{Name: "delivery", Tier: scheduling.TierKeyProject, ServiceShare: 1, MaxWait: 30 * time.Minute},
+	{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1, MaxWait: 2 * time.Hour},
+	{Name: "inference", Tier: vocab.TierProduction, ServiceShare: 2, Protected: true},
+	{Name: "delivery", Tier: vocab.TierKeyProject, ServiceShare: 1, MaxWait: 30 * time.Minute},
 }
 
 // testPools is a small inventory: one node with two A100s in one NVLink domain.
 var testPools = []scheduling.Pool{{
-	Name: "a100-east", Available: true, Stage: scheduling.StageObserve,
+	Name: "a100-east", Available: true, Stage: vocab.StageObserve,
 	Nodes: []scheduling.Node{{
 		Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
 		GPUs: []scheduling.GPU{

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -348,12 +349,6 @@ func (s *Server) answerJob(ctx context.Context, c *gin.Context, id string, statu
 	c.JSON(status, out)
 }
 
-// jobStates are the states ?state= accepts.
-var jobStates = []store.JobState{
-	store.StateSubmitted, store.StateWaiting, store.StatePlaced, store.StateRunning,
-	store.StateSucceeded, store.StateFailed, store.StateCancelled,
-}
-
 // listJobs handles GET /v1/jobs?project=&queue=&state=&reason=&limit=&cursor=.
 // A submitter's listing is always limited to its own project.
 func (s *Server) listJobs(c *gin.Context) {
@@ -379,19 +374,19 @@ func (s *Server) listJobs(c *gin.Context) {
 // jobFilter reads and checks the list query parameters.
 func jobFilter(c *gin.Context, p Principal) (store.JobFilter, *Error) {
 	f := store.JobFilter{
-		Project: c.Query("project"), Queue: c.Query("queue"), State: store.JobState(c.Query("state")),
-		Reason: scheduling.WaitReason(c.Query("reason")), AfterID: c.Query("cursor"),
+		Project: c.Query("project"), Queue: c.Query("queue"), State: vocab.JobState(c.Query("state")),
+		Reason: vocab.WaitReason(c.Query("reason")), AfterID: c.Query("cursor"),
 	}
 	switch {
-	case !p.Role.seesAll() && f.Project != "" && f.Project != p.Project:
+	case !p.Role.SeesAllProjects() && f.Project != "" && f.Project != p.Project:
 		return f, forbiddenProject(p, f.Project)
-	case !p.Role.seesAll():
+	case !p.Role.SeesAllProjects():
 		f.Project = p.Project
 	}
-	if f.State != "" && !slices.Contains(jobStates, f.State) {
-		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "state", "unknown state %q (want one of %s)", f.State, joinStates())
+	if f.State != "" && !f.State.Valid() {
+		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "state", "unknown state %q (want one of %s)", f.State, strings.Join(names(vocab.JobStates), ", "))
 	}
-	if f.Reason != "" && !slices.Contains(scheduling.WaitReasons, f.Reason) {
+	if f.Reason != "" && !slices.Contains(vocab.WaitReasons, f.Reason) {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "reason", "unknown wait reason %q", f.Reason)
 	}
 	if l := c.Query("limit"); l != "" {
@@ -405,14 +400,6 @@ func jobFilter(c *gin.Context, p Principal) (store.JobFilter, *Error) {
 		f.Limit = n
 	}
 	return f, nil
-}
-
-func joinStates() string {
-	names := make([]string, len(jobStates))
-	for i, s := range jobStates {
-		names[i] = string(s)
-	}
-	return strings.Join(names, ", ")
 }
 
 // listQueues handles GET /v1/queues.

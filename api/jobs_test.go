@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestSubmitStoresJobAndStartsWorkflow(t *testing.T) {
@@ -188,7 +188,7 @@ func TestProjectIsolation(t *testing.T) {
 	if after := env.counts(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("rows changed by forbidden requests: %v → %v", before, after)
 	}
-	if j, _ := env.store.GetJob(context.Background(), alices.ID); j.Held || j.State != store.StateSubmitted {
+	if j, _ := env.store.GetJob(context.Background(), alices.ID); j.Held || j.State != vocab.JobSubmitted {
 		t.Fatalf("alice's job changed: %+v", j)
 	}
 	if len(env.wf.cancelled) != 0 {
@@ -424,14 +424,14 @@ func TestGetJobExplainsWait(t *testing.T) {
 	// that minute with a not_yet_evaluated event.
 	t0 := time.Now().UTC().Add(time.Minute).Truncate(time.Second)
 	applyWait(t, env, "c1", t0, scheduling.WaitStatus{
-		JobID: j.ID, Reason: scheduling.ReasonCapacityBusy, Rank: 3,
+		JobID: j.ID, Reason: vocab.ReasonCapacityBusy, Rank: 3,
 		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 0 free",
 		ReEvaluate: "when 2 matching GPUs on one node are free",
 		Priority:   scheduling.Priority{Score: 10450, TierBase: 10000, AgingCredit: 300, FairShare: 150, FairFactor: 0.15, SubmitTime: t0},
 	})
 	t1 := t0.Add(14 * time.Minute)
 	applyWait(t, env, "c2", t1, scheduling.WaitStatus{
-		JobID: j.ID, Reason: scheduling.ReasonReservedForHigherPriority, Rank: 2, BlockingJobID: blocker.ID,
+		JobID: j.ID, Reason: vocab.ReasonReservedForHigherPriority, Rank: 2, BlockingJobID: blocker.ID,
 		Detail:   "2 matching GPUs free on node-1, reserved for " + blocker.ID,
 		Priority: scheduling.Priority{Score: 10600, TierBase: 10000, AgingCredit: 400, FairShare: 200, FairFactor: 0.2, SubmitTime: t0},
 	})

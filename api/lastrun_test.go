@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // GET /v1/jobs/{id} shows started_at, ended_at and the last run with why it
@@ -36,7 +36,7 @@ func TestGetJobShowsLastRun(t *testing.T) {
 	}
 	end := start.Add(5 * time.Minute)
 	detail := "node failure: no agent on node node-1 took the run within 5m0s"
-	if err := env.store.FinishRun(ctx, j.ID, runID, store.OutcomeFailed, detail, end); err != nil {
+	if err := env.store.FinishRun(ctx, j.ID, runID, vocab.RunFailed, detail, end); err != nil {
 		t.Fatal(err)
 	}
 	var got Job

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -127,7 +128,7 @@ func (s *Server) nodeRoutes(v1 *gin.RouterGroup) {
 // requireAgentRole lets agent, operator and admin tokens through and answers
 // 403 to submitters: a submitter must not write inventory or evidence.
 func requireAgentRole(c *gin.Context) {
-	if p := principal(c); p.Role != RoleAgent && !p.Role.seesAll() {
+	if p := principal(c); p.Role != vocab.RoleAgent && !p.Role.SeesAllProjects() {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
 			"node-agent routes need an agent, operator or admin token; this is a %s token", p.Role))
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -22,9 +23,9 @@ func newNodeTestEnv(t *testing.T) *testEnv {
 	t.Helper()
 	env := newTestEnv(t)
 	toks, err := NewTokens(map[string]Principal{
-		tokAlice: {Name: "alice", Project: "vision", Role: RoleSubmitter},
-		tokOps:   {Name: "olga", Project: "platform", Role: RoleOperator},
-		tokAgent: {Name: "agent-node-1", Project: "platform", Role: RoleAgent},
+		tokAlice: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
+		tokOps:   {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
+		tokAgent: {Name: "agent-node-1", Project: "platform", Role: vocab.RoleAgent},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -164,11 +165,18 @@ func serveGovernance[T any](s *Server, c *gin.Context, read func(ctx context.Con
 
 // Accepted values of the preemption list's filters.
 var (
-	preemptionStates   = enumQuery{"state", []string{"in_progress", "released", "aborted", store.PreemptionObserved}}
-	preemptionOutcomes = enumQuery{"outcome", []string{store.PreemptionCompleted, store.PreemptionResumeFailed,
-		store.PreemptionResumeNotObserved, store.PreemptionAbortedNoCkpt, store.PreemptionAbortedIneligible,
-		store.PreemptionVictimEnded, store.PreemptionWouldPreempt}}
+	preemptionStates   = enumQuery{"state", names(vocab.PreemptionStates)}
+	preemptionOutcomes = enumQuery{"outcome", names(vocab.PreemptionOutcomes)}
 )
+
+// names returns the string values of a vocab list, in its order.
+func names[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
 
 // listPreemptions handles GET /v1/preemptions?state=&outcome=&pool=&job=&limit=.
 // Every role but agent may read them: a preemption concerns two projects.
@@ -177,7 +185,7 @@ func (s *Server) listPreemptions(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := store.PreemptionFilter{State: q["state"], Outcome: q["outcome"], Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
+	f := store.PreemptionFilter{State: vocab.PreemptionState(q["state"]), Outcome: vocab.PreemptionOutcome(q["outcome"]), Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (PreemptionList, error) {
 		ps, err := gs.ListPreemptions(ctx, f)
 		out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
@@ -206,7 +214,7 @@ func preemptionFromStore(p *store.PreemptionRecord) Preemption {
 		failures = []string{}
 	}
 	return Preemption{
-		ID: p.ID, State: p.State, Outcome: p.Outcome, Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
+		ID: p.ID, State: string(p.State), Outcome: string(p.Outcome), Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
 		Pool: p.Pool, ForJobID: p.ForJobID, ForQueue: p.ForQueue, Reason: p.Reason, VictimJobID: p.VictimJobID,
 		VictimQueue: p.VictimQueue, AllocationID: p.AllocationID, RunID: p.RunID, GPUs: p.GPUs, RunStartedAt: p.RunStartedAt,
 		CheckpointAtNotice: checkpointOut(p.CheckpointAtNotice), SavedCheckpoint: checkpointOut(p.SavedCheckpoint),

@@ -10,8 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -94,11 +94,9 @@ type ReclaimReport struct {
 
 // Accepted values of the reclaim report's filters.
 var (
-	reclaimClasses = enumQuery{"class", []string{string(policy.ClassFailed), string(policy.ClassIdle), string(policy.ClassCompleted)}}
-	reclaimModes   = enumQuery{"mode", []string{string(policy.ModeReport), string(policy.ModeNotify),
-		string(policy.ModeAuto), string(policy.ModeConfirm)}}
-	reclaimStates = enumQuery{"state", []string{store.ReclaimOpen, store.ReclaimReported, store.ReclaimNotified,
-		store.ReclaimAwaitConfirm, store.ReclaimReleased, store.ReclaimKept, store.ReclaimExpired, store.ReclaimResolved}}
+	reclaimClasses = enumQuery{"class", names(vocab.ReclaimClasses)}
+	reclaimModes   = enumQuery{"mode", names(vocab.ReclaimModes)}
+	reclaimStates  = enumQuery{"state", names(vocab.ReclaimStates)}
 )
 
 // listReclaims handles GET /v1/reclaims?class=&mode=&pool=&state=&limit=.
@@ -107,7 +105,8 @@ func (s *Server) listReclaims(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := store.ReclaimFilter{Class: q["class"], Mode: q["mode"], Pool: c.Query("pool"), State: q["state"], Limit: limit}
+	f := store.ReclaimFilter{Class: vocab.ReclaimClass(q["class"]), Mode: vocab.ReclaimMode(q["mode"]), Pool: c.Query("pool"),
+		State: vocab.ReclaimState(q["state"]), Limit: limit}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (ReclaimReport, error) {
 		rs, err := gs.ListReclaims(ctx, f)
 		return reclaimReport(rs), err
@@ -136,7 +135,7 @@ func reclaimReport(rs []store.Reclaim) ReclaimReport {
 // admin approves the release (confirm mode, or a notify-mode release before
 // its window ends).
 func (s *Server) confirmReclaim(c *gin.Context) {
-	if p := principal(c); !p.Role.seesAll() {
+	if p := principal(c); !p.Role.SeesAllProjects() {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "confirming a reclaim needs an operator or admin token; this is a %s token", p.Role))
 		return
 	}
@@ -201,8 +200,8 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 // awaitsDecision reports whether a reclaim still takes the decision: a
 // notify- or confirm-mode reclaim that was not decided or released yet.
 func awaitsDecision(r *store.Reclaim) bool {
-	return r.State == store.ReclaimNotified || r.State == store.ReclaimAwaitConfirm ||
-		(r.State == store.ReclaimOpen && (r.Mode == policy.ModeNotify || r.Mode == policy.ModeConfirm))
+	return r.State == vocab.ReclaimNotified || r.State == vocab.ReclaimAwaitConfirm ||
+		(r.State == vocab.ReclaimOpen && (r.Mode == vocab.ModeNotify || r.Mode == vocab.ModeConfirm))
 }
 
 func reclaimFromStore(r *store.Reclaim) Reclaim {
@@ -212,8 +211,8 @@ func reclaimFromStore(r *store.Reclaim) Reclaim {
 	}
 	return Reclaim{
 		ID: r.ID, AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue, Pool: r.Pool, Node: r.Node,
-		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: r.Stage, Basis: r.Basis,
-		Evidence: ev, GPUs: r.GPUs, State: r.State, WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
+		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: string(r.Stage), Basis: r.Basis,
+		Evidence: ev, GPUs: r.GPUs, State: string(r.State), WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
 		NoticeDeadline: r.NoticeDeadline, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, ReleasedAt: r.ReleasedAt,
 		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason, Detail: r.Detail,
 	}

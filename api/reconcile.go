@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -25,7 +26,7 @@ type ReconcileResult struct {
 func ReconcileJobWorkflows(ctx context.Context, st Store, wf Workflows, pageSize int) (ReconcileResult, error) {
 	var res ReconcileResult
 	var firstStartErr error
-	for _, state := range []store.JobState{store.StateSubmitted, store.StateWaiting} {
+	for _, state := range []vocab.JobState{vocab.JobSubmitted, vocab.JobWaiting} {
 		f := store.JobFilter{State: state, Limit: pageSize}
 		for {
 			jobs, next, err := st.ListJobs(ctx, f)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestReconcileStartsDeferredWorkflows submits jobs while Temporal is down
@@ -32,7 +33,7 @@ func TestReconcileStartsDeferredWorkflows(t *testing.T) {
 	if r := env.do(http.MethodPost, "/v1/jobs/"+cancelled.ID+"/cancel", tokAlice, nil); r.status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
-	applyWait(t, env, "c1", time.Now(), scheduling.WaitStatus{JobID: pending[1], Reason: scheduling.ReasonCapacityBusy, Rank: 1})
+	applyWait(t, env, "c1", time.Now(), scheduling.WaitStatus{JobID: pending[1], Reason: vocab.ReasonCapacityBusy, Rank: 1})
 
 	// Still down: every start fails and is reported.
 	res, err := ReconcileJobWorkflows(context.Background(), env.server.store, env.wf, 2)

@@ -285,7 +285,7 @@ func FilterReportInput(in *queuereport.Input, project string) *queuereport.Input
 func reportProject(c *gin.Context) (string, *Error) {
 	p, asked := principal(c), c.Query("project")
 	switch {
-	case p.Role.seesAll():
+	case p.Role.SeesAllProjects():
 		return asked, nil
 	case asked != "" && asked != p.Project:
 		return "", forbiddenProject(p, asked)

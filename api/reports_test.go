@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -25,9 +26,9 @@ import (
 type reportFixture = reporttest.Fixture
 
 // fixtureStates maps the fixture's state labels to stored job states.
-var fixtureStates = map[string]store.JobState{
-	"completed": store.StateSucceeded, "pending": store.StateWaiting,
-	"running": store.StateRunning, "cancelled": store.StateCancelled,
+var fixtureStates = map[string]vocab.JobState{
+	"completed": vocab.JobSucceeded, "pending": vocab.JobWaiting,
+	"running": vocab.JobRunning, "cancelled": vocab.JobCancelled,
 }
 
 // loadReportFixture reads the fixture with its state labels replaced by the
@@ -61,7 +62,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Cleanup(st.Close)
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
-		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: scheduling.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
 	}
 	if err := st.UpsertQueues(ctx, queues); err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 func fixturePools() []scheduling.Pool {
 	var pools []scheduling.Pool
 	for _, name := range []string{"p1", "p2"} {
-		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
+		p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
 		for _, model := range []string{"A100", "H100"} {
 			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
 			for g := range 4 {

@@ -196,7 +196,7 @@ func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
 // submitter may only submit to its own project and may not set protected. It
 // returns a 403 naming the field, or nil.
 func AuthorizeJobSpec(spec *JobSpec, p Principal) *Error {
-	if p.Role.seesAll() {
+	if p.Role.SeesAllProjects() {
 		return nil
 	}
 	if spec.Project != "" && spec.Project != p.Project {

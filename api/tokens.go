@@ -10,41 +10,22 @@ import (
 	"sort"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
-
-// Role is what a bearer token may do.
-type Role string
-
-// The roles: three for people, least privileged first, and one for node agents.
-const (
-	// RoleSubmitter sees and changes only its own project's jobs.
-	RoleSubmitter Role = "submitter"
-	// RoleOperator sees and changes every project's jobs and may set protection.
-	RoleOperator Role = "operator"
-	// RoleAdmin has every operator right; it exists so that administration
-	// endpoints added later have a role to require.
-	RoleAdmin Role = "admin"
-	// RoleAgent is a node agent's: it may call only the node-agent routes
-	// (inventory, samples, run specs, checkpoints; see api/nodes.go), so a
-	// token on every GPU node cannot submit, see or cancel jobs.
-	RoleAgent Role = "agent"
-)
-
-// seesAll reports whether the role may see and change every project's jobs.
-func (r Role) seesAll() bool { return r == RoleOperator || r == RoleAdmin }
 
 // Principal is the caller a bearer token stands for.
 type Principal struct {
 	// Name is the actor recorded in the audit log; it defaults to
 	// "<role>@<project>" when the config leaves it empty.
-	Name    string `json:"name" yaml:"name"`
-	Project string `json:"project" yaml:"project"`
-	Role    Role   `json:"role" yaml:"role"`
+	Name    string     `json:"name" yaml:"name"`
+	Project string     `json:"project" yaml:"project"`
+	Role    vocab.Role `json:"role" yaml:"role"`
 }
 
 // owns reports whether p may see and change a job of project.
 func (p Principal) owns(project string) bool {
-	return p.Role.seesAll() || p.Project == project
+	return p.Role.SeesAllProjects() || p.Project == project
 }
 
 // Tokens maps bearer tokens to principals. Tokens are kept only as SHA-256
@@ -68,9 +49,7 @@ func NewTokens(m map[string]Principal) (Tokens, error) {
 		if k == "" {
 			return Tokens{}, fmt.Errorf("token entry %d: empty token", i+1)
 		}
-		switch p.Role {
-		case RoleSubmitter, RoleOperator, RoleAdmin, RoleAgent:
-		default:
+		if !p.Role.Valid() {
 			return Tokens{}, fmt.Errorf("token entry %d (%s): role %q is not submitter, operator, admin or agent", i+1, p.Name, p.Role)
 		}
 		if p.Project == "" {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestParseTokensYAMLAndJSON(t *testing.T) {
@@ -24,10 +26,10 @@ s3cr3t-o:
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if p, ok := toks.Lookup("s3cr3t-a"); !ok || p != (Principal{Name: "alice", Project: "vision", Role: RoleSubmitter}) {
+		if p, ok := toks.Lookup("s3cr3t-a"); !ok || p != (Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter}) {
 			t.Fatalf("%s: alice %+v %v", name, p, ok)
 		}
-		if p, ok := toks.Lookup("s3cr3t-o"); !ok || p.Name != "operator@platform" || !p.Role.seesAll() {
+		if p, ok := toks.Lookup("s3cr3t-o"); !ok || p.Name != "operator@platform" || !p.Role.SeesAllProjects() {
 			t.Fatalf("%s: operator %+v %v", name, p, ok)
 		}
 		for _, bad := range []string{"", "s3cr3t", "S3CR3T-A"} {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -13,7 +14,7 @@ type Job struct {
 	Project         string             `json:"project"`
 	Queue           string             `json:"queue"`
 	Tier            string             `json:"tier"`
-	State           string             `json:"state"`
+	State           vocab.JobState     `json:"state"`
 	Resources       ResourceSpec       `json:"resources"`
 	Command         []string           `json:"command,omitempty"`
 	Env             map[string]string  `json:"env,omitempty"`
@@ -63,7 +64,7 @@ func runFromStore(r *store.RunSummary) *Run {
 	if r == nil {
 		return nil
 	}
-	return &Run{ID: r.ID, Number: r.Number, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Outcome: r.Outcome, Detail: r.Detail}
+	return &Run{ID: r.ID, Number: r.Number, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Outcome: string(r.Outcome), Detail: r.Detail}
 }
 
 // Recovery is the job's recovery evidence (DESIGN.md "recovery evidence").
@@ -215,7 +216,7 @@ type Health struct {
 // jobFromStore converts a stored job; wait is its open wait event or nil.
 func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
 	out := Job{
-		ID: j.ID, Project: j.Project, Queue: j.Queue, Tier: j.Tier.String(), State: string(j.State),
+		ID: j.ID, Project: j.Project, Queue: j.Queue, Tier: j.Tier.String(), State: j.State,
 		Resources: resourcesFromRequest(j.Request), Command: j.Command, Env: j.Env, RunSeconds: j.RunSeconds,
 		Recovery: recoveryFromStore(j.Recovery), Protected: j.Protected, Held: j.Held,
 		CancelRequested: j.CancelRequested, SubmittedAt: j.SubmitTime, UpdatedAt: j.UpdatedAt,
@@ -241,8 +242,8 @@ func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
 }
 
 // pending reports whether a job in state s is waiting for an allocation.
-func pending(s store.JobState) bool {
-	return s == store.StateSubmitted || s == store.StateWaiting
+func pending(s vocab.JobState) bool {
+	return s == vocab.JobSubmitted || s == vocab.JobWaiting
 }
 
 func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {

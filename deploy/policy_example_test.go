@@ -8,6 +8,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // runHeartbeatTimeout is JobWorkflow's default run heartbeat timeout: a
@@ -30,7 +31,7 @@ func TestPolicyExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Stages()["sim"]; got != scheduling.StageAutomate {
+	if got := p.Stages()["sim"]; got != vocab.StageAutomate {
 		t.Errorf("pools.sim.stage = %q, want automate", got)
 	}
 	pre := p.Scheduling().Preemption
@@ -54,10 +55,10 @@ func TestPolicyExampleLoads(t *testing.T) {
 		}
 		return queues[i]
 	}
-	if q := queue("production"); !q.Protected || q.Tier != scheduling.TierProduction {
+	if q := queue("production"); !q.Protected || q.Tier != vocab.TierProduction {
 		t.Errorf("queue production = %+v, want tier production, protected", q)
 	}
-	if q := queue("experiment"); !q.LowRisk || q.Tier != scheduling.TierExperiment || !p.LowRisk("experiment") {
+	if q := queue("experiment"); !q.LowRisk || q.Tier != vocab.TierExperiment || !p.LowRisk("experiment") {
 		t.Errorf("queue experiment = %+v, want tier experiment, low-risk", q)
 	}
 	if len(p.ProtectionWindows) == 0 {
@@ -75,17 +76,17 @@ func TestPolicyExampleLoads(t *testing.T) {
 	if w := policy.Seconds(r.ObservationWindowSeconds); w <= runHeartbeatTimeout {
 		t.Errorf("reclaim.observation_window_s = %s, want above the %s run heartbeat timeout", w, runHeartbeatTimeout)
 	}
-	if m := p.ConfiguredMode("sim", "experiment", policy.ClassIdle); m != policy.ModeNotify {
+	if m := p.ConfiguredMode("sim", "experiment", vocab.ClassIdle); m != vocab.ModeNotify {
 		t.Errorf("mode of an idle experiment run in pool sim = %s, want notify (the demo waits for its notice and release)", m)
 	}
 	if w := policy.Seconds(r.NotifyWindowSeconds); w > time.Minute {
 		t.Errorf("reclaim.notify_window_s = %s, want at most a minute (the demo waits it out)", w)
 	}
-	var modes []policy.Mode
+	var modes []vocab.ReclaimMode
 	for _, rule := range r.Rules {
 		modes = append(modes, rule.Mode)
 	}
-	for _, m := range policy.Modes {
+	for _, m := range vocab.ReclaimModes {
 		if !slices.Contains(modes, m) {
 			t.Errorf("reclaim.rules: no rule in mode %s; the example should show every mode", m)
 		}

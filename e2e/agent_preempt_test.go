@@ -28,6 +28,7 @@ import (
 	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -113,8 +114,8 @@ func startAgentStack(t *testing.T) *agentStack {
 	dbURL := storetest.NewDatabase(t)
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
-		adminToken: {Name: "e2e-admin", Project: "platform", Role: api.RoleAdmin},
-		agentToken: {Name: "agent-" + agentNode, Project: "platform", Role: api.RoleAgent},
+		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
+		agentToken: {Name: "agent-" + agentNode, Project: "platform", Role: vocab.RoleAgent},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +216,7 @@ func (s *agentStack) submit(t *testing.T, queue string, checkpointable bool, arg
 }
 
 // jobState is the job's state as the API reports it.
-func (s *agentStack) jobState(t *testing.T, id string) string {
+func (s *agentStack) jobState(t *testing.T, id string) vocab.JobState {
 	t.Helper()
 	j, err := s.client.GetJob(context.Background(), id)
 	if err != nil {
@@ -273,7 +274,7 @@ func readJSON(t *testing.T, path string, v any) {
 }
 
 // runIDs lists a job's runs, oldest first, with their outcomes.
-func (s *agentStack) runIDs(t *testing.T, jobID string) (ids, outcomes []string) {
+func (s *agentStack) runIDs(t *testing.T, jobID string) (ids []string, outcomes []vocab.RunOutcome) {
 	t.Helper()
 	rows, err := s.store.Pool().Query(context.Background(),
 		`SELECT id, coalesce(outcome, '') FROM runs WHERE job_id = $1 ORDER BY started_at, id`, jobID)
@@ -282,7 +283,8 @@ func (s *agentStack) runIDs(t *testing.T, jobID string) (ids, outcomes []string)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, outcome string
+		var id string
+		var outcome vocab.RunOutcome
 		if err := rows.Scan(&id, &outcome); err != nil {
 			t.Fatal(err)
 		}
@@ -347,13 +349,13 @@ func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return j.State == store.StateRunning && j.Recovery.LastCheckpoint != nil, string(j.State)
+		return j.State == vocab.JobRunning && j.Recovery.LastCheckpoint != nil, string(j.State)
 	})
 
 	prod := s.submit(t, "production", false, "-steps", "20", "-step-interval", "20ms")
 	waitFor(t, 2*time.Minute, "the production job succeeded", func() (bool, string) {
 		st := s.jobState(t, prod.ID)
-		return st == "succeeded", st
+		return st == vocab.JobSucceeded, string(st)
 	})
 	var rec *store.PreemptionRecord
 	waitFor(t, 2*time.Minute, "the preemption finished", func() (bool, string) {
@@ -366,7 +368,7 @@ func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 	})
 
 	// The preemption: production for experiment, completed, resumed at the saved step.
-	if rec.Outcome != store.PreemptionCompleted || rec.ForJobID != prod.ID || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly {
+	if rec.Outcome != vocab.PreemptionCompleted || rec.ForJobID != prod.ID || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly {
 		t.Fatalf("preemption %+v, want completed for %s with a correct resume", rec, prod.ID)
 	}
 	if rec.NotifiedAt == nil || rec.RunStartedAt == nil || rec.ResumedAt == nil || rec.PassedAt == nil {
@@ -404,7 +406,7 @@ func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 	// started fresh and ended preempted, the second was given the saved
 	// checkpoint and reported starting at its step.
 	ids, outcomes := s.runIDs(t, victim.ID)
-	if len(ids) != 2 || ids[0] != rec.RunID || ids[1] != rec.ResumedRunID || outcomes[0] != store.OutcomePreempted || outcomes[1] != "" {
+	if len(ids) != 2 || ids[0] != rec.RunID || ids[1] != rec.ResumedRunID || outcomes[0] != vocab.RunPreempted || outcomes[1] != "" {
 		t.Fatalf("victim runs %v (%v), want %s preempted then %s running", ids, outcomes, rec.RunID, rec.ResumedRunID)
 	}
 	first, second := s.readRun(t, victim.ID, ids[0]), s.readRun(t, victim.ID, ids[1])
@@ -434,7 +436,7 @@ func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 
 	// The production job ran as a process on the freed GPUs, after the release.
 	prodRuns, prodOutcomes := s.runIDs(t, prod.ID)
-	if len(prodRuns) != 1 || prodOutcomes[0] != store.OutcomeSucceeded {
+	if len(prodRuns) != 1 || prodOutcomes[0] != vocab.RunSucceeded {
 		t.Fatalf("production runs %v (%v), want one succeeded", prodRuns, prodOutcomes)
 	}
 	if got := s.readRun(t, prod.ID, prodRuns[0]).env[process.EnvVisibleDevices]; !sameSet(got, wantDevices) {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -140,7 +141,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	requireTemporal(t)
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
-		adminToken: {Name: "e2e-admin", Project: "platform", Role: api.RoleAdmin},
+		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -100,7 +101,7 @@ func BenchmarkApplyCycleWaiting(b *testing.B) {
 			if k%10 == i%10 {
 				detail = fmt.Sprintf("0 of 8 free, cycle %d", i)
 			}
-			res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: scheduling.ReasonCapacityBusy,
+			res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: vocab.ReasonCapacityBusy,
 				Detail: detail, Rank: k + 1, Priority: scheduling.Priority{Score: float64(10000 + i)}})
 		}
 		out, err := s.ApplyCycle(ctx, fmt.Sprintf("bench-%d", i), res, t0.Add(time.Duration(i)*time.Second))
@@ -121,7 +122,7 @@ func seedLargeSnapshot(b *testing.B, s *store.Store) []string {
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := s.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		b.Fatal(err)
 	}
 	var quotas []scheduling.Quota
@@ -135,7 +136,7 @@ func seedLargeSnapshot(b *testing.B, s *store.Store) []string {
 		njs := make([]*store.NewJob, n)
 		for i := range njs {
 			k := i + offset
-			njs[i] = &store.NewJob{Project: fmt.Sprintf("proj-%02d", k%20), Queue: "train", Tier: scheduling.TierStandard,
+			njs[i] = &store.NewJob{Project: fmt.Sprintf("proj-%02d", k%20), Queue: "train", Tier: vocab.TierStandard,
 				SubmitTime: t0.Add(time.Duration(k) * time.Second),
 				Request: scheduling.ResourceRequest{GPUs: 1 + k%8, Pool: "p", GPUModels: []string{"A100-SXM4-80GB"},
 					GPUMemoryMiB: 40960, CPUMilli: 8000, MemoryMiB: 65536, Topology: scheduling.TopologySameNode,
@@ -177,7 +178,7 @@ func seedLargeSnapshot(b *testing.B, s *store.Store) []string {
 	pending := mkJobs(10000, 18000)
 	res = &scheduling.Result{}
 	for i, id := range pending {
-		res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: scheduling.ReasonCapacityBusy,
+		res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: vocab.ReasonCapacityBusy,
 			Detail: "0 of 8 free", ReEvaluate: "when a GPU is released", Rank: i + 1,
 			Priority: scheduling.Priority{Score: 10000, TierBase: 10000, SubmitTime: t0}})
 	}

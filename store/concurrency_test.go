@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -189,7 +190,7 @@ func releaseAll(ctx context.Context, s *store.Store, granted []store.PlacedJob, 
 	for i, p := range granted {
 		if i%2 == 0 {
 			for range 2 {
-				if err := s.ReleasePlacement(ctx, p.JobID, p.AllocationID, store.OutcomeRequeued, "test", at); err != nil {
+				if err := s.ReleasePlacement(ctx, p.JobID, p.AllocationID, vocab.RunRequeued, "test", at); err != nil {
 					return err
 				}
 			}
@@ -200,7 +201,7 @@ func releaseAll(ctx context.Context, s *store.Store, granted []store.PlacedJob, 
 			return err
 		}
 		for range 2 {
-			if err := s.FinishRun(ctx, p.JobID, run, store.OutcomeSucceeded, "exit 0", at); err != nil {
+			if err := s.FinishRun(ctx, p.JobID, run, vocab.RunSucceeded, "exit 0", at); err != nil {
 				return err
 			}
 		}

@@ -11,27 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// ActorScheduler is the audit actor of everything ApplyCycle records.
-const ActorScheduler = "scheduler"
-
-// ReasonNotYetEvaluated is the wait reason of the interval from a job's
-// submit (or requeue) to the first scheduling cycle that evaluates it.
-// DESIGN.md §1's reasons are what a cycle finds; before the first cycle
-// there is no finding, and a job placed by that cycle has none at all, so
-// without this interval the time per wait reason would miss every second a
-// job waited for the scheduler to look at it. ApplyCycle writes it closed, at
-// the cycle that first evaluates the job, so it is never a job's current
-// reason (jobs.reason); it appears in wait-event histories and reports.
-const ReasonNotYetEvaluated scheduling.WaitReason = "not_yet_evaluated"
-
-// notYetEvaluatedDetail and notYetEvaluatedNext are the detail and next
-// action of a ReasonNotYetEvaluated wait event.
-const (
-	notYetEvaluatedDetail = "submitted or requeued; no scheduling cycle had evaluated the job yet"
-	notYetEvaluatedNext   = "none: the scheduler evaluates the job at its next cycle"
-)
+// notYetEvaluatedDetail is the detail of a vocab.ReasonNotYetEvaluated wait
+// event.
+const notYetEvaluatedDetail = "submitted or requeued; no scheduling cycle had evaluated the job yet"
 
 // CycleOutcome is what ApplyCycle did with one scheduling cycle's result. It
 // is stored with the cycle, so a replay returns the same value.
@@ -93,7 +78,7 @@ type StartedPreemption struct {
 //     wait-event transition only when the reason or detail changed;
 //   - a job this cycle places or gives a reason while it has no open wait
 //     event (its first evaluation since it was submitted or requeued) first
-//     gets a closed ReasonNotYetEvaluated event from then (jobs.waiting_since,
+//     gets a closed vocab.ReasonNotYetEvaluated event from then (jobs.waiting_since,
 //     or the end of its previous event if later) to now, so that its wait
 //     events cover every second from submit to placement;
 //   - placements and preemption proposals are recorded as decisions and in
@@ -121,7 +106,7 @@ func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.
 
 // cycleJob is a job row locked by a cycle.
 type cycleJob struct {
-	state           JobState
+	state           vocab.JobState
 	held, cancelled bool
 	pool            string
 	cpuMilli, memMi int64
@@ -312,7 +297,7 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
 			"borrowed": p.Borrowed, "rank": p.Rank, "priority": priorityParts(p.Priority)}
 		decisions = append(decisions, decisionRow{p.JobID, "place", mustJSON(body)})
-		audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: "place", Subject: p.JobID,
+		audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: "place", Subject: p.JobID,
 			Reason: fmt.Sprintf("rank %d, score %.1f: granted %s on node %s", p.Rank, p.Priority.Score,
 				describeShares(p.GPUs), p.Node), Evidence: body})
 	}
@@ -337,7 +322,7 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 		return "job not found"
 	case placed[p.JobID]:
 		return "job placed twice in one cycle"
-	case j.state != StateSubmitted && j.state != StateWaiting:
+	case j.state != vocab.JobSubmitted && j.state != vocab.JobWaiting:
 		return fmt.Sprintf("job is %s, not pending", j.state)
 	case j.held:
 		return "job is held"
@@ -449,7 +434,7 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 }
 
 // recordNotYetEvaluated writes, for each of jobIDs without an open wait
-// event, a ReasonNotYetEvaluated event closed at now that starts when the job
+// event, a vocab.ReasonNotYetEvaluated event closed at now that starts when the job
 // began waiting (waiting_since) or when its previous wait event ended, if
 // later; none where that is not before now. These jobs are seen by a cycle
 // for the first time since they were submitted or requeued: a waiting job
@@ -466,7 +451,7 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 		WHERE j.id = ANY($1) AND s.since < $5
 			AND NOT EXISTS (SELECT 1 FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL)
 		ORDER BY j.id`,
-		jobIDs, string(ReasonNotYetEvaluated), notYetEvaluatedDetail, notYetEvaluatedNext, now)
+		jobIDs, string(vocab.ReasonNotYetEvaluated), notYetEvaluatedDetail, vocab.ReasonNotYetEvaluated.NextAction(), now)
 	if err != nil {
 		return fmt.Errorf("record waits before the first evaluation: %w", err)
 	}
@@ -520,7 +505,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			out.StaleWaits++
 			continue
 		}
-		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: NextAction(w.Reason),
+		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
 			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
 		if !c.open || c.reason != string(w.Reason) || c.detail != w.Detail {
@@ -599,7 +584,7 @@ func (w *waitRows) add(s scheduling.WaitStatus) {
 	w.jobIDs = append(w.jobIDs, s.JobID)
 	w.reasons = append(w.reasons, string(s.Reason))
 	w.details = append(w.details, s.Detail)
-	w.next = append(w.next, NextAction(s.Reason))
+	w.next = append(w.next, s.Reason.NextAction())
 	w.reeval = append(w.reeval, s.ReEvaluate)
 	w.blocking = append(w.blocking, s.BlockingJobID)
 }
@@ -621,7 +606,7 @@ func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []sc
 		}
 		decisions = append(decisions, decisionRow{p.ForJobID, kind, body})
 		for _, v := range p.Victims {
-			audits = append(audits, AuditEntry{At: now, Actor: ActorScheduler, Action: action, Subject: v.JobID,
+			audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: action, Subject: v.JobID,
 				Reason:   fmt.Sprintf("for job %s: %s", p.ForJobID, p.Reason),
 				Evidence: map[string]any{"proposal": json.RawMessage(body), "allocation_id": v.AllocationID}})
 			if p.Act {

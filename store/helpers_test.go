@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -29,7 +30,7 @@ func newStore(t testing.TB) (*store.Store, string) {
 // testPool is pool "p" with the given nodes × gpusPerNode whole A100s named
 // GPU-<node>-<i>, two NVLink domains per node.
 func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
-	p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageAutomate}
+	p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageAutomate}
 	for n := range nodes {
 		node := scheduling.Node{Name: fmt.Sprintf("%s-n%04d", name, n), CPUMilli: 96000, MemoryMiB: 1 << 20, Schedulable: true}
 		for g := range gpusPerNode {
@@ -47,7 +48,7 @@ func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
 func submit(t testing.TB, s *store.Store, project, pool string, gpus, milli int) *store.Job {
 	t.Helper()
 	j, created, err := s.CreateJob(context.Background(), &store.NewJob{
-		Project: project, Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0,
+		Project: project, Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0,
 		Request: scheduling.ResourceRequest{GPUs: gpus, GPUMilli: milli, Pool: pool, CPUMilli: 4000, MemoryMiB: 16384},
 	})
 	if err != nil || !created {

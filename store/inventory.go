@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // querier is what both *pgxpool.Pool and pgx.Tx offer for reads.
@@ -71,7 +72,7 @@ func flattenInventory(pools []scheduling.Pool) (*flatInventory, error) {
 		}
 		stage := p.Stage
 		if stage == "" {
-			stage = scheduling.StageObserve
+			stage = vocab.StageObserve
 		}
 		inv.poolNames = append(inv.poolNames, p.Name)
 		inv.poolAvailable = append(inv.poolAvailable, p.Available)
@@ -391,7 +392,7 @@ func queuesQuery(out *[]scheduling.Queue) rowQuery {
 			if err != nil {
 				return err
 			}
-			if qu.Tier, err = scheduling.ParseTier(tier); err != nil {
+			if qu.Tier, err = vocab.ParseTier(tier); err != nil {
 				return fmt.Errorf("queue %q: %w", qu.Name, err)
 			}
 			qu.MaxWait = time.Duration(maxWait * float64(time.Second))

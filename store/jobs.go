@@ -11,28 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
-
-// JobState is the life-cycle state of a job.
-type JobState string
-
-// The job states. submitted and waiting are pending (in the snapshot's
-// Pending); placed (allocation granted, run not started) and running hold GPUs;
-// the rest are final.
-const (
-	StateSubmitted JobState = "submitted"
-	StateWaiting   JobState = "waiting"
-	StatePlaced    JobState = "placed"
-	StateRunning   JobState = "running"
-	StateSucceeded JobState = "succeeded"
-	StateFailed    JobState = "failed"
-	StateCancelled JobState = "cancelled"
-)
-
-// Final reports whether the state is succeeded, failed or cancelled.
-func (s JobState) Final() bool {
-	return s == StateSucceeded || s == StateFailed || s == StateCancelled
-}
 
 // NewJob is a submission. Request.Pool names the pool; Tier normally comes from
 // the queue. RunSeconds is the simulated executor's run duration in seconds.
@@ -41,7 +21,7 @@ func (s JobState) Final() bool {
 type NewJob struct {
 	Project        string
 	Queue          string
-	Tier           scheduling.Tier
+	Tier           vocab.Tier
 	Request        scheduling.ResourceRequest
 	Prerequisites  []scheduling.Prerequisite
 	Recovery       scheduling.RecoveryEvidence
@@ -59,9 +39,9 @@ type Job struct {
 	ID            string
 	Project       string
 	Queue         string
-	Tier          scheduling.Tier
+	Tier          vocab.Tier
 	Request       scheduling.ResourceRequest
-	State         JobState
+	State         vocab.JobState
 	SubmitTime    time.Time
 	WaitingSince  time.Time // start of the current (or last) wait
 	AccruedAgingS float64   // wait seconds carried over from earlier waits, in seconds
@@ -78,7 +58,7 @@ type Job struct {
 	RunSeconds      float64
 	// Reason is the current wait reason; empty when the job is not waiting or
 	// has not been through a scheduling cycle yet.
-	Reason scheduling.WaitReason
+	Reason vocab.WaitReason
 	// Explanation is the last scheduling cycle's account of the job (wait or
 	// placement); nil before the first cycle.
 	Explanation *Explanation
@@ -95,13 +75,13 @@ type Job struct {
 // quantities, what would change it and the job blocking it. Stored as
 // jobs.explanation.
 type Explanation struct {
-	Reason        scheduling.WaitReason `json:"reason,omitempty"`
-	Detail        string                `json:"detail,omitempty"`
-	NextAction    string                `json:"next_action,omitempty"`
-	ReEvaluate    string                `json:"reevaluate,omitempty"`
-	BlockingJobID string                `json:"blocking_job_id,omitempty"`
-	Rank          int                   `json:"rank"`
-	Priority      PriorityParts         `json:"priority"`
+	Reason        vocab.WaitReason `json:"reason,omitempty"`
+	Detail        string           `json:"detail,omitempty"`
+	NextAction    string           `json:"next_action,omitempty"`
+	ReEvaluate    string           `json:"reevaluate,omitempty"`
+	BlockingJobID string           `json:"blocking_job_id,omitempty"`
+	Rank          int              `json:"rank"`
+	Priority      PriorityParts    `json:"priority"`
 	// Placed is set when the cycle placed the job: pool, node and GPU shares.
 	Placed *PlacedOn `json:"placed,omitempty"`
 }
@@ -152,7 +132,7 @@ func gpuSharesJ(gs []scheduling.GPUShare) []GPUShareJ {
 type WaitEvent struct {
 	ID            int64
 	JobID         string
-	Reason        scheduling.WaitReason
+	Reason        vocab.WaitReason
 	Detail        string
 	NextAction    string
 	ReEvaluate    string
@@ -160,23 +140,6 @@ type WaitEvent struct {
 	StartedAt     time.Time
 	EndedAt       *time.Time
 }
-
-// nextActions is the action each wait reason implies (DESIGN.md §1 wait reason table).
-var nextActions = map[scheduling.WaitReason]string{
-	scheduling.ReasonEnvironmentNotReady:       "fix the prerequisite",
-	scheduling.ReasonQuotaExhausted:            "quota adjustment or wait for the project's own jobs to end",
-	scheduling.ReasonNoMatchingCapacity:        "fix the request; waiting will not help",
-	scheduling.ReasonFragmented:                "consolidation or wait",
-	scheduling.ReasonCapacityBusy:              "wait for release, preemption if eligible, or capacity",
-	scheduling.ReasonReservedForHigherPriority: "wait for the higher-ranked job named in the explanation",
-	scheduling.ReasonPreemptionInProgress:      "wait for the preemption workflow",
-	scheduling.ReasonHeld:                      "release the hold",
-	scheduling.ReasonPoolUnavailable:           "operator action on the pool",
-}
-
-// NextAction returns the next action DESIGN.md gives for a wait reason, or ""
-// for an unknown code.
-func NextAction(r scheduling.WaitReason) string { return nextActions[r] }
 
 // jobColumns is the select list scanJob reads, in order.
 const jobColumns = `id, project, queue, tier, request, state, submit_time, waiting_since, accrued_aging_s,
@@ -194,7 +157,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.Tier, err = scheduling.ParseTier(tier); err != nil {
+	if j.Tier, err = vocab.ParseTier(tier); err != nil {
 		return nil, fmt.Errorf("job %s: %w", j.ID, err)
 	}
 	var rd requestDoc
@@ -233,7 +196,7 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 	if nj.Project == "" || nj.Queue == "" {
 		return nil, false, fmt.Errorf("store: create job: project and queue are required")
 	}
-	if _, err := scheduling.ParseTier(nj.Tier.String()); err != nil {
+	if _, err := vocab.ParseTier(nj.Tier.String()); err != nil {
 		return nil, false, fmt.Errorf("store: create job: %w", err)
 	}
 	submit := nj.SubmitTime
@@ -299,8 +262,8 @@ func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
 type JobFilter struct {
 	Project string
 	Queue   string
-	State   JobState
-	Reason  scheduling.WaitReason
+	State   vocab.JobState
+	Reason  vocab.WaitReason
 	Limit   int
 	AfterID string
 }
@@ -404,7 +367,7 @@ func (s *Store) JobWaitEvents(ctx context.Context, jobID string) ([]WaitEvent, e
 
 // lockJob locks one job row and returns its state and flags; ErrNotFound when
 // it does not exist.
-func lockJob(ctx context.Context, tx pgx.Tx, id string) (state JobState, held, cancelRequested bool, err error) {
+func lockJob(ctx context.Context, tx pgx.Tx, id string) (state vocab.JobState, held, cancelRequested bool, err error) {
 	err = tx.QueryRow(ctx, `SELECT state, held, cancel_requested FROM jobs WHERE id = $1 FOR NO KEY UPDATE`, id).
 		Scan(&state, &held, &cancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -458,11 +421,11 @@ func (s *Store) CancelJob(ctx context.Context, jobID, actor, reason string) erro
 		}
 		now := time.Now()
 		switch {
-		case state == StateCancelled || (cancelRequested && !state.Final()):
+		case state == vocab.JobCancelled || (cancelRequested && !state.Final()):
 			return nil
 		case state.Final():
 			return fmt.Errorf("job already %s: %w", state, ErrConflict)
-		case state == StateSubmitted || state == StateWaiting:
+		case state == vocab.JobSubmitted || state == vocab.JobWaiting:
 			if _, err := tx.Exec(ctx, `
 				UPDATE jobs SET state = 'cancelled', reason = NULL, updated_at = $2 WHERE id = $1`, jobID, now); err != nil {
 				return err
@@ -508,7 +471,7 @@ func (s *Store) CreateJobs(ctx context.Context, njs []*NewJob) ([]string, error)
 		if nj.Project == "" || nj.Queue == "" {
 			return nil, fmt.Errorf("store: create jobs: submission %d: project and queue are required", i)
 		}
-		if _, err := scheduling.ParseTier(nj.Tier.String()); err != nil {
+		if _, err := vocab.ParseTier(nj.Tier.String()); err != nil {
 			return nil, fmt.Errorf("store: create jobs: submission %d: %w", i, err)
 		}
 		cols.add(nj, now)

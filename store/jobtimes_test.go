@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -46,14 +47,14 @@ func TestJobStartedAndEndedAt(t *testing.T) {
 		t.Fatalf("last run while running: %+v, %v", r, err)
 	}
 	end := start.Add(time.Hour)
-	if err := s.FinishRun(ctx, job.ID, runID, store.OutcomeFailed, "node failure: no agent on node p-n0000", end); err != nil {
+	if err := s.FinishRun(ctx, job.ID, runID, vocab.RunFailed, "node failure: no agent on node p-n0000", end); err != nil {
 		t.Fatal(err)
 	}
 	if j := get(); j.StartedAt == nil || !j.StartedAt.Equal(start) || j.EndedAt == nil {
 		t.Fatalf("finished job: started_at %v (want %v), ended_at %v", j.StartedAt, start, j.EndedAt)
 	}
 	r, err := s.LastRun(ctx, job.ID)
-	if err != nil || r == nil || r.Outcome != store.OutcomeFailed || r.Detail != "node failure: no agent on node p-n0000" ||
+	if err != nil || r == nil || r.Outcome != vocab.RunFailed || r.Detail != "node failure: no agent on node p-n0000" ||
 		r.EndedAt == nil || !r.EndedAt.Equal(end) {
 		t.Fatalf("last run after the failure: %+v, %v", r, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // RunSummary is how one run of a job went, as GET /v1/jobs/{id} shows the
@@ -17,7 +19,7 @@ type RunSummary struct {
 	StartedAt time.Time
 	EndedAt   *time.Time // nil while it runs
 	// Outcome is succeeded, failed, cancelled or preempted; "" while it runs.
-	Outcome string
+	Outcome vocab.RunOutcome
 	// Detail says why it ended that way, e.g. the executor's error or a node failure.
 	Detail string
 }

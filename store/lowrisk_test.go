@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // An empty (nil) low-risk list (a policy whose queues are none low-risk)
@@ -15,8 +16,8 @@ func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if err := s.UpsertQueues(ctx, []scheduling.Queue{
-		{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1, MaxWait: time.Hour, LowRisk: true},
-		{Name: "serve", Tier: scheduling.TierProduction, ServiceShare: 1},
+		{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1, MaxWait: time.Hour, LowRisk: true},
+		{Name: "serve", Tier: vocab.TierProduction, ServiceShare: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Audit action of an inventory change reported by a node agent.
@@ -109,7 +110,7 @@ func checkNodeInput(pool string, node scheduling.Node) error {
 func upsertNodeTx(ctx context.Context, tx pgx.Tx, pool string, node scheduling.Node) (*NodeChange, error) {
 	change := &NodeChange{Node: node.Name, Pool: pool}
 	tag, err := tx.Exec(ctx, `INSERT INTO pools (name, available, stage, updated_at) VALUES ($1, true, $2, now())
-		ON CONFLICT (name) DO NOTHING`, pool, string(scheduling.StageObserve))
+		ON CONFLICT (name) DO NOTHING`, pool, string(vocab.StageObserve))
 	if err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -26,7 +27,7 @@ func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 2, 2)
-	pool.Stage = scheduling.StageTrial
+	pool.Stage = vocab.StageTrial
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inv) != 1 || inv[0].Stage != scheduling.StageTrial || len(inv[0].Nodes) != 2 {
+	if len(inv) != 1 || inv[0].Stage != vocab.StageTrial || len(inv[0].Nodes) != 2 {
 		t.Fatalf("inventory = %+v, want pool p (trial) with both nodes", inv)
 	}
 	n0, n1 := inv[0].Nodes[0], inv[0].Nodes[1]
@@ -186,7 +187,7 @@ func TestGetRunSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	job, _, err := s.CreateJob(ctx, &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0,
 		Request:  scheduling.ResourceRequest{GPUs: 1, Pool: "p"},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 60},
 		Command:  []string{"python", "train.py"}, Env: map[string]string{"SEED": "7"},

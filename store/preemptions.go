@@ -11,21 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
-
-// Preemption outcomes (preemptions.outcome), set when the record is final.
-const (
-	PreemptionCompleted         = "completed"             // all five steps ran and the next run resumed at the saved step
-	PreemptionResumeFailed      = "resume_failed"         // the next run started from another step: recovery evidence downgraded
-	PreemptionResumeNotObserved = "resume_not_observed"   // released, but no next run (or no pass of the notice step) within the bound
-	PreemptionAbortedNoCkpt     = "aborted_no_checkpoint" // no checkpoint within the grace period and policy said abort
-	PreemptionAbortedIneligible = "aborted_ineligible"    // the victim became protected, not checkpointable or not running
-	PreemptionVictimEnded       = "victim_ended"          // the victim's run ended by itself before the release
-	PreemptionWouldPreempt      = "would_preempt"         // observe stage: recorded only
-)
-
-// PreemptionObserved is the state of a "would preempt" record.
-const PreemptionObserved = "observed"
 
 // PreemptionRecord is one row of preemptions: a preemption carried out by a
 // PreemptionWorkflow, or a "would preempt" record of an observe-stage pool.
@@ -42,8 +29,8 @@ type PreemptionRecord struct {
 	AllocationID string
 	Pool         string
 	Reason       string
-	State        string // in_progress, released, aborted, observed
-	Outcome      string // one of the Preemption* outcomes; "" while running
+	State        vocab.PreemptionState
+	Outcome      vocab.PreemptionOutcome // "" while running
 	Detail       string
 	RunID        string
 	GPUs         float64 // GPU equivalents of the victim allocation
@@ -125,8 +112,8 @@ func (s *Store) GetPreemption(ctx context.Context, id string) (*PreemptionRecord
 // PreemptionFilter selects preemptions for ListPreemptions; empty fields
 // match everything. Limit 0 means DefaultListLimit, capped at MaxListLimit.
 type PreemptionFilter struct {
-	State   string
-	Outcome string
+	State   vocab.PreemptionState
+	Outcome vocab.PreemptionOutcome
 	Pool    string
 	JobID   string // trigger or victim
 	Limit   int
@@ -217,7 +204,7 @@ func (s *Store) PreemptionRunIDs(ctx context.Context, allocationIDs []string) (m
 // workflow's first step re-checks before touching it.
 type PreemptionVictim struct {
 	JobID            string
-	State            JobState
+	State            vocab.JobState
 	Queue            string
 	Tier             string // the job's tier name
 	Pool             string // the preempted allocation's pool
@@ -292,7 +279,7 @@ func (s *Store) auditOnce(ctx context.Context, id, action string, at time.Time, 
 // (PreemptionAbortedNoCkpt, PreemptionAbortedIneligible or
 // PreemptionVictimEnded), the detail, and the failure added to its list. A
 // record already finished is left as it is, so retries are safe.
-func (s *Store) AbortPreemption(ctx context.Context, id, outcome, detail string, at time.Time) error {
+func (s *Store) AbortPreemption(ctx context.Context, id string, outcome vocab.PreemptionOutcome, detail string, at time.Time) error {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE preemptions SET
 			state = CASE WHEN ended_at IS NULL THEN 'aborted' ELSE state END,
@@ -309,7 +296,7 @@ func (s *Store) AbortPreemption(ctx context.Context, id, outcome, detail string,
 		}
 		return nil
 	}
-	return s.auditOnce(ctx, id, "preempt_abort", at, outcome+": "+detail)
+	return s.auditOnce(ctx, id, "preempt_abort", at, string(outcome)+": "+detail)
 }
 
 // CheckpointOutcome is what the checkpoint step found.
@@ -319,7 +306,7 @@ type CheckpointOutcome struct {
 	Came bool
 	// RunOutcome is the victim run's outcome when it has already ended
 	// ("" while it has not, or when it ended preempted).
-	RunOutcome string
+	RunOutcome vocab.RunOutcome
 }
 
 // RecordPreemptionCheckpoint records, for preemption id, whether the victim
@@ -330,7 +317,7 @@ type CheckpointOutcome struct {
 // after the grace period cannot turn "no checkpoint" into "came". Errors
 // wrap ErrNotFound or database errors.
 func (s *Store) RecordPreemptionCheckpoint(ctx context.Context, id string, stepAtNotice *int64) (*CheckpointOutcome, error) {
-	var runOutcome string
+	var runOutcome vocab.RunOutcome
 	err := s.pool.QueryRow(ctx, `
 		WITH cur AS (
 			SELECT p.id, j.recovery->'last_checkpoint' AS cp,
@@ -364,7 +351,7 @@ type PreemptionRelease struct {
 	// VictimEnded is true when the run had ended by itself (RunOutcome)
 	// before it could be released as preempted: nothing was released.
 	VictimEnded bool
-	RunOutcome  string
+	RunOutcome  vocab.RunOutcome
 }
 
 // ReleasePreempted releases the victim of preemption id: its run ends
@@ -384,17 +371,17 @@ func (s *Store) ReleasePreempted(ctx context.Context, id, detail string, at time
 		return out, nil
 	}
 	if rec.RunID != "" {
-		if err := s.FinishRun(ctx, rec.VictimJobID, rec.RunID, OutcomePreempted, detail, at); err != nil {
+		if err := s.FinishRun(ctx, rec.VictimJobID, rec.RunID, vocab.RunPreempted, detail, at); err != nil {
 			return nil, err
 		}
 		if err := s.pool.QueryRow(ctx, `SELECT coalesce(outcome, '') FROM runs WHERE id = $1`, rec.RunID).Scan(&out.RunOutcome); err != nil {
 			return nil, fmt.Errorf("store: release preemption %s: %w", id, err)
 		}
-		if out.RunOutcome != OutcomePreempted {
+		if out.RunOutcome != vocab.RunPreempted {
 			out.VictimEnded = true
 			return out, nil
 		}
-	} else if err := s.ReleasePlacement(ctx, rec.VictimJobID, rec.AllocationID, OutcomeRequeued, detail, at); err != nil {
+	} else if err := s.ReleasePlacement(ctx, rec.VictimJobID, rec.AllocationID, vocab.RunRequeued, detail, at); err != nil {
 		return nil, err
 	}
 	if err := s.pool.QueryRow(ctx, `
@@ -408,14 +395,14 @@ func (s *Store) ReleasePreempted(ctx context.Context, id, detail string, at time
 
 // Requeue is the victim's state after the reschedule step.
 type Requeue struct {
-	State         JobState
+	State         vocab.JobState
 	SubmitTime    time.Time
 	WaitingSince  time.Time
 	AccruedAgingS float64 // aging credit now, seconds
 	// AgingAtNotice is the aging credit recorded at the notice; the requeue
 	// keeps at least it.
 	AgingAtNotice float64
-	Reason        scheduling.WaitReason
+	Reason        vocab.WaitReason
 }
 
 // RequeueDetail is the wait detail given to a preempted victim.
@@ -441,8 +428,8 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
 			return err
 		}
-		expl := mustJSON(Explanation{Reason: scheduling.ReasonCapacityBusy, Detail: detail,
-			NextAction: NextAction(scheduling.ReasonCapacityBusy), BlockingJobID: rec.ForJobID})
+		expl := mustJSON(Explanation{Reason: vocab.ReasonCapacityBusy, Detail: detail,
+			NextAction: vocab.ReasonCapacityBusy.NextAction(), BlockingJobID: rec.ForJobID})
 		tag, err := tx.Exec(ctx, `
 			UPDATE jobs SET reason = 'capacity_busy', explanation = $2, updated_at = $3
 			WHERE id = $1 AND state = 'waiting' AND reason IS NULL`, rec.VictimJobID, expl, at)
@@ -454,7 +441,7 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 				INSERT INTO wait_events (job_id, reason, detail, next_action, blocking_job_id, started_at)
 				SELECT $1, 'capacity_busy', $2, $3, $4, $5
 				WHERE NOT EXISTS (SELECT 1 FROM wait_events WHERE job_id = $1 AND ended_at IS NULL)`,
-				rec.VictimJobID, detail, NextAction(scheduling.ReasonCapacityBusy), rec.ForJobID, at); err != nil {
+				rec.VictimJobID, detail, vocab.ReasonCapacityBusy.NextAction(), rec.ForJobID, at); err != nil {
 				return err
 			}
 		}
@@ -473,7 +460,7 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 
 // PreemptionResume is what the verify-resume step observed and computed.
 type PreemptionResume struct {
-	Outcome          string // PreemptionCompleted, PreemptionResumeFailed or PreemptionResumeNotObserved
+	Outcome          vocab.PreemptionOutcome // PreemptionCompleted, PreemptionResumeFailed or PreemptionResumeNotObserved
 	ResumedRunID     string
 	ResumedFromStep  *int64
 	ResumedAt        *time.Time
@@ -524,7 +511,7 @@ func (s *Store) FinishPreemption(ctx context.Context, id string, r PreemptionRes
 	if err != nil {
 		return nil, err
 	}
-	if err := s.auditOnce(ctx, id, "preempt_finish", r.At, r.Outcome+": "+r.Detail); err != nil {
+	if err := s.auditOnce(ctx, id, "preempt_finish", r.At, string(r.Outcome)+": "+r.Detail); err != nil {
 		return nil, err
 	}
 	return s.GetPreemption(ctx, id)
@@ -569,7 +556,7 @@ func updateRecoveryAfterResume(ctx context.Context, tx pgx.Tx, rec *PreemptionRe
 // changed, by name. Unknown pools are skipped (they get the stage when
 // configuration is applied again after they appear). Errors are database
 // errors.
-func (s *Store) SetPoolStages(ctx context.Context, stages map[string]scheduling.AutomationStage, actor, reason string) ([]string, error) {
+func (s *Store) SetPoolStages(ctx context.Context, stages map[string]vocab.AutomationStage, actor, reason string) ([]string, error) {
 	names := make([]string, 0, len(stages))
 	for n := range stages {
 		names = append(names, n)
@@ -648,7 +635,7 @@ type RunProgress struct {
 	StartedAt      time.Time
 	LastCheckpoint *scheduling.Checkpoint
 	EndedAt        *time.Time
-	Outcome        string
+	Outcome        vocab.RunOutcome
 }
 
 // GetRunProgress reads run runID. Errors wrap ErrNotFound or database errors.

@@ -10,20 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// Reclaim states (reclaims.state).
+// Audit actions of reclaims.
 const (
-	ReclaimOpen          = "open"                  // classified, mode not acted on yet
-	ReclaimReported      = "reported"              // report mode (or a stage that only records): nothing touched
-	ReclaimNotified      = "notified"              // notify mode: the owner was told, the window runs
-	ReclaimAwaitConfirm  = "awaiting_confirmation" // confirm mode: waits for an operator
-	ReclaimReleased      = "released"              // the GPUs were released
-	ReclaimKept          = "kept"                  // the owner disputed it (a false reclaim): nothing released
-	ReclaimExpired       = "expired"               // no operator confirmed within the window: nothing released
-	ReclaimResolved      = "resolved"              // the allocation was released by its own job before the reclaim acted
-	ActorReclaim         = "reclaim"               // audit actor of reclaim actions
 	reclaimAuditNotice   = "reclaim_notice"
 	reclaimAuditRelease  = "reclaim_release"
 	reclaimAuditDispute  = "reclaim_dispute"
@@ -39,14 +30,14 @@ type Reclaim struct {
 	Queue          string
 	Pool           string
 	Node           string
-	Class          policy.Class
-	Mode           policy.Mode
-	ConfiguredMode policy.Mode
-	Stage          string
+	Class          vocab.ReclaimClass
+	Mode           vocab.ReclaimMode
+	ConfiguredMode vocab.ReclaimMode
+	Stage          vocab.AutomationStage
 	Basis          string
 	Evidence       map[string]any
 	GPUs           float64
-	State          string
+	State          vocab.ReclaimState
 	WorkflowID     string
 	DetectedAt     time.Time
 	NoticeAt       *time.Time
@@ -211,10 +202,10 @@ func (s *Store) GetReclaim(ctx context.Context, id string) (*Reclaim, error) {
 // ReclaimFilter selects reclaims for ListReclaims; empty fields match all.
 // Limit 0 means DefaultListLimit, capped at MaxListLimit.
 type ReclaimFilter struct {
-	Class string
-	Mode  string
+	Class vocab.ReclaimClass
+	Mode  vocab.ReclaimMode
 	Pool  string
-	State string
+	State vocab.ReclaimState
 	Limit int
 }
 
@@ -246,7 +237,7 @@ func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, e
 // SetReclaimState moves an undecided reclaim (open, notified or
 // awaiting_confirmation) to state with a detail; a reclaim already in a
 // final state is left alone, so retries are safe. Errors are database errors.
-func (s *Store) SetReclaimState(ctx context.Context, id, state, detail string, at time.Time) error {
+func (s *Store) SetReclaimState(ctx context.Context, id string, state vocab.ReclaimState, detail string, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE reclaims SET state = $2, detail = $3, updated_at = $4
 		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, state, detail, at)
@@ -272,7 +263,7 @@ func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.
 	if err != nil || tag.RowsAffected() == 0 {
 		return r, err
 	}
-	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
 		Reason: fmt.Sprintf("allocation %s is %s: %s; released at %s unless the owner keeps it", r.AllocationID, r.Class,
 			r.Basis, deadline.UTC().Format(time.RFC3339)),
 		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class, "deadline": deadline.UTC()}})
@@ -325,14 +316,15 @@ func (s *Store) ConfirmReclaim(ctx context.Context, id, by, reason string, at ti
 // safe. Errors wrap ErrNotFound or database errors.
 func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Time) (*Reclaim, error) {
 	r, err := s.GetReclaim(ctx, id)
-	if err != nil || r.ReleasedAt != nil || r.State == ReclaimResolved {
+	if err != nil || r.ReleasedAt != nil || r.State == vocab.ReclaimResolved {
 		return r, err
 	}
 	err = s.inTx(ctx, "release reclaim "+id, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, r.JobID); err != nil {
 			return err
 		}
-		var runID, outcome string
+		var runID string
+		var outcome vocab.RunOutcome
 		var ended bool
 		err := tx.QueryRow(ctx, `
 			SELECT coalesce(a.run_id, ''), coalesce(ru.outcome, ''), ru.ended_at IS NOT NULL
@@ -352,17 +344,17 @@ func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Tim
 		next := outcome
 		switch {
 		case runID == "":
-			next = OutcomeRequeued
+			next = vocab.RunRequeued
 		case !ended:
-			next = OutcomeCancelled
+			next = vocab.RunCancelled
 			if _, err := tx.Exec(ctx, `UPDATE runs SET ended_at = greatest($2, started_at), outcome = 'cancelled', detail = $3 WHERE id = $1`,
 				runID, at, "reclaimed as "+string(r.Class)+" by "+id); err != nil {
 				return err
 			}
-		case outcome == OutcomePreempted:
-			next = OutcomeRequeued
+		case outcome == vocab.RunPreempted:
+			next = vocab.RunRequeued
 		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = cancel_requested OR $2 WHERE id = $1`, r.JobID, next == OutcomeCancelled); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = cancel_requested OR $2 WHERE id = $1`, r.JobID, next == vocab.RunCancelled); err != nil {
 			return err
 		}
 		if err := setJobAfterRelease(ctx, tx, r.JobID, next, at); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // JobTypeLabel is the request label (scheduling.ResourceRequest.Labels) whose
@@ -229,7 +229,7 @@ type loadedRun struct {
 
 type loadedEvent struct {
 	job        int32
-	reason     uint8 // index in reportReasons
+	reason     uint8 // index in vocab.RecordedReasons
 	start, end int64 // end is noMicros while open
 }
 
@@ -288,7 +288,7 @@ func queryRaw(ctx context.Context, tx pgx.Tx, sql string, args []any, row func([
 // jobRow reads one row of reportJobsSQL.
 func (l *reportLoader) jobRow(v [][]byte) error {
 	id := string(v[0])
-	tier, err := scheduling.ParseTier(string(v[3]))
+	tier, err := vocab.ParseTier(string(v[3]))
 	if err != nil {
 		return fmt.Errorf("job %s: %w", id, err)
 	}
@@ -306,7 +306,7 @@ func (l *reportLoader) jobRow(v [][]byte) error {
 			return fmt.Errorf("job %s: ended_at: %w", id, err)
 		}
 	}
-	j.Cancelled = j.State == string(StateCancelled)
+	j.Cancelled = j.State == string(vocab.JobCancelled)
 	if v[10] != nil {
 		if j.Request.Models, err = l.modelList(v[10]); err != nil {
 			return fmt.Errorf("job %s: request.gpu_models: %w", id, err)
@@ -424,14 +424,10 @@ func (l *reportLoader) modelList(raw []byte) ([]string, error) {
 	return m, nil
 }
 
-// reportReasons are the wait reasons a stored wait event may have: the
-// scheduler's (DESIGN.md §1) and ReasonNotYetEvaluated.
-var reportReasons = append(slices.Clone(scheduling.WaitReasons), ReasonNotYetEvaluated)
-
-// waitReason returns the index in reportReasons of the reason spelled b;
+// waitReason returns the index in vocab.RecordedReasons of the reason spelled b;
 // false for a reason the store never writes.
 func waitReason(b []byte) (uint8, bool) {
-	for i, r := range reportReasons {
+	for i, r := range vocab.RecordedReasons {
 		if string(r) == string(b) {
 			return uint8(i), true
 		}
@@ -458,7 +454,7 @@ func (l *reportLoader) assemble() *queuereport.Input {
 	events, _ := groupByJob(len(l.jobs), l.events, func(e *loadedEvent) int32 { return e.job })
 	in.WaitEvents = make([]queuereport.WaitEvent, len(events))
 	for i, e := range events {
-		w := queuereport.WaitEvent{JobID: l.jobs[e.job].ID, Reason: reportReasons[e.reason], Start: microsTime(e.start)}
+		w := queuereport.WaitEvent{JobID: l.jobs[e.job].ID, Reason: vocab.RecordedReasons[e.reason], Start: microsTime(e.start)}
 		if e.end != noMicros {
 			w.End = l.times.put(microsTime(e.end))
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -272,7 +273,7 @@ func reportBenchData(nJobs, nEvents int) *reportBench {
 	d := &reportBench{now: start.Add(30 * day), jobs: make([]benchJob, 0, nJobs),
 		runs: make([]benchRun, 0, nJobs*6/5), events: make([]benchEvent, 0, nEvents)}
 	now := d.now.UnixMicro()
-	meanWait := [4]float64{3600, 1200, 300, 60} // seconds, by scheduling.Tier (experiment first)
+	meanWait := [4]float64{3600, 1200, 300, 60} // seconds, by vocab.Tier (experiment first)
 	totalWeight := 0
 	for _, s := range reportBenchShapes {
 		totalWeight += s.weight
@@ -297,7 +298,7 @@ func reportBenchData(nJobs, nEvents int) *reportBench {
 		j := benchJob{submit: submit, waitingSince: submit, queue: int16(q), pool: int16(rng.IntN(len(benchPools))),
 			project: int16(rng.IntN(200)), jobType: int8(rng.IntN(len(benchJobTypes))), shape: shape(), state: "succeeded"}
 		j.models = rng.IntN(5) == 0
-		wait := exp(meanWait[scheduling.Tiers[q%4]])
+		wait := exp(meanWait[vocab.Tiers[q%4]])
 		if rng.IntN(100) == 0 {
 			wait = int64(1+rng.IntN(3)) * int64(day/time.Microsecond) // a starving job
 		}
@@ -305,7 +306,7 @@ func reportBenchData(nJobs, nEvents int) *reportBench {
 		k := min(3+rng.IntN(5), eventsLeft)
 		eventsLeft -= k
 		for e := 0; e < k; e++ {
-			ev := benchEvent{job: int32(i), reason: int8(rng.IntN(len(scheduling.WaitReasons))), start: submit + wait*int64(e)/int64(k)}
+			ev := benchEvent{job: int32(i), reason: int8(rng.IntN(len(vocab.WaitReasons))), start: submit + wait*int64(e)/int64(k)}
 			if e < k-1 || waitEnd < now {
 				ev.end = submit + wait*int64(e+1)/int64(k)
 			}
@@ -442,7 +443,7 @@ func (d *reportBench) jobRows() pgx.CopyFromSource {
 			updated = j.waitingSince
 		}
 		row := []any{benchJobID(int32(i)), fmt.Sprintf("proj-%03d", j.project), fmt.Sprintf("q%02d", j.queue),
-			scheduling.Tiers[j.queue%4].String(), req + "}", j.state, micros(j.submit), micros(j.waitingSince),
+			vocab.Tiers[j.queue%4].String(), req + "}", j.state, micros(j.submit), micros(j.waitingSince),
 			micros(updated), micros(j.end)}
 		i++
 		return row, nil
@@ -523,7 +524,7 @@ func (d *reportBench) eventRows() pgx.CopyFromSource {
 			return nil, nil
 		}
 		e := d.events[k]
-		row := []any{benchJobID(e.job), string(scheduling.WaitReasons[e.reason]), micros(e.start), micros(e.end)}
+		row := []any{benchJobID(e.job), string(vocab.WaitReasons[e.reason]), micros(e.start), micros(e.end)}
 		k++
 		return row, nil
 	})
@@ -533,7 +534,7 @@ func (d *reportBench) eventRows() pgx.CopyFromSource {
 func benchInventory() []scheduling.Pool {
 	var pools []scheduling.Pool
 	for p, name := range benchPools {
-		pool := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
+		pool := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
 		for n := range benchNodesPerPool {
 			node := scheduling.Node{Name: fmt.Sprintf("%s-n%04d", name, n), Schedulable: true}
 			for g := range 8 {
@@ -551,7 +552,7 @@ func benchInventory() []scheduling.Pool {
 func benchQueues() []scheduling.Queue {
 	var qs []scheduling.Queue
 	for q := range 16 {
-		qs = append(qs, scheduling.Queue{Name: fmt.Sprintf("q%02d", q), Tier: scheduling.Tiers[q%4],
+		qs = append(qs, scheduling.Queue{Name: fmt.Sprintf("q%02d", q), Tier: vocab.Tiers[q%4],
 			ServiceShare: float64(1 + q%4), MaxWait: time.Duration(1+q%4) * 30 * time.Minute})
 	}
 	return qs

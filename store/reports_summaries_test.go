@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/queuereport/reporttest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -27,7 +28,7 @@ func summaryEnv(t *testing.T) *store.Store {
 	t.Cleanup(s.Close)
 	var pools []scheduling.Pool
 	for _, name := range reporttest.Pools {
-		p := scheduling.Pool{Name: name, Available: true, Stage: scheduling.StageObserve}
+		p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
 		for _, model := range reporttest.Models {
 			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
 			for g := range 4 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -27,14 +28,14 @@ func reportEnv(t *testing.T) *store.Store {
 	gpu := func(uuid, model string) scheduling.GPU {
 		return scheduling.GPU{UUID: uuid, Model: model, MemoryMiB: 81920, Healthy: true}
 	}
-	pool := scheduling.Pool{Name: "p", Available: true, Stage: scheduling.StageAutomate, Nodes: []scheduling.Node{
+	pool := scheduling.Pool{Name: "p", Available: true, Stage: vocab.StageAutomate, Nodes: []scheduling.Node{
 		{Name: "p-a100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-a0", "A100"), gpu("GPU-a1", "A100")}},
 		{Name: "p-h100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-h0", "H100")}},
 	}}
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
 		t.Fatal(err)
 	}
-	q := scheduling.Queue{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 2, MaxWait: 90 * time.Minute}
+	q := scheduling.Queue{Name: "train", Tier: vocab.TierStandard, ServiceShare: 2, MaxWait: 90 * time.Minute}
 	if err := s.UpsertQueues(ctx, []scheduling.Queue{q}); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ type reportFlow struct {
 func (f *reportFlow) submit(at time.Time, gpus int, jobType string) string {
 	f.t.Helper()
 	j, _, err := f.s.CreateJob(context.Background(), &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard, SubmitTime: at,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard, SubmitTime: at,
 		Request: scheduling.ResourceRequest{GPUs: gpus, Pool: "p", Labels: map[string]string{store.JobTypeLabel: jobType}},
 	})
 	if err != nil {
@@ -64,7 +65,7 @@ func (f *reportFlow) submit(at time.Time, gpus int, jobType string) string {
 // apply stores one scheduling cycle at at: the job waits for reason, or is
 // placed on node with GPUs uuids when reason is empty. It returns the
 // allocation of a placement.
-func (f *reportFlow) apply(at time.Time, job string, reason scheduling.WaitReason, node string, uuids ...string) string {
+func (f *reportFlow) apply(at time.Time, job string, reason vocab.WaitReason, node string, uuids ...string) string {
 	f.t.Helper()
 	f.cycle++
 	res := &scheduling.Result{At: at}
@@ -92,7 +93,7 @@ func (f *reportFlow) apply(at time.Time, job string, reason scheduling.WaitReaso
 
 // run marks the placed job running on alloc at start and, unless end is
 // zero, finishes the run at end with outcome.
-func (f *reportFlow) run(job, alloc string, start, end time.Time, outcome string) {
+func (f *reportFlow) run(job, alloc string, start, end time.Time, outcome vocab.RunOutcome) {
 	f.t.Helper()
 	ctx := context.Background()
 	runID, err := f.s.MarkRunning(ctx, job, alloc, 0, start)
@@ -121,19 +122,19 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 
 	// old ran and ended before the window, which starts at base+60m.
 	old := f.submit(at(0), 1, "batch")
-	f.run(old, f.apply(at(1), old, "", "p-a100", "GPU-a0"), at(2), at(30), store.OutcomeSucceeded)
+	f.run(old, f.apply(at(1), old, "", "p-a100", "GPU-a0"), at(2), at(30), vocab.RunSucceeded)
 
 	// a waits (capacity_busy), runs, is preempted, waits (quota_exhausted),
 	// runs again on the H100 and succeeds.
 	a := f.submit(at(50), 1, "training")
-	f.apply(at(55), a, scheduling.ReasonCapacityBusy, "")
-	f.run(a, f.apply(at(70), a, "", "p-a100", "GPU-a0"), at(71), at(120), store.OutcomePreempted)
-	f.apply(at(125), a, scheduling.ReasonQuotaExhausted, "")
-	f.run(a, f.apply(at(150), a, "", "p-h100", "GPU-h0"), at(151), at(200), store.OutcomeSucceeded)
+	f.apply(at(55), a, vocab.ReasonCapacityBusy, "")
+	f.run(a, f.apply(at(70), a, "", "p-a100", "GPU-a0"), at(71), at(120), vocab.RunPreempted)
+	f.apply(at(125), a, vocab.ReasonQuotaExhausted, "")
+	f.run(a, f.apply(at(150), a, "", "p-h100", "GPU-h0"), at(151), at(200), vocab.RunSucceeded)
 
 	// b waits held and is cancelled now, while waiting.
 	b := f.submit(at(90), 2, "notebook")
-	f.apply(at(95), b, scheduling.ReasonHeld, "")
+	f.apply(at(95), b, vocab.ReasonHeld, "")
 	if err := s.CancelJob(ctx, b, "alice", "not needed"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 			t.Errorf("%s: jobs %+v, %+v, %+v", what, ja, jb, jc)
 		}
 	}
-	check("a: fields", ja.Queue == "train" && ja.Tier == scheduling.TierStandard && ja.Pool == "p" &&
+	check("a: fields", ja.Queue == "train" && ja.Tier == vocab.TierStandard && ja.Pool == "p" &&
 		ja.Project == "vision" && ja.JobType == "training" && ja.State == "succeeded" && ja.Request.GPUs == 1 &&
 		ja.SubmitTime.Equal(at(50)))
 	check("a: first start and end", timeIs(ja.FirstStart, at(71)) && timeIs(ja.End, at(200)) && !ja.Cancelled)
@@ -255,7 +256,7 @@ func TestJobsEndedAtTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishRun(ctx, finished, runID, store.OutcomeFailed, "exit 1", base.Add(10*time.Minute)); err != nil {
+	if err := s.FinishRun(ctx, finished, runID, vocab.RunFailed, "exit 1", base.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordResumeVerified(ctx, finished, runID); err != nil { // bumps updated_at to now()
@@ -263,7 +264,7 @@ func TestJobsEndedAtTrigger(t *testing.T) {
 	}
 	released := f.submit(base, 1, "")
 	alloc = f.apply(base.Add(time.Minute), released, "", "p-a100", "GPU-a1")
-	if err := s.ReleasePlacement(ctx, released, alloc, store.OutcomeCancelled, "launch failed", base.Add(3*time.Minute)); err != nil {
+	if err := s.ReleasePlacement(ctx, released, alloc, vocab.RunCancelled, "launch failed", base.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	waiting := f.submit(base, 1, "")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestWaitEventsCoverSubmitToPlacement checks that ApplyCycle's wait events
@@ -26,11 +26,11 @@ func TestWaitEventsCoverSubmitToPlacement(t *testing.T) {
 	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
 
 	first := f.submit(at(0), 1, "training") // placed by the first cycle that sees it, 5 min later
-	f.run(first, f.apply(at(5), first, "", "p-a100", "GPU-a0"), at(6), at(20), store.OutcomePreempted)
+	f.run(first, f.apply(at(5), first, "", "p-a100", "GPU-a0"), at(6), at(20), vocab.RunPreempted)
 	f.run(first, f.apply(at(23), first, "", "p-a100", "GPU-a0"), at(24), time.Time{}, "") // requeued at 20, placed at 23
 
 	waited := f.submit(at(0), 1, "training") // first seen at 2: capacity_busy until placed at 10
-	f.waitCycle(at(2), waited, scheduling.ReasonCapacityBusy, 1)
+	f.waitCycle(at(2), waited, vocab.ReasonCapacityBusy, 1)
 	f.run(waited, f.apply(at(10), waited, "", "p-h100", "GPU-h0"), at(10), time.Time{}, "")
 
 	instant := f.submit(at(30), 1, "training") // placed in the instant it was submitted
@@ -79,7 +79,7 @@ func TestWaitEventsCoverSubmitToPlacement(t *testing.T) {
 // waitCycle applies a cycle at at that gives job reason and checks that it counts as
 // one wait transition (the not_yet_evaluated interval written with it is not
 // one).
-func (f *reportFlow) waitCycle(at time.Time, job string, reason scheduling.WaitReason, transitions int) {
+func (f *reportFlow) waitCycle(at time.Time, job string, reason vocab.WaitReason, transitions int) {
 	f.t.Helper()
 	f.cycle++
 	res := &scheduling.Result{At: at, Waiting: []scheduling.WaitStatus{{JobID: job, Reason: reason, Detail: "test", Rank: 1}}}

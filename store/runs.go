@@ -10,17 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-)
-
-// Run outcomes accepted by FinishRun.
-const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomeCancelled = "cancelled"
-	OutcomePreempted = "preempted" // the job goes back to waiting, keeping its aging credit
-	// OutcomeRequeued is accepted by ReleasePlacement only: the job goes back
-	// to waiting without having run.
-	OutcomeRequeued = "requeued"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // MarkRunning starts a run of a placed job on its allocation: it creates the
@@ -49,7 +39,7 @@ func (s *Store) MarkRunning(ctx context.Context, jobID, allocationID string, sta
 		if err := checkLiveAllocation(ctx, tx, jobID, allocationID); err != nil {
 			return err
 		}
-		if state != StatePlaced {
+		if state != vocab.JobPlaced {
 			return fmt.Errorf("job is %s, not placed: %w", state, ErrConflict)
 		}
 		runID = newID("r-")
@@ -101,9 +91,9 @@ func checkLiveAllocation(ctx context.Context, tx pgx.Tx, jobID, allocationID str
 // was requested). A run already ended makes it a no-op, so retries are safe
 // and usage is charged once. Errors wrap ErrNotFound (run), ErrConflict (run
 // of another job) or database errors.
-func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail string, at time.Time) error {
+func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome vocab.RunOutcome, detail string, at time.Time) error {
 	switch outcome {
-	case OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomePreempted:
+	case vocab.RunSucceeded, vocab.RunFailed, vocab.RunCancelled, vocab.RunPreempted:
 	default:
 		return fmt.Errorf("store: finish run %s: outcome %q is not succeeded, failed, cancelled or preempted", runID, outcome)
 	}
@@ -129,7 +119,7 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 		case endedAt != nil:
 			return nil
 		}
-		milli, err := releaseAllocation(ctx, tx, allocationID, "run ended: "+outcome, at)
+		milli, err := releaseAllocation(ctx, tx, allocationID, "run ended: "+string(outcome), at)
 		if err != nil {
 			return err
 		}
@@ -141,10 +131,10 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 			return err
 		}
 		next := outcome
-		if outcome == OutcomePreempted && !cancelRequested {
-			next = OutcomeRequeued
-		} else if outcome == OutcomePreempted {
-			next = OutcomeCancelled
+		if outcome == vocab.RunPreempted && !cancelRequested {
+			next = vocab.RunRequeued
+		} else if outcome == vocab.RunPreempted {
+			next = vocab.RunCancelled
 		}
 		return setJobAfterRelease(ctx, tx, jobID, next, at)
 	})
@@ -152,9 +142,9 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID, outcome, detail str
 
 // setJobAfterRelease moves a job whose allocation was released to the state
 // of outcome: requeued → waiting (waiting_since=at, accrued aging kept).
-func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID, outcome string, at time.Time) error {
+func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID string, outcome vocab.RunOutcome, at time.Time) error {
 	var err error
-	if outcome == OutcomeRequeued {
+	if outcome == vocab.RunRequeued {
 		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET state = 'waiting', waiting_since = $2, reason = NULL, explanation = NULL, updated_at = $2
 			WHERE id = $1`, jobID, at)
@@ -202,9 +192,9 @@ func releaseAllocation(ctx context.Context, tx pgx.Tx, allocationID, why string,
 // kept). An allocation already released makes it a no-op, so retries are
 // safe. Errors wrap ErrNotFound, ErrConflict (allocation of another job, or
 // one that has a run: use FinishRun) or database errors.
-func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID, outcome, detail string, at time.Time) error {
+func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome, detail string, at time.Time) error {
 	switch outcome {
-	case OutcomeCancelled, OutcomeFailed, OutcomeRequeued:
+	case vocab.RunCancelled, vocab.RunFailed, vocab.RunRequeued:
 	default:
 		return fmt.Errorf("store: release placement %s: outcome %q is not cancelled, failed or requeued", allocationID, outcome)
 	}
@@ -327,20 +317,14 @@ func (s *Store) RecordResumeVerified(ctx context.Context, jobID, runID string) e
 	})
 }
 
-// Preemption states passed to EndPreemption.
-const (
-	PreemptionReleased = "released" // the victim's GPUs were released
-	PreemptionAborted  = "aborted"  // no valid checkpoint in the grace period and policy said abort, or the victim ended
-)
-
 // EndPreemption closes a preemption started by ApplyCycle with state released
 // or aborted and a detail, and records the effective run loss in GPU-seconds
 // (negative: not known yet). FinishRun with outcome preempted already closes
 // it as released; a later call then only records the effective loss, which the
 // verify-resume step measures after the release. Retries are safe. Errors wrap
 // ErrNotFound or database errors.
-func (s *Store) EndPreemption(ctx context.Context, preemptionID, state, detail string, effectiveLossGPUSeconds float64, at time.Time) error {
-	if state != PreemptionReleased && state != PreemptionAborted {
+func (s *Store) EndPreemption(ctx context.Context, preemptionID string, state vocab.PreemptionState, detail string, effectiveLossGPUSeconds float64, at time.Time) error {
+	if state != vocab.PreemptionReleased && state != vocab.PreemptionAborted {
 		return fmt.Errorf("store: end preemption %s: state %q is not released or aborted", preemptionID, state)
 	}
 	var loss *float64

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // LoadSnapshot reads everything scheduling.Plan needs at now, in one
@@ -83,7 +84,7 @@ type snapshotCache struct {
 type jobStatic struct {
 	id, project string
 	queue       string
-	tier        scheduling.Tier
+	tier        vocab.Tier
 	request     scheduling.ResourceRequest
 	submitTime  time.Time
 	seen        uint64 // generation of the last load that saw the job live
@@ -318,9 +319,9 @@ func (c *requestCols) request() scheduling.ResourceRequest {
 }
 
 // tiers maps stored tier names to tiers.
-var tiers = func() map[string]scheduling.Tier {
-	m := map[string]scheduling.Tier{}
-	for _, t := range scheduling.Tiers {
+var tiers = func() map[string]vocab.Tier {
+	m := map[string]vocab.Tier{}
+	for _, t := range vocab.Tiers {
 		m[t.String()] = t
 	}
 	return m

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -35,7 +36,7 @@ func TestUpsertInventoryKeepsGPUsWithActiveAllocations(t *testing.T) {
 	n1.GPUs = n1.GPUs[:1]
 	n1.GPUs[0].Healthy = false
 	n2 := testPool("p", 3, 1).Nodes[2]
-	report := scheduling.Pool{Name: "p", Available: true, Stage: scheduling.StageTrial, Nodes: []scheduling.Node{n1, n2}}
+	report := scheduling.Pool{Name: "p", Available: true, Stage: vocab.StageTrial, Nodes: []scheduling.Node{n1, n2}}
 	for range 2 { // the second call must change nothing
 		if err := s.UpsertInventory(ctx, []scheduling.Pool{report}); err != nil {
 			t.Fatal(err)
@@ -45,14 +46,14 @@ func TestUpsertInventoryKeepsGPUsWithActiveAllocations(t *testing.T) {
 	kept.Schedulable = false
 	kept.GPUs = []scheduling.GPU{n0.GPUs[0]}
 	kept.GPUs[0].Healthy = false
-	want := []scheduling.Pool{{Name: "p", Available: true, Stage: scheduling.StageTrial,
+	want := []scheduling.Pool{{Name: "p", Available: true, Stage: vocab.StageTrial,
 		Nodes: []scheduling.Node{kept, n1, n2}}, other}
 	got, err := s.GetInventory(ctx)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("after removal: %v\n got %+v\nwant %+v", err, got, want)
 	}
 	// Once released, the vanished GPU and node go too.
-	if err := s.ReleasePlacement(ctx, j.ID, out.Placed[0].AllocationID, store.OutcomeRequeued, "", t0); err != nil {
+	if err := s.ReleasePlacement(ctx, j.ID, out.Placed[0].AllocationID, vocab.RunRequeued, "", t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{report}); err != nil {
@@ -75,11 +76,11 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pools := []scheduling.Pool{testPool("p", 2, 4), testPool("q", 1, 2)}
-	pools[1].Available, pools[1].Stage = false, scheduling.StageObserve
+	pools[1].Available, pools[1].Stage = false, vocab.StageObserve
 	pools[0].Nodes[1].GPUs[3].Healthy = false
 	queues := []scheduling.Queue{
-		{Name: "infer", Tier: scheduling.TierProduction, ServiceShare: 4, MaxWait: time.Minute, Protected: true},
-		{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1.5, MaxWait: 2 * time.Hour, LowRisk: true},
+		{Name: "infer", Tier: vocab.TierProduction, ServiceShare: 4, MaxWait: time.Minute, Protected: true},
+		{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1.5, MaxWait: 2 * time.Hour, LowRisk: true},
 	}
 	quotas := []scheduling.Quota{{Project: "nlp", Pool: "p", NominalMilli: 4000, BorrowingLimitMilli: 2000},
 		{Project: "vision", Pool: "p", NominalMilli: 3000}}
@@ -94,23 +95,23 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	}
 
 	pendingIn := []store.NewJob{
-		{Project: "nlp", Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0,
+		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0,
 			Request: scheduling.ResourceRequest{GPUs: 4, GPUMemoryMiB: 40960, GPUModels: []string{"A100-SXM4-80GB", "H100"},
 				Pool: "p", Topology: scheduling.TopologyNVLinkDomain, CPUMilli: 32000, MemoryMiB: 262144,
 				Labels: map[string]string{"storage": "nvme"}},
 			Prerequisites: []scheduling.Prerequisite{{Name: "image", Ready: true}, {Name: "dataset", Message: "copying 40%"}},
 			Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 900,
 				LastCheckpoint: &scheduling.Checkpoint{At: t0.Add(-time.Hour), Step: 1200, Location: "s3://c/1200"}, VerifiedResumes: 2}},
-		{Project: "vision", Queue: "infer", Tier: scheduling.TierProduction, SubmitTime: t0.Add(time.Second), Protected: true,
+		{Project: "vision", Queue: "infer", Tier: vocab.TierProduction, SubmitTime: t0.Add(time.Second), Protected: true,
 			Held: true, Request: scheduling.ResourceRequest{GPUs: 1, GPUMilli: 250, Pool: "p"}},
-		{Project: "vision", Queue: "train", Tier: scheduling.TierExperiment, SubmitTime: t0.Add(2 * time.Second),
+		{Project: "vision", Queue: "train", Tier: vocab.TierExperiment, SubmitTime: t0.Add(2 * time.Second),
 			Request: scheduling.ResourceRequest{GPUs: 2, Pool: "q", Topology: scheduling.TopologySameNode}},
 	}
 	runningIn := []store.NewJob{
-		{Project: "nlp", Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0.Add(-3 * time.Hour),
+		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(-3 * time.Hour),
 			Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 600},
 			Request:  scheduling.ResourceRequest{GPUs: 2, Pool: "p", CPUMilli: 8000, MemoryMiB: 65536}},
-		{Project: "vision", Queue: "infer", Tier: scheduling.TierProduction, SubmitTime: t0.Add(-2 * time.Hour), Protected: true,
+		{Project: "vision", Queue: "infer", Tier: vocab.TierProduction, SubmitTime: t0.Add(-2 * time.Hour), Protected: true,
 			Request: scheduling.ResourceRequest{GPUs: 1, GPUMilli: 500, Pool: "p"}},
 	}
 	ids := func(njs []store.NewJob) []string {
@@ -137,7 +138,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	}
 	run0, _ := s.MarkRunning(ctx, runningIDs[0], first.Placed[0].AllocationID, 0, t0.Add(-150*time.Minute))
 	preemptedAt := t0.Add(-2 * time.Hour)
-	if err := s.FinishRun(ctx, runningIDs[0], run0, store.OutcomePreempted, "", preemptedAt); err != nil {
+	if err := s.FinishRun(ctx, runningIDs[0], run0, vocab.RunPreempted, "", preemptedAt); err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{Placements: []scheduling.Placement{
@@ -179,10 +180,10 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	withCP := runningIn[0].Recovery
 	withCP.LastCheckpoint = &cp
 	want.Running = []scheduling.RunningJob{
-		{ID: runningIDs[0], Project: "nlp", Queue: "train", Tier: scheduling.TierStandard, Request: runningIn[0].Request,
+		{ID: runningIDs[0], Project: "nlp", Queue: "train", Tier: vocab.TierStandard, Request: runningIn[0].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[0]), StartedAt: startedAt, Recovery: withCP,
 			RecentPreemptions: []time.Time{preemptedAt}},
-		{ID: runningIDs[1], Project: "vision", Queue: "infer", Tier: scheduling.TierProduction, Request: runningIn[1].Request,
+		{ID: runningIDs[1], Project: "vision", Queue: "infer", Tier: vocab.TierProduction, Request: runningIn[1].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[1]), StartedAt: t0.Add(-time.Hour), Protected: true},
 	}
 	if want.Running[0].ID > want.Running[1].ID {
@@ -222,7 +223,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 
 	// Changes after the cache was filled show up: a new submission, a
 	// cancelled job, an inventory change.
-	extra := store.NewJob{Project: "nlp", Queue: "train", Tier: scheduling.TierStandard, SubmitTime: t0.Add(3 * time.Second),
+	extra := store.NewJob{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(3 * time.Second),
 		Request: scheduling.ResourceRequest{GPUs: 8, Pool: "p", Labels: map[string]string{"net": "ib"}}}
 	extraID := ids([]store.NewJob{extra})[0]
 	if err := s.CancelJob(ctx, pendingIDs[2], "alice", "not needed"); err != nil {
@@ -233,7 +234,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Pending = append(want.Pending[:2], scheduling.PendingJob{ID: extraID, Project: "nlp", Queue: "train",
-		Tier: scheduling.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime})
+		Tier: vocab.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime})
 	third, err := s.LoadSnapshot(ctx, now)
 	if err != nil {
 		t.Fatal(err)

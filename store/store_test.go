@@ -13,6 +13,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -70,7 +71,7 @@ func indexOf(s, sub string) int {
 func TestCreateJobIdempotencyKey(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	nj := &store.NewJob{Project: "vision", Queue: "train", Tier: scheduling.TierStandard, IdempotencyKey: "k1",
+	nj := &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard, IdempotencyKey: "k1",
 		Request:       scheduling.ResourceRequest{GPUs: 2, Pool: "p", GPUModels: []string{"A100-SXM4-80GB"}},
 		Prerequisites: []scheduling.Prerequisite{{Name: "image", Ready: false, Message: "pulling"}},
 		Command:       []string{"train.py", "--epochs", "3"}, Env: map[string]string{"SEED": "1"}, RunSeconds: 600,
@@ -83,7 +84,7 @@ func TestCreateJobIdempotencyKey(t *testing.T) {
 	if err != nil || created || again.ID != first.ID {
 		t.Fatalf("retry: id %s created=%v err=%v; want %s, false", again.ID, created, err, first.ID)
 	}
-	if first.State != store.StateSubmitted || first.Request.GPUs != 2 || first.Command[2] != "3" ||
+	if first.State != vocab.JobSubmitted || first.Request.GPUs != 2 || first.Command[2] != "3" ||
 		first.Env["SEED"] != "1" || first.Prerequisites[0].Message != "pulling" || !first.SubmitTime.Equal(t0) {
 		t.Fatalf("stored job differs from submission: %+v", first)
 	}
@@ -173,7 +174,7 @@ func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
 	node := pool.Nodes[0]
 	res := &scheduling.Result{PolicyVersion: "v1", At: t0,
 		Placements: []scheduling.Placement{place(a.ID, "p", node.Name, 1000, node.GPUs[0].UUID, node.GPUs[1].UUID)},
-		Waiting: []scheduling.WaitStatus{{JobID: b.ID, Reason: scheduling.ReasonReservedForHigherPriority,
+		Waiting: []scheduling.WaitStatus{{JobID: b.ID, Reason: vocab.ReasonReservedForHigherPriority,
 			Detail: "2 free GPUs reserved", BlockingJobID: a.ID, Rank: 2}},
 		Preemptions: []scheduling.PreemptionProposal{{ForJobID: b.ID, Pool: "p", Act: false, Reason: "observe only"}},
 	}
@@ -202,13 +203,13 @@ func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
 		t.Fatalf("replay changed rows: %v -> %v", before, after)
 	}
 	job, _ := s.GetJob(ctx, a.ID)
-	if job.State != store.StatePlaced || job.Explanation.Placed == nil || job.Explanation.Placed.Node != node.Name {
+	if job.State != vocab.JobPlaced || job.Explanation.Placed == nil || job.Explanation.Placed.Node != node.Name {
 		t.Fatalf("placed job: %+v", job)
 	}
 	if n := queryInt(t, s, `SELECT used_milli FROM gpu_usage WHERE gpu_uuid = $1`, node.GPUs[0].UUID); n != 1000 {
 		t.Fatalf("gpu_usage %d, want 1000", n)
 	}
-	if audits, _ := s.AuditFor(ctx, a.ID, 0); len(audits) != 2 || audits[1].Action != "place" || audits[1].Actor != store.ActorScheduler {
+	if audits, _ := s.AuditFor(ctx, a.ID, 0); len(audits) != 2 || audits[1].Action != "place" || audits[1].Actor != vocab.ActorScheduler {
 		t.Fatalf("audit of placed job: %+v", audits)
 	}
 
@@ -247,7 +248,7 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := submit(t, s, "vision", "p", 1, 0)
-	wait := func(cycle string, at time.Time, reason scheduling.WaitReason, detail string, rank int) {
+	wait := func(cycle string, at time.Time, reason vocab.WaitReason, detail string, rank int) {
 		t.Helper()
 		_, err := s.ApplyCycle(ctx, cycle, &scheduling.Result{Waiting: []scheduling.WaitStatus{{JobID: j.ID,
 			Reason: reason, Detail: detail, Rank: rank, ReEvaluate: "when 1 GPU is free"}}}, at)
@@ -255,18 +256,18 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wait("c1", t0, scheduling.ReasonCapacityBusy, "0 of 1 free", 3)
-	wait("c2", t0.Add(time.Minute), scheduling.ReasonCapacityBusy, "0 of 1 free", 2) // rank only: no transition
+	wait("c1", t0, vocab.ReasonCapacityBusy, "0 of 1 free", 3)
+	wait("c2", t0.Add(time.Minute), vocab.ReasonCapacityBusy, "0 of 1 free", 2) // rank only: no transition
 	events, err := s.JobWaitEvents(ctx, j.ID)
 	if err != nil || len(events) != 1 || events[0].EndedAt != nil || events[0].NextAction == "" {
 		t.Fatalf("after an unchanged cycle: %+v, %v; want one open event with a next action", events, err)
 	}
-	if job, _ := s.GetJob(ctx, j.ID); job.State != store.StateWaiting || job.Explanation.Rank != 2 ||
-		job.Reason != scheduling.ReasonCapacityBusy {
+	if job, _ := s.GetJob(ctx, j.ID); job.State != vocab.JobWaiting || job.Explanation.Rank != 2 ||
+		job.Reason != vocab.ReasonCapacityBusy {
 		t.Fatalf("explanation not refreshed: %+v", job)
 	}
-	wait("c3", t0.Add(2*time.Minute), scheduling.ReasonCapacityBusy, "0 of 1 free; 1 releasing", 2) // detail changed
-	wait("c4", t0.Add(3*time.Minute), scheduling.ReasonQuotaExhausted, "vision uses 8000 of 8000 milli", 2)
+	wait("c3", t0.Add(2*time.Minute), vocab.ReasonCapacityBusy, "0 of 1 free; 1 releasing", 2) // detail changed
+	wait("c4", t0.Add(3*time.Minute), vocab.ReasonQuotaExhausted, "vision uses 8000 of 8000 milli", 2)
 	events, _ = s.JobWaitEvents(ctx, j.ID)
 	if len(events) != 3 {
 		t.Fatalf("%d events, want 3: %+v", len(events), events)
@@ -276,7 +277,7 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 			t.Fatalf("event %d ended %v, want %v", i, events[i].EndedAt, t0.Add(want))
 		}
 	}
-	if events[2].EndedAt != nil || events[2].Reason != scheduling.ReasonQuotaExhausted {
+	if events[2].EndedAt != nil || events[2].Reason != vocab.ReasonQuotaExhausted {
 		t.Fatalf("current event %+v", events[2])
 	}
 	// The partial unique index refuses a second open event whoever writes it.
@@ -291,11 +292,11 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale, err := s.ApplyCycle(ctx, "c4b", &scheduling.Result{Waiting: []scheduling.WaitStatus{{JobID: gone.ID,
-		Reason: scheduling.ReasonCapacityBusy}}}, t0.Add(4*time.Minute))
+		Reason: vocab.ReasonCapacityBusy}}}, t0.Add(4*time.Minute))
 	if err != nil || stale.StaleWaits != 1 || stale.WaitTransitions != 0 {
 		t.Fatalf("wait status of a cancelled job: %+v, %v", stale, err)
 	}
-	if got, _ := s.GetJob(ctx, gone.ID); got.State != store.StateCancelled || got.Reason != "" {
+	if got, _ := s.GetJob(ctx, gone.ID); got.State != vocab.JobCancelled || got.Reason != "" {
 		t.Fatalf("cancelled job changed by a stale wait status: %+v", got)
 	}
 	// Placement closes the open event and carries the wait into accrued aging.
@@ -409,10 +410,10 @@ func TestFinishRunReleasesCapacityOnce(t *testing.T) {
 		t.Fatalf("placement on a busy GPU: %+v", busy)
 	}
 	end := t0.Add(time.Hour)
-	if err := s.FinishRun(ctx, a.ID, runID, store.OutcomeSucceeded, "exit 0", end); err != nil {
+	if err := s.FinishRun(ctx, a.ID, runID, vocab.RunSucceeded, "exit 0", end); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishRun(ctx, a.ID, runID, store.OutcomeSucceeded, "exit 0", end.Add(time.Hour)); err != nil {
+	if err := s.FinishRun(ctx, a.ID, runID, vocab.RunSucceeded, "exit 0", end.Add(time.Hour)); err != nil {
 		t.Fatalf("FinishRun retry: %v", err)
 	}
 	if used := queryInt(t, s, `SELECT coalesce(sum(used_milli), 0) FROM gpu_usage`); used != 0 {
@@ -431,7 +432,7 @@ func TestFinishRunReleasesCapacityOnce(t *testing.T) {
 	if math.Abs(usage-want) > 1e-6 || want < 7180 || want > 7200 {
 		t.Fatalf("usage %.4f GPU-s, want %.4f (charged once)", usage, want)
 	}
-	if job, _ := s.GetJob(ctx, a.ID); job.State != store.StateSucceeded {
+	if job, _ := s.GetJob(ctx, a.ID); job.State != vocab.JobSucceeded {
 		t.Fatalf("job state %s", job.State)
 	}
 	freed, err := s.ApplyCycle(ctx, "c3", &scheduling.Result{Placements: []scheduling.Placement{
@@ -465,7 +466,7 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = s.ApplyCycle(ctx, "c2", &scheduling.Result{
-		Waiting: []scheduling.WaitStatus{{JobID: winner.ID, Reason: scheduling.ReasonCapacityBusy, Detail: "0 free"}},
+		Waiting: []scheduling.WaitStatus{{JobID: winner.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 free"}},
 		Preemptions: []scheduling.PreemptionProposal{{ForJobID: winner.ID, Pool: "p", Node: n.Name, Act: true,
 			Reason: "production job blocked", Victims: []scheduling.Victim{{JobID: victim.ID, AllocationID: alloc, GPUs: 1}}}},
 	}, t0.Add(time.Hour))
@@ -489,11 +490,11 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 		t.Fatalf("running job checkpoint %+v, want step 300", got)
 	}
 	at := t0.Add(61 * time.Minute)
-	if err := s.FinishRun(ctx, victim.ID, run, store.OutcomePreempted, "checkpointed at step 300", at); err != nil {
+	if err := s.FinishRun(ctx, victim.ID, run, vocab.RunPreempted, "checkpointed at step 300", at); err != nil {
 		t.Fatal(err)
 	}
 	job, _ := s.GetJob(ctx, victim.ID)
-	if job.State != store.StateWaiting || !job.WaitingSince.Equal(at) || job.AccruedAgingS != 600 {
+	if job.State != vocab.JobWaiting || !job.WaitingSince.Equal(at) || job.AccruedAgingS != 600 {
 		t.Fatalf("requeued job: state %s since %v aging %v; want waiting since %v with 600 s", job.State,
 			job.WaitingSince, job.AccruedAgingS, at)
 	}
@@ -503,7 +504,7 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if n := queryInt(t, s, `SELECT count(*) FROM preemptions WHERE ended_at IS NULL`); n != 0 {
 		t.Fatalf("%d preemptions still open after the victim's release", n)
 	}
-	if err := s.EndPreemption(ctx, out.Preemptions[0].PreemptionID, store.PreemptionReleased, "", 42, at); err != nil {
+	if err := s.EndPreemption(ctx, out.Preemptions[0].PreemptionID, vocab.PreemptionReleased, "", 42, at); err != nil {
 		t.Fatal(err)
 	}
 	// Next run resumes from the checkpoint; the snapshot reports the preemption for anti-thrash.
@@ -536,7 +537,7 @@ func TestCancelAndHold(t *testing.T) {
 	waiting, running := submit(t, s, "x", "p", 1, 0), submit(t, s, "x", "p", 1, 0)
 	out, _ := s.ApplyCycle(ctx, "c1", &scheduling.Result{
 		Placements: []scheduling.Placement{place(running.ID, "p", pool.Nodes[0].Name, 1000, pool.Nodes[0].GPUs[0].UUID)},
-		Waiting:    []scheduling.WaitStatus{{JobID: waiting.ID, Reason: scheduling.ReasonCapacityBusy}}}, t0)
+		Waiting:    []scheduling.WaitStatus{{JobID: waiting.ID, Reason: vocab.ReasonCapacityBusy}}}, t0)
 	for range 2 {
 		if err := s.SetHold(ctx, waiting.ID, true, "alice", "dataset broken"); err != nil {
 			t.Fatal(err)
@@ -552,7 +553,7 @@ func TestCancelAndHold(t *testing.T) {
 	}
 	w, _ := s.GetJob(ctx, waiting.ID)
 	r, _ := s.GetJob(ctx, running.ID)
-	if w.State != store.StateCancelled || r.State != store.StatePlaced || !r.CancelRequested {
+	if w.State != vocab.JobCancelled || r.State != vocab.JobPlaced || !r.CancelRequested {
 		t.Fatalf("after cancel: waiting %s, placed %s (requested %v)", w.State, r.State, r.CancelRequested)
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM wait_events WHERE job_id = $1 AND ended_at IS NULL`, waiting.ID); n != 0 {
@@ -571,10 +572,10 @@ func TestCancelAndHold(t *testing.T) {
 	if err := s.SetHold(ctx, waiting.ID, false, "alice", ""); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("hold on a cancelled job: %v, want ErrConflict", err)
 	}
-	if err := s.ReleasePlacement(ctx, running.ID, out.Placed[0].AllocationID, store.OutcomeCancelled, "cancelled", t0); err != nil {
+	if err := s.ReleasePlacement(ctx, running.ID, out.Placed[0].AllocationID, vocab.RunCancelled, "cancelled", t0); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := s.GetJob(ctx, running.ID); r.State != store.StateCancelled {
+	if r, _ := s.GetJob(ctx, running.ID); r.State != vocab.JobCancelled {
 		t.Fatalf("after release: %s", r.State)
 	}
 	if _, err := s.GetJob(ctx, "j-missing"); !errors.Is(err, store.ErrNotFound) {
@@ -602,7 +603,7 @@ func TestListJobsFiltersAndPages(t *testing.T) {
 	var got []string
 	cursor := ""
 	for pages := 0; ; pages++ {
-		jobs, next, err := s.ListJobs(ctx, store.JobFilter{Project: "a", State: store.StateSubmitted, Limit: 3, AfterID: cursor})
+		jobs, next, err := s.ListJobs(ctx, store.JobFilter{Project: "a", State: vocab.JobSubmitted, Limit: 3, AfterID: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +626,7 @@ func TestListJobsFiltersAndPages(t *testing.T) {
 			t.Fatalf("listed %v, want %v", got, want)
 		}
 	}
-	if jobs, _, _ := s.ListJobs(ctx, store.JobFilter{Reason: scheduling.ReasonHeld}); len(jobs) != 0 {
+	if jobs, _, _ := s.ListJobs(ctx, store.JobFilter{Reason: vocab.ReasonHeld}); len(jobs) != 0 {
 		t.Fatalf("reason filter matched %d jobs", len(jobs))
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -148,7 +149,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	}
 
 	res1, res2 := waitJob(t, firstRun, time.Minute), waitJob(t, secondRun, time.Minute)
-	if res1.State != workflows.JobSucceeded || res2.State != workflows.JobSucceeded || res1.AllocationID == res2.AllocationID {
+	if res1.State != vocab.JobSucceeded || res2.State != vocab.JobSucceeded || res1.AllocationID == res2.AllocationID {
 		t.Fatalf("results %+v and %+v, want both succeeded on their own allocations", res1, res2)
 	}
 	// Exactly one of them waited for the GPU, and was told why.
@@ -166,7 +167,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: long.ID}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "long job running", func() bool { return jobState(t, st, long.ID) == store.StateRunning })
+	waitFor(t, 30*time.Second, "long job running", func() bool { return jobState(t, st, long.ID) == vocab.JobRunning })
 	if err := st.CancelJob(context.Background(), long.ID, "carol", "queue drained"); err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +175,10 @@ func TestEndToEndOnDevServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	res3 := waitJob(t, longRun, 30*time.Second)
-	if res3.State != workflows.JobCancelled || res3.Step <= 0 || !strings.Contains(res3.Detail, "cancelled at step") {
+	if res3.State != vocab.JobCancelled || res3.Step <= 0 || !strings.Contains(res3.Detail, "cancelled at step") {
 		t.Fatalf("long job result %+v, want cancelled by the executor part-way", res3)
 	}
-	if !allocationReleased(t, st, res3.AllocationID) || jobState(t, st, long.ID) != store.StateCancelled {
+	if !allocationReleased(t, st, res3.AllocationID) || jobState(t, st, long.ID) != vocab.JobCancelled {
 		t.Fatal("cancelled run's allocation not released or job not cancelled")
 	}
 
@@ -265,7 +266,7 @@ func TestRunResumesAfterHeartbeatTimeoutOnDevServer(t *testing.T) {
 	default:
 		t.Fatal("the first attempt never hung")
 	}
-	if res.State != workflows.JobSucceeded || !res.ResumedAfterCrash || res.Step != 100 {
+	if res.State != vocab.JobSucceeded || !res.ResumedAfterCrash || res.Step != 100 {
 		t.Fatalf("result %+v, want success after a resume", res)
 	}
 	// The resume point is a checkpoint the lost attempt heartbeated (20 or 40,
@@ -325,7 +326,7 @@ func TestNodeRunWithoutAgentFailsOnDevServer(t *testing.T) {
 	if !strings.Contains(err.Error(), "node failure: no agent on node "+placed.Node) {
 		t.Fatalf("error %q does not name the node failure", err)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateFailed {
+	if got := jobState(t, st, job.ID); got != vocab.JobFailed {
 		t.Fatalf("stored state %s, want failed", got)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {

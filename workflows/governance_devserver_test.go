@@ -19,6 +19,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 	"github.com/gpugov/gpugov/workflows"
@@ -32,7 +33,7 @@ const (
 
 // newGovStore opens a store holding pool p1 (one node, gpus whole A100s,
 // in stage) and the queues exp (experiment, low-risk) and prod (production).
-func newGovStore(t *testing.T, gpus int, stage scheduling.AutomationStage) *store.Store {
+func newGovStore(t *testing.T, gpus int, stage vocab.AutomationStage) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, storetest.NewDatabase(t))
@@ -48,8 +49,8 @@ func newGovStore(t *testing.T, gpus int, stage scheduling.AutomationStage) *stor
 		t.Fatal(err)
 	}
 	if err := st.UpsertQueues(ctx, []scheduling.Queue{
-		{Name: expQueue, Tier: scheduling.TierExperiment, ServiceShare: 1, LowRisk: true},
-		{Name: prodQueue, Tier: scheduling.TierProduction, ServiceShare: 1},
+		{Name: expQueue, Tier: vocab.TierExperiment, ServiceShare: 1, LowRisk: true},
+		{Name: prodQueue, Tier: vocab.TierProduction, ServiceShare: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func newGovStore(t *testing.T, gpus int, stage scheduling.AutomationStage) *stor
 // govJob is what submitGovJob stores.
 type govJob struct {
 	queue              string
-	tier               scheduling.Tier
+	tier               vocab.Tier
 	gpus               int
 	runSeconds         float64
 	checkpointInterval int64
@@ -150,7 +151,7 @@ func writeArtifact(t *testing.T, name string, v any) {
 func TestPreemptionOnDevServer(t *testing.T) {
 	dev := temporaltest.Start(t)
 	c := dev.Client
-	st := newGovStore(t, 3, scheduling.StageAutomate)
+	st := newGovStore(t, 3, vocab.StageAutomate)
 	pol := scheduling.DefaultPolicy()
 	pol.Preemption.MinRuntimeSeconds, pol.Preemption.RequireVerifiedResume, pol.Preemption.GraceSeconds = 0, false, 10
 	cfg := policy.Default()
@@ -165,9 +166,9 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		_ = c.CancelWorkflow(context.Background(), temporalx.SchedulerWorkflowID(temporalx.DefaultShard), "")
 	})
 
-	exp := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200})
-	noCkpt := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6})
-	prot := submitGovJob(t, st, govJob{queue: expQueue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200, protected: true})
+	exp := submitGovJob(t, st, govJob{queue: expQueue, tier: vocab.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200})
+	noCkpt := submitGovJob(t, st, govJob{queue: expQueue, tier: vocab.TierExperiment, gpus: 1, runSeconds: 1e6})
+	prot := submitGovJob(t, st, govJob{queue: expQueue, tier: vocab.TierExperiment, gpus: 1, runSeconds: 1e6, checkpointInterval: 200, protected: true})
 	runs := map[string]client.WorkflowRun{}
 	for _, j := range []*store.Job{exp, noCkpt, prot} {
 		// A 2 s heartbeat timeout: the run activity sees a cancellation within
@@ -176,7 +177,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	}
 	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
 	for _, j := range []*store.Job{exp, noCkpt, prot} {
-		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == store.StateRunning })
+		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == vocab.JobRunning })
 	}
 	time.Sleep(3 * time.Second) // the checkpointable job writes checkpoints (every 2 s at speed 100)
 	// The reclaim scan's heartbeat evidence: a running job's run activity
@@ -189,10 +190,10 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		t.Fatalf("last heartbeat of a job without a workflow: %v %v, want none and no error", ok, err)
 	}
 
-	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: scheduling.TierProduction, gpus: 1, runSeconds: 300})
+	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: vocab.TierProduction, gpus: 1, runSeconds: 300})
 	prodRun := startJob(t, c, &workflows.JobInput{JobID: prod.ID})
 	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
-	if res := waitJob(t, prodRun, time.Minute); res.State != workflows.JobSucceeded {
+	if res := waitJob(t, prodRun, time.Minute); res.State != vocab.JobSucceeded {
 		t.Fatalf("production job %+v, want succeeded", res)
 	}
 
@@ -205,7 +206,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		rec = &ps[0]
 		return true
 	})
-	if rec.Outcome != store.PreemptionCompleted || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly || rec.ForJobID != prod.ID {
+	if rec.Outcome != vocab.PreemptionCompleted || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly || rec.ForJobID != prod.ID {
 		t.Fatalf("preemption %+v, want completed for %s with a correct resume", rec, prod.ID)
 	}
 	want := governance.EffectiveRunLoss(governance.LossInput{GPUs: rec.GPUs, NotifiedAt: *rec.NotifiedAt, RunStartedAt: *rec.RunStartedAt,
@@ -221,7 +222,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		t.Fatalf("preemption activities %v", names)
 	}
 	for _, j := range []*store.Job{noCkpt, prot} {
-		if n := countRows(t, st, `SELECT count(*) FROM preemptions WHERE victim_job_id = $1`, j.ID); n != 0 || jobState(t, st, j.ID) != store.StateRunning {
+		if n := countRows(t, st, `SELECT count(*) FROM preemptions WHERE victim_job_id = $1`, j.ID); n != 0 || jobState(t, st, j.ID) != vocab.JobRunning {
 			t.Fatalf("job %s (%d preemptions, %s) was touched", j.ID, n, jobState(t, st, j.ID))
 		}
 	}
@@ -249,7 +250,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 func failRunHoldingGPUs(t *testing.T, st *store.Store, queue string, gpu int, outcome string) string {
 	t.Helper()
 	ctx := context.Background()
-	j := submitGovJob(t, st, govJob{queue: queue, tier: scheduling.TierExperiment, gpus: 1, runSeconds: 100})
+	j := submitGovJob(t, st, govJob{queue: queue, tier: vocab.TierExperiment, gpus: 1, runSeconds: 100})
 	now := time.Now()
 	out, err := st.ApplyCycle(ctx, "cycle-"+j.ID, &scheduling.Result{PolicyVersion: "t", At: now, Placements: []scheduling.Placement{{
 		JobID: j.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: fmt.Sprintf("GPU-%d", gpu), Milli: 1000}}}}}, now)
@@ -275,14 +276,14 @@ func failRunHoldingGPUs(t *testing.T, st *store.Store, queue string, gpu int, ou
 func TestReclaimModesOnDevServer(t *testing.T) {
 	dev := temporaltest.Start(t)
 	c := dev.Client
-	st := newGovStore(t, 5, scheduling.StageAutomate)
-	modes := []policy.Mode{policy.ModeReport, policy.ModeAuto, policy.ModeNotify, policy.ModeNotify, policy.ModeConfirm}
+	st := newGovStore(t, 5, vocab.StageAutomate)
+	modes := []vocab.ReclaimMode{vocab.ModeReport, vocab.ModeAuto, vocab.ModeNotify, vocab.ModeNotify, vocab.ModeConfirm}
 	names := []string{"q-report", "q-auto", "q-keep", "q-notify", "q-confirm"}
 	cfg := policy.Default()
 	cfg.Reclaim.Enabled, cfg.Reclaim.ScanIntervalSeconds, cfg.Reclaim.NotifyWindowSeconds = true, 1, 3
 	var queues []scheduling.Queue
 	for i, n := range names {
-		queues = append(queues, scheduling.Queue{Name: n, Tier: scheduling.TierExperiment, ServiceShare: 1})
+		queues = append(queues, scheduling.Queue{Name: n, Tier: vocab.TierExperiment, ServiceShare: 1})
 		cfg.Queues = append(cfg.Queues, policy.Queue{Name: n, Tier: "experiment", Share: 1, LowRisk: true})
 		cfg.Reclaim.Rules = append(cfg.Reclaim.Rules, policy.ModeRule{Queue: n, Mode: modes[i]})
 	}
@@ -318,16 +319,16 @@ func TestReclaimModesOnDevServer(t *testing.T) {
 		temporalx.ReclaimDecisionSignal{Actor: "operator@ops", Reason: "approved"}); err != nil {
 		t.Fatal(err)
 	}
-	wantState := []string{store.ReclaimReported, store.ReclaimReleased, store.ReclaimKept, store.ReclaimReleased, store.ReclaimReleased}
+	wantState := []vocab.ReclaimState{vocab.ReclaimReported, vocab.ReclaimReleased, vocab.ReclaimKept, vocab.ReclaimReleased, vocab.ReclaimReleased}
 	for i := range allocs {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var res workflows.ReclaimResult
 		err := reclaimRun(i).Get(wctx, &res)
 		cancel()
-		if err != nil || res.State != wantState[i] || res.Mode != string(modes[i]) {
+		if err != nil || vocab.ReclaimState(res.State) != wantState[i] || res.Mode != string(modes[i]) {
 			t.Fatalf("reclaim %d (%s): %+v (%v), want state %s", i, names[i], res, err, wantState[i])
 		}
-		if released := allocationReleased(t, st, allocs[i]); released != (wantState[i] == store.ReclaimReleased) {
+		if released := allocationReleased(t, st, allocs[i]); released != (wantState[i] == vocab.ReclaimReleased) {
 			t.Fatalf("reclaim %d: allocation released=%v, want %v", i, released, !released)
 		}
 	}
@@ -335,7 +336,7 @@ func TestReclaimModesOnDevServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept, _ := st.ListReclaims(ctx, store.ReclaimFilter{State: store.ReclaimKept})
+	kept, _ := st.ListReclaims(ctx, store.ReclaimFilter{State: vocab.ReclaimKept})
 	if len(kept) != 1 || !kept[0].Disputed || kept[0].DisputeBy != "vision" {
 		t.Fatalf("kept reclaims %+v, want one disputed by vision", kept)
 	}

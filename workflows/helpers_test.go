@@ -19,6 +19,7 @@ import (
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 	"github.com/gpugov/gpugov/workflows"
@@ -44,11 +45,11 @@ func newStore(t testing.TB, gpus int) *store.Store {
 	for i := range gpus {
 		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
 	}
-	pools := []scheduling.Pool{{Name: testPool, Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{node}}}
+	pools := []scheduling.Pool{{Name: testPool, Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{node}}}
 	if err := st.UpsertInventory(ctx, pools); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: testQueue, Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: testQueue, Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -65,7 +66,7 @@ type jobSpec struct {
 func submitJob(t testing.TB, st *store.Store, spec jobSpec) *store.Job {
 	t.Helper()
 	j, _, err := st.CreateJob(context.Background(), &store.NewJob{
-		Project: "vision", Queue: testQueue, Tier: scheduling.TierStandard, RunSeconds: spec.runSeconds,
+		Project: "vision", Queue: testQueue, Tier: vocab.TierStandard, RunSeconds: spec.runSeconds,
 		Request:  scheduling.ResourceRequest{GPUs: spec.gpus, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: spec.checkpointInterval > 0, CheckpointIntervalSeconds: spec.checkpointInterval},
 	})
@@ -123,7 +124,7 @@ func countRows(t testing.TB, st *store.Store, sql string, args ...any) int {
 }
 
 // jobState reads the job's stored state.
-func jobState(t testing.TB, st *store.Store, jobID string) store.JobState {
+func jobState(t testing.TB, st *store.Store, jobID string) vocab.JobState {
 	t.Helper()
 	j, err := st.GetJob(context.Background(), jobID)
 	if err != nil {

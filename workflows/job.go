@@ -13,18 +13,7 @@ import (
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
-)
-
-// Job states, the values of the GpugovJobState search attribute; they match
-// the store's job states.
-const (
-	JobSubmitted = "submitted"
-	JobWaiting   = "waiting"
-	JobPlaced    = "placed"
-	JobRunning   = "running"
-	JobSucceeded = "succeeded"
-	JobFailed    = "failed"
-	JobCancelled = "cancelled"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Executor kinds of JobInput.Executor.
@@ -84,10 +73,10 @@ type JobInput struct {
 // JobResult is how a job ended.
 type JobResult struct {
 	JobID          string
-	State          string // JobSucceeded, JobFailed or JobCancelled
-	AllocationID   string // "" when the job was never placed
-	RunID          string // "" when no run started
-	Step           int64  // the step the run reached
+	State          vocab.JobState // vocab.JobSucceeded, JobFailed or JobCancelled
+	AllocationID   string         // "" when the job was never placed
+	RunID          string         // "" when no run started
+	Step           int64          // the step the run reached
 	LastCheckpoint *scheduling.Checkpoint
 	Detail         string
 	// ResumedAfterCrash is true when the run's last attempt resumed from an
@@ -103,8 +92,8 @@ type JobResult struct {
 // JobStatus is the answer to QueryStatus.
 type JobStatus struct {
 	JobID        string
-	State        string
-	WaitReason   scheduling.WaitReason // current reason while waiting
+	State        vocab.JobState
+	WaitReason   vocab.WaitReason // current reason while waiting
 	AllocationID string
 	RunID        string
 }
@@ -141,14 +130,14 @@ func JobWorkflow(ctx workflow.Context, in *JobInput) (*JobResult, error) {
 	j.job = &job
 	j.upsertJobAttributes(ctx)
 	switch job.State {
-	case JobSucceeded, JobFailed, JobCancelled:
+	case vocab.JobSucceeded, vocab.JobFailed, vocab.JobCancelled:
 		// Started again for a job that has ended (a reconciler's restart): nothing to do.
 		j.setState(ctx, job.State)
 		return j.finish(job.State, "job had already ended")
-	case JobWaiting:
-		j.setState(ctx, JobWaiting)
+	case vocab.JobWaiting:
+		j.setState(ctx, vocab.JobWaiting)
 	default:
-		j.setState(ctx, JobSubmitted)
+		j.setState(ctx, vocab.JobSubmitted)
 	}
 	placed, cancel := j.awaitPlacement(ctx)
 	if cancel != nil {
@@ -311,7 +300,7 @@ func (j *jobFlow) cancelBeforePlacement(ctx workflow.Context, c *temporalx.Cance
 	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
 		return nil, err
 	}
-	if job.State == JobPlaced {
+	if job.State == vocab.JobPlaced {
 		var p temporalx.PlacedSignal
 		ok, _ := j.placedCh.ReceiveWithTimeout(ctx, placedSignalWait, &p)
 		if !ok {
@@ -322,12 +311,8 @@ func (j *jobFlow) cancelBeforePlacement(ctx workflow.Context, c *temporalx.Cance
 			return nil, err
 		}
 	}
-	return j.end(ctx, JobCancelled, detail)
+	return j.end(ctx, vocab.JobCancelled, detail)
 }
-
-// outcomePreempted is supervise's outcome of a run stopped by a `preempt`
-// signal: the preemption workflow, not the job, releases its allocation.
-const outcomePreempted = "preempted"
 
 // run runs the job on the placed allocation and, each time a preemption
 // stops it, on the next allocation the scheduler grants, until it ends.
@@ -347,13 +332,13 @@ func (j *jobFlow) run(ctx workflow.Context, p *temporalx.PlacedSignal) (*JobResu
 func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*temporalx.PlacedSignal, *JobResult, error) {
 	j.allocID, j.status.AllocationID = p.AllocationID, p.AllocationID
 	j.setWaitReason(ctx, "")
-	j.setState(ctx, JobPlaced)
+	j.setState(ctx, vocab.JobPlaced)
 	if c := j.pendingCancel(ctx); c != nil {
 		ctx = cleanupCtx(ctx)
 		if err := j.releasePlacement(ctx, cancelDetail(c)); err != nil {
 			return nil, nil, err
 		}
-		res, err := j.end(ctx, JobCancelled, cancelDetail(c))
+		res, err := j.end(ctx, vocab.JobCancelled, cancelDetail(c))
 		return nil, res, err
 	}
 	var mr activities.MarkRunningResult
@@ -362,11 +347,11 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 		return nil, nil, err
 	}
 	j.runID, j.status.RunID = mr.RunID, mr.RunID
-	j.setState(ctx, JobRunning)
+	j.setState(ctx, vocab.JobRunning)
 	j.reportResumed(ctx, &mr)
 	for {
 		outcome, detail := j.supervise(ctx, p)
-		if outcome != outcomePreempted {
+		if outcome != vocab.RunPreempted {
 			res, err := j.finishRun(ctx, outcome, detail)
 			return nil, res, err
 		}
@@ -390,23 +375,23 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 			return nil, nil, err
 		}
 		j.setWaitReason(ctx, "")
-		j.setState(ctx, JobRunning)
+		j.setState(ctx, vocab.JobRunning)
 	}
 }
 
 // finishRun ends the run with outcome (FinishRun releases the allocation),
 // tells a preemption that raced with the run's own end how it ended, and
 // ends the job.
-func (j *jobFlow) finishRun(ctx workflow.Context, outcome, detail string) (*JobResult, error) {
+func (j *jobFlow) finishRun(ctx workflow.Context, outcome vocab.RunOutcome, detail string) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
 	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome,
 		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	if j.preempt != nil {
-		j.reportStopped(ctx, j.preempt, outcome)
+		j.reportStopped(ctx, j.preempt, string(outcome))
 	}
-	return j.end(ctx, outcome, detail)
+	return j.end(ctx, outcome.EndsJobAs(), detail)
 }
 
 // reloadJob reads the job again: its last checkpoint is the next run's start.
@@ -430,7 +415,7 @@ type afterPreemption struct {
 // preemption's abort, or a cancellation. A repeated `preempt` is answered
 // again; one for another preemption is answered that no run is going.
 func (j *jobFlow) awaitAfterPreemption(ctx workflow.Context) afterPreemption {
-	j.setState(ctx, JobWaiting)
+	j.setState(ctx, vocab.JobWaiting)
 	var w afterPreemption
 	for done := false; !done; {
 		sel := workflow.NewSelector(ctx)
@@ -479,14 +464,14 @@ func (j *jobFlow) awaitAfterPreemption(ctx workflow.Context) afterPreemption {
 func (j *jobFlow) cancelPreempted(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
 	detail := cancelDetail(c)
-	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: JobCancelled,
+	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: vocab.RunCancelled,
 		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	if err := j.storeStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
-	return j.end(ctx, JobCancelled, detail)
+	return j.end(ctx, vocab.JobCancelled, detail)
 }
 
 // reportStopped answers a preemption's `preempt` with how the run stopped.
@@ -525,7 +510,7 @@ func (j *jobFlow) reportResumed(ctx workflow.Context, mr *activities.MarkRunning
 
 // supervise runs the executor's run activity until it ends, cancelling it on a
 // `cancel` signal or Temporal cancellation, and returns the outcome.
-func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (outcome, detail string) {
+func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (outcome vocab.RunOutcome, detail string) {
 	runCtx, cancelRun := workflow.WithCancel(ctx)
 	fut := workflow.ExecuteActivity(j.runCtx(runCtx, p), executor.RunActivityName, &executor.RunInput{
 		JobID: j.in.JobID, RunID: j.runID, AllocationID: p.AllocationID, Node: p.Node, GPUs: p.GPUs,
@@ -562,26 +547,26 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 	switch {
 	case err == nil:
 		j.runResult = &res
-		if res.Outcome == executor.OutcomeCancelled && cancel != nil {
-			return JobCancelled, cancelDetail(cancel) + "; " + res.Detail
+		if res.Outcome == vocab.RunCancelled && cancel != nil {
+			return vocab.RunCancelled, cancelDetail(cancel) + "; " + res.Detail
 		}
-		if res.Outcome == executor.OutcomeCancelled && j.preempt != nil {
-			return outcomePreempted, res.Detail
+		if res.Outcome == vocab.RunCancelled && j.preempt != nil {
+			return vocab.RunPreempted, res.Detail
 		}
 		return res.Outcome, res.Detail
 	case temporal.IsCanceledError(err) && cancel != nil:
-		return JobCancelled, cancelDetail(cancel)
+		return vocab.RunCancelled, cancelDetail(cancel)
 	case temporal.IsCanceledError(err) && j.preempt != nil:
 		// No result: the step reached is unknown; the checkpoint the executor
 		// saved is in the store, where the preemption reads it.
 		j.runResult = nil
-		return outcomePreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
+		return vocab.RunPreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
 	case isScheduleToStartTimeout(err):
 		// Slurm's NODE_FAIL: no agent serves the node (down, or never started).
-		return JobFailed, fmt.Sprintf("node failure: no agent on node %s took the run within %s (agent down or not serving %s)",
+		return vocab.RunFailed, fmt.Sprintf("node failure: no agent on node %s took the run within %s (agent down or not serving %s)",
 			p.Node, j.nodeScheduleToStart(), temporalx.NodeTaskQueue(p.Node))
 	default:
-		return JobFailed, "run failed: " + err.Error()
+		return vocab.RunFailed, "run failed: " + err.Error()
 	}
 }
 
@@ -695,18 +680,18 @@ func (j *jobFlow) pendingCancel(ctx workflow.Context) *temporalx.CancelSignal {
 // releasePlacement releases the held allocation that never got a run.
 func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) error {
 	return j.storeStep(ctx, actReleasePlacement, &activities.ReleasePlacementInput{
-		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: JobCancelled, Detail: detail, SchedulerWorkflowID: j.wakeScheduler(),
+		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: vocab.RunCancelled, Detail: detail, SchedulerWorkflowID: j.wakeScheduler(),
 	}).Get(ctx, nil)
 }
 
 // end records the final state, tells the scheduler that the allocation (if
 // any) is free, and returns the result.
-func (j *jobFlow) end(ctx workflow.Context, state, detail string) (*JobResult, error) {
+func (j *jobFlow) end(ctx workflow.Context, state vocab.JobState, detail string) (*JobResult, error) {
 	j.setState(ctx, state)
 	if j.allocID != "" && !j.localStore {
 		sched := j.schedulerID()
 		err := workflow.SignalExternalWorkflow(ctx, sched, "", temporalx.SignalAllocationReleased,
-			temporalx.AllocationReleasedSignal{JobID: j.in.JobID, AllocationID: j.allocID, Outcome: state}).Get(ctx, nil)
+			temporalx.AllocationReleasedSignal{JobID: j.in.JobID, AllocationID: j.allocID, Outcome: string(state)}).Get(ctx, nil)
 		if err != nil {
 			// The scheduler's timer cycle picks the free GPUs up anyway.
 			workflow.GetLogger(ctx).Warn("could not signal the scheduler", "scheduler", sched, "error", err)
@@ -716,7 +701,7 @@ func (j *jobFlow) end(ctx workflow.Context, state, detail string) (*JobResult, e
 }
 
 // finish builds the result and the workflow's outcome for state.
-func (j *jobFlow) finish(state, detail string) (*JobResult, error) {
+func (j *jobFlow) finish(state vocab.JobState, detail string) (*JobResult, error) {
 	res := &JobResult{JobID: j.in.JobID, State: state, AllocationID: j.allocID, RunID: j.runID, Detail: detail}
 	if r := j.runResult; r != nil {
 		res.Step, res.LastCheckpoint = r.Step, r.LastCheckpoint
@@ -724,24 +709,24 @@ func (j *jobFlow) finish(state, detail string) (*JobResult, error) {
 	}
 	res.Preemptions = j.preemptions
 	switch {
-	case state == JobFailed:
+	case state == vocab.JobFailed:
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("job %s failed: %s", j.in.JobID, detail), ErrTypeJobFailed, nil, res)
-	case state == JobCancelled && errors.Is(j.root.Err(), workflow.ErrCanceled):
+	case state == vocab.JobCancelled && errors.Is(j.root.Err(), workflow.ErrCanceled):
 		return nil, temporal.NewCanceledError(res)
 	}
 	return res, nil
 }
 
 // setState upserts the job-state search attribute when it changes.
-func (j *jobFlow) setState(ctx workflow.Context, state string) {
+func (j *jobFlow) setState(ctx workflow.Context, state vocab.JobState) {
 	if j.status.State == state {
 		return
 	}
 	j.status.State = state
-	if j.localStore && j.keywordIs(ctx, temporalx.JobStateKey, state) {
+	if j.localStore && j.keywordIs(ctx, temporalx.JobStateKey, string(state)) {
 		return // set at start by the API
 	}
-	j.upsert(ctx, temporalx.JobStateKey.ValueSet(state))
+	j.upsert(ctx, temporalx.JobStateKey.ValueSet(string(state)))
 }
 
 // upsertJobAttributes sets the queue, tier and pool search attributes. From
@@ -771,9 +756,9 @@ func (j *jobFlow) keywordIs(ctx workflow.Context, key temporal.SearchAttributeKe
 
 // setWaitReason upserts the wait-reason search attribute when it changes; ""
 // unsets it. A reason also means the job is waiting.
-func (j *jobFlow) setWaitReason(ctx workflow.Context, r scheduling.WaitReason) {
+func (j *jobFlow) setWaitReason(ctx workflow.Context, r vocab.WaitReason) {
 	if r != "" {
-		j.setState(ctx, JobWaiting)
+		j.setState(ctx, vocab.JobWaiting)
 	}
 	if j.status.WaitReason == r {
 		return

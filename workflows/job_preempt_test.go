@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -52,7 +53,7 @@ func TestJobWorkflowPreemptedRunsAgainFromCheckpoint(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		// The preemption's Release, then the scheduler's next placement on GPU-1.
 		ctx := context.Background()
-		if err := st.FinishRun(ctx, job.ID, runOf(t, st, job.ID), store.OutcomePreempted, "test release", time.Now()); err != nil {
+		if err := st.FinishRun(ctx, job.ID, runOf(t, st, job.ID), vocab.RunPreempted, "test release", time.Now()); err != nil {
 			t.Error(err)
 		}
 		now := time.Now()
@@ -89,7 +90,7 @@ func TestJobWorkflowPreemptedRunsAgainFromCheckpoint(t *testing.T) {
 	if len(resumed) != 1 || resumed[0].Arg.(temporalx.ResumedSignal).StartStep != saved {
 		t.Fatalf("resumed signals %+v, want one from step %d", resumed, saved)
 	}
-	if res.State != workflows.JobSucceeded || res.Preemptions != 1 || res.ResumedFromStep != saved || res.Step != 3000 {
+	if res.State != vocab.JobSucceeded || res.Preemptions != 1 || res.ResumedFromStep != saved || res.Step != 3000 {
 		t.Fatalf("result %+v, want success after one preemption, resumed from %d", res, saved)
 	}
 	if n := countRows(t, st, `SELECT count(*) FROM runs WHERE job_id = $1 AND start_step = $2 AND outcome = 'succeeded'`, job.ID, saved); n != 1 {
@@ -112,7 +113,7 @@ func TestJobWorkflowPreemptionAbortedRunsAgainOnSameAllocation(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID, HeartbeatTimeoutSeconds: 2})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobSucceeded || res.AllocationID != placed.AllocationID || res.Step != 3000 || res.ResumedFromStep == 0 {
+	if res.State != vocab.JobSucceeded || res.AllocationID != placed.AllocationID || res.Step != 3000 || res.ResumedFromStep == 0 {
 		t.Fatalf("result %+v, want success on %s resumed from its checkpoint", res, placed.AllocationID)
 	}
 	if n := countRows(t, st, `SELECT count(*) FROM runs WHERE job_id = $1`, job.ID); n != 1 {

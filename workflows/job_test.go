@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -35,19 +36,19 @@ func TestJobWorkflowRunsToSuccessAndReleases(t *testing.T) {
 	job := submitJob(t, st, jobSpec{gpus: 1, runSeconds: 70, checkpointInterval: 20})
 	placed := placeJob(t, st, job.ID)
 	env := newTestEnv(t, st, nil)
-	env.signalAt(time.Second, temporalx.SignalWaitReason, temporalx.WaitReasonSignal{Reason: scheduling.ReasonCapacityBusy})
+	env.signalAt(time.Second, temporalx.SignalWaitReason, temporalx.WaitReasonSignal{Reason: vocab.ReasonCapacityBusy})
 	env.signalAt(2*time.Second, temporalx.SignalPlaced, placed)
 
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobSucceeded || res.Step != 70 || res.AllocationID != placed.AllocationID || res.RunID == "" {
+	if res.State != vocab.JobSucceeded || res.Step != 70 || res.AllocationID != placed.AllocationID || res.RunID == "" {
 		t.Fatalf("result = %+v, want succeeded at step 70 on %s", res, placed.AllocationID)
 	}
 	if res.LastCheckpoint == nil || res.LastCheckpoint.Step != 60 {
 		t.Fatalf("last checkpoint = %+v, want step 60", res.LastCheckpoint)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateSucceeded {
+	if got := jobState(t, st, job.ID); got != vocab.JobSucceeded {
 		t.Fatalf("stored state %s, want succeeded", got)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {
@@ -85,10 +86,10 @@ func TestJobWorkflowCancelledBeforePlacement(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobCancelled || res.AllocationID != "" || res.RunID != "" {
+	if res.State != vocab.JobCancelled || res.AllocationID != "" || res.RunID != "" {
 		t.Fatalf("result = %+v, want cancelled without allocation", res)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateCancelled {
+	if got := jobState(t, st, job.ID); got != vocab.JobCancelled {
 		t.Fatalf("stored state %s, want cancelled", got)
 	}
 	if n := len(env.sent()); n != 0 {
@@ -108,7 +109,7 @@ func TestJobWorkflowCancelledThroughTemporalCancelsStoredJob(t *testing.T) {
 	if err := env.GetWorkflowError(); !errors.As(err, &canceled) {
 		t.Fatalf("workflow error %v, want canceled", err)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateCancelled {
+	if got := jobState(t, st, job.ID); got != vocab.JobCancelled {
 		t.Fatalf("stored state %s, want cancelled (the workflow records it)", got)
 	}
 }
@@ -129,13 +130,13 @@ func TestJobWorkflowCancelRacingPlacementReleasesAllocation(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobCancelled || res.AllocationID != placed.AllocationID || res.RunID != "" {
+	if res.State != vocab.JobCancelled || res.AllocationID != placed.AllocationID || res.RunID != "" {
 		t.Fatalf("result = %+v, want cancelled holding %s without a run", res, placed.AllocationID)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {
 		t.Fatal("allocation granted before the cancel is still held")
 	}
-	if got := jobState(t, st, job.ID); got != store.StateCancelled {
+	if got := jobState(t, st, job.ID); got != vocab.JobCancelled {
 		t.Fatalf("stored state %s, want cancelled", got)
 	}
 	if rel := releasedSignals(env); len(rel) != 1 {
@@ -159,13 +160,13 @@ func TestJobWorkflowCancelledWhileRunningFinishesRunCancelled(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID, HeartbeatTimeoutSeconds: 2})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobCancelled || res.RunID == "" {
+	if res.State != vocab.JobCancelled || res.RunID == "" {
 		t.Fatalf("result = %+v, want a cancelled run", res)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {
 		t.Fatal("allocation still held after cancellation")
 	}
-	if got := jobState(t, st, job.ID); got != store.StateCancelled {
+	if got := jobState(t, st, job.ID); got != vocab.JobCancelled {
 		t.Fatalf("stored state %s, want cancelled", got)
 	}
 	if n := countRows(t, st, `SELECT count(*) FROM runs WHERE job_id = $1 AND outcome = 'cancelled'`, job.ID); n != 1 {
@@ -185,7 +186,7 @@ func TestJobWorkflowIgnoresDuplicatePlaced(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobSucceeded {
+	if res.State != vocab.JobSucceeded {
 		t.Fatalf("result = %+v, want succeeded", res)
 	}
 	if n := countRows(t, st, `SELECT count(*) FROM runs WHERE job_id = $1`, job.ID); n != 1 {
@@ -211,13 +212,13 @@ func TestJobWorkflowFailedRunReleasesAllocation(t *testing.T) {
 	}
 	var res workflows.JobResult
 	decodeDetails(t, appErr, &res)
-	if res.State != workflows.JobFailed || res.Step != 30 {
+	if res.State != vocab.JobFailed || res.Step != 30 {
 		t.Fatalf("failure details %+v, want failed at step 30", res)
 	}
 	if !allocationReleased(t, st, placed.AllocationID) {
 		t.Fatal("allocation still held after failure")
 	}
-	if got := jobState(t, st, job.ID); got != store.StateFailed {
+	if got := jobState(t, st, job.ID); got != vocab.JobFailed {
 		t.Fatalf("stored state %s, want failed", got)
 	}
 	if rel := releasedSignals(env); len(rel) != 1 {
@@ -247,7 +248,7 @@ func TestJobWorkflowRunActivityErrorsExhaustRetries(t *testing.T) {
 	if attempts != 2 {
 		t.Fatalf("%d run attempts, want 2", attempts)
 	}
-	if !allocationReleased(t, st, placed.AllocationID) || jobState(t, st, job.ID) != store.StateFailed {
+	if !allocationReleased(t, st, placed.AllocationID) || jobState(t, st, job.ID) != vocab.JobFailed {
 		t.Fatal("allocation not released or job not failed after the run's retries ran out")
 	}
 }
@@ -280,7 +281,7 @@ func TestJobWorkflowRetriedRunResumesFromHeartbeat(t *testing.T) {
 	env.ExecuteWorkflow(workflows.JobWorkflowName, &workflows.JobInput{JobID: job.ID})
 
 	res := env.jobResult(t)
-	if res.State != workflows.JobSucceeded || res.Step != 100 {
+	if res.State != vocab.JobSucceeded || res.Step != 100 {
 		t.Fatalf("result = %+v, want succeeded", res)
 	}
 	if !res.ResumedAfterCrash || res.ResumedFromStep != 40 {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/temporalx"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Workflow type names of preemption and reclaim.
@@ -43,7 +43,7 @@ type PreemptionInput struct {
 // PreemptionResult is how a preemption ended (the full record is the store's).
 type PreemptionResult struct {
 	PreemptionID     string
-	Outcome          string // a store.Preemption* outcome
+	Outcome          vocab.PreemptionOutcome
 	Detail           string
 	CheckpointCame   bool
 	ResumedCorrectly *bool
@@ -110,9 +110,9 @@ func PreemptionWorkflow(ctx workflow.Context, in *PreemptionInput) (*PreemptionR
 	var failures []string
 	switch {
 	case cp.VictimEnded:
-		return p.abort(ctx, res, store.PreemptionVictimEnded, "the victim's run ended "+cp.RunOutcome+" before its release", false)
+		return p.abort(ctx, res, vocab.PreemptionVictimEnded, "the victim's run ended "+string(cp.RunOutcome)+" before its release", false)
 	case !cp.Came && !n.ReleaseWithoutCheckpoint:
-		return p.abort(ctx, res, store.PreemptionAbortedNoCkpt,
+		return p.abort(ctx, res, vocab.PreemptionAbortedNoCkpt,
 			fmt.Sprintf("no checkpoint newer than the notice within the %.0f s grace period; policy: abort", n.GraceSeconds), true)
 	case !cp.Came:
 		failures = append(failures, fmt.Sprintf("no checkpoint newer than the notice within the %.0f s grace period; released anyway, lost work counted", n.GraceSeconds))
@@ -122,7 +122,7 @@ func PreemptionWorkflow(ctx workflow.Context, in *PreemptionInput) (*PreemptionR
 		return nil, err
 	}
 	if rel.VictimEnded {
-		return p.abort(ctx, res, store.PreemptionVictimEnded, "the victim's run ended "+rel.RunOutcome+" before its release", false)
+		return p.abort(ctx, res, vocab.PreemptionVictimEnded, "the victim's run ended "+string(rel.RunOutcome)+" before its release", false)
 	}
 	var rs activities.RescheduleResult
 	if err := workflow.ExecuteActivity(actx, p.acts.Reschedule, &p.step).Get(ctx, &rs); err != nil {
@@ -190,7 +190,7 @@ func signalPreemptionID(v any) string {
 }
 
 // abort runs the Abort step and returns the result.
-func (p *preemptionFlow) abort(ctx workflow.Context, res *PreemptionResult, outcome, detail string, resumeVictim bool) (*PreemptionResult, error) {
+func (p *preemptionFlow) abort(ctx workflow.Context, res *PreemptionResult, outcome vocab.PreemptionOutcome, detail string, resumeVictim bool) (*PreemptionResult, error) {
 	err := workflow.ExecuteActivity(governanceActivityCtx(ctx), p.acts.Abort, &activities.AbortInput{
 		PreemptionStep: p.step, Outcome: outcome, Detail: detail, ResumeVictim: resumeVictim}).Get(ctx, nil)
 	if err != nil {

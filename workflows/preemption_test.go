@@ -18,6 +18,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -223,7 +224,7 @@ func TestPreemptionRunsAllFiveSteps(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionCompleted || !res.CheckpointCame || res.ResumedCorrectly == nil || !*res.ResumedCorrectly {
+	if res.Outcome != vocab.PreemptionCompleted || !res.CheckpointCame || res.ResumedCorrectly == nil || !*res.ResumedCorrectly {
 		t.Fatalf("result %+v, want completed with a checkpoint and a correct resume", res)
 	}
 	rec, err := f.st.GetPreemption(context.Background(), f.preemptionID)
@@ -285,7 +286,7 @@ func TestPreemptionWithoutCheckpointReleasesWhenPolicySays(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionCompleted || res.CheckpointCame || len(res.Failures) != 1 {
+	if res.Outcome != vocab.PreemptionCompleted || res.CheckpointCame || len(res.Failures) != 1 {
 		t.Fatalf("result %+v, want completed without a checkpoint and one failure noted", res)
 	}
 	rec, _ := f.st.GetPreemption(context.Background(), f.preemptionID)
@@ -307,10 +308,10 @@ func TestPreemptionWithoutCheckpointAbortsWhenPolicySays(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionAbortedNoCkpt {
+	if res.Outcome != vocab.PreemptionAbortedNoCkpt {
 		t.Fatalf("result %+v, want aborted_no_checkpoint", res)
 	}
-	if allocationReleased(t, f.st, f.allocID) || jobState(t, f.st, f.victim.ID) != store.StateRunning {
+	if allocationReleased(t, f.st, f.allocID) || jobState(t, f.st, f.victim.ID) != vocab.JobRunning {
 		t.Fatal("aborted preemption released the victim")
 	}
 	if a := env.sig.named(temporalx.SignalPreemptAborted); len(a) != 1 || a[0].WorkflowID != temporalx.JobWorkflowID(f.victim.ID) {
@@ -335,7 +336,7 @@ func TestPreemptionWrongStepResumeDowngrades(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionResumeFailed || res.ResumedCorrectly == nil || *res.ResumedCorrectly {
+	if res.Outcome != vocab.PreemptionResumeFailed || res.ResumedCorrectly == nil || *res.ResumedCorrectly {
 		t.Fatalf("result %+v, want resume_failed", res)
 	}
 	v, err := f.st.GetPreemptionVictim(context.Background(), f.preemptionID)
@@ -362,7 +363,7 @@ func TestPreemptionOfProtectedVictimAbortsAtNotify(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionAbortedIneligible || len(env.sig.named(temporalx.SignalPreempt)) != 0 {
+	if res.Outcome != vocab.PreemptionAbortedIneligible || len(env.sig.named(temporalx.SignalPreempt)) != 0 {
 		t.Fatalf("result %+v, signals %+v: want aborted at notify, no preempt sent", res, env.sig.sent)
 	}
 	if allocationReleased(t, f.st, f.allocID) {
@@ -443,7 +444,7 @@ func TestPreemptionStepsRetriedAfterCrashChangeNothingTwice(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
 	res := env.result(t)
-	if res.Outcome != store.PreemptionCompleted || len(cs.crashed) != 5 {
+	if res.Outcome != vocab.PreemptionCompleted || len(cs.crashed) != 5 {
 		t.Fatalf("result %+v after crashes %v, want completed after 5 crashed steps", res, cs.crashed)
 	}
 	for _, action := range []string{"preempt_notice", "preempt_release", "preempt_requeue", "preempt_finish"} {

@@ -10,7 +10,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // ReclaimInput starts a ReclaimWorkflow for one finding of the scan.
@@ -25,7 +25,7 @@ type ReclaimResult struct {
 	ReclaimID    string
 	Class        string
 	Mode         string
-	State        string // a store.Reclaim* state, or "not-reclaimable"
+	State        string // a vocab.ReclaimState, or "not-reclaimable"
 	Detail       string
 	Disputed     bool
 	GPUsReleased float64
@@ -67,15 +67,15 @@ func ReclaimWorkflow(ctx workflow.Context, in *ReclaimInput) (*ReclaimResult, er
 		return res, nil
 	}
 	upsertGovernanceAttrs(ctx, a.Queue, a.Tier, a.Pool)
-	switch policy.Mode(a.Mode) {
-	case policy.ModeAuto:
-		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: store.ActorReclaim, Reason: "auto mode"})
-	case policy.ModeNotify:
+	switch vocab.ReclaimMode(a.Mode) {
+	case vocab.ModeAuto:
+		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: vocab.ActorReclaim, Reason: "auto mode"})
+	case vocab.ModeNotify:
 		return r.notify(ctx, res, &a)
-	case policy.ModeConfirm:
+	case vocab.ModeConfirm:
 		return r.confirm(ctx, res, &a)
 	}
-	return r.close(ctx, res, store.ReclaimReported, "report mode: recorded only")
+	return r.close(ctx, res, vocab.ReclaimReported, "report mode: recorded only")
 }
 
 // reclaimFlow is the state of one ReclaimWorkflow run.
@@ -99,7 +99,7 @@ func (r *reclaimFlow) notify(ctx workflow.Context, res *ReclaimResult, a *activi
 	case confirm != nil:
 		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: confirm.Actor, Confirmed: true, Reason: confirm.Reason})
 	}
-	return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: store.ActorReclaim,
+	return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: vocab.ActorReclaim,
 		Reason: "notice window passed without objection"})
 }
 
@@ -117,7 +117,7 @@ func (r *reclaimFlow) confirm(ctx workflow.Context, res *ReclaimResult, a *activ
 	case confirm != nil:
 		return r.release(ctx, res, &activities.ReleaseReclaimInput{ReclaimID: a.ReclaimID, By: confirm.Actor, Confirmed: true, Reason: confirm.Reason})
 	}
-	return r.close(ctx, res, store.ReclaimExpired, "no operator confirmed within the confirm window")
+	return r.close(ctx, res, vocab.ReclaimExpired, "no operator confirmed within the confirm window")
 }
 
 // await waits up to d for the first keep or confirm signal.
@@ -144,7 +144,7 @@ func (r *reclaimFlow) dispute(ctx workflow.Context, res *ReclaimResult, keep *te
 	if err != nil {
 		return nil, err
 	}
-	res.State, res.Disputed, res.Detail = store.ReclaimKept, true, "kept by "+keep.Actor+": "+keep.Reason
+	res.State, res.Disputed, res.Detail = string(vocab.ReclaimKept), true, "kept by "+keep.Actor+": "+keep.Reason
 	return res, nil
 }
 
@@ -155,17 +155,17 @@ func (r *reclaimFlow) release(ctx workflow.Context, res *ReclaimResult, in *acti
 	if err := workflow.ExecuteActivity(rctx, r.acts.ReleaseReclaimed, in).Get(ctx, &out); err != nil {
 		return nil, err
 	}
-	res.State, res.GPUsReleased = out.State, out.GPUsReleased
+	res.State, res.GPUsReleased = string(out.State), out.GPUsReleased
 	return res, nil
 }
 
-func (r *reclaimFlow) close(ctx workflow.Context, res *ReclaimResult, state, detail string) (*ReclaimResult, error) {
+func (r *reclaimFlow) close(ctx workflow.Context, res *ReclaimResult, state vocab.ReclaimState, detail string) (*ReclaimResult, error) {
 	err := workflow.ExecuteActivity(governanceActivityCtx(ctx), r.acts.CloseReclaim,
 		&activities.CloseInput{ReclaimID: res.ReclaimID, State: state, Detail: detail}).Get(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	res.State, res.Detail = state, detail
+	res.State, res.Detail = string(state), detail
 	return res, nil
 }
 

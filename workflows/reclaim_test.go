@@ -9,7 +9,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/workflows"
 )
 
@@ -20,19 +20,19 @@ func TestReclaimWorkflowModes(t *testing.T) {
 	confirm := temporalx.ReclaimDecisionSignal{Actor: "olga", Reason: "approved"}
 	cases := []struct {
 		name     string
-		mode     policy.Mode
-		stage    scheduling.AutomationStage
+		mode     vocab.ReclaimMode
+		stage    vocab.AutomationStage
 		signal   string
 		arg      temporalx.ReclaimDecisionSignal
-		state    string
+		state    vocab.ReclaimState
 		released bool
 	}{
-		{"report records only", policy.ModeAuto, scheduling.StageObserve, "", keep, store.ReclaimReported, false},
-		{"auto releases at once", policy.ModeAuto, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
-		{"notify then keep is a dispute", policy.ModeNotify, scheduling.StageAutomate, temporalx.SignalReclaimKeep, keep, store.ReclaimKept, false},
-		{"notify without objection releases", policy.ModeNotify, scheduling.StageAutomate, "", keep, store.ReclaimReleased, true},
-		{"confirm releases on approval", policy.ModeConfirm, scheduling.StageAutomate, temporalx.SignalReclaimConfirm, confirm, store.ReclaimReleased, true},
-		{"confirm expires without approval", policy.ModeConfirm, scheduling.StageAutomate, "", keep, store.ReclaimExpired, false},
+		{"report records only", vocab.ModeAuto, vocab.StageObserve, "", keep, vocab.ReclaimReported, false},
+		{"auto releases at once", vocab.ModeAuto, vocab.StageAutomate, "", keep, vocab.ReclaimReleased, true},
+		{"notify then keep is a dispute", vocab.ModeNotify, vocab.StageAutomate, temporalx.SignalReclaimKeep, keep, vocab.ReclaimKept, false},
+		{"notify without objection releases", vocab.ModeNotify, vocab.StageAutomate, "", keep, vocab.ReclaimReleased, true},
+		{"confirm releases on approval", vocab.ModeConfirm, vocab.StageAutomate, temporalx.SignalReclaimConfirm, confirm, vocab.ReclaimReleased, true},
+		{"confirm expires without approval", vocab.ModeConfirm, vocab.StageAutomate, "", keep, vocab.ReclaimExpired, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,10 +56,10 @@ func TestReclaimWorkflowModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantMode := tc.mode
-			if tc.stage == scheduling.StageObserve {
-				wantMode = policy.ModeReport
+			if tc.stage == vocab.StageObserve {
+				wantMode = vocab.ModeReport
 			}
-			if res.State != tc.state || res.Mode != string(wantMode) || res.Class != string(policy.ClassFailed) {
+			if vocab.ReclaimState(res.State) != tc.state || res.Mode != string(wantMode) || res.Class != string(vocab.ClassFailed) {
 				t.Fatalf("result %+v, want state %s in mode %s", res, tc.state, wantMode)
 			}
 			if allocationReleased(t, st, alloc) != tc.released {
@@ -69,10 +69,10 @@ func TestReclaimWorkflowModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Disputed != (tc.state == store.ReclaimKept) || (tc.released && r.GPUsReleased != 1) || r.Basis == "" {
+			if r.Disputed != (tc.state == vocab.ReclaimKept) || (tc.released && r.GPUsReleased != 1) || r.Basis == "" {
 				t.Fatalf("record %+v", r)
 			}
-			if tc.mode == policy.ModeNotify && (r.NoticeAt == nil || countRows(t, st,
+			if tc.mode == vocab.ModeNotify && (r.NoticeAt == nil || countRows(t, st,
 				`SELECT count(*) FROM audit_log WHERE subject = $1 AND action = 'reclaim_notice'`, r.JobID) != 1) {
 				t.Fatalf("notify mode without a notice: %+v", r)
 			}
@@ -80,7 +80,7 @@ func TestReclaimWorkflowModes(t *testing.T) {
 				t.Fatalf("confirmed by %q, want olga", r.DecidedBy)
 			}
 			want := map[string]string{temporalx.QueueKey.GetName(): expQueue,
-				temporalx.TierKey.GetName(): scheduling.TierExperiment.String(), temporalx.PoolKey.GetName(): testPool}
+				temporalx.TierKey.GetName(): vocab.TierExperiment.String(), temporalx.PoolKey.GetName(): testPool}
 			if got := env.upserted(); !maps.Equal(got, want) {
 				t.Fatalf("search attributes %v, want %v", got, want)
 			}
@@ -91,7 +91,7 @@ func TestReclaimWorkflowModes(t *testing.T) {
 // TestReclaimWorkflowSkipsReleasedAllocation: an allocation released by its
 // own job before the reclaim acted is not reclaimable; nothing is recorded.
 func TestReclaimWorkflowSkipsReleasedAllocation(t *testing.T) {
-	st := newGovStore(t, 1, scheduling.StageAutomate)
+	st := newGovStore(t, 1, vocab.StageAutomate)
 	alloc := failRunHoldingGPUs(t, st, expQueue, 0, "failed")
 	if _, err := st.Pool().Exec(context.Background(), `UPDATE allocation_gpus SET active = false WHERE allocation_id = $1;
 		`, alloc); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // QuerySchedulerStatus is the query name that returns a SchedulerStatus.
@@ -253,7 +254,7 @@ func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, p
 		}
 		p := placed[i]
 		err := workflow.ExecuteActivity(rctx, s.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
-			JobID: p.JobID, AllocationID: p.AllocationID, Outcome: "requeued",
+			JobID: p.JobID, AllocationID: p.AllocationID, Outcome: vocab.RunRequeued,
 			Detail: "job workflow could not be signalled: " + sigErr.Error(),
 		}).Get(ctx, nil)
 		if err != nil {

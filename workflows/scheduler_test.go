@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -129,7 +130,7 @@ func TestSchedulerCyclesOnTimerAndCoalescedSignalsThenContinuesAsNew(t *testing.
 		if !ok || p.AllocationID == "" || p.Node != testNode || len(p.GPUs) != 1 {
 			t.Fatalf("placed signal for %s = %+v (sent: %v)", j.ID, p, ok)
 		}
-		if got := jobState(t, st, j.ID); got != store.StatePlaced {
+		if got := jobState(t, st, j.ID); got != vocab.JobPlaced {
 			t.Fatalf("job %s stored as %s, want placed", j.ID, got)
 		}
 	}
@@ -173,7 +174,7 @@ func TestSchedulerRequeuesPlacementOfUnreachableJobWorkflow(t *testing.T) {
 	if n := countRows(t, st, `SELECT count(*) FROM allocations WHERE job_id = $1 AND released_at IS NOT NULL`, job.ID); n != 1 {
 		t.Fatalf("%d released allocations, want the unclaimed one released", n)
 	}
-	if got := jobState(t, st, job.ID); got != store.StateWaiting {
+	if got := jobState(t, st, job.ID); got != vocab.JobWaiting {
 		t.Fatalf("job stored as %s, want waiting again", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -84,10 +85,10 @@ func newAgentTestEnv(t *testing.T) *agentTestEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	toks, err := api.NewTokens(map[string]api.Principal{"tok-agent": {Name: "agent", Project: "platform", Role: api.RoleAgent}})
+	toks, err := api.NewTokens(map[string]api.Principal{"tok-agent": {Name: "agent", Project: "platform", Role: vocab.RoleAgent}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func (e *agentTestEnv) placeRun(gpu int, args ...string) *executor.RunInput {
 	e.t.Helper()
 	ctx := context.Background()
 	job, _, err := e.store.CreateJob(ctx, &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard,
 		Request:  scheduling.ResourceRequest{GPUs: 1, Pool: "p"},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 5},
 		Command:  append([]string{e.trainer}, args...),
@@ -232,7 +233,7 @@ func TestAgentRunsJobsOnItsNodeQueue(t *testing.T) {
 	t.Run("completes", func(t *testing.T) {
 		in := e.placeRun(0, "-steps", "20", "-checkpoint-every", "5")
 		res := e.result(e.start(in))
-		if res.Outcome != executor.OutcomeSucceeded || res.Step != 20 || res.LastCheckpoint == nil || res.LastCheckpoint.Step != 20 {
+		if res.Outcome != vocab.RunSucceeded || res.Step != 20 || res.LastCheckpoint == nil || res.LastCheckpoint.Step != 20 {
 			t.Fatalf("result = %+v, want succeeded at step 20 with its checkpoint", res)
 		}
 		if cp := e.lastCheckpoint(in.JobID); cp == nil || cp.Step != 20 || cp.Location != res.LastCheckpoint.Location {
@@ -248,7 +249,7 @@ func TestAgentRunsJobsOnItsNodeQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := e.result(run)
-		if res.Outcome != executor.OutcomeCancelled || !strings.Contains(res.Detail, "within its grace period") ||
+		if res.Outcome != vocab.RunCancelled || !strings.Contains(res.Detail, "within its grace period") ||
 			res.LastCheckpoint == nil || res.LastCheckpoint.Step != res.Step {
 			t.Fatalf("result = %+v, want cancelled with the checkpoint saved on SIGTERM", res)
 		}
@@ -267,7 +268,7 @@ func TestAgentRunsJobsOnItsNodeQueue(t *testing.T) {
 		agent = e.startAgentWorkers() // the restarted agent takes the retry
 		stopped = false
 		res := e.result(run)
-		if res.Outcome != executor.OutcomeSucceeded || !res.ResumedAfterCrash || res.StartStep < saved.Step || res.Step != 150 ||
+		if res.Outcome != vocab.RunSucceeded || !res.ResumedAfterCrash || res.StartStep < saved.Step || res.Step != 150 ||
 			strings.Contains(res.Detail, "reported starting") {
 			t.Fatalf("result = %+v, want a success resumed at step ≥ %d", res, saved.Step)
 		}

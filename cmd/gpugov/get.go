@@ -124,7 +124,7 @@ func printJobList(w io.Writer, page *api.JobList) error {
 	fmt.Fprintln(tw, "ID\tPROJECT\tQUEUE\tSTATE\tREASON\tGPUS\tPOOL\tSUBMITTED")
 	for _, j := range page.Jobs {
 		reason := "-"
-		if j.Explanation != nil && j.Explanation.Reason != "" && (j.State == "waiting" || j.State == "submitted") {
+		if j.Explanation != nil && j.Explanation.Reason != "" && j.State.Pending() {
 			reason = j.Explanation.Reason
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Project, j.Queue, j.State, reason,
@@ -142,7 +142,7 @@ func printJobList(w io.Writer, page *api.JobList) error {
 
 // stateText is the state plus the flags that change its meaning.
 func stateText(j *api.Job) string {
-	s := j.State
+	s := string(j.State)
 	if j.Held {
 		s += ", held"
 	}

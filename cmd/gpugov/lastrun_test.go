@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // `gpugov why` and `gpugov get` on a job whose run failed say when it
@@ -42,7 +42,7 @@ func TestWhyAndGetShowTheLastRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := start.Add(5 * time.Minute)
-	if err := env.store.FinishRun(ctx, id, runID, store.OutcomeFailed, "node failure: no agent on node node-1", end); err != nil {
+	if err := env.store.FinishRun(ctx, id, runID, vocab.RunFailed, "node failure: no agent on node node-1", end); err != nil {
 		t.Fatal(err)
 	}
 	displayLocation = time.UTC

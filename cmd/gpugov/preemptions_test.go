@@ -17,6 +17,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -63,12 +64,12 @@ func newGovCLIEnv(t *testing.T, who api.Principal) *govCLIEnv {
 	for _, u := range []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"} {
 		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: u, Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
 	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: govPool, Available: true, Stage: scheduling.StageAutomate,
+	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: govPool, Available: true, Stage: vocab.StageAutomate,
 		Nodes: []scheduling.Node{node}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: govQueue, Tier: scheduling.TierStandard, ServiceShare: 1},
-		{Name: "serve", Tier: scheduling.TierProduction, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: govQueue, Tier: vocab.TierStandard, ServiceShare: 1},
+		{Name: "serve", Tier: vocab.TierProduction, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	toks, err := api.NewTokens(map[string]api.Principal{cliToken: who})
@@ -114,7 +115,7 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Second)
-	mk := func(project, queue string, tier scheduling.Tier, gpus int, recovery scheduling.RecoveryEvidence) *store.Job {
+	mk := func(project, queue string, tier vocab.Tier, gpus int, recovery scheduling.RecoveryEvidence) *store.Job {
 		j, _, err := st.CreateJob(ctx, &store.NewJob{Project: project, Queue: queue, Tier: tier, RunSeconds: 36000,
 			Request: scheduling.ResourceRequest{GPUs: gpus, Pool: govPool}, Recovery: recovery})
 		if err != nil {
@@ -122,8 +123,8 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 		}
 		return j
 	}
-	victim := mk("vision", govQueue, scheduling.TierStandard, 2, scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 1800})
-	trigger := mk("serving", "serve", scheduling.TierProduction, 4, scheduling.RecoveryEvidence{})
+	victim := mk("vision", govQueue, vocab.TierStandard, 2, scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 1800})
+	trigger := mk("serving", "serve", vocab.TierProduction, 4, scheduling.RecoveryEvidence{})
 	started, notified := now.Add(-3*time.Hour), now.Add(-40*time.Minute)
 	alloc, run := placeAndRun(t, st, victim.ID, []string{"GPU-0", "GPU-1"}, 0, started)
 	if err := st.RecordCheckpoint(ctx, victim.ID, run, scheduling.Checkpoint{At: notified.Add(-20 * time.Minute), Step: 400,
@@ -161,7 +162,7 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 	loss := governance.EffectiveRunLoss(governance.LossInput{GPUs: rec.GPUs, NotifiedAt: notified, RunStartedAt: started,
 		Resumable: rec.SavedCheckpoint, ResumedAt: resumedAt, PassedAt: passedAt})
 	yes, from := true, int64(400)
-	rec, err = st.FinishPreemption(ctx, id, store.PreemptionResume{Outcome: store.PreemptionCompleted, ResumedRunID: run2,
+	rec, err = st.FinishPreemption(ctx, id, store.PreemptionResume{Outcome: vocab.PreemptionCompleted, ResumedRunID: run2,
 		ResumedFromStep: &from, ResumedAt: &resumedAt, PassedAt: &passedAt, ResumedCorrectly: &yes,
 		LostSeconds: loss.LostSeconds, SaveRestoreS: loss.SaveRestoreSeconds, RecomputeS: &loss.RecomputeSeconds,
 		LossGPUSeconds: loss.GPUSeconds, At: passedAt,
@@ -192,7 +193,7 @@ func writeCLIArtifact(t *testing.T, name, out string) {
 // the list, one record step by step with its loss by parts, JSON, filters,
 // and the errors (bad flags and values exit 2, an unknown ID too).
 func TestPreemptionsCommand(t *testing.T) {
-	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: api.RoleSubmitter})
+	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter})
 	out, _, err := env.run(t, "preemptions")
 	if err != nil || !strings.HasPrefix(out, "no preemptions") || strings.Contains(out, "VICTIM") {
 		t.Fatalf("preemptions with none: %v\n%s", err, out)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -19,7 +20,7 @@ import (
 // without its allocation being released: what the reclaim scan finds.
 func heldAfterRun(t *testing.T, st *store.Store, gpu, outcome string) string {
 	t.Helper()
-	j, _, err := st.CreateJob(context.Background(), &store.NewJob{Project: "vision", Queue: govQueue, Tier: scheduling.TierStandard,
+	j, _, err := st.CreateJob(context.Background(), &store.NewJob{Project: "vision", Queue: govQueue, Tier: vocab.TierStandard,
 		RunSeconds: 600, Request: scheduling.ResourceRequest{GPUs: 1, Pool: govPool}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func recordReclaims(t *testing.T, st *store.Store, cfg *policy.Policy) map[strin
 // exit 2.
 func TestReclaimsCommand(t *testing.T) {
 	ctx := context.Background()
-	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: api.RoleSubmitter})
+	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter})
 	out, _, err := env.run(t, "reclaims")
 	if err != nil || !strings.HasPrefix(out, "no reclaims") || strings.Contains(out, "BASIS") {
 		t.Fatalf("reclaims with none: %v\n%s", err, out)
@@ -78,8 +79,8 @@ func TestReclaimsCommand(t *testing.T) {
 	failedAlloc := heldAfterRun(t, env.store, "GPU-0", "failed")
 	doneAlloc := heldAfterRun(t, env.store, "GPU-1", "succeeded")
 	cfg := policy.Default()
-	cfg.Reclaim.Rules = []policy.ModeRule{{Class: policy.ClassFailed, Mode: policy.ModeNotify},
-		{Class: policy.ClassCompleted, Mode: policy.ModeAuto}}
+	cfg.Reclaim.Rules = []policy.ModeRule{{Class: vocab.ClassFailed, Mode: vocab.ModeNotify},
+		{Class: vocab.ClassCompleted, Mode: vocab.ModeAuto}}
 	rs := recordReclaims(t, env.store, cfg)
 	failed, done := rs[failedAlloc], rs[doneAlloc]
 	if failed == nil || done == nil {
@@ -89,7 +90,7 @@ func TestReclaimsCommand(t *testing.T) {
 	if _, err := env.store.NoticeReclaim(ctx, failed.ID, now.Add(15*time.Minute), now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.store.ReleaseReclaimed(ctx, done.ID, store.ActorReclaim, now); err != nil {
+	if _, err := env.store.ReleaseReclaimed(ctx, done.ID, vocab.ActorReclaim, now); err != nil {
 		t.Fatal(err)
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -20,13 +21,13 @@ func TestReportCommand(t *testing.T) {
 	env := newCLIEnv(t)
 	ctx := context.Background()
 	submitted := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second)
-	job, _, err := env.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: scheduling.TierStandard,
+	job, _, err := env.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,
 		SubmitTime: submitted, Request: scheduling.ResourceRequest{GPUs: 1, Pool: "a100-east"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.store.ApplyCycle(ctx, "c1", &scheduling.Result{At: submitted, Waiting: []scheduling.WaitStatus{
-		{JobID: job.ID, Reason: scheduling.ReasonCapacityBusy, Rank: 1}}}, submitted); err != nil {
+		{JobID: job.ID, Reason: vocab.ReasonCapacityBusy, Rank: 1}}}, submitted); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/inventory/static"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -25,10 +26,10 @@ func TestDeployFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := toks.Lookup("dev-admin"); !ok || p.Role != api.RoleAdmin {
+	if p, ok := toks.Lookup("dev-admin"); !ok || p.Role != vocab.RoleAdmin {
 		t.Errorf("dev-admin = %+v, %v; want an admin", p, ok)
 	}
-	if p, ok := toks.Lookup("dev-project-03"); !ok || p.Role != api.RoleSubmitter || p.Project != "project-03" {
+	if p, ok := toks.Lookup("dev-project-03"); !ok || p.Role != vocab.RoleSubmitter || p.Project != "project-03" {
 		t.Errorf("dev-project-03 = %+v, %v; want a submitter of project-03", p, ok)
 	}
 	inv, err := static.Load("../../deploy/gpugov/inventory.yaml")

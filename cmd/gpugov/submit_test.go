@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -46,10 +47,10 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	toks, err := api.NewTokens(map[string]api.Principal{cliToken: {Name: "alice", Project: "vision", Role: api.RoleSubmitter}})
+	toks, err := api.NewTokens(map[string]api.Principal{cliToken: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestSubmitGetWhy(t *testing.T) {
 	}
 	since := job.WaitingSince
 	_, err = env.store.ApplyCycle(context.Background(), "c1", &scheduling.Result{At: since, Waiting: []scheduling.WaitStatus{{
-		JobID: id, Reason: scheduling.ReasonCapacityBusy, Rank: 3,
+		JobID: id, Reason: vocab.ReasonCapacityBusy, Rank: 3,
 		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 0 free",
 		ReEvaluate: "when 2 matching GPUs on one node are free",
 		Priority:   scheduling.Priority{Score: 10450, TierBase: 10000, AgingCredit: 300, AgingCapped: true, FairShare: 150},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/apiclient"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func init() {
@@ -45,9 +46,9 @@ change the reason and the next action the reason implies.`,
 func explainJob(j *api.Job) string {
 	var b strings.Builder
 	switch j.State {
-	case "submitted", "waiting":
+	case vocab.JobSubmitted, vocab.JobWaiting:
 		explainWait(&b, j)
-	case "placed", "running":
+	case vocab.JobPlaced, vocab.JobRunning:
 		fmt.Fprintf(&b, "%s is %s, not waiting", j.ID, j.State)
 		if e := j.Explanation; e != nil && e.Placed != nil {
 			fmt.Fprintf(&b, " — placed on %s at rank %d; priority %s", describePlacement(e.Placed), e.Rank,

@@ -18,19 +18,13 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // RunActivityName is the Temporal activity name of a run. JobWorkflow schedules
 // it by this name on the executor's task queue, so any executor registering it
 // can serve runs.
 const RunActivityName = "ExecutorRun"
-
-// Run outcomes reported in RunResult.Outcome.
-const (
-	OutcomeSucceeded = "succeeded" // the job's work is done
-	OutcomeFailed    = "failed"    // the job's process exited with an error
-	OutcomeCancelled = "cancelled" // the run was stopped on request (cancel, preemption)
-)
 
 // RunInput is one run of a job on its allocation. A step is one second of the
 // job's (uncompressed) work, so RunSeconds is also the job's last step.
@@ -59,10 +53,10 @@ type Progress struct {
 
 // RunResult is how a run ended.
 type RunResult struct {
-	Outcome   string // OutcomeSucceeded, OutcomeFailed or OutcomeCancelled
-	Detail    string // human-readable reason, with the steps
-	StartStep int64  // the step this attempt started from
-	Step      int64  // the step reached
+	Outcome   vocab.RunOutcome // vocab.RunSucceeded, RunFailed or RunCancelled
+	Detail    string           // human-readable reason, with the steps
+	StartStep int64            // the step this attempt started from
+	Step      int64            // the step reached
 	// LastCheckpoint is the last checkpoint written by this run (or the one it
 	// resumed from); nil when none exists.
 	LastCheckpoint *scheduling.Checkpoint
@@ -133,12 +127,12 @@ func (e *SimulatedExecutor) Run(ctx context.Context, in *RunInput) (*RunResult, 
 		activity.RecordHeartbeat(ctx, progress)
 		res.Step, res.LastCheckpoint = progress.Step, progress.LastCheckpoint
 		if in.FailAtStep > 0 && progress.Step >= in.FailAtStep {
-			res.Outcome = OutcomeFailed
+			res.Outcome = vocab.RunFailed
 			res.Detail = fmt.Sprintf("simulated job exited with an error at step %d of %d", progress.Step, in.RunSeconds)
 			return res, nil
 		}
 		if progress.Step >= in.RunSeconds {
-			res.Outcome = OutcomeSucceeded
+			res.Outcome = vocab.RunSucceeded
 			res.Detail = fmt.Sprintf("completed %d steps (started at step %d)", in.RunSeconds, res.StartStep)
 			return res, nil
 		}
@@ -167,7 +161,7 @@ func (e *SimulatedExecutor) Run(ctx context.Context, in *RunInput) (*RunResult, 
 // older checkpoint as its last.
 func (e *SimulatedExecutor) cancelled(ctx context.Context, in *RunInput, res *RunResult, p *Progress, began time.Time) (*RunResult, error) {
 	p.Step = e.stepAt(in, res.StartStep, began)
-	res.Outcome = OutcomeCancelled
+	res.Outcome = vocab.RunCancelled
 	res.Detail = fmt.Sprintf("cancelled at step %d of %d", p.Step, in.RunSeconds)
 	if in.CheckpointIntervalSeconds > 0 && !e.SkipFinalCheckpoint && p.Step > res.StartStep &&
 		(p.LastCheckpoint == nil || p.Step > p.LastCheckpoint.Step) && e.Checkpoints != nil {

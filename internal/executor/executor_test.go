@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // checkpointLog records what the executor writes, in order.
@@ -104,7 +105,7 @@ func TestRunCompletesWritingCheckpointsAndHeartbeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != OutcomeSucceeded || res.Step != 100 || res.StartStep != 0 || res.ResumedAfterCrash {
+	if res.Outcome != vocab.RunSucceeded || res.Step != 100 || res.StartStep != 0 || res.ResumedAfterCrash {
 		t.Fatalf("result = %+v, want succeeded at step 100 from 0", res)
 	}
 	if got := log.Steps(); !equalSteps(got, []int64{30, 60, 90}) {
@@ -122,7 +123,7 @@ func TestRunHonoursStartStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != OutcomeSucceeded || res.StartStep != 60 || res.Step != 100 {
+	if res.Outcome != vocab.RunSucceeded || res.StartStep != 60 || res.Step != 100 {
 		t.Fatalf("result = %+v, want succeeded 60→100", res)
 	}
 	if got := log.Steps(); !equalSteps(got, []int64{90}) {
@@ -139,7 +140,7 @@ func TestRunResumesFromHeartbeatCheckpointAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.ResumedAfterCrash || res.StartStep != 60 || res.RecomputeSteps != 15 || res.Outcome != OutcomeSucceeded {
+	if !res.ResumedAfterCrash || res.StartStep != 60 || res.RecomputeSteps != 15 || res.Outcome != vocab.RunSucceeded {
 		t.Fatalf("result = %+v, want resumed at 60 with 15 steps recomputed", res)
 	}
 	if got := log.Steps(); !equalSteps(got, []int64{90}) {
@@ -168,7 +169,7 @@ func TestRunStopsOnCancellation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != OutcomeCancelled || res.Step <= 0 || res.Step >= 60_000 {
+	if res.Outcome != vocab.RunCancelled || res.Step <= 0 || res.Step >= 60_000 {
 		t.Fatalf("result = %+v, want cancelled part-way", res)
 	}
 	if elapsed := time.Since(start); elapsed > 30*time.Second {
@@ -182,7 +183,7 @@ func TestRunReportsSimulatedFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != OutcomeFailed || res.Step != 42 {
+	if res.Outcome != vocab.RunFailed || res.Step != 42 {
 		t.Fatalf("result = %+v, want failed at step 42", res)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/worker"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestCancelledRunSavesTheStepReached: a checkpointable job cancelled
@@ -26,7 +28,7 @@ func TestCancelledRunSavesTheStepReached(t *testing.T) {
 		steps := log.Steps()
 		last := steps[len(steps)-1]
 		switch {
-		case res.Outcome != OutcomeCancelled || res.LastCheckpoint == nil:
+		case res.Outcome != vocab.RunCancelled || res.LastCheckpoint == nil:
 			t.Fatalf("skip=%v: result %+v, want cancelled with a checkpoint", skip, res)
 		case !skip && (last != res.Step || res.LastCheckpoint.Step != res.Step):
 			t.Fatalf("checkpoints %v, result %+v: want the last at the step reached", steps, res)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/policy"
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Sample is one utilisation measurement of one GPU (store.GPUSample's fields
@@ -32,13 +32,13 @@ type Evidence struct {
 	Tier         string // the job's tier name
 	Pool         string
 	Node         string
-	GPUs         float64                    // GPU equivalents held (milli-GPU / 1000)
-	GPUUUIDs     []string                   // the GPUs the allocation holds a share of
-	Stage        scheduling.AutomationStage // the pool's automation stage
+	GPUs         float64               // GPU equivalents held (milli-GPU / 1000)
+	GPUUUIDs     []string              // the GPUs the allocation holds a share of
+	Stage        vocab.AutomationStage // the pool's automation stage
 	// Reclaimed is true when a reclaim is already recorded for the
 	// allocation (one reclaim per allocation; the scan skips it).
 	Reclaimed bool
-	JobState  string // the store's job state
+	JobState  vocab.JobState
 	// Protected is true when the job or its queue is protected.
 	Protected bool
 	GrantedAt time.Time
@@ -46,7 +46,7 @@ type Evidence struct {
 	RunID        string
 	RunStartedAt time.Time
 	RunEndedAt   *time.Time
-	RunOutcome   string // succeeded, failed, cancelled, preempted; "" while running
+	RunOutcome   vocab.RunOutcome // "" while running
 	// LastCheckpointAt is the time of the run's newest checkpoint: progress.
 	LastCheckpointAt *time.Time
 	// LastHeartbeatAt is when the run's executor last heartbeated (its run
@@ -60,7 +60,7 @@ type Evidence struct {
 // Finding is an allocation the scan would reclaim: its class and the basis,
 // a sentence with the quantities, for the record and the owner's notice.
 type Finding struct {
-	Class policy.Class
+	Class vocab.ReclaimClass
 	Basis string
 }
 
@@ -78,23 +78,23 @@ type Finding struct {
 func Classify(ev *Evidence, c *policy.Policy, now time.Time) (Finding, bool) {
 	window := policy.Seconds(c.Reclaim.ObservationWindowSeconds)
 	switch {
-	case ev.RunOutcome == "succeeded" || ev.JobState == "succeeded":
-		return Finding{policy.ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
+	case ev.RunOutcome == vocab.RunSucceeded || ev.JobState == vocab.JobSucceeded:
+		return Finding{vocab.ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
 			endedText(ev.RunEndedAt), ev.GPUs)}, true
 	case ev.RunEndedAt != nil:
-		return Finding{policy.ClassFailed, fmt.Sprintf("run %s ended %s%s but %.3g GPU(s) are still held", ev.RunID, ev.RunOutcome,
+		return Finding{vocab.ClassFailed, fmt.Sprintf("run %s ended %s%s but %.3g GPU(s) are still held", ev.RunID, ev.RunOutcome,
 			endedText(ev.RunEndedAt), ev.GPUs)}, true
-	case ev.JobState == "failed" || ev.JobState == "cancelled":
-		return Finding{policy.ClassFailed, fmt.Sprintf("job is %s but %.3g GPU(s) are still held", ev.JobState, ev.GPUs)}, true
+	case ev.JobState == vocab.JobFailed || ev.JobState == vocab.JobCancelled:
+		return Finding{vocab.ClassFailed, fmt.Sprintf("job is %s but %.3g GPU(s) are still held", ev.JobState, ev.GPUs)}, true
 	case ev.RunID == "" && now.Sub(ev.GrantedAt) >= window:
-		return Finding{policy.ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
+		return Finding{vocab.ClassFailed, fmt.Sprintf("granted at %s, no run started within the %s observation window",
 			ev.GrantedAt.UTC().Format(time.RFC3339), window)}, true
 	case heartbeatLost(ev, now, window):
-		return Finding{policy.ClassFailed, fmt.Sprintf("run %s has not heartbeated for %s (last heartbeat at %s), longer than the %s observation window: its executor is lost but %.3g GPU(s) are still held",
+		return Finding{vocab.ClassFailed, fmt.Sprintf("run %s has not heartbeated for %s (last heartbeat at %s), longer than the %s observation window: its executor is lost but %.3g GPU(s) are still held",
 			ev.RunID, now.Sub(*ev.LastHeartbeatAt).Round(time.Second), ev.LastHeartbeatAt.UTC().Format(time.RFC3339), window, ev.GPUs)}, true
 	}
 	if basis, ok := idle(ev, c, now, window); ok {
-		return Finding{policy.ClassIdle, basis}, true
+		return Finding{vocab.ClassIdle, basis}, true
 	}
 	return Finding{}, false
 }
@@ -172,9 +172,9 @@ func endedText(t *time.Time) string {
 
 // ModeDecision is the mode a finding is handled in and why.
 type ModeDecision struct {
-	Mode       policy.Mode
-	Configured policy.Mode // what the rules say, before stage and protection
-	Stage      scheduling.AutomationStage
+	Mode       vocab.ReclaimMode
+	Configured vocab.ReclaimMode // what the rules say, before stage and protection
+	Stage      vocab.AutomationStage
 	Why        string
 }
 
@@ -183,15 +183,15 @@ type ModeDecision struct {
 // acts only on the policy's low-risk queues and reports the rest; protected
 // work is never released without an operator (confirm) unless it is only
 // reported.
-func DecideMode(c *policy.Policy, stage scheduling.AutomationStage, pool, queue string, class policy.Class, protected bool) ModeDecision {
+func DecideMode(c *policy.Policy, stage vocab.AutomationStage, pool, queue string, class vocab.ReclaimClass, protected bool) ModeDecision {
 	d := ModeDecision{Configured: c.ConfiguredMode(pool, queue, class), Stage: stage}
 	switch {
-	case stage != scheduling.StageTrial && stage != scheduling.StageAutomate:
-		d.Mode, d.Why = policy.ModeReport, fmt.Sprintf("pool %s is in the %s stage: recorded only", pool, orNone(string(stage)))
-	case stage == scheduling.StageTrial && !c.LowRisk(queue):
-		d.Mode, d.Why = policy.ModeReport, fmt.Sprintf("pool %s is in the trial stage and queue %s is not low-risk: recorded only", pool, queue)
-	case protected && d.Configured != policy.ModeReport:
-		d.Mode, d.Why = policy.ModeConfirm, "protected work is released only on an operator's confirmation"
+	case stage != vocab.StageTrial && stage != vocab.StageAutomate:
+		d.Mode, d.Why = vocab.ModeReport, fmt.Sprintf("pool %s is in the %s stage: recorded only", pool, orNone(string(stage)))
+	case stage == vocab.StageTrial && !c.LowRisk(queue):
+		d.Mode, d.Why = vocab.ModeReport, fmt.Sprintf("pool %s is in the trial stage and queue %s is not low-risk: recorded only", pool, queue)
+	case protected && d.Configured != vocab.ModeReport:
+		d.Mode, d.Why = vocab.ModeConfirm, "protected work is released only on an operator's confirmation"
 	default:
 		d.Mode, d.Why = d.Configured, fmt.Sprintf("configured mode for pool %s, queue %s, class %s", pool, queue, class)
 	}

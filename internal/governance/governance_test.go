@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestEffectiveRunLoss(t *testing.T) {
@@ -48,24 +49,24 @@ func TestClassify(t *testing.T) {
 	cases := []struct {
 		name string
 		ev   func(*Evidence)
-		want policy.Class // "" = not reclaimable
+		want vocab.ReclaimClass // "" = not reclaimable
 	}{
-		{"succeeded run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "succeeded", &ended }, policy.ClassCompleted},
-		{"failed run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "failed", &ended }, policy.ClassFailed},
-		{"no run within the window", func(e *Evidence) { e.RunID, e.JobState = "", "placed" }, policy.ClassFailed},
-		{"idle on every sample", func(e *Evidence) { e.Samples = samples(2) }, policy.ClassIdle},
+		{"succeeded run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "succeeded", &ended }, vocab.ClassCompleted},
+		{"failed run still holding", func(e *Evidence) { e.RunOutcome, e.RunEndedAt = "failed", &ended }, vocab.ClassFailed},
+		{"no run within the window", func(e *Evidence) { e.RunID, e.JobState = "", "placed" }, vocab.ClassFailed},
+		{"idle on every sample", func(e *Evidence) { e.Samples = samples(2) }, vocab.ClassIdle},
 		{"missing samples are no evidence", func(e *Evidence) {}, ""},
 		{"busy GPU", func(e *Evidence) { e.Samples = samples(40) }, ""},
 		{"samples not spanning the window", func(e *Evidence) { e.Samples = samples(2)[15:] }, ""},
 		{"checkpoint in the window is progress", func(e *Evidence) { cp := now.Add(-time.Minute); e.Samples, e.LastCheckpointAt = samples(0), &cp }, ""},
 		{"protected job", func(e *Evidence) { e.Samples, e.Protected = samples(0), true }, ""},
-		{"heartbeat older than the window", func(e *Evidence) { hb := now.Add(-11 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, policy.ClassFailed},
-		{"heartbeat lost on protected work", func(e *Evidence) { hb := now.Add(-time.Hour); e.Protected, e.LastHeartbeatAt = true, &hb }, policy.ClassFailed},
+		{"heartbeat older than the window", func(e *Evidence) { hb := now.Add(-11 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, vocab.ClassFailed},
+		{"heartbeat lost on protected work", func(e *Evidence) { hb := now.Add(-time.Hour); e.Protected, e.LastHeartbeatAt = true, &hb }, vocab.ClassFailed},
 		{"recent heartbeat", func(e *Evidence) { hb := now.Add(-9 * time.Minute); e.Samples, e.LastHeartbeatAt = samples(40), &hb }, ""},
 		{"heartbeat age of an ended run", func(e *Evidence) {
 			hb := now.Add(-time.Hour)
 			e.RunOutcome, e.RunEndedAt, e.LastHeartbeatAt = "cancelled", &ended, &hb
-		}, policy.ClassFailed},
+		}, vocab.ClassFailed},
 	}
 	for _, tc := range cases {
 		ev := base()
@@ -87,7 +88,7 @@ func TestClassifyHeartbeatBasis(t *testing.T) {
 	ev := &Evidence{AllocationID: "a", RunID: "r-1", JobState: "running", GrantedAt: now.Add(-time.Hour),
 		RunStartedAt: now.Add(-time.Hour), GPUs: 2, LastHeartbeatAt: &hb}
 	f, ok := Classify(ev, c, now)
-	if !ok || f.Class != policy.ClassFailed {
+	if !ok || f.Class != vocab.ClassFailed {
 		t.Fatalf("finding %+v (%v), want failed", f, ok)
 	}
 	for _, want := range []string{"run r-1 has not heartbeated for 25m0s", "2026-01-01T11:35:00Z", "10m0s observation window", "2 GPU(s)"} {
@@ -106,20 +107,20 @@ func TestClassifyHeartbeatBasis(t *testing.T) {
 func TestDecideModeByStageAndProtection(t *testing.T) {
 	c := policy.Default()
 	c.Queues = []policy.Queue{{Name: "exp", Tier: "experiment", LowRisk: true}, {Name: "train", Tier: "standard"}}
-	c.Reclaim.Rules = []policy.ModeRule{{Mode: policy.ModeAuto}}
+	c.Reclaim.Rules = []policy.ModeRule{{Mode: vocab.ModeAuto}}
 	for _, tc := range []struct {
-		stage     scheduling.AutomationStage
+		stage     vocab.AutomationStage
 		queue     string
 		protected bool
-		want      policy.Mode
+		want      vocab.ReclaimMode
 	}{
-		{scheduling.StageObserve, "exp", false, policy.ModeReport},
-		{scheduling.StageTrial, "train", false, policy.ModeReport},
-		{scheduling.StageTrial, "exp", false, policy.ModeAuto},
-		{scheduling.StageAutomate, "train", false, policy.ModeAuto},
-		{scheduling.StageAutomate, "train", true, policy.ModeConfirm},
+		{vocab.StageObserve, "exp", false, vocab.ModeReport},
+		{vocab.StageTrial, "train", false, vocab.ModeReport},
+		{vocab.StageTrial, "exp", false, vocab.ModeAuto},
+		{vocab.StageAutomate, "train", false, vocab.ModeAuto},
+		{vocab.StageAutomate, "train", true, vocab.ModeConfirm},
 	} {
-		if d := DecideMode(c, tc.stage, "p", tc.queue, policy.ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
+		if d := DecideMode(c, tc.stage, "p", tc.queue, vocab.ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
 			t.Errorf("%s/%s/protected=%v: %+v, want %s", tc.stage, tc.queue, tc.protected, d, tc.want)
 		}
 	}

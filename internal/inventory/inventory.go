@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Where a NodeInventory came from (NodeInventory.Source).
@@ -153,7 +154,7 @@ func Pools(nodes []NodeInventory) []scheduling.Pool {
 	for _, n := range nodes {
 		p, ok := byName[n.Pool]
 		if !ok {
-			p = &scheduling.Pool{Name: n.Pool, Available: true, Stage: scheduling.StageObserve}
+			p = &scheduling.Pool{Name: n.Pool, Available: true, Stage: vocab.StageObserve}
 			byName[n.Pool] = p
 			names = append(names, n.Pool)
 		}

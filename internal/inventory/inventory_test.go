@@ -21,6 +21,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv/nvmltest"
 	"github.com/gpugov/gpugov/internal/inventory/static"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -40,12 +41,12 @@ func TestPoolsGroupsAndSorts(t *testing.T) {
 	}
 	got := inventory.Pools(nodes)
 	want := []scheduling.Pool{
-		{Name: "a", Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{{
+		{Name: "a", Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{{
 			Name: "a1", CPUMilli: 64000, MemoryMiB: 1024, Schedulable: true, GPUs: []scheduling.GPU{
 				{UUID: "G1", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nvlink-0", Healthy: true},
 				{UUID: "G2", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nvlink-0", Healthy: false},
 			}}}},
-		{Name: "b", Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{
+		{Name: "b", Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{
 			{Name: "b1", Schedulable: true, GPUs: []scheduling.GPU{{UUID: "G4", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nvlink-0", Healthy: true}}},
 			{Name: "b2", Schedulable: true, GPUs: []scheduling.GPU{{UUID: "G3", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nvlink-0", Healthy: true}}},
 		}},

@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Error lists every problem found in a policy file, ordered by line.
@@ -367,8 +367,8 @@ func orList[T ~string](values []T) string {
 
 // tierNames are the tiers' names, highest first.
 func tierNames() []string {
-	names := make([]string, len(scheduling.Tiers))
-	for i, t := range scheduling.Tiers {
+	names := make([]string, len(vocab.Tiers))
+	for i, t := range vocab.Tiers {
 		names[i] = t.String()
 	}
 	return names
@@ -376,13 +376,17 @@ func tierNames() []string {
 
 func (d *decoder) tier(dst *string) fieldFunc { return enum(d, dst, "a tier", tierNames()) }
 
-func (d *decoder) stage(dst *scheduling.AutomationStage) fieldFunc {
-	return enum(d, dst, "a stage", Stages)
+func (d *decoder) stage(dst *vocab.AutomationStage) fieldFunc {
+	return enum(d, dst, "a stage", vocab.AutomationStages)
 }
 
-func (d *decoder) mode(dst *Mode) fieldFunc { return enum(d, dst, "a mode", Modes) }
+func (d *decoder) mode(dst *vocab.ReclaimMode) fieldFunc {
+	return enum(d, dst, "a mode", vocab.ReclaimModes)
+}
 
-func (d *decoder) class(dst *Class) fieldFunc { return enum(d, dst, "a class", Classes) }
+func (d *decoder) class(dst *vocab.ReclaimClass) fieldFunc {
+	return enum(d, dst, "a class", vocab.ReclaimClasses)
+}
 
 // instant decodes an RFC 3339 time.
 func (d *decoder) instant(dst *time.Time) fieldFunc {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // FormatV1 is the policy file format this package reads, the value of the
@@ -137,7 +138,7 @@ type Quota struct {
 
 // Pool is one pool's governance settings.
 type Pool struct {
-	Stage scheduling.AutomationStage `json:"stage"`
+	Stage vocab.AutomationStage `json:"stage"`
 }
 
 // Window is a protection window: Start ≤ now < End.
@@ -168,7 +169,7 @@ type Reclaim struct {
 	// operator before it expires unreleased.
 	ConfirmWindowSeconds float64 `json:"confirm_window_s"`
 	// DefaultMode is the mode of findings no rule matches.
-	DefaultMode Mode `json:"default_mode"`
+	DefaultMode vocab.ReclaimMode `json:"default_mode"`
 	// Rules give modes by pool, queue and class; the first rule whose
 	// non-empty fields all match wins.
 	Rules []ModeRule `json:"rules"`
@@ -176,10 +177,10 @@ type Reclaim struct {
 
 // ModeRule sets the mode of the findings it matches; an empty field matches any value.
 type ModeRule struct {
-	Pool  string `json:"pool"`
-	Queue string `json:"queue"`
-	Class Class  `json:"class"`
-	Mode  Mode   `json:"mode"`
+	Pool  string             `json:"pool"`
+	Queue string             `json:"queue"`
+	Class vocab.ReclaimClass `json:"class"`
+	Mode  vocab.ReclaimMode  `json:"mode"`
 }
 
 // Simulation holds the assumptions only the simulator reads
@@ -211,45 +212,6 @@ type Recovery struct {
 	CheckpointIntervalSeconds int64
 	VerifiedResumes           int
 }
-
-// Class is a reclaim class (docs/design.md, vocabulary).
-type Class string
-
-// The reclaim classes.
-const (
-	ClassFailed    Class = "failed"    // the run ended or is unrecoverable, GPUs still held
-	ClassIdle      Class = "idle"      // running, no progress or utilisation for the observation window, not protected
-	ClassCompleted Class = "completed" // work done, cleanup (release) not run
-)
-
-// Classes lists every class.
-var Classes = []Class{ClassFailed, ClassIdle, ClassCompleted}
-
-// String renders a class for messages.
-func (k Class) String() string { return string(k) }
-
-// ValidClass reports whether k is one of the three classes.
-func ValidClass(k Class) bool { return slices.Contains(Classes, k) }
-
-// Mode is a reclaim mode (docs/design.md, vocabulary).
-type Mode string
-
-// The reclaim modes.
-const (
-	ModeReport  Mode = "report"  // record only
-	ModeNotify  Mode = "notify"  // tell the owner, wait the notice window, release unless they keep it
-	ModeAuto    Mode = "auto"    // release at once
-	ModeConfirm Mode = "confirm" // an operator must approve
-)
-
-// Modes lists every mode.
-var Modes = []Mode{ModeReport, ModeNotify, ModeAuto, ModeConfirm}
-
-// ValidMode reports whether m is one of the four modes.
-func ValidMode(m Mode) bool { return slices.Contains(Modes, m) }
-
-// Stages lists the automation stages a pool may be in.
-var Stages = []scheduling.AutomationStage{scheduling.StageObserve, scheduling.StageTrial, scheduling.StageAutomate}
 
 // Defaults of the fields the scheduling policy does not cover.
 const (
@@ -309,7 +271,7 @@ func Default() *Policy {
 			VerifyResumeTimeoutSeconds: DefaultVerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: DefaultRecomputeTimeoutSeconds},
 		Reclaim: Reclaim{ScanIntervalSeconds: DefaultScanIntervalSeconds, ObservationWindowSeconds: DefaultObservationWindowSeconds,
 			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
-			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: ModeReport},
+			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
 			CycleIntervalSeconds: 600, StarvationFactor: 4,
 			Recovery: Recovery{Tiers: []string{"standard", "experiment"}, Probability: 0.5,
@@ -326,7 +288,7 @@ func Default() *Policy {
 // version it ran with. Tier names the scheduler does not know are left out
 // (Load refuses them).
 func (p *Policy) Scheduling() *scheduling.Policy {
-	sp := &scheduling.Policy{Version: p.Hash(), TierBase: make(map[scheduling.Tier]float64, len(p.TierBase)),
+	sp := &scheduling.Policy{Version: p.Hash(), TierBase: make(map[vocab.Tier]float64, len(p.TierBase)),
 		Aging:       scheduling.AgingPolicy{Enabled: p.Aging.Enabled, StepPoints: p.Aging.StepPoints, IntervalSeconds: p.Aging.IntervalSeconds, CapPoints: p.Aging.CapPoints},
 		FairShare:   scheduling.FairSharePolicy{Enabled: p.FairShare.Enabled, Weight: p.FairShare.Weight, HalfLifeSeconds: p.FairShare.HalfLifeSeconds},
 		Reservation: scheduling.ReservationPolicy{Enabled: p.Reservation.Enabled, Depth: p.Reservation.Depth},
@@ -336,7 +298,7 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 			RequireVerifiedResume: p.Preemption.RequireVerifiedResume, ReleaseWithoutCheckpoint: p.Preemption.ReleaseWithoutCheckpoint},
 	}
 	for name, v := range p.TierBase {
-		if t, err := scheduling.ParseTier(name); err == nil {
+		if t, err := vocab.ParseTier(name); err == nil {
 			sp.TierBase[t] = v
 		}
 	}
@@ -348,7 +310,7 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 func SchedulingQueues(queues []Queue) ([]scheduling.Queue, error) {
 	out := make([]scheduling.Queue, 0, len(queues))
 	for i, q := range queues {
-		t, err := scheduling.ParseTier(q.Tier)
+		t, err := vocab.ParseTier(q.Tier)
 		if err != nil {
 			return nil, fmt.Errorf("queues[%d].tier: %w", i, err)
 		}
@@ -368,8 +330,8 @@ func (p *Policy) SchedulingQuotas() []scheduling.Quota {
 }
 
 // Stages returns the configured stage of each listed pool.
-func (p *Policy) Stages() map[string]scheduling.AutomationStage {
-	out := make(map[string]scheduling.AutomationStage, len(p.Pools))
+func (p *Policy) Stages() map[string]vocab.AutomationStage {
+	out := make(map[string]vocab.AutomationStage, len(p.Pools))
 	for name, pl := range p.Pools {
 		out[name] = pl.Stage
 	}
@@ -412,7 +374,7 @@ func (p *Policy) InProtectionWindow(queue string, now time.Time) string {
 
 // ConfiguredMode returns the mode the first matching reclaim rule gives a
 // finding of class in (pool, queue), or the default mode.
-func (p *Policy) ConfiguredMode(pool, queue string, class Class) Mode {
+func (p *Policy) ConfiguredMode(pool, queue string, class vocab.ReclaimClass) vocab.ReclaimMode {
 	for _, r := range p.Reclaim.Rules {
 		if (r.Pool == "" || r.Pool == pool) && (r.Queue == "" || r.Queue == queue) && (r.Class == "" || r.Class == class) {
 			return r.Mode

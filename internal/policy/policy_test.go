@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func mustLoad(t *testing.T, path string) *Policy {
@@ -50,7 +51,7 @@ func TestLoadGoodFile(t *testing.T) {
 	if !reflect.DeepEqual(p.SchedulingQuotas(), []scheduling.Quota{{Project: "vision", Pool: "a100", NominalMilli: 8000, BorrowingLimitMilli: 2000}}) {
 		t.Errorf("quotas %+v", p.Quotas)
 	}
-	if !reflect.DeepEqual(p.Stages(), map[string]scheduling.AutomationStage{"a100": scheduling.StageTrial}) {
+	if !reflect.DeepEqual(p.Stages(), map[string]vocab.AutomationStage{"a100": vocab.StageTrial}) {
 		t.Errorf("stages %v", p.Stages())
 	}
 	in := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -58,14 +59,14 @@ func TestLoadGoodFile(t *testing.T) {
 		t.Error("protection window not applied as [start, end) to its queues")
 	}
 	if !p.Reclaim.Enabled || p.Reclaim.NotifyWindowSeconds != 600 || p.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds ||
-		p.Reclaim.DefaultMode != ModeReport {
+		p.Reclaim.DefaultMode != vocab.ModeReport {
 		t.Errorf("reclaim %+v", p.Reclaim)
 	}
 	for _, tc := range []struct {
 		pool, queue string
-		class       Class
-		want        Mode
-	}{{"a100", "exp", ClassIdle, ModeAuto}, {"a100", "exp", ClassFailed, ModeNotify}, {"other", "exp", ClassFailed, ModeReport}} {
+		class       vocab.ReclaimClass
+		want        vocab.ReclaimMode
+	}{{"a100", "exp", vocab.ClassIdle, vocab.ModeAuto}, {"a100", "exp", vocab.ClassFailed, vocab.ModeNotify}, {"other", "exp", vocab.ClassFailed, vocab.ModeReport}} {
 		if got := p.ConfiguredMode(tc.pool, tc.queue, tc.class); got != tc.want {
 			t.Errorf("mode(%s,%s,%s) = %s, want %s", tc.pool, tc.queue, tc.class, got, tc.want)
 		}
@@ -76,7 +77,7 @@ func TestLoadGoodFile(t *testing.T) {
 		t.Errorf("simulation %+v", s)
 	}
 	sp := p.Scheduling()
-	if sp.Version != p.Hash() || sp.TierBase[scheduling.TierExperiment] != 5 || sp.Preemption.GraceSeconds != 30 || sp.FairShare.Weight != 500 {
+	if sp.Version != p.Hash() || sp.TierBase[vocab.TierExperiment] != 5 || sp.Preemption.GraceSeconds != 30 || sp.FairShare.Weight != 500 {
 		t.Errorf("scheduling policy %+v, want version %s and the file's rules", sp, p.Hash())
 	}
 }
@@ -276,7 +277,7 @@ func TestWatcherKeepsLastGoodPolicyAndReportsChanges(t *testing.T) {
 		t.Fatal("unchanged file reported as a change")
 	}
 	write(v+"pools:\n  a100: {stage: sideways}\n", t0.Add(time.Minute))
-	if w.Check(ctx) || len(errs) != 1 || w.Current().Pools["a100"].Stage != scheduling.StageTrial {
+	if w.Check(ctx) || len(errs) != 1 || w.Current().Pools["a100"].Stage != vocab.StageTrial {
 		t.Fatalf("bad file: errors %v, stage %s; want the last good policy kept", errs, w.Current().Pools["a100"].Stage)
 	}
 	if !strings.Contains(errs[0].Error(), path+":3: pools.a100.stage: ") {
@@ -288,8 +289,8 @@ func TestWatcherKeepsLastGoodPolicyAndReportsChanges(t *testing.T) {
 		t.Fatalf("a file with the same rules reported as a change: %+v", changes)
 	}
 	write(v+"pools:\n  a100: {stage: automate}\n", t0.Add(3*time.Minute))
-	if !w.Check(ctx) || len(changes) != 1 || changes[0].Old.Pools["a100"].Stage != scheduling.StageTrial ||
-		w.Current().Pools["a100"].Stage != scheduling.StageAutomate || changes[0].New != w.Current() {
+	if !w.Check(ctx) || len(changes) != 1 || changes[0].Old.Pools["a100"].Stage != vocab.StageTrial ||
+		w.Current().Pools["a100"].Stage != vocab.StageAutomate || changes[0].New != w.Current() {
 		t.Fatalf("good file: changes %+v", changes)
 	}
 	if _, err := NewWatcher(filepath.Join(t.TempDir(), "absent.yaml")); err == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Signal bits of one job.
@@ -279,7 +280,7 @@ func (c *computer) keyValue(k groupKey, d int) string {
 	case 0:
 		return c.queues.names[k[0]]
 	case 1:
-		return scheduling.Tier(k[1]).String()
+		return vocab.Tier(k[1]).String()
 	case 2:
 		return c.jobTypes.names[k[2]]
 	case 3:

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // benchShape is a request shape with its weight, after the Alibaba
@@ -47,9 +47,9 @@ func makeBenchData(nJobs, nEvents int, rng *rand.Rand) (Input, Options) {
 	pools := []string{"g2-a", "g2-b", "g2-c", "t4", "v100m32", "g3", "p100", "g2-d"}
 	poolModel := []string{"G2", "G2", "G2", "T4", "V100M32", "G3", "P100", "G2"}
 	jobTypes := []string{"training", "inference", "notebook", "batch"}
-	meanWait := map[scheduling.Tier]float64{ // seconds, by tier
-		scheduling.TierProduction: 60, scheduling.TierKeyProject: 300,
-		scheduling.TierStandard: 1200, scheduling.TierExperiment: 3600,
+	meanWait := map[vocab.Tier]float64{ // seconds, by tier
+		vocab.TierProduction: 60, vocab.TierKeyProject: 300,
+		vocab.TierStandard: 1200, vocab.TierExperiment: 3600,
 	}
 	var totalWeight int
 	for _, s := range benchShapes {
@@ -76,7 +76,7 @@ func makeBenchData(nJobs, nEvents int, rng *rand.Rand) (Input, Options) {
 		in.Targets = append(in.Targets, QueueTarget{Queue: fmt.Sprintf("q%02d", q), ServiceShare: float64(1 + q%4),
 			MaxWait: time.Duration(1+q%4) * 30 * time.Minute})
 	}
-	reasons := scheduling.WaitReasons
+	reasons := vocab.WaitReasons
 	gap := float64(30*day) / float64(nJobs)
 	submit := start
 	eventsLeft := nEvents
@@ -86,7 +86,7 @@ func makeBenchData(nJobs, nEvents int, rng *rand.Rand) (Input, Options) {
 		p := rng.IntN(len(pools))
 		s := shape()
 		j := Job{
-			ID: fmt.Sprintf("job-%07d", i), Queue: fmt.Sprintf("q%02d", q), Tier: scheduling.Tiers[q%4],
+			ID: fmt.Sprintf("job-%07d", i), Queue: fmt.Sprintf("q%02d", q), Tier: vocab.Tiers[q%4],
 			JobType: jobTypes[rng.IntN(len(jobTypes))], Pool: pools[p], Project: fmt.Sprintf("proj-%03d", rng.IntN(200)),
 			Request: Request{GPUs: s.gpus, GPUMilli: s.milli}, SubmitTime: submit, State: "completed",
 		}

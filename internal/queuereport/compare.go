@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Comparison sets two reports (before and after a policy change) side by side,
@@ -209,7 +209,7 @@ func reasonsOf(gs ...*Group) []string {
 
 func orderReasons(seen map[string]bool) []string {
 	var out, other []string
-	for _, r := range scheduling.WaitReasons {
+	for _, r := range vocab.WaitReasons {
 		if seen[string(r)] {
 			out = append(out, string(r))
 			delete(seen, string(r))
@@ -246,8 +246,8 @@ func compareKeyMaps(a, b map[string]string) int {
 			return 1
 		}
 		if name == KeyTier {
-			ta, ea := scheduling.ParseTier(va)
-			tb, eb := scheduling.ParseTier(vb)
+			ta, ea := vocab.ParseTier(va)
+			tb, eb := vocab.ParseTier(vb)
 			if ea == nil && eb == nil {
 				if ta != tb {
 					return cmp.Compare(tb, ta)

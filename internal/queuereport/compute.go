@@ -38,7 +38,7 @@ type jobRec struct {
 	group, pool, queue      int32
 	mset                    int32 // allowed GPU models (modelSets ID)
 	class                   int32 // (mset, demand) class; -1 when the job requests no GPU
-	tier                    int8  // scheduling.Tier, 0..3
+	tier                    int8  // vocab.Tier, 0..3
 	cancelled, cww          bool
 }
 

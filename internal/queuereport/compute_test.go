@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestNearestRankPercentile(t *testing.T) {
@@ -216,9 +216,9 @@ func TestWindowClipping(t *testing.T) {
 			testRun("P", 0, 500),
 		},
 		WaitEvents: []WaitEvent{
-			{JobID: "X", Reason: scheduling.ReasonCapacityBusy, Start: at(0), End: atp(1500)},
-			{JobID: "Y", Reason: scheduling.ReasonCapacityBusy, Start: at(100), End: atp(900)},
-			{JobID: "Z", Reason: scheduling.ReasonHeld, Start: at(1900), End: atp(2100)},
+			{JobID: "X", Reason: vocab.ReasonCapacityBusy, Start: at(0), End: atp(1500)},
+			{JobID: "Y", Reason: vocab.ReasonCapacityBusy, Start: at(100), End: atp(900)},
+			{JobID: "Z", Reason: vocab.ReasonHeld, Start: at(1900), End: atp(2100)},
 		},
 	}
 	g := mustCompute(t, in, window(1000, 2000, 3000, []string{})).Total
@@ -246,13 +246,13 @@ func TestWindowClipping(t *testing.T) {
 
 func TestWaitReasonSeconds(t *testing.T) {
 	in := Input{
-		Jobs: []Job{testJob("a", 0), testJob("b", 0, inQueue("other", scheduling.TierStandard))},
+		Jobs: []Job{testJob("a", 0), testJob("b", 0, inQueue("other", vocab.TierStandard))},
 		WaitEvents: []WaitEvent{
-			{JobID: "a", Reason: scheduling.ReasonEnvironmentNotReady, Start: at(0), End: atp(30)},
-			{JobID: "a", Reason: scheduling.ReasonQuotaExhausted, Start: at(30), End: atp(70)},
-			{JobID: "a", Reason: scheduling.ReasonEnvironmentNotReady, Start: at(70), End: atp(75)},
-			{JobID: "a", Reason: scheduling.ReasonCapacityBusy, Start: at(75)}, // open: runs to the end (100)
-			{JobID: "b", Reason: scheduling.ReasonHeld, Start: at(10), End: atp(20)},
+			{JobID: "a", Reason: vocab.ReasonEnvironmentNotReady, Start: at(0), End: atp(30)},
+			{JobID: "a", Reason: vocab.ReasonQuotaExhausted, Start: at(30), End: atp(70)},
+			{JobID: "a", Reason: vocab.ReasonEnvironmentNotReady, Start: at(70), End: atp(75)},
+			{JobID: "a", Reason: vocab.ReasonCapacityBusy, Start: at(75)}, // open: runs to the end (100)
+			{JobID: "b", Reason: vocab.ReasonHeld, Start: at(10), End: atp(20)},
 		},
 	}
 	r := mustCompute(t, in, window(0, 100, 100, []string{KeyQueue}))
@@ -331,8 +331,8 @@ func TestServiceShare(t *testing.T) {
 		Jobs: []Job{
 			testJob("a1", 0, started(0), ofProject("x"), inPool("p1")),
 			testJob("a2", 0, started(0), ofProject("y"), inPool("p2")),
-			testJob("b1", 0, started(0), inQueue("qb", scheduling.TierStandard), inPool("p1"), asking(2, 0)),
-			testJob("n1", 0, started(0), inQueue("nt", scheduling.TierStandard), inPool("p3")),
+			testJob("b1", 0, started(0), inQueue("qb", vocab.TierStandard), inPool("p1"), asking(2, 0)),
+			testJob("n1", 0, started(0), inQueue("nt", vocab.TierStandard), inPool("p3")),
 		},
 		Runs: []Run{
 			testRun("a1", 0, 1000), testRun("a2", 0, 1000),
@@ -423,9 +423,9 @@ func TestDeterministicUnderShuffle(t *testing.T) {
 // Inputs and options survive a JSON round trip (the fixture and the API use it).
 func TestInputJSONRoundTrip(t *testing.T) {
 	in := Input{
-		Jobs:       []Job{testJob("a", 0, started(10), ended(20), inQueue("prod", scheduling.TierProduction), asking(1, 250, "A100"))},
+		Jobs:       []Job{testJob("a", 0, started(10), ended(20), inQueue("prod", vocab.TierProduction), asking(1, 250, "A100"))},
 		Runs:       []Run{testRun("a", 10, 20)},
-		WaitEvents: []WaitEvent{{JobID: "a", Reason: scheduling.ReasonHeld, Start: at(0), End: atp(10)}},
+		WaitEvents: []WaitEvent{{JobID: "a", Reason: vocab.ReasonHeld, Start: at(0), End: atp(10)}},
 		Releases:   []Release{{At: at(20), Pool: "p", Models: []string{"A100"}, GPUMilli: 250}},
 		Targets:    []QueueTarget{{Queue: "prod", ServiceShare: 2, MaxWait: 1500 * time.Millisecond}},
 	}
@@ -442,7 +442,7 @@ func TestInputJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Jobs[0].Tier != scheduling.TierProduction || back.Targets[0].MaxWait != 1500*time.Millisecond ||
+	if back.Jobs[0].Tier != vocab.TierProduction || back.Targets[0].MaxWait != 1500*time.Millisecond ||
 		!back.Jobs[0].End.Equal(at(20)) || back.Jobs[0].Request.GPUMilli != 250 {
 		t.Errorf("round trip changed the input: %+v", back)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // t0 is the origin of test times; at(s) is s seconds after it.
@@ -19,7 +19,7 @@ func atp(s float64) *time.Time {
 
 // testJob builds a job of queue "q", tier standard, pool "p", 1 whole GPU.
 func testJob(id string, submit float64, mods ...func(*Job)) Job {
-	j := Job{ID: id, Queue: "q", Tier: scheduling.TierStandard, JobType: "train", Pool: "p", Project: "proj",
+	j := Job{ID: id, Queue: "q", Tier: vocab.TierStandard, JobType: "train", Pool: "p", Project: "proj",
 		Request: Request{GPUs: 1}, SubmitTime: at(submit)}
 	for _, m := range mods {
 		m(&j)
@@ -30,7 +30,7 @@ func testJob(id string, submit float64, mods ...func(*Job)) Job {
 func started(s float64) func(*Job) { return func(j *Job) { j.FirstStart = atp(s) } }
 func ended(s float64) func(*Job)   { return func(j *Job) { j.End = atp(s) } }
 func inPool(p string) func(*Job)   { return func(j *Job) { j.Pool = p } }
-func inQueue(q string, tier scheduling.Tier) func(*Job) {
+func inQueue(q string, tier vocab.Tier) func(*Job) {
 	return func(j *Job) { j.Queue, j.Tier = q, tier }
 }
 func ofProject(p string) func(*Job) { return func(j *Job) { j.Project = p } }

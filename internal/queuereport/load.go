@@ -7,7 +7,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // loadTargets interns the target queues and normalises their service shares.
@@ -110,7 +110,7 @@ func validateJob(j *Job, r *jobRec) error {
 	switch {
 	case j.ID == "":
 		return fmt.Errorf("job: id is required")
-	case j.Tier < scheduling.TierExperiment || j.Tier > scheduling.TierProduction:
+	case j.Tier < vocab.TierExperiment || j.Tier > vocab.TierProduction:
 		return fmt.Errorf("job %q: unknown tier %d", j.ID, int(j.Tier))
 	case j.Request.GPUs < 0 || j.Request.GPUMilli < 0:
 		return fmt.Errorf("job %q: request: gpus and gpu_milli must not be negative", j.ID)
@@ -337,7 +337,7 @@ func (c *computer) loadWaitEvents() error {
 // reasonID interns a wait reason. There are few reasons and the known ones
 // all differ in length, so the length picks the one candidate to compare,
 // which is cheaper than hashing each of millions of events.
-func (c *computer) reasonID(r scheduling.WaitReason) int32 {
+func (c *computer) reasonID(r vocab.WaitReason) int32 {
 	l := len(r)
 	if l < len(c.reasonByLen) {
 		if id := c.reasonByLen[l]; id >= 0 && c.reasons.names[id] == string(r) {

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // The starvation signals are counted in the passes the report already makes,
@@ -108,7 +108,7 @@ func (c *computer) noteWait(i int, w *waitRec, jr *jobRec) {
 	rel := c.matchingReleases(p, jr.mset)
 	if w.requeue {
 		c.releases[i] = int32(rel.count(lo, hi))
-		if scheduling.Tier(jr.tier) < scheduling.TierProduction {
+		if vocab.Tier(jr.tier) < vocab.TierProduction {
 			c.arrivals[i] = int32(p.above[jr.tier].count(lo, hi))
 		}
 		return
@@ -116,7 +116,7 @@ func (c *computer) noteWait(i int, w *waitRec, jr *jobRec) {
 	// An initial wait's lo is max(submit + 1, from), which never decreases from
 	// one initial wait of the pool to the next: a cursor finds it in O(1).
 	c.releases[i] = int32(rel.before(hi) - rel.advance(lo))
-	if scheduling.Tier(jr.tier) < scheduling.TierProduction {
+	if vocab.Tier(jr.tier) < vocab.TierProduction {
 		a := &p.above[jr.tier]
 		c.arrivals[i] = int32(a.before(hi) - a.advance(lo))
 	}

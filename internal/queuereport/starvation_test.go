@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // startedJob is a job with one run from start, still running.
@@ -118,13 +118,13 @@ func TestReleasesSignal(t *testing.T) {
 func TestHigherTierArrivalsSignal(t *testing.T) {
 	in := Input{Jobs: []Job{
 		testJob("W", 100, asking(1, 0)),
-		testJob("a1", 200, inQueue("prod", scheduling.TierProduction), asking(0, 0)), // yes, whatever it asks
-		testJob("a2", 300, inQueue("key", scheduling.TierKeyProject)),                // yes
-		testJob("a3", 400, inQueue("std", scheduling.TierStandard)),                  // same tier: no
-		testJob("a4", 500, inQueue("exp", scheduling.TierExperiment)),                // lower: no
-		testJob("a5", 600, inQueue("prod", scheduling.TierProduction), inPool("q")),  // other pool: no
-		testJob("a6", 700, inQueue("key", scheduling.TierKeyProject)),                // yes
-		testJob("a7", 1500, inQueue("prod", scheduling.TierProduction)),              // after the window end: no
+		testJob("a1", 200, inQueue("prod", vocab.TierProduction), asking(0, 0)), // yes, whatever it asks
+		testJob("a2", 300, inQueue("key", vocab.TierKeyProject)),                // yes
+		testJob("a3", 400, inQueue("std", vocab.TierStandard)),                  // same tier: no
+		testJob("a4", 500, inQueue("exp", vocab.TierExperiment)),                // lower: no
+		testJob("a5", 600, inQueue("prod", vocab.TierProduction), inPool("q")),  // other pool: no
+		testJob("a6", 700, inQueue("key", vocab.TierKeyProject)),                // yes
+		testJob("a7", 1500, inQueue("prod", vocab.TierProduction)),              // after the window end: no
 	}}
 	o := window(0, 1000, 2000, nil)
 	o.OvertakenThreshold, o.StarvationReleases, o.TierArrivalThreshold = 100, 100, 3
@@ -145,8 +145,8 @@ func TestHigherTierArrivalsSignal(t *testing.T) {
 func TestStarvingListOrderAndLimit(t *testing.T) {
 	in := Input{Jobs: []Job{testJob("b", 0), testJob("a", 0), testJob("c", 50)},
 		WaitEvents: []WaitEvent{
-			{JobID: "a", Reason: scheduling.ReasonCapacityBusy, Start: at(0), End: atp(40)},
-			{JobID: "a", Reason: scheduling.ReasonHeld, Start: at(40)},
+			{JobID: "a", Reason: vocab.ReasonCapacityBusy, Start: at(0), End: atp(40)},
+			{JobID: "a", Reason: vocab.ReasonHeld, Start: at(40)},
 		},
 		Releases: []Release{{At: at(60), Pool: "p"}},
 	}
@@ -230,7 +230,7 @@ func randomInput(rng *rand.Rand, n int) Input {
 		submit := float64(rng.IntN(1000))
 		j := testJob(id, submit, inPool([]string{"p", "q"}[rng.IntN(2)]),
 			asking([]int{0, 1, 1, 1, 2, 4}[rng.IntN(6)], []int{0, 250, 500}[rng.IntN(3)], modelSets[rng.IntN(4)]...))
-		j.Tier = scheduling.Tiers[rng.IntN(4)]
+		j.Tier = vocab.Tiers[rng.IntN(4)]
 		t := submit
 		runs := rng.IntN(4)
 		for k := 0; k < runs; k++ {
@@ -442,10 +442,10 @@ func TestRadixSorts(t *testing.T) {
 func TestStarvationFloor(t *testing.T) {
 	in := Input{
 		Jobs: []Job{
-			testJob("short", 0, started(250)),                           // waited 250 s: below the 300 s default floor
-			testJob("long", 0, started(400)),                            // waited 400 s: counts
-			testJob("obj", 0, inQueue("slow", scheduling.TierStandard)), // still waiting; objective 600 s raises its floor
-			testJob("rq", 0, started(310)),                              // 310 s initial wait, then a 100 s requeue wait
+			testJob("short", 0, started(250)),                      // waited 250 s: below the 300 s default floor
+			testJob("long", 0, started(400)),                       // waited 400 s: counts
+			testJob("obj", 0, inQueue("slow", vocab.TierStandard)), // still waiting; objective 600 s raises its floor
+			testJob("rq", 0, started(310)),                         // 310 s initial wait, then a 100 s requeue wait
 		},
 		Runs:    []Run{testRun("short", 250, -1), testRun("long", 400, -1), testRun("rq", 310, 500), testRun("rq", 600, -1)},
 		Targets: []QueueTarget{{Queue: "q", ServiceShare: 1}, {Queue: "slow", ServiceShare: 1, MaxWait: 600 * time.Second}},

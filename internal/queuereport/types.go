@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Request is the part of a job's resource request that decides whether two jobs
@@ -37,7 +38,7 @@ func (r Request) DemandMilli() int64 {
 type Job struct {
 	ID      string
 	Queue   string
-	Tier    scheduling.Tier
+	Tier    vocab.Tier
 	JobType string // free-form job type label (e.g. training, inference, notebook)
 	Pool    string
 	Project string
@@ -87,7 +88,7 @@ func (j *Job) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	tier, err := scheduling.ParseTier(v.Tier)
+	tier, err := vocab.ParseTier(v.Tier)
 	if err != nil {
 		return fmt.Errorf("job %q: %w", v.ID, err)
 	}
@@ -109,10 +110,10 @@ type Run struct {
 
 // WaitEvent is one interval during which a job waited for one reason (DESIGN.md §1).
 type WaitEvent struct {
-	JobID  string                `json:"job_id"`
-	Reason scheduling.WaitReason `json:"reason"`
-	Start  time.Time             `json:"start"`
-	End    *time.Time            `json:"end,omitempty"` // nil while the job still waits for this reason
+	JobID  string           `json:"job_id"`
+	Reason vocab.WaitReason `json:"reason"`
+	Start  time.Time        `json:"start"`
+	End    *time.Time       `json:"end,omitempty"` // nil while the job still waits for this reason
 }
 
 // Release is one release of GPUs in a pool: an allocation ended (run exit,

@@ -35,6 +35,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Defaults of the replay.
@@ -60,7 +61,7 @@ const (
 // pod name) is below Probability — the rule internal/simulation applies, so
 // that a replay and a simulation of the same pods agree.
 type Recovery struct {
-	Tiers                     []scheduling.Tier
+	Tiers                     []vocab.Tier
 	Probability               float64 // 0..1
 	CheckpointIntervalSeconds int64   // > 0
 	Seed                      uint64
@@ -85,7 +86,7 @@ func (r Recovery) String() string {
 }
 
 // draw returns the recovery spec of a pod of tier t.
-func (r Recovery) draw(pod string, t scheduling.Tier) api.RecoverySpec {
+func (r Recovery) draw(pod string, t vocab.Tier) api.RecoverySpec {
 	if !slices.Contains(r.Tiers, t) {
 		return api.RecoverySpec{}
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func pod(name string, numGPU, milli int, qos alibaba.QoS, phase alibaba.Phase, created, deleted, scheduled int64) alibaba.PodRow {
@@ -47,7 +47,7 @@ func TestBuild(t *testing.T) {
 		pod("instant", 1, 1000, alibaba.QoSBurstable, alibaba.PhaseFailed, 2200, 2210, 2210),
 	}
 	subs, err := Build(pods, BuildOptions{From: 1000, Speed: 100, Recovery: Recovery{Probability: 1,
-		Tiers: []scheduling.Tier{scheduling.TierExperiment}, CheckpointIntervalSeconds: 600, Seed: 1}})
+		Tiers: []vocab.Tier{vocab.TierExperiment}, CheckpointIntervalSeconds: 600, Seed: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +90,13 @@ func TestRecoveryDraw(t *testing.T) {
 	if r.Probability != 0.5 || r.CheckpointIntervalSeconds != 1800 || r.Seed != 1 {
 		t.Fatalf("DefaultRecovery = %+v, want internal/simulation's 0.5, 1800 s, seed 1", r)
 	}
-	if got := r.draw("any", scheduling.TierProduction); got.Checkpointable {
+	if got := r.draw("any", vocab.TierProduction); got.Checkpointable {
 		t.Error("a production job drew recovery evidence; only standard and experiment do")
 	}
 	yes := 0
 	for i := range 1000 {
 		name := "pod-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		a, b := r.draw(name, scheduling.TierExperiment), r.draw(name, scheduling.TierExperiment)
+		a, b := r.draw(name, vocab.TierExperiment), r.draw(name, vocab.TierExperiment)
 		if a != b {
 			t.Fatalf("draw of %s is not deterministic", name)
 		}
@@ -108,7 +108,7 @@ func TestRecoveryDraw(t *testing.T) {
 		t.Errorf("%d of 1000 drew checkpointable at probability 0.5", yes)
 	}
 	r.Probability = 0
-	if r.draw("pod-a", scheduling.TierStandard).Checkpointable {
+	if r.draw("pod-a", vocab.TierStandard).Checkpointable {
 		t.Error("probability 0 drew checkpointable")
 	}
 }

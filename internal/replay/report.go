@@ -15,8 +15,8 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/apiclient"
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // eventReaders bounds the concurrent GET /v1/jobs/{id}/events of the final read.
@@ -38,7 +38,7 @@ type Result struct {
 	// JobIDs maps each accepted pod to its job ID.
 	JobIDs map[string]string `json:"job_ids"`
 	// States counts the jobs by state at the final read.
-	States map[string]int `json:"states"`
+	States map[vocab.JobState]int `json:"states"`
 	// Reasons counts the jobs waiting at the final read by tier, then reason.
 	Reasons map[string]map[string]int `json:"reasons"`
 	// StartsEstimated counts started jobs whose start no record shows — placed
@@ -79,7 +79,7 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 	tracked := slices.Clone(t.order)
 	res := &Result{Started: r.start, Speed: r.cfg.Speed, Pods: len(r.cfg.Submissions), Accepted: len(tracked),
 		Rejected: slices.Clone(t.rejected), CancelFailures: slices.Clone(t.cancelErrs), TimedOut: timedOut,
-		JobIDs: map[string]string{}, States: map[string]int{}, Reasons: map[string]map[string]int{}}
+		JobIDs: map[string]string{}, States: map[vocab.JobState]int{}, Reasons: map[string]map[string]int{}}
 	t.mu.Unlock()
 	recs, err := readBack(ctx, r.cfg.Client, tracked)
 	if err != nil {
@@ -107,7 +107,7 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 	for _, rec := range recs {
 		res.JobIDs[rec.tj.sub.Key] = rec.job.ID
 		res.States[rec.job.State]++
-		if rec.job.State == "waiting" || rec.job.State == "submitted" {
+		if rec.job.State.Pending() {
 			reason := "(no cycle yet)"
 			if rec.job.Explanation != nil && rec.job.Explanation.Reason != "" {
 				reason = rec.job.Explanation.Reason
@@ -188,13 +188,13 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 	sources := map[startSource]int{}
 	for _, rec := range recs {
 		j := &rec.job
-		tier, _ := scheduling.ParseTier(j.Tier)
+		tier, _ := vocab.ParseTier(j.Tier)
 		qj := queuereport.Job{
-			ID: j.ID, Queue: j.Queue, Tier: tier, Pool: j.Resources.Pool, Project: j.Project, State: j.State,
+			ID: j.ID, Queue: j.Queue, Tier: tier, Pool: j.Resources.Pool, Project: j.Project, State: string(j.State),
 			Request:    queuereport.Request{GPUs: j.Resources.GPUs, GPUMilli: j.Resources.GPUMilli, Models: j.Resources.GPUModels},
 			SubmitTime: j.SubmittedAt,
 		}
-		final := j.State == "succeeded" || j.State == "failed" || j.State == "cancelled"
+		final := j.State.Final()
 		if final {
 			end := j.UpdatedAt
 			if j.EndedAt != nil {
@@ -202,9 +202,9 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 			}
 			qj.End = &end
 		}
-		started := j.State == "placed" || j.State == "running" || j.State == "succeeded" || j.State == "failed" ||
+		started := j.State.HoldsGPUs() || j.State == vocab.JobSucceeded || j.State == vocab.JobFailed ||
 			(j.Explanation != nil && j.Explanation.Placed != nil)
-		qj.Cancelled = j.State == "cancelled"
+		qj.Cancelled = j.State == vocab.JobCancelled
 		qj.CancelledWhileWaiting = qj.Cancelled && !started
 		if started {
 			start, src := firstStart(rec, speed)
@@ -220,7 +220,7 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 		}
 		for _, e := range rec.events {
 			in.WaitEvents = append(in.WaitEvents, queuereport.WaitEvent{JobID: j.ID,
-				Reason: scheduling.WaitReason(e.Reason), Start: e.StartedAt, End: e.EndedAt})
+				Reason: vocab.WaitReason(e.Reason), Start: e.StartedAt, End: e.EndedAt})
 		}
 		in.Jobs = append(in.Jobs, qj)
 	}
@@ -251,7 +251,7 @@ func firstStart(rec *jobRecord, speed float64) (time.Time, startSource) {
 	if rec.tj.seenStart != nil {
 		return maxTime(*rec.tj.seenStart, j.SubmittedAt), startRecorded
 	}
-	if j.State == "succeeded" {
+	if j.State == vocab.JobSucceeded {
 		run := time.Duration(math.Ceil(j.RunSeconds) / speed * float64(time.Second))
 		return maxTime(j.UpdatedAt.Add(-run), j.SubmittedAt), startEstimated
 	}
@@ -336,7 +336,7 @@ func (res *Result) Render(w io.Writer, header string) error {
 		}
 	}
 	ew.printf("\nJobs by state:")
-	for _, s := range append(slices.Clone(liveStates), "succeeded", "failed", "cancelled") {
+	for _, s := range vocab.JobStates {
 		if n := res.States[s]; n > 0 {
 			ew.printf(" %s %d", s, n)
 		}
@@ -355,7 +355,7 @@ func (res *Result) Render(w io.Writer, header string) error {
 // tierOrder returns the tiers of m, highest first.
 func tierOrder(m map[string]map[string]int) []string {
 	var out []string
-	for _, t := range scheduling.Tiers {
+	for _, t := range vocab.Tiers {
 		if _, ok := m[t.String()]; ok {
 			out = append(out, t.String())
 		}

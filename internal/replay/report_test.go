@@ -8,6 +8,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -17,7 +18,7 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 func ptr(t time.Time) *time.Time { return &t }
 
 // rec builds a record of a job submitted at t0 in tier production.
-func rec(id, state string, placed bool, updated time.Time, runS float64, seen *time.Time, events ...api.WaitEvent) *jobRecord {
+func rec(id string, state vocab.JobState, placed bool, updated time.Time, runS float64, seen *time.Time, events ...api.WaitEvent) *jobRecord {
 	j := api.Job{ID: id, Queue: "production", Tier: "production", State: state, SubmittedAt: t0, UpdatedAt: updated,
 		RunSeconds: runS, Resources: api.ResourceSpec{GPUs: 1, Pool: "alibaba"}}
 	if placed {
@@ -85,7 +86,7 @@ func TestReportInputStarts(t *testing.T) {
 func TestRender(t *testing.T) {
 	p50, max := 0.8, 12.5
 	res := &Result{Started: t0, Finished: at(90), Speed: 600, Pods: 3, Accepted: 3, StartsEstimated: 1,
-		States:     map[string]int{"succeeded": 2, "waiting": 1},
+		States:     map[vocab.JobState]int{vocab.JobSucceeded: 2, vocab.JobWaiting: 1},
 		Reasons:    map[string]map[string]int{"experiment": {"no_matching_capacity": 1}},
 		TraceWaits: map[string]WaitStats{"production": {N: 2, P50: 0.06, P95: 0.4, P99: 0.4, Max: 0.4}, totalKey: {N: 2, P50: 0.06}},
 		Report: queuereport.Report{

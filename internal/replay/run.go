@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/apiclient"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Defaults of Config.
@@ -44,7 +45,7 @@ const (
 )
 
 // liveStates are the job states of a job that has not ended.
-var liveStates = []string{"submitted", "waiting", "placed", "running"}
+var liveStates = []vocab.JobState{vocab.JobSubmitted, vocab.JobWaiting, vocab.JobPlaced, vocab.JobRunning}
 
 // Config is what Run needs.
 type Config struct {
@@ -313,7 +314,7 @@ func (r *runner) pollLoop(ctx context.Context, stop <-chan struct{}, done chan<-
 func (r *runner) pollLive(ctx context.Context) ([]api.Job, error) {
 	var out []api.Job
 	for _, state := range liveStates {
-		jobs, err := listAll(ctx, r.cfg.Client, apiclient.ListOptions{State: state})
+		jobs, err := listAll(ctx, r.cfg.Client, apiclient.ListOptions{State: string(state)})
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -37,8 +38,8 @@ func startService(t *testing.T) *service.Service {
 	dbURL := storetest.NewDatabase(t)
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
-		adminToken:     {Project: "platform", Role: api.RoleAdmin},
-		submitterToken: {Project: "project-00", Role: api.RoleSubmitter},
+		adminToken:     {Project: "platform", Role: vocab.RoleAdmin},
+		submitterToken: {Project: "project-00", Role: vocab.RoleSubmitter},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // tracker holds what the replay knows about its jobs; the dispatcher, the
@@ -111,22 +112,22 @@ func (t *tracker) observe(live []api.Job, now time.Time) {
 			reason = j.Explanation.Reason
 		}
 		switch j.State {
-		case "submitted":
+		case vocab.JobSubmitted:
 			c.unseen++
 			c.waiting++
 			allWaiting = false
-		case "waiting":
+		case vocab.JobWaiting:
 			c.waiting++
 			allWaiting = allWaiting && reason != ""
-		case "placed":
+		case vocab.JobPlaced:
 			c.placed++
 			allWaiting = false
-		case "running":
+		case vocab.JobRunning:
 			c.running++
 			allWaiting = false
 		}
 		tj.noteStart(j)
-		key = append(key, j.ID+"="+j.State+"/"+reason)
+		key = append(key, j.ID+"="+string(j.State)+"/"+reason)
 	}
 	c.ended = len(t.order) - c.waiting - c.placed - c.running
 	t.live = c
@@ -150,7 +151,7 @@ func (tj *trackedJob) noteStart(j *api.Job) {
 	if tj.seenStart != nil || j.CancelRequested {
 		return
 	}
-	if j.State == "placed" || (j.State == "running" && j.Recovery.LastCheckpoint == nil) {
+	if j.State == vocab.JobPlaced || (j.State == vocab.JobRunning && j.Recovery.LastCheckpoint == nil) {
 		at := j.UpdatedAt
 		tj.seenStart = &at
 	}

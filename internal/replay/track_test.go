@@ -5,9 +5,10 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-func liveJob(id, state, reason string, updated time.Time) api.Job {
+func liveJob(id string, state vocab.JobState, reason string, updated time.Time) api.Job {
 	j := api.Job{ID: id, State: state, UpdatedAt: updated}
 	if reason != "" {
 		j.Explanation = &api.Explanation{Reason: reason}

@@ -3,6 +3,8 @@ package scheduling
 import (
 	"slices"
 	"strings"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // gpuClass is one kind of GPU in a pool, (model, memory). Requests match whole
@@ -64,7 +66,7 @@ type domainState struct {
 type poolState struct {
 	name      string
 	available bool
-	stage     AutomationStage
+	stage     vocab.AutomationStage
 	nodes     []nodeState
 	domains   []domainState
 	gpus      []gpuState

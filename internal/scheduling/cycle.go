@@ -3,6 +3,8 @@ package scheduling
 import (
 	"sync"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Plan runs one scheduling cycle over a snapshot: it ranks the pending jobs by
@@ -55,7 +57,7 @@ type jobEntry struct {
 	// snapshot so that the pass in rank order touches only this entry.
 	id      string
 	project string
-	tier    Tier
+	tier    vocab.Tier
 	flags   jobFlags
 	need    int64      // Request.TotalMilli()
 	ps      *poolState // the requested pool; nil when unknown
@@ -239,31 +241,31 @@ func (c *cycle) decide(je *jobEntry) {
 	switch {
 	case je.flags&flagHeld != 0:
 		d, re := heldStatus()
-		c.wait(je, ReasonHeld, d, re, "")
+		c.wait(je, vocab.ReasonHeld, d, re, "")
 		return
 	case ps == nil || !ps.available || ps.schedulable == 0:
 		d, re := poolUnavailableStatus(je.job.Request.Pool, ps)
-		c.wait(je, ReasonPoolUnavailable, d, re, "")
+		c.wait(je, vocab.ReasonPoolUnavailable, d, re, "")
 		return
 	case je.flags&flagNotReady != 0:
 		d, re := environmentStatus(je.job.Prerequisites)
-		c.wait(je, ReasonEnvironmentNotReady, d, re, "")
+		c.wait(je, vocab.ReasonEnvironmentNotReady, d, re, "")
 		return
 	case je.flags&flagPreempting != 0:
 		c.reserveInProgress(je, ps, sh)
 		d, re := preemptionStatus(je.job.PreemptionInProgress)
-		c.wait(je, ReasonPreemptionInProgress, d, re, "")
+		c.wait(je, vocab.ReasonPreemptionInProgress, d, re, "")
 		return
 	}
 	if !sh.emptyFit {
 		d, re := noMatchingStatus(ps, sh)
-		c.wait(je, ReasonNoMatchingCapacity, d, re, "")
+		c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
 		return
 	}
 	qv := ps.quota.check(je.qrow, je.tier, je.need)
 	if !qv.ok {
 		d, re := quotaStatus(je.project, ps.name, qv)
-		c.wait(je, ReasonQuotaExhausted, d, re, "")
+		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
 		return
 	}
 	if !sh.noFitFree {
@@ -297,11 +299,11 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 	rc := c.capacityReason(ps, sh)
 	detail, reEval, blocking := rc.detail, rc.reEval, rc.blocking
 	above := int(je.prevInPool)
-	if rc.reason == ReasonReservedForHigherPriority {
+	if rc.reason == vocab.ReasonReservedForHigherPriority {
 		above = ps.reservations[rc.reservation].entry
 	}
 	acting := false
-	if rc.reason == ReasonCapacityBusy {
+	if rc.reason == vocab.ReasonCapacityBusy {
 		if prop, phrase := c.tryPreemption(je, ps, sh, qv.lender); prop != nil {
 			c.res.Preemptions = append(c.res.Preemptions, *prop)
 			detail += phrase
@@ -331,20 +333,20 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 	if sh.hasCached && sh.cachedVersion == version {
 		return &sh.cached
 	}
-	rc := reasonCache{reason: ReasonCapacityBusy, reservation: -1}
+	rc := reasonCache{reason: vocab.ReasonCapacityBusy, reservation: -1}
 	rc.free, rc.reserved = ps.freeCounts(sh)
 	switch {
 	case !sh.noFitAll && ps.anyReserved(sh):
 		if ch, ok := ps.search(sh, searchWithReserved); ok {
 			rc.reservation = ps.reservedBy(ch)
-			rc.reason, rc.blocking = ReasonReservedForHigherPriority, ps.reservations[rc.reservation].jobID
+			rc.reason, rc.blocking = vocab.ReasonReservedForHigherPriority, ps.reservations[rc.reservation].jobID
 			break
 		}
 		sh.noFitAll = true
 		fallthrough
 	default:
 		if sh.count > 0 && rc.free >= sh.count {
-			rc.reason = ReasonFragmented
+			rc.reason = vocab.ReasonFragmented
 			rc.largest = ps.largestGroup(sh, searchWithReserved)
 		}
 	}
@@ -361,7 +363,7 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 }
 
 // wait records a job's wait status.
-func (c *cycle) wait(je *jobEntry, reason WaitReason, detail, reEval, blocking string) {
+func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
 		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.rank), Priority: c.prios[je.rank-1]})
 }

@@ -3,6 +3,8 @@ package scheduling
 import (
 	"fmt"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // t0 is the fixed "now" of the scenario tests.
@@ -24,11 +26,11 @@ func mkNode(name string, n int, model string, memMiB int64, domainSize int) Node
 
 // mkPool builds an available pool in the automate stage.
 func mkPool(name string, nodes ...Node) Pool {
-	return Pool{Name: name, Available: true, Stage: StageAutomate, Nodes: nodes}
+	return Pool{Name: name, Available: true, Stage: vocab.StageAutomate, Nodes: nodes}
 }
 
 // mkJob builds a pending job submitted and waiting since t0 − age.
-func mkJob(id string, tier Tier, gpus int, pool string, age time.Duration) PendingJob {
+func mkJob(id string, tier vocab.Tier, gpus int, pool string, age time.Duration) PendingJob {
 	return PendingJob{ID: id, Project: "proj-" + id, Queue: "q-" + tier.String(), Tier: tier,
 		Request:    ResourceRequest{GPUs: gpus, Pool: pool},
 		SubmitTime: t0.Add(-age), WaitingSince: t0.Add(-age)}
@@ -36,7 +38,7 @@ func mkJob(id string, tier Tier, gpus int, pool string, age time.Duration) Pendi
 
 // mkRunning builds a running job holding whole GPUs (uuids) on node, with
 // recovery evidence that makes it an eligible victim by default.
-func mkRunning(id string, tier Tier, pool, node string, startedAgo time.Duration, uuids ...string) RunningJob {
+func mkRunning(id string, tier vocab.Tier, pool, node string, startedAgo time.Duration, uuids ...string) RunningJob {
 	r := RunningJob{ID: id, Project: "proj-" + id, Queue: "q-" + tier.String(), Tier: tier,
 		Request:    ResourceRequest{GPUs: len(uuids), Pool: pool},
 		StartedAt:  t0.Add(-startedAgo),

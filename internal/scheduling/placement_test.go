@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // gpusOf lists the UUIDs of a placement, sorted.
@@ -29,7 +31,7 @@ func TestPlacement(t *testing.T) {
 			name: "best fit node leaves the big free group whole",
 			build: func() *Snapshot {
 				a, b := mkNode("a", 8, "A100", 81920, 0), mkNode("b", 8, "A100", 81920, 0)
-				j := mkJob("j", TierStandard, 2, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 2, "p", 0)
 				j.Request.Topology = TopologySameNode
 				s := &Snapshot{Pools: []Pool{mkPool("p", a, b)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", b, 0, 1, 2, 3, 4)...) // b has 3 free, a has 8
@@ -41,7 +43,7 @@ func TestPlacement(t *testing.T) {
 			name: "best fit NVLink domain",
 			build: func() *Snapshot {
 				a := mkNode("a", 8, "H100", 81920, 4)
-				j := mkJob("j", TierStandard, 2, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 2, "p", 0)
 				j.Request.Topology = TopologyNVLinkDomain
 				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", a, 4, 5)...) // nvl0: 4 free, nvl1: 2 free
@@ -53,7 +55,7 @@ func TestPlacement(t *testing.T) {
 			name: "nvlink-domain needs one domain",
 			build: func() *Snapshot {
 				a := mkNode("a", 8, "H100", 81920, 4)
-				j := mkJob("j", TierStandard, 4, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 4, "p", 0)
 				j.Request.Topology = TopologyNVLinkDomain
 				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", a, 0, 4)...) // 3 + 3 free
@@ -65,10 +67,10 @@ func TestPlacement(t *testing.T) {
 			name: "share packs onto a partly used GPU",
 			build: func() *Snapshot {
 				a := mkNode("a", 2, "T4", 15360, 0)
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Request.GPUMilli = 250
 				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{j}}
-				r := mkRunning("half", TierStandard, "p", "a", time.Hour, "a-gpu1")
+				r := mkRunning("half", vocab.TierStandard, "p", "a", time.Hour, "a-gpu1")
 				r.Allocation.GPUs[0].Milli = 500
 				withRunning(s, r)
 				return s
@@ -79,10 +81,10 @@ func TestPlacement(t *testing.T) {
 			name: "share skips a GPU without room",
 			build: func() *Snapshot {
 				a := mkNode("a", 2, "T4", 15360, 0)
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Request.GPUMilli = 600
 				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{j}}
-				r := mkRunning("half", TierStandard, "p", "a", time.Hour, "a-gpu0")
+				r := mkRunning("half", vocab.TierStandard, "p", "a", time.Hour, "a-gpu0")
 				r.Allocation.GPUs[0].Milli = 500
 				withRunning(s, r)
 				return s
@@ -93,8 +95,8 @@ func TestPlacement(t *testing.T) {
 			name: "whole GPU never lands on a shared one",
 			build: func() *Snapshot {
 				a := mkNode("a", 1, "T4", 15360, 0)
-				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{mkJob("j", TierStandard, 1, "p", 0)}}
-				r := mkRunning("sliver", TierStandard, "p", "a", time.Hour, "a-gpu0")
+				s := &Snapshot{Pools: []Pool{mkPool("p", a)}, Pending: []PendingJob{mkJob("j", vocab.TierStandard, 1, "p", 0)}}
+				r := mkRunning("sliver", vocab.TierStandard, "p", "a", time.Hour, "a-gpu0")
 				r.Allocation.GPUs[0].Milli = 100
 				withRunning(s, r)
 				return s
@@ -105,7 +107,7 @@ func TestPlacement(t *testing.T) {
 			name: "model and memory filter",
 			build: func() *Snapshot {
 				a, b := mkNode("a", 4, "A100-40GB", 40960, 0), mkNode("b", 4, "H100", 81920, 0)
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Request.GPUMemoryMiB = 81920
 				j.Request.GPUModels = []string{"H200", "H100"}
 				return &Snapshot{Pools: []Pool{mkPool("p", a, b)}, Pending: []PendingJob{j}}
@@ -118,7 +120,7 @@ func TestPlacement(t *testing.T) {
 				a, b := mkNode("a", 2, "A100", 81920, 0), mkNode("b", 2, "A100", 81920, 0)
 				a.GPUs[0].Healthy = false
 				b.Schedulable = false
-				j := mkJob("j", TierStandard, 2, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 2, "p", 0)
 				return &Snapshot{Pools: []Pool{mkPool("p", a, b)}, Pending: []PendingJob{j}}
 			},
 			want: "",
@@ -129,10 +131,10 @@ func TestPlacement(t *testing.T) {
 				a, b := mkNode("a", 4, "A100", 81920, 0), mkNode("b", 4, "A100", 81920, 0)
 				a.CPUMilli, a.MemoryMiB = 16000, 65536
 				b.CPUMilli, b.MemoryMiB = 64000, 262144
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Request.CPUMilli, j.Request.MemoryMiB = 12000, 131072
 				s := &Snapshot{Pools: []Pool{mkPool("p", a, b)}, Pending: []PendingJob{j}}
-				r := mkRunning("cpu", TierStandard, "p", "b", time.Hour, "b-gpu0")
+				r := mkRunning("cpu", vocab.TierStandard, "p", "b", time.Hour, "b-gpu0")
 				r.Allocation.CPUMilli, r.Allocation.MemoryMiB = 48000, 65536
 				withRunning(s, r) // b has 16000 milli-CPU left; a lacks memory
 				return s
@@ -143,7 +145,7 @@ func TestPlacement(t *testing.T) {
 			name: "any topology spreads over small groups",
 			build: func() *Snapshot {
 				a, b, c := mkNode("a", 4, "A100", 81920, 0), mkNode("b", 4, "A100", 81920, 0), mkNode("c", 4, "A100", 81920, 0)
-				j := mkJob("j", TierStandard, 5, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 5, "p", 0)
 				s := &Snapshot{Pools: []Pool{mkPool("p", a, b, c)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", a, 0, 1)...)
 				withRunning(s, busyNode("p", b, 0)...)
@@ -178,7 +180,7 @@ func TestPlacementsShareCapacity(t *testing.T) {
 	a := mkNode("a", 2, "T4", 15360, 0)
 	var pending []PendingJob
 	for i, id := range []string{"s1", "s2", "s3", "s4", "s5"} {
-		j := mkJob(id, TierStandard, 1, "p", time.Duration(10-i)*time.Minute)
+		j := mkJob(id, vocab.TierStandard, 1, "p", time.Duration(10-i)*time.Minute)
 		j.Request.GPUMilli = 400
 		pending = append(pending, j)
 	}
@@ -186,7 +188,7 @@ func TestPlacementsShareCapacity(t *testing.T) {
 	if len(res.Placements) != 4 || placementOf(res, "s2").GPUs[0].UUID != placementOf(res, "s1").GPUs[0].UUID {
 		t.Fatalf("placements %+v", res.Placements)
 	}
-	if w := waitOf(res, "s5"); w == nil || w.Reason != ReasonCapacityBusy {
+	if w := waitOf(res, "s5"); w == nil || w.Reason != vocab.ReasonCapacityBusy {
 		t.Fatalf("s5 %+v", w)
 	}
 }

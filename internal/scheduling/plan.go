@@ -1,6 +1,10 @@
 package scheduling
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // Priority is a job's effective priority with every part reported. Score is the
 // sum TierBase + AgingCredit + FairShare; ties are broken by SubmitTime, then ID.
@@ -28,7 +32,7 @@ type Placement struct {
 // WaitStatus is the current wait of one pending job that was not placed.
 type WaitStatus struct {
 	JobID  string
-	Reason WaitReason
+	Reason vocab.WaitReason
 	// Detail carries the quantities, e.g. "needs 4 × ≥81920 MiB H100|H200 on one
 	// node; 24 match in pool, 6 free, largest free group on one node 3".
 	Detail string

@@ -1,5 +1,7 @@
 package scheduling
 
+import "github.com/gpugov/gpugov/internal/vocab"
+
 // Policy is one version of the scheduling rules (DESIGN.md §1 "policy version").
 // All weights are dimensionless priority points; durations are in seconds.
 type Policy struct {
@@ -8,7 +10,7 @@ type Policy struct {
 	// TierBase is the priority points each tier starts from. Tiers must be spaced
 	// further apart than Aging.CapPoints + FairShare.Weight where one tier must
 	// never be overtaken by the one below it.
-	TierBase map[Tier]float64
+	TierBase map[vocab.Tier]float64
 
 	Aging       AgingPolicy
 	FairShare   FairSharePolicy
@@ -64,11 +66,11 @@ type PreemptionPolicy struct {
 func DefaultPolicy() Policy {
 	return Policy{
 		Version: "default",
-		TierBase: map[Tier]float64{
-			TierExperiment: 0,
-			TierStandard:   10000,
-			TierKeyProject: 20000,
-			TierProduction: 30000,
+		TierBase: map[vocab.Tier]float64{
+			vocab.TierExperiment: 0,
+			vocab.TierStandard:   10000,
+			vocab.TierKeyProject: 20000,
+			vocab.TierProduction: 30000,
 		},
 		Aging:       AgingPolicy{Enabled: true, StepPoints: 100, IntervalSeconds: 600, CapPoints: 3000},
 		FairShare:   FairSharePolicy{Enabled: true, Weight: 1000, HalfLifeSeconds: 7 * 24 * 3600},

@@ -1,11 +1,15 @@
 package scheduling
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // candKey names a cached pool-wide candidate list: the preemptor's tier and
 // whether it is a lender.
 type candKey struct {
-	tier   Tier
+	tier   vocab.Tier
 	lender bool
 }
 
@@ -14,7 +18,7 @@ type candKey struct {
 type failKey struct {
 	mi     *maskIndex
 	milli  int32
-	tier   Tier
+	tier   vocab.Tier
 	lender bool
 }
 

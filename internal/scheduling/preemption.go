@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // victimState is one running job as a possible preemption victim.
@@ -17,7 +19,7 @@ type victimState struct {
 	node     int32   // host node (CPU and memory are charged there); -1 unknown
 	cpu, mem int64
 	loss     float64 // estimated effective run loss in GPU-seconds
-	tier     Tier
+	tier     vocab.Tier
 	borrowed bool
 	gate     string // why the victim is never eligible; "" when it may be
 	lowRisk  bool
@@ -231,11 +233,11 @@ func recentPreemptions(times []time.Time, now time.Time, windowS float64) int {
 
 // stageActs decides Act: automate acts, trial acts only when every victim's
 // queue is low-risk, observe (or an unknown stage) only records.
-func stageActs(stage AutomationStage, victims []*victimState) bool {
+func stageActs(stage vocab.AutomationStage, victims []*victimState) bool {
 	switch stage {
-	case StageAutomate:
+	case vocab.StageAutomate:
 		return true
-	case StageTrial:
+	case vocab.StageTrial:
 		for _, v := range victims {
 			if !v.lowRisk {
 				return false

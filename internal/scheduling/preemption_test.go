@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // preemptScenario is one 8-GPU node fully held by experiment job "v" (eligible
@@ -14,11 +16,11 @@ func preemptScenario() (*Snapshot, *Policy) {
 	for _, g := range n.GPUs {
 		uuids = append(uuids, g.UUID)
 	}
-	j := mkJob("j", TierKeyProject, 8, "p", 0)
+	j := mkJob("j", vocab.TierKeyProject, 8, "p", 0)
 	j.Request.Topology = TopologySameNode
 	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j},
-		Queues: []Queue{{Name: "q-experiment", Tier: TierExperiment}, {Name: "q-key-project", Tier: TierKeyProject}}}
-	withRunning(s, mkRunning("v", TierExperiment, "p", "n1", time.Hour, uuids...))
+		Queues: []Queue{{Name: "q-experiment", Tier: vocab.TierExperiment}, {Name: "q-key-project", Tier: vocab.TierKeyProject}}}
+	withRunning(s, mkRunning("v", vocab.TierExperiment, "p", "n1", time.Hour, uuids...))
 	return s, testPolicy()
 }
 
@@ -62,10 +64,10 @@ func TestVictimEligibility(t *testing.T) {
 		{"preemptions outside the window", func(s *Snapshot, p *Policy) {
 			s.Running[0].RecentPreemptions = []time.Time{t0.Add(-30 * time.Hour), t0.Add(-40 * time.Hour), t0.Add(-50 * time.Hour)}
 		}, true},
-		{"same tier", func(s *Snapshot, p *Policy) { s.Running[0].Tier = TierKeyProject }, false},
+		{"same tier", func(s *Snapshot, p *Policy) { s.Running[0].Tier = vocab.TierKeyProject }, false},
 		{"aging never lifts eligibility", func(s *Snapshot, p *Policy) {
-			s.Running[0].Tier = TierStandard
-			s.Pending[0].Tier = TierStandard
+			s.Running[0].Tier = vocab.TierStandard
+			s.Pending[0].Tier = vocab.TierStandard
 			s.Pending[0].WaitingSince = t0.Add(-48 * time.Hour)
 		}, false},
 		{"preemption disabled", func(s *Snapshot, p *Policy) { p.Preemption.Enabled = false }, false},
@@ -76,7 +78,7 @@ func TestVictimEligibility(t *testing.T) {
 			tc.mod(s, p)
 			res := Plan(s, p, t0)
 			w := waitOf(res, "j")
-			if w == nil || w.Reason != ReasonCapacityBusy {
+			if w == nil || w.Reason != vocab.ReasonCapacityBusy {
 				t.Fatalf("job j: %+v", w)
 			}
 			if got := len(res.Preemptions) == 1; got != tc.propose {
@@ -106,7 +108,7 @@ func lossVictim(id, node string, sinceCkpt time.Duration, gpus ...int) RunningJo
 	for _, g := range gpus {
 		uuids = append(uuids, node+"-gpu"+string(rune('0'+g)))
 	}
-	r := mkRunning(id, TierExperiment, "p", node, time.Hour, uuids...)
+	r := mkRunning(id, vocab.TierExperiment, "p", node, time.Hour, uuids...)
 	r.Recovery.LastCheckpoint = &Checkpoint{At: t0.Add(-sinceCkpt), Step: 10, Location: "s3://ckpt/" + id}
 	return r
 }
@@ -158,7 +160,7 @@ func TestLeastLossVictims(t *testing.T) {
 			for _, n := range tc.nodes {
 				nodes = append(nodes, mkNode(n, 8, "A100", 81920, 8))
 			}
-			j := mkJob("j", TierKeyProject, tc.count, "p", 0)
+			j := mkJob("j", vocab.TierKeyProject, tc.count, "p", 0)
 			j.Request.Topology = TopologySameNode
 			s := &Snapshot{Pools: []Pool{mkPool("p", nodes...)}, Pending: []PendingJob{j}}
 			withRunning(s, tc.running...)
@@ -191,7 +193,7 @@ func TestVictimsNotProposedTwice(t *testing.T) {
 	n := mkNode("n1", 8, "A100", 81920, 4)
 	var pending []PendingJob
 	for _, id := range []string{"j1", "j2", "j3"} {
-		j := mkJob(id, TierKeyProject, 4, "p", 0)
+		j := mkJob(id, vocab.TierKeyProject, 4, "p", 0)
 		j.Request.Topology = TopologySameNode
 		pending = append(pending, j)
 	}
@@ -204,7 +206,7 @@ func TestVictimsNotProposedTwice(t *testing.T) {
 		res.Preemptions[1].ForJobID != "j2" || res.Preemptions[1].Victims[0].JobID != "dear" {
 		t.Fatalf("proposals %+v", res.Preemptions)
 	}
-	if w := waitOf(res, "j3"); w.Reason != ReasonCapacityBusy || strings.Contains(w.Detail, "preempt") {
+	if w := waitOf(res, "j3"); w.Reason != vocab.ReasonCapacityBusy || strings.Contains(w.Detail, "preempt") {
 		t.Fatalf("j3 %+v", w)
 	}
 }
@@ -213,15 +215,15 @@ func TestVictimsNotProposedTwice(t *testing.T) {
 // acts on low-risk queues only, automate acts.
 func TestStageActs(t *testing.T) {
 	tests := []struct {
-		stage   AutomationStage
+		stage   vocab.AutomationStage
 		lowRisk bool
 		act     bool
 		phrase  string
 	}{
-		{StageObserve, true, false, "would preempt 1 job(s) on node n1 (pool stage observe)"},
-		{StageTrial, false, false, "would preempt"},
-		{StageTrial, true, true, "proposed"},
-		{StageAutomate, false, true, "proposed"},
+		{vocab.StageObserve, true, false, "would preempt 1 job(s) on node n1 (pool stage observe)"},
+		{vocab.StageTrial, false, false, "would preempt"},
+		{vocab.StageTrial, true, true, "proposed"},
+		{vocab.StageAutomate, false, true, "proposed"},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.stage), func(t *testing.T) {
@@ -255,8 +257,8 @@ func TestLenderReclaimsBorrowed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, p := preemptScenario()
-			s.Pending[0].Tier, s.Pending[0].Project = TierStandard, "lender"
-			s.Running[0].Tier, s.Running[0].Project = TierStandard, "borrower"
+			s.Pending[0].Tier, s.Pending[0].Project = vocab.TierStandard, "lender"
+			s.Running[0].Tier, s.Running[0].Project = vocab.TierStandard, "borrower"
 			s.Running[0].Allocation.Borrowed = tc.borrowed
 			s.Allocations[0].Borrowed = tc.borrowed
 			s.Quotas = []Quota{
@@ -265,7 +267,7 @@ func TestLenderReclaimsBorrowed(t *testing.T) {
 				{Project: "idle", Pool: "p", NominalMilli: 16000}, // leaves quota to borrow
 			}
 			res := Plan(s, p, t0)
-			if w := waitOf(res, "j"); w == nil || w.Reason != ReasonCapacityBusy {
+			if w := waitOf(res, "j"); w == nil || w.Reason != vocab.ReasonCapacityBusy {
 				t.Fatalf("job j %+v", w)
 			}
 			if got := len(res.Preemptions) == 1; got != tc.propose {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // DecayUsage returns gpuSeconds recorded at from, decayed to to with the given
@@ -121,7 +123,7 @@ func eligibleWaitSeconds(j *PendingJob, now time.Time) float64 {
 type priorityRules struct {
 	p        *Policy
 	now      time.Time
-	tierBase [TierProduction + 1]float64
+	tierBase [vocab.TierProduction + 1]float64
 	prodBase float64
 	hasProd  bool // TierBase names production: the aging ceiling applies
 	fair     map[string]float64
@@ -131,15 +133,15 @@ type priorityRules struct {
 // ceiling and the cycle's fair-share factors.
 func newPriorityRules(p *Policy, usage []ProjectUsage, now time.Time) *priorityRules {
 	r := &priorityRules{p: p, now: now, fair: fairShareFactors(usage, &p.FairShare, now)}
-	for _, t := range Tiers {
+	for _, t := range vocab.Tiers {
 		r.tierBase[t] = p.TierBase[t]
 	}
-	r.prodBase, r.hasProd = p.TierBase[TierProduction]
+	r.prodBase, r.hasProd = p.TierBase[vocab.TierProduction]
 	return r
 }
 
 // base returns TierBase[t] (0 for a tier the policy does not name).
-func (r *priorityRules) base(t Tier) float64 {
+func (r *priorityRules) base(t vocab.Tier) float64 {
 	if t >= 0 && int(t) < len(r.tierBase) {
 		return r.tierBase[t]
 	}
@@ -170,7 +172,7 @@ func (r *priorityRules) priority(j *PendingJob, fairFactor float64) (Priority, a
 	rule := agingRule{waitS: eligibleWaitSeconds(j, r.now)}
 	if p.Aging.Enabled {
 		rule.interval, rule.step, rule.capEff = p.Aging.IntervalSeconds, p.Aging.StepPoints, p.Aging.CapPoints
-		if r.hasProd && j.Tier != TierProduction {
+		if r.hasProd && j.Tier != vocab.TierProduction {
 			ceiling := math.Max(0, r.prodBase-pr.TierBase-pr.FairShare-1)
 			rule.capEff = math.Min(rule.capEff, ceiling)
 		}

@@ -5,27 +5,29 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestAging checks the step rule, the cap and the production ceiling.
 func TestAging(t *testing.T) {
 	tests := []struct {
 		name       string
-		tier       Tier
+		tier       vocab.Tier
 		wait       time.Duration
 		accrued    float64
-		tierBase   map[Tier]float64
+		tierBase   map[vocab.Tier]float64
 		wantCredit float64
 		wantCapped bool
 	}{
-		{"under one interval", TierStandard, 9 * time.Minute, 0, nil, 0, false},
-		{"full steps only", TierStandard, 25 * time.Minute, 0, nil, 200, false},
-		{"accrued wait counts", TierStandard, 5 * time.Minute, 300, nil, 100, false},
-		{"cap", TierStandard, 10 * time.Hour, 0, nil, 3000, true},
-		{"exactly at cap", TierStandard, 300 * time.Minute, 0, nil, 3000, false},
-		{"production ceiling", TierKeyProject, 10 * time.Hour, 0,
-			map[Tier]float64{TierStandard: 10000, TierKeyProject: 20000, TierProduction: 21000}, 999, true},
-		{"production jobs age to the cap", TierProduction, 10 * time.Hour, 0, nil, 3000, true},
+		{"under one interval", vocab.TierStandard, 9 * time.Minute, 0, nil, 0, false},
+		{"full steps only", vocab.TierStandard, 25 * time.Minute, 0, nil, 200, false},
+		{"accrued wait counts", vocab.TierStandard, 5 * time.Minute, 300, nil, 100, false},
+		{"cap", vocab.TierStandard, 10 * time.Hour, 0, nil, 3000, true},
+		{"exactly at cap", vocab.TierStandard, 300 * time.Minute, 0, nil, 3000, false},
+		{"production ceiling", vocab.TierKeyProject, 10 * time.Hour, 0,
+			map[vocab.Tier]float64{vocab.TierStandard: 10000, vocab.TierKeyProject: 20000, vocab.TierProduction: 21000}, 999, true},
+		{"production jobs age to the cap", vocab.TierProduction, 10 * time.Hour, 0, nil, 3000, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,7 +44,7 @@ func TestAging(t *testing.T) {
 			if pr.Score != pr.TierBase+pr.AgingCredit+pr.FairShare {
 				t.Fatalf("score %v is not the sum of its parts %+v", pr.Score, pr)
 			}
-			if tc.tier != TierProduction && pr.Score >= p.TierBase[TierProduction] {
+			if tc.tier != vocab.TierProduction && pr.Score >= p.TierBase[vocab.TierProduction] {
 				t.Fatalf("score %v reaches the production base", pr.Score)
 			}
 		})
@@ -51,7 +53,7 @@ func TestAging(t *testing.T) {
 
 // TestAgingDisabled checks that a disabled or zero-cap rule gives no credit.
 func TestAgingDisabled(t *testing.T) {
-	j := mkJob("j", TierStandard, 1, "p", 10*time.Hour)
+	j := mkJob("j", vocab.TierStandard, 1, "p", 10*time.Hour)
 	p := testPolicy()
 	p.Aging.Enabled = false
 	if pr, _ := newPriorityRules(p, nil, t0).priority(&j, 1); pr.AgingCredit != 0 {
@@ -85,7 +87,7 @@ func TestFairShare(t *testing.T) {
 	p := testPolicy()
 	p.FairShare = fs
 	rules := newPriorityRules(p, usage, t0)
-	j := mkJob("j", TierStandard, 1, "p", 0)
+	j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 	j.Project = "c" // no usage: factor 1
 	pr, _ := rules.priority(&j, rules.fairOf(j.Project))
 	if pr.FairFactor != 1 || pr.FairShare != 1000 || pr.Score != 11000 {
@@ -114,9 +116,9 @@ func TestDecayUsage(t *testing.T) {
 // TestRankTieBreak checks that equal scores rank by submit time, then ID.
 func TestRankTieBreak(t *testing.T) {
 	n := mkNode("n1", 1, "H100", 81920, 0)
-	a := mkJob("a", TierStandard, 1, "p", 5*time.Minute)
-	b := mkJob("b", TierStandard, 1, "p", 8*time.Minute)
-	c := mkJob("c", TierStandard, 1, "p", 8*time.Minute)
+	a := mkJob("a", vocab.TierStandard, 1, "p", 5*time.Minute)
+	b := mkJob("b", vocab.TierStandard, 1, "p", 8*time.Minute)
+	c := mkJob("c", vocab.TierStandard, 1, "p", 8*time.Minute)
 	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{c, a, b}}
 	res := Plan(s, testPolicy(), t0)
 	if placementOf(res, "b") == nil || placementOf(res, "b").Rank != 1 ||

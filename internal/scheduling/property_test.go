@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // randomSnapshot draws a small random snapshot: two pools of nodes with 4–8
@@ -15,7 +17,7 @@ import (
 // pending jobs in every state, quotas, usage and protection windows.
 func randomSnapshot(rng *rand.Rand) *Snapshot {
 	s := synthSnapshot(rng.Int63(), 6+rng.Intn(20), 20+rng.Intn(120), rng.Float64())
-	second := Pool{Name: "second", Available: true, Stage: []AutomationStage{StageObserve, StageTrial, StageAutomate}[rng.Intn(3)]}
+	second := Pool{Name: "second", Available: true, Stage: []vocab.AutomationStage{vocab.StageObserve, vocab.StageTrial, vocab.StageAutomate}[rng.Intn(3)]}
 	for n := 0; n < 2+rng.Intn(4); n++ {
 		m := synthModels[rng.Intn(len(synthModels))]
 		nd := mkNode(fmt.Sprintf("s-%02d", n), 4+rng.Intn(5), m.model, m.memMiB, []int{0, 2, 4}[rng.Intn(3)])
@@ -24,7 +26,7 @@ func randomSnapshot(rng *rand.Rand) *Snapshot {
 	}
 	fillRunning(rng, s, &second, rng.Float64())
 	s.Pools = append(s.Pools, second)
-	s.Pools[0].Stage = []AutomationStage{StageObserve, StageTrial, StageAutomate}[rng.Intn(3)]
+	s.Pools[0].Stage = []vocab.AutomationStage{vocab.StageObserve, vocab.StageTrial, vocab.StageAutomate}[rng.Intn(3)]
 	for i := range s.Pending {
 		j := &s.Pending[i]
 		if rng.Intn(3) == 0 {
@@ -228,10 +230,10 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 			return fmt.Errorf("wait %s: unknown or repeated", w.JobID)
 		}
 		seen[w.JobID], ranks[w.Rank] = true, true
-		if !slices.Contains(WaitReasons, w.Reason) || w.Detail == "" || w.ReEvaluate == "" {
+		if !slices.Contains(vocab.WaitReasons, w.Reason) || w.Detail == "" || w.ReEvaluate == "" {
 			return fmt.Errorf("wait %s: bad status %+v", w.JobID, w)
 		}
-		blocked := w.Reason == ReasonReservedForHigherPriority
+		blocked := w.Reason == vocab.ReasonReservedForHigherPriority
 		if blocked != (w.BlockingJobID != "") || (blocked && rankOf[w.BlockingJobID] >= w.Rank) {
 			return fmt.Errorf("wait %s: blocking job %q (rank %d vs %d)", w.JobID, w.BlockingJobID, rankOf[w.BlockingJobID], w.Rank)
 		}
@@ -281,17 +283,17 @@ func checkProposals(s *Snapshot, p *Policy, res *Result) error {
 	for _, q := range s.Queues {
 		queues[q.Name] = q
 	}
-	tierOf := map[string]Tier{}
+	tierOf := map[string]vocab.Tier{}
 	for _, j := range s.Pending {
 		tierOf[j.ID] = j.Tier
 	}
-	stage := map[string]AutomationStage{}
+	stage := map[string]vocab.AutomationStage{}
 	for _, pool := range s.Pools {
 		stage[pool.Name] = pool.Stage
 	}
 	proposed := map[string]bool{}
 	for _, pp := range res.Preemptions {
-		if !p.Preemption.Enabled || (stage[pp.Pool] == StageObserve && pp.Act) {
+		if !p.Preemption.Enabled || (stage[pp.Pool] == vocab.StageObserve && pp.Act) {
 			return fmt.Errorf("proposal %+v not allowed", pp)
 		}
 		for _, v := range pp.Victims {

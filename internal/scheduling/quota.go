@@ -1,6 +1,10 @@
 package scheduling
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // quotaRow is one project's quota in a pool with its current usage in milli-GPU.
 type quotaRow struct {
@@ -100,7 +104,7 @@ type quotaVerdict struct {
 
 // canBorrow reports whether a tier may borrow beyond nominal quota: only
 // standard and experiment work does (Kueue borrowing for best-effort lanes).
-func canBorrow(t Tier) bool { return t == TierStandard || t == TierExperiment }
+func canBorrow(t vocab.Tier) bool { return t == vocab.TierStandard || t == vocab.TierExperiment }
 
 // check decides whether the project of quota row r (nil: no row, unlimited)
 // may take need more milli-GPU in the pool:
@@ -108,7 +112,7 @@ func canBorrow(t Tier) bool { return t == TierStandard || t == TierExperiment }
 // borrowing limit when the cohort's unused nominal quota covers it, i.e.
 // cohort usage + need ≤ cohort nominal (Kueue admits borrowing only from
 // unused cohort quota).
-func (pq *poolQuota) check(r *quotaRow, tier Tier, need int64) quotaVerdict {
+func (pq *poolQuota) check(r *quotaRow, tier vocab.Tier, need int64) quotaVerdict {
 	if r == nil || need == 0 {
 		return quotaVerdict{ok: true, need: need}
 	}

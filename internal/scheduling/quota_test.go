@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestQuota checks Kueue-style admission: within nominal, borrowing (standard
@@ -12,7 +14,7 @@ import (
 func TestQuota(t *testing.T) {
 	tests := []struct {
 		name     string
-		tier     Tier
+		tier     vocab.Tier
 		gpus     int
 		quotas   []Quota
 		used     int // GPUs "team" already holds
@@ -20,24 +22,24 @@ func TestQuota(t *testing.T) {
 		borrowed bool
 		why      string
 	}{
-		{"within nominal", TierStandard, 2, []Quota{{Project: "team", Pool: "p", NominalMilli: 4000}}, 2, true, false, ""},
-		{"borrows idle quota", TierStandard, 2, []Quota{
+		{"within nominal", vocab.TierStandard, 2, []Quota{{Project: "team", Pool: "p", NominalMilli: 4000}}, 2, true, false, ""},
+		{"borrows idle quota", vocab.TierStandard, 2, []Quota{
 			{Project: "team", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 4000},
 			{Project: "other", Pool: "p", NominalMilli: 6000}}, 2, true, true, ""},
-		{"experiment borrows too", TierExperiment, 2, []Quota{
+		{"experiment borrows too", vocab.TierExperiment, 2, []Quota{
 			{Project: "team", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 4000},
 			{Project: "other", Pool: "p", NominalMilli: 6000}}, 2, true, true, ""},
-		{"key-project may not borrow", TierKeyProject, 2, []Quota{
+		{"key-project may not borrow", vocab.TierKeyProject, 2, []Quota{
 			{Project: "team", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 4000},
 			{Project: "other", Pool: "p", NominalMilli: 6000}}, 2, false, false, "may not borrow"},
-		{"beyond the borrowing limit", TierStandard, 4, []Quota{
+		{"beyond the borrowing limit", vocab.TierStandard, 4, []Quota{
 			{Project: "team", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 2000},
 			{Project: "other", Pool: "p", NominalMilli: 6000}}, 2, false, false, "borrowing limit 2000"},
-		{"cohort has nothing to lend", TierStandard, 2, []Quota{
+		{"cohort has nothing to lend", vocab.TierStandard, 2, []Quota{
 			{Project: "team", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 4000},
 			{Project: "other", Pool: "p", NominalMilli: 1000}}, 2, false, false, "unused nominal quota of other projects is 1000 milli-GPU, less than the 2000 to borrow"},
-		{"no row is unlimited", TierKeyProject, 4, []Quota{{Project: "other", Pool: "p", NominalMilli: 1000}}, 2, true, false, ""},
-		{"row in another pool only", TierKeyProject, 4, []Quota{{Project: "team", Pool: "q", NominalMilli: 0}}, 2, true, false, ""},
+		{"no row is unlimited", vocab.TierKeyProject, 4, []Quota{{Project: "other", Pool: "p", NominalMilli: 1000}}, 2, true, false, ""},
+		{"row in another pool only", vocab.TierKeyProject, 4, []Quota{{Project: "team", Pool: "q", NominalMilli: 0}}, 2, true, false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +48,7 @@ func TestQuota(t *testing.T) {
 			j.Project = "team"
 			s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j}, Quotas: tc.quotas}
 			for i := 0; i < tc.used; i++ {
-				r := mkRunning("held"+string(rune('0'+i)), TierStandard, "p", "n1", time.Hour, n.GPUs[i].UUID)
+				r := mkRunning("held"+string(rune('0'+i)), vocab.TierStandard, "p", "n1", time.Hour, n.GPUs[i].UUID)
 				r.Project = "team"
 				withRunning(s, r)
 			}
@@ -60,7 +62,7 @@ func TestQuota(t *testing.T) {
 			}
 			if pl == nil {
 				w := waitOf(res, "j")
-				if w.Reason != ReasonQuotaExhausted || !strings.Contains(w.Detail, tc.why) {
+				if w.Reason != vocab.ReasonQuotaExhausted || !strings.Contains(w.Detail, tc.why) {
 					t.Fatalf("wait %+v, want quota_exhausted with %q", w, tc.why)
 				}
 			}
@@ -72,13 +74,13 @@ func TestQuota(t *testing.T) {
 // against the quota of later jobs of the same project.
 func TestQuotaChargedWithinCycle(t *testing.T) {
 	n := mkNode("n1", 8, "A100", 81920, 0)
-	a := mkJob("a", TierKeyProject, 2, "p", time.Minute)
-	b := mkJob("b", TierKeyProject, 2, "p", 0)
+	a := mkJob("a", vocab.TierKeyProject, 2, "p", time.Minute)
+	b := mkJob("b", vocab.TierKeyProject, 2, "p", 0)
 	a.Project, b.Project = "team", "team"
 	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{a, b},
 		Quotas: []Quota{{Project: "team", Pool: "p", NominalMilli: 3000}}}
 	res := Plan(s, testPolicy(), t0)
-	if placementOf(res, "a") == nil || waitOf(res, "b") == nil || waitOf(res, "b").Reason != ReasonQuotaExhausted {
+	if placementOf(res, "a") == nil || waitOf(res, "b") == nil || waitOf(res, "b").Reason != vocab.ReasonQuotaExhausted {
 		t.Fatalf("placements %+v waiting %+v", res.Placements, res.Waiting)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // describeRequest renders a request as "needs 4 × ≥81920 MiB H100|H200 on one
@@ -198,11 +200,11 @@ func capacityStatus(buf []byte, sh *shapeInfo, rc *reasonCache) []byte {
 	}
 	rc.reEval = sh.wantText()
 	switch rc.reason {
-	case ReasonReservedForHigherPriority:
+	case vocab.ReasonReservedForHigherPriority:
 		b = append(b, "; it fits only on GPUs reserved for job "...)
 		b = append(b, rc.blocking...)
 		rc.reEval = sh.reservedText(rc.blocking)
-	case ReasonFragmented:
+	case vocab.ReasonFragmented:
 		b = append(b, ", largest free group "...)
 		b = append(b, groupName(sh.topo)...)
 		b = append(b, ' ')

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // busyNode returns running jobs that occupy the given GPU indices of node n
@@ -11,7 +13,7 @@ import (
 func busyNode(pool string, n Node, idx ...int) []RunningJob {
 	var rs []RunningJob
 	for _, i := range idx {
-		r := mkRunning(n.Name+"-busy"+string(rune('a'+i)), TierStandard, pool, n.Name, time.Hour, n.GPUs[i].UUID)
+		r := mkRunning(n.Name+"-busy"+string(rune('a'+i)), vocab.TierStandard, pool, n.Name, time.Hour, n.GPUs[i].UUID)
 		r.Recovery.Checkpointable = false
 		rs = append(rs, r)
 	}
@@ -27,7 +29,7 @@ func TestWaitReasons(t *testing.T) {
 		name     string
 		build    func() *Snapshot
 		job      string
-		reason   WaitReason
+		reason   vocab.WaitReason
 		blocking string
 		detail   []string // substrings of Detail
 		reEval   []string // substrings of ReEvaluate
@@ -35,141 +37,141 @@ func TestWaitReasons(t *testing.T) {
 		{
 			name: "held",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Held = true
 				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
 			},
-			job: "j", reason: ReasonHeld, reEval: []string{"hold is released"},
+			job: "j", reason: vocab.ReasonHeld, reEval: []string{"hold is released"},
 		},
 		{
 			name: "pool unknown",
 			build: func() *Snapshot {
-				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{mkJob("j", TierStandard, 1, "nope", 0)}}
+				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{mkJob("j", vocab.TierStandard, 1, "nope", 0)}}
 			},
-			job: "j", reason: ReasonPoolUnavailable, detail: []string{`pool "nope" is unknown`},
+			job: "j", reason: vocab.ReasonPoolUnavailable, detail: []string{`pool "nope" is unknown`},
 		},
 		{
 			name: "pool drained",
 			build: func() *Snapshot {
 				p := mkPool("p", n1)
 				p.Available = false
-				return &Snapshot{Pools: []Pool{p}, Pending: []PendingJob{mkJob("j", TierStandard, 1, "p", 0)}}
+				return &Snapshot{Pools: []Pool{p}, Pending: []PendingJob{mkJob("j", vocab.TierStandard, 1, "p", 0)}}
 			},
-			job: "j", reason: ReasonPoolUnavailable, detail: []string{"drained or cordoned"},
+			job: "j", reason: vocab.ReasonPoolUnavailable, detail: []string{"drained or cordoned"},
 		},
 		{
 			name: "every node cordoned",
 			build: func() *Snapshot {
 				c := mkNode("c", 8, "H100", 81920, 4)
 				c.Schedulable = false
-				return &Snapshot{Pools: []Pool{mkPool("p", c)}, Pending: []PendingJob{mkJob("j", TierStandard, 1, "p", 0)}}
+				return &Snapshot{Pools: []Pool{mkPool("p", c)}, Pending: []PendingJob{mkJob("j", vocab.TierStandard, 1, "p", 0)}}
 			},
-			job: "j", reason: ReasonPoolUnavailable, detail: []string{"no schedulable node"},
+			job: "j", reason: vocab.ReasonPoolUnavailable, detail: []string{"no schedulable node"},
 		},
 		{
 			name: "environment not ready",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Prerequisites = []Prerequisite{{Name: "image", Ready: true}, {Name: "dataset", Message: "volume not mounted"}}
 				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
 			},
-			job: "j", reason: ReasonEnvironmentNotReady,
+			job: "j", reason: vocab.ReasonEnvironmentNotReady,
 			detail: []string{`"dataset" not ready: volume not mounted`}, reEval: []string{"dataset"},
 		},
 		{
 			name: "preemption in progress",
 			build: func() *Snapshot {
-				j := mkJob("j", TierKeyProject, 8, "p", 0)
+				j := mkJob("j", vocab.TierKeyProject, 8, "p", 0)
 				j.PreemptionInProgress = []string{"victim-1"}
 				s := &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
-				withRunning(s, mkRunning("victim-1", TierExperiment, "p", "n1", time.Hour, "n1-gpu0"))
+				withRunning(s, mkRunning("victim-1", vocab.TierExperiment, "p", "n1", time.Hour, "n1-gpu0"))
 				return s
 			},
-			job: "j", reason: ReasonPreemptionInProgress, detail: []string{"victim-1"},
+			job: "j", reason: vocab.ReasonPreemptionInProgress, detail: []string{"victim-1"},
 		},
 		{
 			name: "no matching model",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 2, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 2, "p", 0)
 				j.Request.GPUModels = []string{"A100"}
 				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
 			},
-			job: "j", reason: ReasonNoMatchingCapacity, detail: []string{"needs 2 × A100 anywhere in the pool", "0 matching"},
+			job: "j", reason: vocab.ReasonNoMatchingCapacity, detail: []string{"needs 2 × A100 anywhere in the pool", "0 matching"},
 			reEval: []string{"waiting will not help"},
 		},
 		{
 			name: "too many GPUs for one node",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 12, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 12, "p", 0)
 				j.Request.Topology = TopologySameNode
 				return &Snapshot{Pools: []Pool{mkPool("p", n1, n2)}, Pending: []PendingJob{j}}
 			},
-			job: "j", reason: ReasonNoMatchingCapacity, detail: []string{"16 matching", "largest group on one node 8"},
+			job: "j", reason: vocab.ReasonNoMatchingCapacity, detail: []string{"16 matching", "largest group on one node 8"},
 		},
 		{
 			name: "not enough memory per GPU",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 1, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 1, "p", 0)
 				j.Request.GPUMemoryMiB = 143360
 				return &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
 			},
-			job: "j", reason: ReasonNoMatchingCapacity, detail: []string{"≥143360 MiB"},
+			job: "j", reason: vocab.ReasonNoMatchingCapacity, detail: []string{"≥143360 MiB"},
 		},
 		{
 			name: "quota exhausted",
 			build: func() *Snapshot {
-				j := mkJob("j", TierKeyProject, 2, "p", 0)
+				j := mkJob("j", vocab.TierKeyProject, 2, "p", 0)
 				j.Project = "team"
-				r := mkRunning("r", TierKeyProject, "p", "n1", time.Hour, "n1-gpu0", "n1-gpu1")
+				r := mkRunning("r", vocab.TierKeyProject, "p", "n1", time.Hour, "n1-gpu0", "n1-gpu1")
 				r.Project = "team"
 				s := &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j},
 					Quotas: []Quota{{Project: "team", Pool: "p", NominalMilli: 3000, BorrowingLimitMilli: 8000}}}
 				withRunning(s, r)
 				return s
 			},
-			job: "j", reason: ReasonQuotaExhausted,
+			job: "j", reason: vocab.ReasonQuotaExhausted,
 			detail: []string{"uses 2000 of nominal 3000", "needs 2000 more", "tier key-project may not borrow"},
 			reEval: []string{"at most 1000 milli-GPU"},
 		},
 		{
 			name: "reserved for a higher-ranked job",
 			build: func() *Snapshot {
-				big := mkJob("big", TierKeyProject, 8, "p", 0)
+				big := mkJob("big", vocab.TierKeyProject, 8, "p", 0)
 				big.Request.Topology = TopologySameNode
-				small := mkJob("small", TierStandard, 1, "p", 0)
+				small := mkJob("small", vocab.TierStandard, 1, "p", 0)
 				s := &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{small, big}}
 				withRunning(s, busyNode("p", n1, 0, 1, 2, 3)...)
 				return s
 			},
-			job: "small", reason: ReasonReservedForHigherPriority, blocking: "big",
+			job: "small", reason: vocab.ReasonReservedForHigherPriority, blocking: "big",
 			detail: []string{"8 match in pool, 4 free (4 reserved for higher-ranked jobs)", "reserved for job big"},
 			reEval: []string{"when job big starts"},
 		},
 		{
 			name: "fragmented",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 4, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 4, "p", 0)
 				j.Request.Topology = TopologySameNode
 				s := &Snapshot{Pools: []Pool{mkPool("p", n1, n2)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", n1, 0, 1, 2, 3, 4, 5)...)
 				withRunning(s, busyNode("p", n2, 0, 1, 2, 3, 4)...)
 				return s
 			},
-			job: "j", reason: ReasonFragmented,
+			job: "j", reason: vocab.ReasonFragmented,
 			detail: []string{"needs 4 × GPU on one node; 16 match in pool, 5 free, largest free group on one node 3"},
 			reEval: []string{"when 4 matching GPU(s) on one node are free"},
 		},
 		{
 			name: "capacity busy",
 			build: func() *Snapshot {
-				j := mkJob("j", TierStandard, 2, "p", 0)
+				j := mkJob("j", vocab.TierStandard, 2, "p", 0)
 				j.Request.GPUModels = []string{"H100", "H200"}
 				j.Request.GPUMemoryMiB = 81920
 				s := &Snapshot{Pools: []Pool{mkPool("p", n1)}, Pending: []PendingJob{j}}
 				withRunning(s, busyNode("p", n1, 0, 1, 2, 3, 4, 5, 6)...)
 				return s
 			},
-			job: "j", reason: ReasonCapacityBusy,
+			job: "j", reason: vocab.ReasonCapacityBusy,
 			detail: []string{"needs 2 × ≥81920 MiB H100|H200 anywhere in the pool; 8 match in pool, 1 free"},
 			reEval: []string{"when 2 matching GPU(s) anywhere in the pool are free"},
 		},
@@ -211,19 +213,19 @@ func TestReasonPrecedence(t *testing.T) {
 	tests := []struct {
 		name   string
 		mod    func(j *PendingJob)
-		reason WaitReason
+		reason vocab.WaitReason
 	}{
-		{"held beats unknown pool", func(j *PendingJob) { j.Held = true; j.Request.Pool = "nope" }, ReasonHeld},
-		{"unknown pool beats not ready", func(j *PendingJob) { j.Request.Pool = "nope"; j.Prerequisites = notReady }, ReasonPoolUnavailable},
-		{"not ready beats preempting", func(j *PendingJob) { j.Prerequisites = notReady; j.PreemptionInProgress = []string{"v"} }, ReasonEnvironmentNotReady},
-		{"preempting beats no match", func(j *PendingJob) { j.PreemptionInProgress = []string{"v"}; j.Request.GPUs = 99 }, ReasonPreemptionInProgress},
-		{"no match beats quota", func(j *PendingJob) { j.Request.GPUs = 99 }, ReasonNoMatchingCapacity},
-		{"quota beats capacity", func(j *PendingJob) {}, ReasonQuotaExhausted},
+		{"held beats unknown pool", func(j *PendingJob) { j.Held = true; j.Request.Pool = "nope" }, vocab.ReasonHeld},
+		{"unknown pool beats not ready", func(j *PendingJob) { j.Request.Pool = "nope"; j.Prerequisites = notReady }, vocab.ReasonPoolUnavailable},
+		{"not ready beats preempting", func(j *PendingJob) { j.Prerequisites = notReady; j.PreemptionInProgress = []string{"v"} }, vocab.ReasonEnvironmentNotReady},
+		{"preempting beats no match", func(j *PendingJob) { j.PreemptionInProgress = []string{"v"}; j.Request.GPUs = 99 }, vocab.ReasonPreemptionInProgress},
+		{"no match beats quota", func(j *PendingJob) { j.Request.GPUs = 99 }, vocab.ReasonNoMatchingCapacity},
+		{"quota beats capacity", func(j *PendingJob) {}, vocab.ReasonQuotaExhausted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			n := mkNode("n1", 8, "H100", 81920, 0)
-			j := mkJob("j", TierKeyProject, 2, "p", 0)
+			j := mkJob("j", vocab.TierKeyProject, 2, "p", 0)
 			j.Project = "team"
 			tc.mod(&j)
 			s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j},
@@ -244,11 +246,11 @@ func TestReasonPrecedence(t *testing.T) {
 // +1,100, i.e. 110 minutes from now.
 func TestAgingClause(t *testing.T) {
 	p := testPolicy()
-	p.TierBase[TierKeyProject] = 12000
+	p.TierBase[vocab.TierKeyProject] = 12000
 	p.Preemption.Enabled = false
 	n := mkNode("n1", 2, "H100", 81920, 0)
-	above := mkJob("above", TierStandard, 1, "p", 6*time.Hour)
-	me := mkJob("me", TierKeyProject, 1, "p", 0)
+	above := mkJob("above", vocab.TierStandard, 1, "p", 6*time.Hour)
+	me := mkJob("me", vocab.TierKeyProject, 1, "p", 0)
 	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{me, above}}
 	withRunning(s, busyNode("p", n, 0, 1)...)
 	res := Plan(s, p, t0)
@@ -265,7 +267,7 @@ func TestAgingClause(t *testing.T) {
 	}
 	// An experiment job (0 points, at most 3,000 from aging) never passes
 	// 13,000: no clause.
-	s.Pending[0].Tier = TierExperiment
+	s.Pending[0].Tier = vocab.TierExperiment
 	if w := waitOf(Plan(s, p, t0), "me"); w.Rank != 2 || strings.Contains(w.ReEvaluate, "aging") {
 		t.Fatalf("unreachable overtake reported: %+v", w)
 	}

@@ -3,6 +3,8 @@ package scheduling
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // shapeInfo is what a cycle knows about one request shape in one pool: which
@@ -43,7 +45,7 @@ type shapeInfo struct {
 // reasonCache is a capacity-dependent reason, the quantities it was
 // decided from, and its texts.
 type reasonCache struct {
-	reason      WaitReason
+	reason      vocab.WaitReason
 	blocking    string // reserving job for reserved_for_higher_priority
 	reservation int    // index of the blocking reservation in the pool
 	// free and reserved count the matching GPUs that could take one device

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // starvationRun drives Plan with a one-minute virtual clock over horizon: node
@@ -14,7 +16,7 @@ import (
 func starvationRun(t *testing.T, p *Policy, horizon time.Duration) (time.Duration, bool) {
 	t.Helper()
 	pool := mkPool("p", mkNode("a", 8, "A100", 81920, 0), mkNode("b", 4, "A100", 81920, 0))
-	big := mkJob("big", TierStandard, 8, "p", 0)
+	big := mkJob("big", vocab.TierStandard, 8, "p", 0)
 	big.Request.Topology = TopologySameNode
 	pending := []PendingJob{big}
 	type run struct {
@@ -24,7 +26,7 @@ func starvationRun(t *testing.T, p *Policy, horizon time.Duration) (time.Duratio
 	var running []run
 	for step := 0; time.Duration(step)*time.Minute <= horizon; step++ {
 		now := t0.Add(time.Duration(step) * time.Minute)
-		small := mkJob(fmt.Sprintf("small-%04d", step), TierKeyProject, 1, "p", 0)
+		small := mkJob(fmt.Sprintf("small-%04d", step), vocab.TierKeyProject, 1, "p", 0)
 		small.SubmitTime, small.WaitingSince = now, now
 		pending = append(pending, small)
 		kept := running[:0]
@@ -45,7 +47,7 @@ func starvationRun(t *testing.T, p *Policy, horizon time.Duration) (time.Duratio
 		placed := map[string]bool{}
 		for _, pl := range res.Placements {
 			placed[pl.JobID] = true
-			rj := RunningJob{ID: pl.JobID, Tier: TierKeyProject, StartedAt: now,
+			rj := RunningJob{ID: pl.JobID, Tier: vocab.TierKeyProject, StartedAt: now,
 				Allocation: Allocation{ID: "alloc-" + pl.JobID, JobID: pl.JobID, Pool: pl.Pool, Node: pl.Node, GPUs: pl.GPUs}}
 			if pl.JobID == "big" {
 				return now.Sub(t0), true
@@ -85,7 +87,7 @@ func TestStarvation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy()
-			p.TierBase = map[Tier]float64{TierExperiment: 0, TierStandard: 10000, TierKeyProject: 10500, TierProduction: 30000}
+			p.TierBase = map[vocab.Tier]float64{vocab.TierExperiment: 0, vocab.TierStandard: 10000, vocab.TierKeyProject: 10500, vocab.TierProduction: 30000}
 			p.Preemption.Enabled = false
 			p.Reservation.Enabled, p.Aging.Enabled = tc.reserve, tc.age
 			waited, started := starvationRun(t, p, horizon)

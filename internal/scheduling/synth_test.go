@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // synthModels are the GPU kinds of the synthetic pool: model, memory MiB and
@@ -26,7 +28,7 @@ var synthModels = []struct {
 func synthSnapshot(seed int64, nodes, pending int, busyFrac float64) *Snapshot {
 	rng := rand.New(rand.NewSource(seed))
 	s := &Snapshot{}
-	pool := Pool{Name: "main", Available: true, Stage: StageAutomate}
+	pool := Pool{Name: "main", Available: true, Stage: vocab.StageAutomate}
 	for n := 0; n < nodes; n++ {
 		m := synthModels[n%len(synthModels)]
 		nd := mkNode(fmt.Sprintf("node-%05d", n), 8, m.model, m.memMiB, m.domain)
@@ -40,7 +42,7 @@ func synthSnapshot(seed int64, nodes, pending int, busyFrac float64) *Snapshot {
 		pool.Nodes = append(pool.Nodes, nd)
 	}
 	s.Pools = []Pool{pool, {Name: "drained", Available: false}}
-	tiers := []Tier{TierExperiment, TierStandard, TierStandard, TierKeyProject, TierProduction}
+	tiers := []vocab.Tier{vocab.TierExperiment, vocab.TierStandard, vocab.TierStandard, vocab.TierKeyProject, vocab.TierProduction}
 	for i := 0; i < 8; i++ {
 		s.Queues = append(s.Queues, Queue{Name: fmt.Sprintf("q%d", i), Tier: tiers[i%len(tiers)], LowRisk: i%2 == 0, Protected: i == 7})
 	}
@@ -68,7 +70,7 @@ func fillRunning(rng *rand.Rand, s *Snapshot, pool *Pool, busyFrac float64) {
 				continue
 			}
 			r := RunningJob{ID: fmt.Sprintf("run-%s-%06d", pool.Name, id), Project: fmt.Sprintf("proj-%02d", rng.Intn(50)),
-				Queue: fmt.Sprintf("q%d", rng.Intn(8)), Tier: Tier(rng.Intn(4)),
+				Queue: fmt.Sprintf("q%d", rng.Intn(8)), Tier: vocab.Tier(rng.Intn(4)),
 				StartedAt: t0.Add(-time.Duration(rng.Intn(7200)) * time.Second),
 				Recovery: RecoveryEvidence{Checkpointable: rng.Intn(3) > 0, VerifiedResumes: rng.Intn(3),
 					CheckpointIntervalSeconds: 600}}
@@ -93,7 +95,7 @@ func fillRunning(rng *rand.Rand, s *Snapshot, pool *Pool, busyFrac float64) {
 
 // synthPending draws one pending job.
 func synthPending(rng *rand.Rand, i int) PendingJob {
-	tier := Tier(rng.Intn(4))
+	tier := vocab.Tier(rng.Intn(4))
 	j := PendingJob{ID: fmt.Sprintf("job-%07d", i), Project: fmt.Sprintf("proj-%02d", rng.Intn(50)),
 		Queue: fmt.Sprintf("q%d", rng.Intn(8)), Tier: tier,
 		SubmitTime: t0.Add(-time.Duration(rng.Intn(86400)) * time.Second)}

@@ -10,53 +10,13 @@
 package scheduling
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // MilliPerGPU is the capacity of one GPU in milli-GPU; a whole-GPU grant uses all of it.
 const MilliPerGPU = 1000
-
-// Tier is a queue's service tier. Tiers are ordered: a larger value is served first.
-// The set is fixed by DESIGN.md §1.
-type Tier int
-
-// The four tiers, lowest first.
-const (
-	TierExperiment Tier = iota // best effort, reclaimable (Alibaba QoS BE)
-	TierStandard               // normal training (Alibaba QoS Burstable)
-	TierKeyProject             // delivery window (Alibaba QoS Guaranteed)
-	TierProduction             // online inference, protected (Alibaba QoS LS)
-)
-
-// Tiers lists every tier from highest to lowest.
-var Tiers = []Tier{TierProduction, TierKeyProject, TierStandard, TierExperiment}
-
-// String returns the tier's stable name: production, key-project, standard or experiment.
-func (t Tier) String() string {
-	switch t {
-	case TierExperiment:
-		return "experiment"
-	case TierStandard:
-		return "standard"
-	case TierKeyProject:
-		return "key-project"
-	case TierProduction:
-		return "production"
-	}
-	return fmt.Sprintf("tier(%d)", int(t))
-}
-
-// ParseTier maps a tier name to a Tier. It returns an error naming the accepted
-// values for anything else.
-func ParseTier(s string) (Tier, error) {
-	for _, t := range Tiers {
-		if t.String() == s {
-			return t, nil
-		}
-	}
-	return 0, fmt.Errorf("unknown tier %q (want production, key-project, standard or experiment)", s)
-}
 
 // Topology is the placement constraint among the GPUs of one multi-GPU request.
 type Topology string
@@ -66,39 +26,6 @@ const (
 	TopologyAny          Topology = "any"           // GPUs may be spread across nodes of the pool
 	TopologySameNode     Topology = "same-node"     // all GPUs on one node
 	TopologyNVLinkDomain Topology = "nvlink-domain" // all GPUs in one NVLink/NVSwitch domain of one node
-)
-
-// WaitReason is the stable code of why a pending job is not running (DESIGN.md §1).
-type WaitReason string
-
-// The wait reasons. Every waiting job has exactly one.
-const (
-	ReasonEnvironmentNotReady       WaitReason = "environment_not_ready"
-	ReasonQuotaExhausted            WaitReason = "quota_exhausted"
-	ReasonNoMatchingCapacity        WaitReason = "no_matching_capacity"
-	ReasonFragmented                WaitReason = "fragmented"
-	ReasonCapacityBusy              WaitReason = "capacity_busy"
-	ReasonReservedForHigherPriority WaitReason = "reserved_for_higher_priority"
-	ReasonPreemptionInProgress      WaitReason = "preemption_in_progress"
-	ReasonHeld                      WaitReason = "held"
-	ReasonPoolUnavailable           WaitReason = "pool_unavailable"
-)
-
-// WaitReasons lists every wait reason in the order of DESIGN.md's table.
-var WaitReasons = []WaitReason{
-	ReasonEnvironmentNotReady, ReasonQuotaExhausted, ReasonNoMatchingCapacity,
-	ReasonFragmented, ReasonCapacityBusy, ReasonReservedForHigherPriority,
-	ReasonPreemptionInProgress, ReasonHeld, ReasonPoolUnavailable,
-}
-
-// AutomationStage is a pool's rollout stage for preemption and reclaim (DESIGN.md §1).
-type AutomationStage string
-
-// The automation stages.
-const (
-	StageObserve  AutomationStage = "observe"  // record "would preempt", change nothing
-	StageTrial    AutomationStage = "trial"    // act only on victims in low-risk queues
-	StageAutomate AutomationStage = "automate" // act on every eligible victim
 )
 
 // GPU is one device as reported by NVML (or a static inventory). Its capacity is
@@ -124,7 +51,7 @@ type Node struct {
 type Pool struct {
 	Name      string
 	Available bool // false when the pool is drained or cordoned as a whole
-	Stage     AutomationStage
+	Stage     vocab.AutomationStage
 	Nodes     []Node
 }
 
@@ -185,7 +112,7 @@ type PendingJob struct {
 	ID            string
 	Project       string
 	Queue         string
-	Tier          Tier
+	Tier          vocab.Tier
 	Request       ResourceRequest
 	SubmitTime    time.Time // original submit time; kept across preemption requeues
 	WaitingSince  time.Time // start of the current wait (submit, or requeue after preemption)
@@ -222,7 +149,7 @@ type RunningJob struct {
 	ID         string
 	Project    string
 	Queue      string
-	Tier       Tier
+	Tier       vocab.Tier
 	Request    ResourceRequest
 	Allocation Allocation
 	StartedAt  time.Time // start of the current run
@@ -244,7 +171,7 @@ type Quota struct {
 // Queue is a named service lane with a tier, a service share and a wait objective.
 type Queue struct {
 	Name         string
-	Tier         Tier
+	Tier         vocab.Tier
 	ServiceShare float64       // relative weight of the queue's share of the pool
 	MaxWait      time.Duration // wait objective; 0 means none
 	LowRisk      bool          // victims in this queue may be preempted in the trial stage

@@ -1,6 +1,10 @@
 package scheduling
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // victimCost orders victim sets: a lender reclaiming its nominal quota takes
 // borrowed allocations first (primary = loss of non-borrowed victims); anyone
@@ -52,7 +56,7 @@ type preemptSearch struct {
 	vx                 *victimIndex
 	ps                 *poolState
 	sh                 *shapeInfo
-	tier               Tier
+	tier               vocab.Tier
 	lender             bool
 	freed              []int32 // milli freed per GPU of the pool
 	gainedN            int

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -47,7 +48,7 @@ func TestInstrumentedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	pool := scheduling.Pool{Name: "p", Available: true, Stage: scheduling.StageObserve, Nodes: []scheduling.Node{{
+	pool := scheduling.Pool{Name: "p", Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{{
 		Name: "n1", Schedulable: true, GPUs: []scheduling.GPU{
 			{UUID: "GPU-1", Model: "T4", MemoryMiB: 15360, Healthy: true},
 			{UUID: "GPU-2", Model: "T4", MemoryMiB: 15360, Healthy: true},
@@ -59,7 +60,7 @@ func TestInstrumentedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, gpus := range []int{1, 1, 4} {
-		_, _, err := st.CreateJob(ctx, &store.NewJob{Project: "p1", Queue: "standard", Tier: scheduling.TierStandard,
+		_, _, err := st.CreateJob(ctx, &store.NewJob{Project: "p1", Queue: "standard", Tier: vocab.TierStandard,
 			Request: scheduling.ResourceRequest{GPUs: gpus, Pool: "p"}, RunSeconds: 10,
 			SubmitTime: time.Now().Add(-time.Duration(10+i) * time.Second)})
 		if err != nil {
@@ -150,10 +151,10 @@ func TestInstrumentedStore(t *testing.T) {
 // whose total disagrees with the store's is not counted.
 func TestWaitTransitions(t *testing.T) {
 	is := newInstrumentedStore(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	wait := func(job string, r scheduling.WaitReason, detail string) scheduling.WaitStatus {
+	wait := func(job string, r vocab.WaitReason, detail string) scheduling.WaitStatus {
 		return scheduling.WaitStatus{JobID: job, Reason: r, Detail: detail}
 	}
-	capacity, quota := scheduling.ReasonNoMatchingCapacity, scheduling.ReasonQuotaExhausted
+	capacity, quota := vocab.ReasonNoMatchingCapacity, vocab.ReasonQuotaExhausted
 	first := &scheduling.Result{Waiting: []scheduling.WaitStatus{
 		wait("a", capacity, "0 free"), wait("b", quota, ""), wait("e", capacity, "0 free")}}
 	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 1}, first); got != nil {

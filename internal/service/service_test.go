@@ -18,10 +18,10 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/apiclient"
 	"github.com/gpugov/gpugov/internal/policy"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -32,7 +32,7 @@ const policyYAML = "testdata/policy.yaml"
 // load fails Start, before any database or Temporal call, with an error
 // naming the file (and, for a file that loads badly, the line and field).
 func TestServicePolicyFileInvalid(t *testing.T) {
-	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestServicePolicyFileInvalid(t *testing.T) {
 }
 
 func TestStartValidates(t *testing.T) {
-	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestStartValidates(t *testing.T) {
 func TestServiceLifecycle(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
 	dev := temporaltest.Start(t)
-	tokens, err := api.NewTokens(map[string]api.Principal{"admin": {Project: "platform", Role: api.RoleAdmin}})
+	tokens, err := api.NewTokens(map[string]api.Principal{"admin": {Project: "platform", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		t.Errorf("reclaim scan workflow: %v, %v; want running", desc.GetWorkflowExecutionInfo().GetStatus(), err)
 	}
-	checkGovernanceApplied(ctx, t, svc.Store(), scheduling.StageTrial)
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageTrial)
 	checkPolicyVersion(ctx, t, svc.Store(), dbURL, first.Hash(), policyFile, 1)
 	waitCycleWithPolicy(ctx, t, dbURL, first.Hash())
 	// A changed file is stored, activated and applied again (Check is what
@@ -154,7 +154,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if second.Hash() == first.Hash() {
 		t.Fatal("the changed policy has the first one's hash")
 	}
-	checkGovernanceApplied(ctx, t, svc.Store(), scheduling.StageAutomate)
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageAutomate)
 	checkPolicyVersion(ctx, t, svc.Store(), dbURL, second.Hash(), policyFile, 2)
 	waitCycleWithPolicy(ctx, t, dbURL, second.Hash())
 	base := "http://" + svc.APIAddr()
@@ -223,7 +223,7 @@ func TestServiceLifecycle(t *testing.T) {
 // checkGovernanceApplied checks the stored stage of the trace pool against
 // stage and that the standard queue is low-risk, as testdata/policy.yaml
 // makes it (the default queues make only experiment low-risk).
-func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, stage scheduling.AutomationStage) {
+func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, stage vocab.AutomationStage) {
 	t.Helper()
 	snap, err := st.LoadSnapshot(ctx, time.Now())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Config is everything a simulation run is governed by: the scheduling policy
@@ -20,7 +21,7 @@ type Config struct {
 	// (policy.ApplyProjectWeights); empty gives equal shares.
 	ProjectWeights map[string]float64
 	PoolName       string // name of the pool the node list forms
-	Stage          scheduling.AutomationStage
+	Stage          vocab.AutomationStage
 	Projects       int    // synthetic projects pods are hashed into (alibaba.ProjectOf)
 	Seed           uint64 // seed of the recovery-evidence draw
 	Recovery       RecoveryRule
@@ -45,7 +46,7 @@ type Config struct {
 // job checkpoints every CheckpointIntervalSeconds of run time and starts with
 // VerifiedResumes verified resumes.
 type RecoveryRule struct {
-	Tiers                     []scheduling.Tier
+	Tiers                     []vocab.Tier
 	Probability               float64 // 0..1
 	CheckpointIntervalSeconds int64   // > 0
 	VerifiedResumes           int
@@ -85,7 +86,7 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 	c := Config{
 		Policy: *p.Scheduling(), Queues: queues, Quotas: p.SchedulingQuotas(),
 		ProjectWeights: p.FairShare.ProjectWeights,
-		PoolName:       s.Pool, Stage: scheduling.StageAutomate,
+		PoolName:       s.Pool, Stage: vocab.StageAutomate,
 		Projects: s.Projects, Seed: s.Seed,
 		Recovery: RecoveryRule{Probability: s.Recovery.Probability,
 			CheckpointIntervalSeconds: s.Recovery.CheckpointIntervalSeconds, VerifiedResumes: s.Recovery.VerifiedResumes},
@@ -95,7 +96,7 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 		c.Stage = pl.Stage
 	}
 	for i, name := range s.Recovery.Tiers {
-		t, err := scheduling.ParseTier(name)
+		t, err := vocab.ParseTier(name)
 		if err != nil {
 			return Config{}, fmt.Errorf("simulation.recovery.tiers[%d]: %w", i, err)
 		}
@@ -119,7 +120,7 @@ func fieldError(field, format string, args ...any) error {
 // timer period and checkpoint interval of at least 1 s, a recovery
 // probability in 0..1 and a positive starvation factor.
 func (c Config) Validate() error {
-	for _, t := range scheduling.Tiers {
+	for _, t := range vocab.Tiers {
 		i := slices.IndexFunc(c.Queues, func(q scheduling.Queue) bool { return q.Name == t.String() })
 		if i < 0 {
 			return fieldError("queues", "no queue named %q (trace jobs go to the queue named after their tier)", t)
@@ -130,7 +131,7 @@ func (c Config) Validate() error {
 	}
 	r := c.Recovery
 	switch {
-	case !slices.Contains([]scheduling.AutomationStage{scheduling.StageObserve, scheduling.StageTrial, scheduling.StageAutomate}, c.Stage):
+	case !slices.Contains([]vocab.AutomationStage{vocab.StageObserve, vocab.StageTrial, vocab.StageAutomate}, c.Stage):
 		return fieldError(fmt.Sprintf("pools.%s.stage", c.PoolName), "%q is not observe, trial or automate", c.Stage)
 	case c.PoolName == "":
 		return fieldError("simulation.pool", "is empty")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestFromPolicyGood(t *testing.T) {
@@ -20,7 +21,7 @@ func TestFromPolicyGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := DefaultConfig()
-	if c.Seed != 7 || c.Stage != scheduling.StageObserve {
+	if c.Seed != 7 || c.Stage != vocab.StageObserve {
 		t.Errorf("seed %d stage %s, want 7 and observe (pools.alibaba.stage)", c.Seed, c.Stage)
 	}
 	if c.Policy.Preemption.MinRuntimeSeconds != 10 || c.Policy.Preemption.SaveRestoreSeconds != 5 {
@@ -44,7 +45,7 @@ func TestFromPolicyGood(t *testing.T) {
 	if !reflect.DeepEqual(c.ProjectWeights, map[string]float64{"project-01": 3}) {
 		t.Errorf("project weights %v", c.ProjectWeights)
 	}
-	if !reflect.DeepEqual(c.Recovery.Tiers, []scheduling.Tier{scheduling.TierExperiment}) ||
+	if !reflect.DeepEqual(c.Recovery.Tiers, []vocab.Tier{vocab.TierExperiment}) ||
 		c.Recovery.Probability != 1 || c.Recovery.CheckpointIntervalSeconds != 50 {
 		t.Errorf("recovery %+v", c.Recovery)
 	}

@@ -6,13 +6,14 @@ import (
 	"slices"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // drawRecovery applies cfg.Recovery to one job: a job of a listed tier is
 // checkpointable when the first draw of PCG(cfg.Seed, FNV-64a(id)) is below
 // Probability. Seeding by job ID makes each job's evidence independent of
 // the order and number of the others.
-func drawRecovery(cfg Config, id string, tier scheduling.Tier) scheduling.RecoveryEvidence {
+func drawRecovery(cfg Config, id string, tier vocab.Tier) scheduling.RecoveryEvidence {
 	r := cfg.Recovery
 	if !slices.Contains(r.Tiers, tier) {
 		return scheduling.RecoveryEvidence{}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Report is the outcome of one simulation run. Durations are in seconds,
@@ -243,13 +244,13 @@ func timePtr(t time.Time) *time.Time { return &t }
 func (s jobState) String() string {
 	switch s {
 	case stWaiting:
-		return "waiting"
+		return string(vocab.JobWaiting)
 	case stRunning:
-		return "running"
+		return string(vocab.JobRunning)
 	case stDone:
 		return "done"
 	case stCancelled:
-		return "cancelled"
+		return string(vocab.JobCancelled)
 	}
 	return "future"
 }
@@ -300,7 +301,7 @@ func (e *engine) report(in Input) (*Report, error) {
 	if r.SkippedRows.Messages == nil {
 		r.SkippedRows.Messages = []string{}
 	}
-	for _, t := range scheduling.Tiers {
+	for _, t := range vocab.Tiers {
 		g := e.group(t, tiers[t.String()], scheduled[t.String()+"/"+jobTypeTraceScheduled])
 		for code, s := range g.Reasons {
 			r.Reasons[code] += s
@@ -324,7 +325,7 @@ func (e *engine) report(in Input) (*Report, error) {
 // tier's queuereport group) and scheduled (its trace-scheduled jobs' group),
 // either nil when the tier has no such job; the trace's and the engine's own
 // counts from the jobs.
-func (e *engine) group(t scheduling.Tier, tier, scheduled *queuereport.Group) Group {
+func (e *engine) group(t vocab.Tier, tier, scheduled *queuereport.Group) Group {
 	g := Group{Tier: t.String(), Queue: t.String(), Reasons: map[string]float64{}}
 	if q := e.queue(t.String()); q != nil {
 		g.ObjectiveS = int64(q.MaxWait / time.Second)
@@ -473,7 +474,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if len(r.Reasons) == 0 {
 		fmt.Fprintln(w, "  none: no job was still waiting at the end of a scheduling cycle")
 	}
-	for _, code := range scheduling.WaitReasons {
+	for _, code := range vocab.WaitReasons {
 		if s, ok := r.Reasons[string(code)]; ok {
 			fmt.Fprintf(w, "  %-30s %14.0f\n", code, s)
 		}

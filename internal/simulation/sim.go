@@ -23,6 +23,7 @@ import (
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Input is a trace as read by package alibaba.
@@ -66,7 +67,7 @@ type simJob struct {
 	runLeft  int64 // trace-scheduled pods: run seconds still to do
 
 	waitStart    int64
-	reason       scheduling.WaitReason
+	reason       vocab.WaitReason
 	reasonSince  int64
 	accruedS     float64 // eligible wait of earlier waits, carried into aging on requeue
 	firstStart   int64   // -1 until the first run starts
@@ -95,7 +96,7 @@ type simRun struct{ start, end int64 }
 // simWait is one interval [start, end) during which a job waited for reason,
 // as a wait event of the service records it (written on a reason change).
 type simWait struct {
-	reason     scheduling.WaitReason
+	reason     vocab.WaitReason
 	start, end int64
 }
 
@@ -143,14 +144,15 @@ type engine struct {
 	allocMilliS float64 // integral of allocMilli over time
 
 	cycleNo int
-	// changeable counts the waiting jobs whose last reason is changeable. It
+	// changeable counts the waiting jobs whose last reason a release, a
+	// deletion or time alone may change (vocab.WaitReason.TimeCanChange). It
 	// is exact after each cycle; jobs queued since then (arrivals, requeued
 	// victims) get a cycle at their own instant.
 	changeable   int
 	placed       int
 	releases     []queuereport.Release // every release of GPUs, for the starvation signals
-	preempts     map[scheduling.Tier]int
-	lossGPUS     map[scheduling.Tier]float64
+	preempts     map[vocab.Tier]int
+	lossGPUS     map[vocab.Tier]float64
 	wouldPreempt int
 
 	progress     io.Writer
@@ -181,7 +183,7 @@ func newEngine(in Input, cfg Config, progress io.Writer) *engine {
 		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
 		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
 		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: map[string]int{}, byID: map[string]*simJob{},
-		projIdx: map[string]int{}, preempts: map[scheduling.Tier]int{}, lossGPUS: map[scheduling.Tier]float64{},
+		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
 	}
 	for _, n := range e.pools[0].Nodes {
 		for _, g := range n.GPUs {
@@ -346,18 +348,6 @@ func (e *engine) schedule(t int64) error {
 	return nil
 }
 
-// changeable lists the reasons that a release, a deletion or time alone may
-// change: freed GPUs can be granted, aging reorders ranks and reservations,
-// runs become old enough to be preemption victims, anti-thrash windows
-// expire. The others cannot change that way (no_matching_capacity holds
-// "even if empty"; holds, prerequisites and pools do not occur in a trace), so
-// a release while only they wait needs no cycle.
-var changeable = map[scheduling.WaitReason]bool{
-	scheduling.ReasonCapacityBusy: true, scheduling.ReasonFragmented: true,
-	scheduling.ReasonReservedForHigherPriority: true, scheduling.ReasonQuotaExhausted: true,
-	scheduling.ReasonPreemptionInProgress: true,
-}
-
 // cycle runs one scheduling cycle at t and applies its outcome. It reports
 // whether a preemption was carried out (GPUs were freed for a blocked job).
 func (e *engine) cycle(t int64) (bool, error) {
@@ -380,7 +370,7 @@ func (e *engine) cycle(t int64) (bool, error) {
 		}
 		e.closeReason(j, t)
 		j.reason = w.Reason
-		if changeable[w.Reason] {
+		if w.Reason.TimeCanChange() {
 			e.changeable++
 		}
 	}

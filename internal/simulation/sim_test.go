@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // readInput reads a fixture trace from testdata.
@@ -109,7 +109,7 @@ func TestSmallTraceWaits(t *testing.T) {
 	if exp.LongestWaitS != 219 {
 		t.Errorf("experiment longest wait %d, want 219 (h, 50–269)", exp.LongestWaitS)
 	}
-	if got := exp.Reasons[string(scheduling.ReasonNoMatchingCapacity)]; got != 219 {
+	if got := exp.Reasons[string(vocab.ReasonNoMatchingCapacity)]; got != 219 {
 		t.Errorf("experiment no_matching_capacity %v s, want 219 (h)", got)
 	}
 	if kp := groupOf(t, r, "key-project"); kp.Jobs != 0 || kp.WaitP50S != nil || kp.TraceP50S != nil {
@@ -135,7 +135,7 @@ func TestSmallTraceWaits(t *testing.T) {
 		t.Errorf("unfinished %+v, want h never started", r.Unfinished)
 	}
 	if r.StarvedJobs.Count != 1 || r.StarvedJobs.Jobs[0].Job != "h" || r.StarvedJobs.Jobs[0].Started ||
-		r.StarvedJobs.Jobs[0].Reason != string(scheduling.ReasonNoMatchingCapacity) {
+		r.StarvedJobs.Jobs[0].Reason != string(vocab.ReasonNoMatchingCapacity) {
 		t.Errorf("starved %+v, want only h", r.StarvedJobs)
 	}
 	if r.Preemptions != (Preemptions{}) {
@@ -182,7 +182,7 @@ func TestStarvationSignals(t *testing.T) {
 	cfg.Recovery.Probability = 0
 	cfg.StarvationMinWaitS = queuereport.NoStarvationMinWait
 	for i := range cfg.Queues {
-		if cfg.Queues[i].Tier == scheduling.TierExperiment {
+		if cfg.Queues[i].Tier == vocab.TierExperiment {
 			cfg.Queues[i].MaxWait = 100 * time.Second
 		}
 	}
@@ -214,7 +214,7 @@ func TestStarvationSignals(t *testing.T) {
 // 30 s; b resumes at 150 (requeue wait 30) and ends at 355.
 func TestPreemption(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Recovery = RecoveryRule{Tiers: []scheduling.Tier{scheduling.TierExperiment}, Probability: 1,
+	cfg.Recovery = RecoveryRule{Tiers: []vocab.Tier{vocab.TierExperiment}, Probability: 1,
 		CheckpointIntervalSeconds: 50, VerifiedResumes: 1}
 	cfg.Policy.Preemption.MinRuntimeSeconds = 10
 	cfg.Policy.Preemption.SaveRestoreSeconds = 5
@@ -240,7 +240,7 @@ func TestPreemption(t *testing.T) {
 	}
 
 	// In stage observe the proposal is only recorded: c waits for b's end.
-	cfg.Stage = scheduling.StageObserve
+	cfg.Stage = vocab.StageObserve
 	r, err = Run(readInput(t, "testdata/nodes_one_t4.csv", "testdata/pods_preempt.csv"), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -358,10 +358,10 @@ func TestDeterminism(t *testing.T) {
 	for seed := uint64(2); seed < 40 && !differs; seed++ {
 		for i := 0; i < 20; i++ {
 			id := "job-" + string(rune('a'+i))
-			a := drawRecovery(cfg, id, scheduling.TierExperiment)
+			a := drawRecovery(cfg, id, vocab.TierExperiment)
 			c2 := cfg
 			c2.Seed = seed
-			if drawRecovery(c2, id, scheduling.TierExperiment) != a {
+			if drawRecovery(c2, id, vocab.TierExperiment) != a {
 				differs = true
 			}
 		}
@@ -369,7 +369,7 @@ func TestDeterminism(t *testing.T) {
 	if !differs {
 		t.Fatal("the recovery draw ignores the seed")
 	}
-	if drawRecovery(cfg, "x", scheduling.TierProduction).Checkpointable {
+	if drawRecovery(cfg, "x", vocab.TierProduction).Checkpointable {
 		t.Fatal("a production job drew recovery evidence; the rule lists standard and experiment only")
 	}
 }

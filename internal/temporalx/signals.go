@@ -1,6 +1,9 @@
 package temporalx
 
-import "github.com/gpugov/gpugov/internal/scheduling"
+import (
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // DefaultShard is the scheduler shard that covers every pool (one shard by default).
 const DefaultShard = "default"
@@ -64,5 +67,5 @@ type CancelSignal struct {
 
 // WaitReasonSignal is the payload of SignalWaitReason.
 type WaitReasonSignal struct {
-	Reason scheduling.WaitReason
+	Reason vocab.WaitReason
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // StopShutdown is the StopReason of a process stopped because its node agent
@@ -72,7 +73,7 @@ type RunSpecSource interface {
 //
 // A run activity cancellation is the workflow's preemption or cancel notice:
 // the process gets SIGTERM, the grace period, then SIGKILL, and the result
-// (OutcomeCancelled) carries the checkpoint it saved. A worker shutdown is
+// (vocab.RunCancelled) carries the checkpoint it saved. A worker shutdown is
 // not a cancellation: the process is stopped the same way, but the attempt
 // fails retryably so that the run resumes on the restarted agent. Every new
 // checkpoint the job reports is heartbeated (a retried attempt resumes from
@@ -150,7 +151,7 @@ func interrupted(ctx context.Context, in *executor.RunInput, err error) error {
 func cancelledBeforeStart(runCtx context.Context, in *executor.RunInput, res *executor.RunResult, err error) (*executor.RunResult, error) {
 	var reason StopReason
 	if errors.As(context.Cause(runCtx), &reason) && (reason == StopPreemption || reason == StopCancel) {
-		res.Step, res.Outcome = res.StartStep, executor.OutcomeCancelled
+		res.Step, res.Outcome = res.StartStep, vocab.RunCancelled
 		res.Detail = fmt.Sprintf("stopped by %s before the process started (at step %d)", reason, res.StartStep)
 		return res, nil
 	}
@@ -379,17 +380,17 @@ func (r *attemptRun) result(res *executor.RunResult, out *Outcome) (*executor.Ru
 		return nil, fmt.Errorf("job %s run %s passed its start-to-close timeout at step %d", r.in.JobID, r.in.RunID, res.Step)
 	case "":
 	default:
-		res.Outcome = executor.OutcomeCancelled
+		res.Outcome = vocab.RunCancelled
 		res.Detail = withNotes(fmt.Sprintf("stopped by %s at step %d, %s; last checkpoint %s",
 			out.StoppedBy, res.Step, graceText(out), checkpointText(res.LastCheckpoint)), notes)
 		return res, nil
 	}
 	if out.Succeeded {
-		res.Outcome = executor.OutcomeSucceeded
+		res.Outcome = vocab.RunSucceeded
 		res.Detail = withNotes(fmt.Sprintf("process exited 0 at step %d (started at step %d)", res.Step, res.StartStep), notes)
 		return res, nil
 	}
-	res.Outcome = executor.OutcomeFailed
+	res.Outcome = vocab.RunFailed
 	res.Detail = withNotes(fmt.Sprintf("process %s at step %d (started at step %d)", exitText(out), res.Step, res.StartStep), notes) +
 		"\noutput tail:\n" + tailOf(out.OutputTail, detailTailBytes)
 	return res, nil

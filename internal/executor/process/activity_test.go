@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // runBook stands in for what the agent reaches over HTTP — the store's run
@@ -149,7 +150,7 @@ func TestActivityRunsProcessToCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != executor.OutcomeSucceeded || res.Step != 10 || res.StartStep != 0 || res.ResumedAfterCrash {
+	if res.Outcome != vocab.RunSucceeded || res.Step != 10 || res.StartStep != 0 || res.ResumedAfterCrash {
 		t.Fatalf("result = %+v, want succeeded 0→10", res)
 	}
 	if res.LastCheckpoint == nil || res.LastCheckpoint.Step != 10 {
@@ -187,7 +188,7 @@ func TestActivityCancellationStopsGracefullyWithCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != executor.OutcomeCancelled || !strings.Contains(res.Detail, "within its grace period") {
+	if res.Outcome != vocab.RunCancelled || !strings.Contains(res.Detail, "within its grace period") {
 		t.Fatalf("result = %+v, want cancelled, exited within grace", res)
 	}
 	cp := res.LastCheckpoint
@@ -227,7 +228,7 @@ func TestActivityWorkerStopIsRetryableAndNextAttemptResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != executor.OutcomeSucceeded || !res.ResumedAfterCrash || res.StartStep != saved.Step ||
+	if res.Outcome != vocab.RunSucceeded || !res.ResumedAfterCrash || res.StartStep != saved.Step ||
 		res.Step != 200 || res.RecomputeSteps != 7 || strings.Contains(res.Detail, "reported starting") {
 		t.Fatalf("retry = %+v, want resumed at %d with 7 steps recomputed", res, saved.Step)
 	}
@@ -252,7 +253,7 @@ func TestActivityResumesFromNewerHeartbeatCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != executor.OutcomeSucceeded || res.StartStep != 12 || res.RecomputeSteps != 3 || res.Step != 30 ||
+	if res.Outcome != vocab.RunSucceeded || res.StartStep != 12 || res.RecomputeSteps != 3 || res.Step != 30 ||
 		strings.Contains(res.Detail, "reported starting") {
 		t.Fatalf("result = %+v, want resumed at 12 with 3 steps recomputed", res)
 	}
@@ -267,7 +268,7 @@ func TestActivityFailedProcessReportsExitAndOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != executor.OutcomeFailed || res.Step != 3 ||
+	if res.Outcome != vocab.RunFailed || res.Step != 3 ||
 		!strings.Contains(res.Detail, "exited with code 3") || !strings.Contains(res.Detail, "done at step 3") {
 		t.Fatalf("result = %+v, want failed with exit code 3 and the output tail", res)
 	}

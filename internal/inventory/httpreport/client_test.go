@@ -18,6 +18,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv/nvmltest"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -42,12 +43,12 @@ func newService(t *testing.T) *service {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: scheduling.TierStandard, ServiceShare: 1}}); err != nil {
+	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	toks, err := api.NewTokens(map[string]api.Principal{
-		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: api.RoleAgent},
-		tokSubmitter: {Name: "alice", Project: "vision", Role: api.RoleSubmitter},
+		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: vocab.RoleAgent},
+		tokSubmitter: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestRunSpecAndCheckpointRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	job, _, err := svc.store.CreateJob(ctx, &store.NewJob{
-		Project: "vision", Queue: "train", Tier: scheduling.TierStandard,
+		Project: "vision", Queue: "train", Tier: vocab.TierStandard,
 		Request:  scheduling.ResourceRequest{GPUs: 1, Pool: "a100-east"},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 60},
 		Command:  []string{"python", "train.py"}, Env: map[string]string{"SEED": "1"},

@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Parse validates the YAML text of an inventory file; name is used in error
@@ -182,7 +183,7 @@ func (p *parser) parseRoot(root *yaml.Node) []scheduling.Pool {
 }
 
 func (p *parser) parsePool(n *yaml.Node, path string) scheduling.Pool {
-	pool := scheduling.Pool{Available: true, Stage: scheduling.StageObserve}
+	pool := scheduling.Pool{Available: true, Stage: vocab.StageObserve}
 	fields := p.mapping(n, path, "name", "nodes")
 	if fields == nil {
 		return pool

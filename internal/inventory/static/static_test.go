@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/static"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 const example = "testdata/inventory.yaml"
@@ -29,7 +30,7 @@ func TestLoadExample(t *testing.T) {
 		t.Fatalf("pools = %+v", inv.Pools)
 	}
 	east := inv.Pools[0]
-	if !east.Available || east.Stage != scheduling.StageObserve || len(east.Nodes) != 2 {
+	if !east.Available || east.Stage != vocab.StageObserve || len(east.Nodes) != 2 {
 		t.Errorf("a100-east: available %v stage %q nodes %d", east.Available, east.Stage, len(east.Nodes))
 	}
 	dgx := east.Nodes[0]

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Tolerance is the relative difference (to the larger magnitude, at least 1)
@@ -148,8 +148,8 @@ func LoadFixture(t testing.TB) Fixture {
 var (
 	Queues = []struct {
 		Name string
-		Tier scheduling.Tier
-	}{{"qa", scheduling.TierStandard}, {"qb", scheduling.TierProduction}, {"qc", scheduling.TierExperiment}, {"qd", scheduling.TierKeyProject}}
+		Tier vocab.Tier
+	}{{"qa", vocab.TierStandard}, {"qb", vocab.TierProduction}, {"qc", vocab.TierExperiment}, {"qd", vocab.TierKeyProject}}
 	Targets = []queuereport.QueueTarget{
 		{Queue: "qa", ServiceShare: 3, MaxWait: 300 * time.Second},
 		{Queue: "qb", ServiceShare: 1, MaxWait: 120 * time.Second},
@@ -176,7 +176,7 @@ func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuer
 	modelSets := [][]string{nil, {"A"}, {"B"}, {"A", "B"}}
 	events := func(id string, a, b float64, open bool) {
 		for t := a; ; {
-			e := queuereport.WaitEvent{JobID: id, Reason: scheduling.WaitReasons[rng.IntN(4)], Start: at(t)}
+			e := queuereport.WaitEvent{JobID: id, Reason: vocab.WaitReasons[rng.IntN(4)], Start: at(t)}
 			next := t + float64(1+rng.IntN(150))
 			if next >= b || (open && next >= 2500) {
 				if !open {
@@ -195,7 +195,7 @@ func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuer
 		submit := float64(rng.IntN(2000))
 		j := queuereport.Job{ID: fmt.Sprintf("j%03d", i), Queue: q.Name, Tier: q.Tier,
 			JobType: []string{"train", "serve", ""}[rng.IntN(3)], Pool: Pools[rng.IntN(2)],
-			Project: []string{"vision", "speech"}[rng.IntN(2)], SubmitTime: at(submit), State: "waiting"}
+			Project: []string{"vision", "speech"}[rng.IntN(2)], SubmitTime: at(submit), State: string(vocab.JobWaiting)}
 		j.Request = queuereport.Request{GPUs: []int{0, 1, 1, 1, 2, 4}[rng.IntN(6)], Models: modelSets[rng.IntN(4)]}
 		if j.Request.GPUs == 1 {
 			j.Request.GPUMilli = []int{0, 250, 500}[rng.IntN(3)]
@@ -210,13 +210,13 @@ func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuer
 				j.FirstStart = atp(start)
 			}
 			r := queuereport.Run{JobID: j.ID, Start: at(start), GPUMilli: j.Request.DemandMilli()}
-			j.State = "running"
+			j.State = string(vocab.JobRunning)
 			if k < runs-1 || rng.IntN(2) == 0 {
 				t = start + float64(1+rng.IntN(300))
 				r.End = atp(t)
 				in.Releases = append(in.Releases, queuereport.Release{At: at(t), Pool: j.Pool,
 					Models: []string{Models[rng.IntN(2)]}, GPUMilli: r.GPUMilli})
-				j.State = "waiting"
+				j.State = string(vocab.JobWaiting)
 			} else {
 				open = true
 			}
@@ -229,10 +229,10 @@ func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuer
 			case 1:
 				end := t + float64(min(runs, 1)+rng.IntN(500)) // after its last run, if any; at its submit, sometimes
 				events(j.ID, t, end, false)
-				j.End, j.Cancelled, j.CancelledWhileWaiting, j.State = atp(end), true, true, "cancelled"
+				j.End, j.Cancelled, j.CancelledWhileWaiting, j.State = atp(end), true, true, string(vocab.JobCancelled)
 			default:
 				if runs > 0 {
-					j.End, j.State = atp(t), "succeeded"
+					j.End, j.State = atp(t), string(vocab.JobSucceeded)
 				} else {
 					events(j.ID, t, 1e9, true)
 				}

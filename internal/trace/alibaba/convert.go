@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // DefaultPoolName is the pool the trace's nodes form when PoolOptions.Name is empty.
@@ -38,8 +39,8 @@ var nvlinkModels = []string{"V100M16", "V100M32", "G1", "G2", "G3"}
 
 // PoolOptions tunes Pools.
 type PoolOptions struct {
-	Name  string                     // pool name; DefaultPoolName when empty
-	Stage scheduling.AutomationStage // automation stage; StageObserve when empty
+	Name  string                // pool name; DefaultPoolName when empty
+	Stage vocab.AutomationStage // automation stage; StageObserve when empty
 }
 
 // GPUUUID returns the synthetic, stable UUID of the i-th GPU (0-based) of node
@@ -66,7 +67,7 @@ func Pools(nodes []NodeRow, opts PoolOptions) []scheduling.Pool {
 		pool.Name = DefaultPoolName
 	}
 	if pool.Stage == "" {
-		pool.Stage = scheduling.StageObserve
+		pool.Stage = vocab.StageObserve
 	}
 	for _, n := range nodes {
 		if n.GPUs == 0 {
@@ -114,16 +115,16 @@ func (o JobOptions) withDefaults() JobOptions {
 
 // TierOf maps a QoS class to its tier (DESIGN.md §6): LS → production,
 // Guaranteed → key-project, Burstable → standard, BE → experiment.
-func TierOf(q QoS) scheduling.Tier {
+func TierOf(q QoS) vocab.Tier {
 	switch q {
 	case QoSLS:
-		return scheduling.TierProduction
+		return vocab.TierProduction
 	case QoSGuaranteed:
-		return scheduling.TierKeyProject
+		return vocab.TierKeyProject
 	case QoSBurstable:
-		return scheduling.TierStandard
+		return vocab.TierStandard
 	}
-	return scheduling.TierExperiment
+	return vocab.TierExperiment
 }
 
 // ProjectOf returns the synthetic project of a pod: "project-NN" with NN the

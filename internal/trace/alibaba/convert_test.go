@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func TestPools(t *testing.T) {
@@ -14,12 +15,12 @@ func TestPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools := Pools(nodes, PoolOptions{Name: "ali", Stage: scheduling.StageAutomate})
+	pools := Pools(nodes, PoolOptions{Name: "ali", Stage: vocab.StageAutomate})
 	if len(pools) != 1 {
 		t.Fatalf("got %d pools, want 1", len(pools))
 	}
 	p := pools[0]
-	if p.Name != "ali" || !p.Available || p.Stage != scheduling.StageAutomate {
+	if p.Name != "ali" || !p.Available || p.Stage != vocab.StageAutomate {
 		t.Fatalf("pool header %q %v %q", p.Name, p.Available, p.Stage)
 	}
 	if len(p.Nodes) != 3 {
@@ -36,7 +37,7 @@ func TestPools(t *testing.T) {
 	if a.CPUMilli != 96000 || a.MemoryMiB != 786432 || !a.Schedulable {
 		t.Fatalf("node-a %+v", a)
 	}
-	if d := Pools(nodes, PoolOptions{})[0]; d.Name != DefaultPoolName || d.Stage != scheduling.StageObserve {
+	if d := Pools(nodes, PoolOptions{})[0]; d.Name != DefaultPoolName || d.Stage != vocab.StageObserve {
 		t.Fatalf("defaults: pool %q stage %q", d.Name, d.Stage)
 	}
 }
@@ -53,7 +54,7 @@ func TestPendingJobs(t *testing.T) {
 	}
 	j := jobs[1] // pod-1: BE share of one T4/V100M32
 	want := scheduling.PendingJob{
-		ID: "pod-1", Project: ProjectOf("pod-1", 3), Queue: "experiment", Tier: scheduling.TierExperiment,
+		ID: "pod-1", Project: ProjectOf("pod-1", 3), Queue: "experiment", Tier: vocab.TierExperiment,
 		Request: scheduling.ResourceRequest{GPUs: 1, GPUMilli: 460, GPUModels: []string{"T4", "V100M32"},
 			Pool: "ali", Topology: scheduling.TopologyAny, CPUMilli: 6000, MemoryMiB: 12288},
 		SubmitTime: epoch.Add(100 * time.Second), WaitingSince: epoch.Add(100 * time.Second),
@@ -62,18 +63,18 @@ func TestPendingJobs(t *testing.T) {
 		t.Fatalf("pod-1 job:\n got %+v\nwant %+v", j, want)
 	}
 	j3 := jobs[2] // pod-3: 8 GPUs, Guaranteed
-	if j3.Tier != scheduling.TierKeyProject || j3.Queue != "key-project" ||
+	if j3.Tier != vocab.TierKeyProject || j3.Queue != "key-project" ||
 		j3.Request.Topology != scheduling.TopologySameNode || j3.Request.TotalMilli() != 8000 {
 		t.Fatalf("pod-3 job %+v", j3)
 	}
-	if jobs[0].Tier != scheduling.TierProduction {
+	if jobs[0].Tier != vocab.TierProduction {
 		t.Fatalf("LS pod tier %v", jobs[0].Tier)
 	}
 }
 
 func TestTierOfAndProjectOf(t *testing.T) {
-	want := map[QoS]scheduling.Tier{QoSLS: scheduling.TierProduction, QoSGuaranteed: scheduling.TierKeyProject,
-		QoSBurstable: scheduling.TierStandard, QoSBE: scheduling.TierExperiment}
+	want := map[QoS]vocab.Tier{QoSLS: vocab.TierProduction, QoSGuaranteed: vocab.TierKeyProject,
+		QoSBurstable: vocab.TierStandard, QoSBE: vocab.TierExperiment}
 	for q, tier := range want {
 		if TierOf(q) != tier {
 			t.Errorf("TierOf(%s) = %v, want %v", q, TierOf(q), tier)
