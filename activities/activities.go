@@ -31,7 +31,10 @@ const (
 	ErrTypeInvalidInput = "InvalidInput" // the input is malformed
 )
 
-// Store is the part of *store.Store the activities use.
+// Store is the part of *store.Store the scheduling-cycle and job activities
+// use. A store that lacks a method the cycle needs (recording observe-stage
+// "would preempt" proposals, naming the victims' runs) does not compile as
+// one, rather than having that step skipped.
 type Store interface {
 	LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error)
 	ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error)
@@ -41,9 +44,25 @@ type Store interface {
 	MarkRunning(ctx context.Context, jobID, allocationID string, startStep int64, at time.Time) (string, error)
 	FinishRun(ctx context.Context, jobID, runID string, outcome vocab.RunOutcome, detail string, at time.Time) error
 	ReleasePlacement(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome, detail string, at time.Time) error
+	// RecordWouldPreempt stores the preemption proposals of observe-stage
+	// pools as "would preempt" records (store.Store.RecordWouldPreempt).
+	RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error)
+	// PreemptionRunIDs names the runs on the allocations of started
+	// preemptions, for their workflow IDs (store.Store.PreemptionRunIDs).
+	PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error)
 }
 
 var _ Store = (*store.Store)(nil)
+
+// ServiceStore is everything the activities of the service task queue use:
+// Store (scheduling cycle, job runs) and GovernanceStore (preemption and
+// reclaim). *store.Store implements it.
+type ServiceStore interface {
+	Store
+	GovernanceStore
+}
+
+var _ ServiceStore = (*store.Store)(nil)
 
 // Signaler sends a signal to a workflow; client.Client satisfies it.
 type Signaler interface {
@@ -53,35 +72,63 @@ type Signaler interface {
 // PolicySource returns the policy version a scheduling cycle applies.
 type PolicySource func(ctx context.Context) (*scheduling.Policy, error)
 
-// Deps are the dependencies of every activity.
+// Deps are the dependencies of every activity of the service task queue
+// (scheduling cycle, job runs, preemption, reclaim); workflows.RegisterServiceWorker
+// takes them.
 type Deps struct {
-	Store Store
-	// Temporal sends the wait-reason signals of scheduling cycles; nil means
-	// they are not sent (job workflows then keep the reason they started with).
+	Store ServiceStore
+	// Temporal sends the wait-reason signals of scheduling cycles and the
+	// governance signals to job workflows (preempt, preempt-aborted, cancel)
+	// and to the scheduler (allocation-released); nil sends none (job
+	// workflows then keep the reason they started with).
 	Temporal Signaler
-	// Policy gives each cycle's policy; nil means scheduling.DefaultPolicy.
+	// Policy gives each cycle's policy, the preemption grace period and the
+	// no-checkpoint rule; nil means scheduling.DefaultPolicy.
 	Policy PolicySource
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Waker wakes schedulers when job activities release allocations; nil
 	// means one built on Temporal (when Temporal is set) by Register.
 	Waker Waker
-	// Governance gives the policy in force (internal/policy: the protection
-	// windows and project fair-share weights the scheduling cycle applies);
-	// nil applies neither.
+	// Governance gives the policy in force (internal/policy; a
+	// policy.Watcher's Current): the protection windows and project
+	// fair-share weights every scheduling cycle applies, and the preemption
+	// and reclaim settings; nil, or a nil result, means policy.Default() (no
+	// protection window, equal project weights).
 	Governance func() *policy.Policy
+	// Progress reads runs' heartbeated steps for the preemption's recompute
+	// measurement; nil uses only the store's evidence (checkpoints and run
+	// ends). When it is also a RunHeartbeatSource (TemporalRunProgress is),
+	// the reclaim scan reads the runs' last heartbeats from it.
+	Progress RunProgressSource
+	// PollInterval is how often waiting governance activities look again; 0
+	// means 1 s.
+	PollInterval time.Duration
+	// SchedulerWorkflowID is the scheduler told about GPUs a preemption or
+	// reclaim released; "" means the default shard's.
+	SchedulerWorkflowID string
+	// Metrics records final preemption outcomes and reclaims
+	// (*telemetry.GovernanceMetrics); nil records nothing.
+	Metrics GovernanceRecorder
 }
 
-// Register registers the scheduler and job activities on w (the worker polling
-// temporalx.ServiceTaskQueue, next to workflows.Register). Activity names are
-// the method names: RunCycle, LoadJob, MarkRunning, FinishRun,
-// ReleasePlacement, CancelJob.
+// Register registers every activity of the service task queue on w, on d:
+// the scheduling cycle (RunCycle), the job activities (LoadJob, MarkRunning,
+// FinishRun, ReleasePlacement, CancelJob), the preemption activities
+// (Notify, Checkpoint, Release, Reschedule, VerifyResume, Abort) and the
+// reclaim activities (ScanReclaims, AssessReclaim, NotifyOwner,
+// AwaitConfirmation, RecordDispute, ReleaseReclaimed, CloseReclaim); the
+// activity names are the method names. It is the activity half of
+// workflows.RegisterServiceWorker, which a worker should call instead; the
+// activities' own tests call it without the workflows.
 func Register(w worker.ActivityRegistry, d Deps) {
-	w.RegisterActivity(NewScheduler(d))
 	if d.Waker == nil && d.Temporal != nil {
 		d.Waker = temporalx.NewWaker(d.Temporal, 0, nil)
 	}
+	w.RegisterActivity(NewScheduler(d))
 	w.RegisterActivity(&Jobs{Store: d.Store, Now: d.Now, Waker: d.Waker})
+	w.RegisterActivity(&Preemptions{d: d})
+	w.RegisterActivity(&Reclaims{d: d})
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,

@@ -11,7 +11,6 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/governance"
@@ -63,35 +62,6 @@ type RunHeartbeatSource interface {
 	LastHeartbeat(ctx context.Context, jobID string) (at time.Time, ok bool, err error)
 }
 
-// GovernanceDeps are the dependencies of the preemption and reclaim activities.
-type GovernanceDeps struct {
-	Store GovernanceStore
-	// Temporal signals job workflows (preempt, preempt-aborted, cancel) and
-	// the scheduler (allocation-released); nil sends none.
-	Temporal Signaler
-	// Policy gives the grace period and the no-checkpoint rule; nil means
-	// scheduling.DefaultPolicy.
-	Policy PolicySource
-	// Config gives the policy in force (a policy.Watcher's Current); nil
-	// means policy.Default().
-	Config func() *policy.Policy
-	// Progress reads runs' heartbeated steps for the recompute measurement;
-	// nil uses only the store's evidence (checkpoints and run ends). When it
-	// is also a RunHeartbeatSource (TemporalRunProgress is), the reclaim scan
-	// reads the runs' last heartbeats from it.
-	Progress RunProgressSource
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// PollInterval is how often waiting activities look again; 0 means 1 s.
-	PollInterval time.Duration
-	// SchedulerWorkflowID is the scheduler told about released GPUs; ""
-	// means the default shard's.
-	SchedulerWorkflowID string
-	// Metrics records final preemption outcomes and reclaims
-	// (*telemetry.GovernanceMetrics); nil records nothing.
-	Metrics GovernanceRecorder
-}
-
 // GovernanceRecorder receives the final outcome of each preemption and
 // reclaim, for metrics. *telemetry.GovernanceMetrics implements it.
 type GovernanceRecorder interface {
@@ -100,7 +70,7 @@ type GovernanceRecorder interface {
 }
 
 // recordPreemption reports a finished preemption record to Metrics.
-func (d *GovernanceDeps) recordPreemption(ctx context.Context, id string) {
+func (d *Deps) recordPreemption(ctx context.Context, id string) {
 	if d.Metrics == nil {
 		return
 	}
@@ -110,7 +80,7 @@ func (d *GovernanceDeps) recordPreemption(ctx context.Context, id string) {
 }
 
 // recordReclaim reports a reclaim in a final state to Metrics.
-func (d *GovernanceDeps) recordReclaim(ctx context.Context, id string) {
+func (d *Deps) recordReclaim(ctx context.Context, id string) {
 	if d.Metrics == nil {
 		return
 	}
@@ -119,29 +89,19 @@ func (d *GovernanceDeps) recordReclaim(ctx context.Context, id string) {
 	}
 }
 
-// RegisterGovernance registers the preemption activities (Notify,
-// Checkpoint, Release, Reschedule, VerifyResume, Abort) and the reclaim
-// activities (ScanReclaims, AssessReclaim, NotifyOwner, AwaitConfirmation,
-// RecordDispute, ReleaseReclaimed, CloseReclaim) on w, the worker polling
-// temporalx.ServiceTaskQueue next to workflows.RegisterGovernance.
-func RegisterGovernance(w worker.ActivityRegistry, d GovernanceDeps) {
-	w.RegisterActivity(&Preemptions{d: d})
-	w.RegisterActivity(&Reclaims{d: d})
-}
+func (d *Deps) now() time.Time { return clock(d.Now) }
 
-func (d *GovernanceDeps) now() time.Time { return clock(d.Now) }
-
-func (d *GovernanceDeps) config() *policy.Policy {
-	if d.Config == nil {
+func (d *Deps) config() *policy.Policy {
+	if d.Governance == nil {
 		return policy.Default()
 	}
-	if c := d.Config(); c != nil {
+	if c := d.Governance(); c != nil {
 		return c
 	}
 	return policy.Default()
 }
 
-func (d *GovernanceDeps) policy(ctx context.Context) (*scheduling.Policy, error) {
+func (d *Deps) policy(ctx context.Context) (*scheduling.Policy, error) {
 	if d.Policy == nil {
 		p := scheduling.DefaultPolicy()
 		return &p, nil
@@ -149,14 +109,14 @@ func (d *GovernanceDeps) policy(ctx context.Context) (*scheduling.Policy, error)
 	return d.Policy(ctx)
 }
 
-func (d *GovernanceDeps) poll() time.Duration {
+func (d *Deps) poll() time.Duration {
 	if d.PollInterval <= 0 {
 		return time.Second
 	}
 	return d.PollInterval
 }
 
-func (d *GovernanceDeps) schedulerID() string {
+func (d *Deps) schedulerID() string {
 	if d.SchedulerWorkflowID == "" {
 		return temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
 	}
@@ -165,7 +125,7 @@ func (d *GovernanceDeps) schedulerID() string {
 
 // signal sends a signal, if a client is configured. A workflow that is
 // closed or absent is reported as errWorkflowGone.
-func (d *GovernanceDeps) signal(ctx context.Context, workflowID, name string, arg any) error {
+func (d *Deps) signal(ctx context.Context, workflowID, name string, arg any) error {
 	if d.Temporal == nil {
 		return nil
 	}
@@ -179,7 +139,7 @@ func (d *GovernanceDeps) signal(ctx context.Context, workflowID, name string, ar
 
 // tellScheduler wakes the scheduler after GPUs were released; a failure is
 // not an error (its timer cycle finds the free GPUs anyway).
-func (d *GovernanceDeps) tellScheduler(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome) {
+func (d *Deps) tellScheduler(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome) {
 	_ = d.signal(ctx, d.schedulerID(), temporalx.SignalAllocationReleased,
 		temporalx.AllocationReleasedSignal{JobID: jobID, AllocationID: allocationID, Outcome: string(outcome)})
 }
@@ -260,7 +220,7 @@ func (p TemporalRunProgress) runActivity(ctx context.Context, jobID string) (*wo
 }
 
 // heartbeats returns Progress as a RunHeartbeatSource, or nil.
-func (d *GovernanceDeps) heartbeats() RunHeartbeatSource {
+func (d *Deps) heartbeats() RunHeartbeatSource {
 	hs, _ := d.Progress.(RunHeartbeatSource)
 	return hs
 }

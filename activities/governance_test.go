@@ -55,7 +55,7 @@ func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gp
 
 // TestRunCycleSparesVictimsTheConfigProtects runs real scheduling cycles on
 // a one-GPU pool held by a checkpointable experiment job while a production
-// job waits: a protection window of the policy in force keeps
+// job waits: a protection window of the governance config in force keeps
 // the experiment job from being proposed as a victim, and so does recovery
 // evidence downgraded by a wrong-step resume; with neither, it is proposed.
 func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
@@ -155,8 +155,8 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	jobs := &cancellingJobs{st: st, runs: map[string]string{lost.ID: lostRun}}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	activities.RegisterGovernance(env, activities.GovernanceDeps{Store: st, Progress: hb, Temporal: jobs,
-		PollInterval: 20 * time.Millisecond, Config: func() *policy.Policy { return cfg }, Now: func() time.Time { return now }})
+	activities.Register(env, activities.Deps{Store: st, Progress: hb, Temporal: jobs,
+		PollInterval: 20 * time.Millisecond, Governance: func() *policy.Policy { return cfg }, Now: func() time.Time { return now }})
 
 	val, err := env.ExecuteActivity("ScanReclaims", &activities.ScanInput{})
 	if err != nil {
@@ -244,7 +244,6 @@ func (c *cancellingJobs) cancelled() int {
 	defer c.mu.Unlock()
 	return c.cancels
 }
-
 // TestRunCycleWeighsProjectsByPolicy runs a real scheduling cycle on a
 // one-GPU pool with two equal waiting jobs of projects that have used the
 // same GPU time: without project weights the earlier submission is placed;

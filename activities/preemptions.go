@@ -23,7 +23,7 @@ import (
 // nothing twice, and the signals it repeats are deduplicated by their
 // receivers.
 type Preemptions struct {
-	d GovernanceDeps
+	d Deps
 }
 
 // PreemptionStep identifies the preemption a step works on.

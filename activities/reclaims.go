@@ -26,7 +26,7 @@ const jobStopTimeout = 2 * time.Minute
 // reclaim ID; the store keeps the first notice, decision and release, so a
 // retried attempt changes nothing twice.
 type Reclaims struct {
-	d GovernanceDeps
+	d Deps
 }
 
 // ScanInput starts one reclaim scan.

@@ -83,14 +83,6 @@ type StartedPreemption struct {
 	RunID string
 }
 
-// preemptionRecorder is the part of *store.Store that records the
-// "would preempt" proposals of observe-stage pools and names the victims'
-// runs; a Store without it (a test double) records neither.
-type preemptionRecorder interface {
-	RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error)
-	PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error)
-}
-
 // RunCycleResult is what one cycle did.
 type RunCycleResult struct {
 	CycleID       string
@@ -187,12 +179,8 @@ func cycleResult(out *store.CycleOutcome, plan *scheduling.Result) *RunCycleResu
 // of each started preemption's victim, for its workflow ID.
 func (a *Scheduler) recordPreemptions(ctx context.Context, cycleID string, plan *scheduling.Result,
 	out *store.CycleOutcome, res *RunCycleResult, now time.Time) error {
-	rec, ok := a.Store.(preemptionRecorder)
-	if !ok {
-		return nil
-	}
 	if !out.Replayed {
-		if _, err := rec.RecordWouldPreempt(ctx, cycleID, plan.Preemptions, now); err != nil {
+		if _, err := a.Store.RecordWouldPreempt(ctx, cycleID, plan.Preemptions, now); err != nil {
 			return err
 		}
 	}
@@ -203,7 +191,7 @@ func (a *Scheduler) recordPreemptions(ctx context.Context, cycleID string, plan 
 	for i, p := range res.Preemptions {
 		allocs[i] = p.AllocationID
 	}
-	runs, err := rec.PreemptionRunIDs(ctx, allocs)
+	runs, err := a.Store.PreemptionRunIDs(ctx, allocs)
 	if err != nil {
 		return err
 	}

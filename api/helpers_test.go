@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
@@ -23,13 +24,13 @@ import (
 
 // recordingWorkflows is the one fake of these tests: it stands for Temporal,
 // which the API reaches only through the Workflows interface and which is
-// tested against a real dev server in temporalworkflows_test.go and in
-// workflows/. It records calls and can be told to fail, which a real Temporal
+// tested against a real dev server in workflows/ (client_test.go). It
+// records calls and can be told to fail, which a real Temporal
 // server cannot be made to do on cue (needed for the 202 paths).
 type recordingWorkflows struct {
 	mu        sync.Mutex
 	started   []string
-	attrs     []JobAttributes
+	attrs     []temporalx.JobAttributes
 	cancelled []string
 	notified  int
 	startErr  error
@@ -39,7 +40,7 @@ type recordingWorkflows struct {
 	startHook func(jobID string)
 }
 
-func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs JobAttributes) error {
+func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs temporalx.JobAttributes) error {
 	w.mu.Lock()
 	hook := w.startHook
 	w.mu.Unlock()

@@ -32,7 +32,7 @@ const (
 // submitJob handles POST /v1/jobs. Order matters for invariant 3: validate
 // (nothing stored on a rejection) → commit the row → start the workflow →
 // answer 201 (new), 200 (same Idempotency-Key again) or 202 (committed, start
-// deferred to the reconciler). With WithAsyncStarts a new job's start is
+// deferred to the reconciler). With WithStartQueue a new job's start is
 // queued and the answer is 201 at once; a repeated key still starts its
 // workflow in the request, so a client's retry confirms the start.
 func (s *Server) submitJob(c *gin.Context) {
@@ -82,7 +82,7 @@ func (s *Server) submitJob(c *gin.Context) {
 // the job's workflow and returns the status and body to answer with.
 func (s *Server) startJobWorkflow(c *gin.Context, job *store.Job, created bool) (int, Job) {
 	out := jobFromStore(job, nil)
-	if created && s.starter != nil && s.starter.offer(startRequest{jobID: job.ID, attrs: jobAttributes(job)}) {
+	if created && s.startQueue != nil && s.startQueue.Offer(job.ID, jobAttributes(job)) {
 		return http.StatusCreated, out
 	}
 	wctx, cancel := s.workflowCtx(c)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -35,7 +36,7 @@ func TestSubmitStoresJobAndStartsWorkflow(t *testing.T) {
 	if got := env.wf.startedJobs(); len(got) != 1 || got[0] != j.ID {
 		t.Fatalf("workflows started %v, want [%s]", got, j.ID)
 	}
-	if a := env.wf.attrs[0]; a != (JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}) {
+	if a := env.wf.attrs[0]; a != (temporalx.JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}) {
 		t.Fatalf("search attributes %+v", a)
 	}
 	if env.wf.notified != 1 {

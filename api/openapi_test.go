@@ -33,7 +33,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		t.Fatalf("openapi version %q", doc.OpenAPI)
 	}
 	served := map[string]bool{}
-	for _, r := range srv.Routes() {
+	for _, r := range srv.engine.Routes() {
 		path := ginParam.ReplaceAllString(r.Path, "{$1}")
 		method := strings.ToLower(r.Method)
 		served[method+" "+path] = true

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.temporal.io/api/serviceerror"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -17,30 +16,13 @@ import (
 
 // GovernanceWorkflows is what the reclaim decision routes ask of Temporal.
 // The Workflows given to New must implement it for them to work
-// (*TemporalWorkflows does); otherwise they answer 500.
+// (workflows.Client does); otherwise they answer 500.
 type GovernanceWorkflows interface {
 	// DecideReclaim sends signal (temporalx.SignalReclaimKeep or
 	// SignalReclaimConfirm) with who and why to the allocation's
-	// ReclaimWorkflow. A workflow that is closed is ErrReclaimClosed.
+	// ReclaimWorkflow. A workflow that is closed is
+	// temporalx.ErrReclaimClosed (answered 409).
 	DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error
-}
-
-// ErrReclaimClosed is returned by DecideReclaim when the reclaim workflow
-// has already ended: no decision is awaited.
-var ErrReclaimClosed = errors.New("the reclaim workflow has ended")
-
-// DecideReclaim implements GovernanceWorkflows.
-func (t *TemporalWorkflows) DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error {
-	id := temporalx.ReclaimWorkflowID(allocationID)
-	err := t.client.SignalWorkflow(ctx, id, "", signal, temporalx.ReclaimDecisionSignal{Actor: actor, Reason: reason})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return ErrReclaimClosed
-	}
-	if err != nil {
-		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
-	}
-	return nil
 }
 
 // Reclaim is one reclaim record: the allocation, its class and the
@@ -186,7 +168,7 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 	wctx, wcancel := s.workflowCtx(c)
 	defer wcancel()
 	if err := wf.DecideReclaim(wctx, r.AllocationID, signal, p.Name, actionReason(req, verb)); err != nil {
-		if errors.Is(err, ErrReclaimClosed) {
+		if errors.Is(err, temporalx.ErrReclaimClosed) {
 			writeError(c, newError(http.StatusConflict, CodeConflict, "", "reclaim %s: %v", r.ID, err))
 			return
 		}

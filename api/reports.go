@@ -252,33 +252,6 @@ func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []s
 	return r, true
 }
 
-// FilterReportInput returns the records of project's jobs: its jobs, their
-// runs and wait events; releases and queue targets are kept whole, since they
-// name no job. in is not changed. It defines a project's report, which the
-// store computes from the project's records alone
-// (store.LoadProjectReportInput reads the same records).
-func FilterReportInput(in *queuereport.Input, project string) *queuereport.Input {
-	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets}
-	keep := map[string]bool{}
-	for _, j := range in.Jobs {
-		if j.Project == project {
-			keep[j.ID] = true
-			out.Jobs = append(out.Jobs, j)
-		}
-	}
-	for _, r := range in.Runs {
-		if keep[r.JobID] {
-			out.Runs = append(out.Runs, r)
-		}
-	}
-	for _, e := range in.WaitEvents {
-		if keep[e.JobID] {
-			out.WaitEvents = append(out.WaitEvents, e)
-		}
-	}
-	return out
-}
-
 // reportProject returns the project a report is limited to: a submitter's
 // own (403 when it asks for another), or the project parameter of an
 // operator or admin ("" for all).

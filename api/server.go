@@ -7,11 +7,15 @@
 // Tokens). A submitter sees and changes only its own project's jobs; operators
 // and admins see all. Errors are JSON {"error": {"code", "message", "field"}}.
 //
-// Durability (DESIGN.md invariant 3): POST /v1/jobs answers 201 only after the
-// job row is committed and its JobWorkflow was started; when the start fails
-// after the commit it answers 202 with a note, the job stays pending, and
-// ReconcileJobWorkflows (run periodically by serve) starts the workflow later;
-// StartJob is idempotent, so the client may also just retry with the same key.
+// Durability (DESIGN.md invariant 3): POST /v1/jobs answers only after the
+// job row is committed. With a StartQueue (WithStartQueue, as serve runs it)
+// it answers 201 at once and the JobWorkflow is started in the background;
+// without one, or when the queue is full, the request starts the workflow
+// itself and answers 201 once it started, or 202 with a note when the start
+// fails. Either way a job whose start failed stays pending and the reconciler
+// (workflows.ReconcileJobWorkflows over PendingJobs, run periodically by
+// serve) starts its workflow later; StartJob is idempotent, so the client may
+// also just retry with the same key.
 // When PostgreSQL cannot be reached it answers 503 store_unavailable and never
 // a 2xx.
 //
@@ -30,6 +34,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -58,31 +63,18 @@ func (s pgStore) Ping(ctx context.Context) error { return s.Pool().Ping(ctx) }
 // StoreFrom returns s as the API's Store.
 func StoreFrom(s *store.Store) Store { return pgStore{s} }
 
-// JobAttributes are the values a job workflow is started with for the Temporal
-// UI's search attributes.
-type JobAttributes struct {
-	Queue string
-	Tier  string
-	Pool  string
-	State string
-	// Process is true for a job with a command: its runs go to the node agent
-	// of the placed node (workflows.ExecutorNode) instead of the simulated
-	// executor, which runs jobs that only give run_seconds.
-	Process bool
-}
-
 // jobAttributes returns what StartJob needs to know of a stored job.
-func jobAttributes(j *store.Job) JobAttributes {
-	return JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State),
+func jobAttributes(j *store.Job) temporalx.JobAttributes {
+	return temporalx.JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State),
 		Process: len(j.Command) > 0}
 }
 
 // Workflows is what the API asks of Temporal. The serve command passes
-// TemporalWorkflows; the interface keeps the Temporal client out of handlers.
+// workflows.Client; the interface keeps the Temporal client out of handlers.
 type Workflows interface {
 	// StartJob starts the job's JobWorkflow; calling it again for the same job
 	// must succeed without starting a second one.
-	StartJob(ctx context.Context, jobID string, attrs JobAttributes) error
+	StartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes) error
 	// CancelJob tells the job's workflow to stop the job; actor and reason are
 	// who cancelled and why.
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
@@ -91,10 +83,18 @@ type Workflows interface {
 	NotifySubmitted(ctx context.Context, jobID string) error
 }
 
-// Default timeouts of the calls a request makes.
+// StartQueue starts committed jobs' workflows off the request path
+// (workflows.Starter implements it).
+type StartQueue interface {
+	// Offer queues the start of jobID's workflow and reports whether it was
+	// queued; false means the request starts the workflow itself.
+	Offer(jobID string, attrs temporalx.JobAttributes) bool
+}
+
+// Timeouts of the calls a request makes.
 const (
-	DefaultStoreTimeout    = 5 * time.Second  // PostgreSQL calls of one request
-	DefaultWorkflowTimeout = 10 * time.Second // Temporal calls of one request
+	DefaultStoreTimeout = 5 * time.Second  // PostgreSQL calls of one request (WithStoreTimeout changes it)
+	WorkflowTimeout     = 10 * time.Second // Temporal calls of one request
 )
 
 // Option configures a Server.
@@ -113,30 +113,31 @@ func WithMiddleware(m ...gin.HandlerFunc) Option {
 // (5xx causes, workflow calls that failed after a commit). Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
+// WithStartQueue makes POST /v1/jobs answer 201 as soon as a new job's row is
+// committed and hand its workflow start to q. When q refuses (full or
+// closed) the request starts the workflow itself, with the synchronous
+// answers (201, or 202 when the start fails). A repeated Idempotency-Key
+// always starts its workflow in the request, so a client's retry confirms the
+// start. Whoever built q drains it on shutdown (workflows.Starter.Close),
+// after the HTTP server stopped taking requests.
+func WithStartQueue(q StartQueue) Option { return func(s *Server) { s.startQueue = q } }
+
 // WithStoreTimeout bounds the PostgreSQL calls of one request (default
 // DefaultStoreTimeout), so an unresponsive database gives a 503, not a hang.
 func WithStoreTimeout(d time.Duration) Option { return func(s *Server) { s.storeTimeout = d } }
 
-// WithWorkflowTimeout bounds the Temporal calls of one request (default
-// DefaultWorkflowTimeout).
-func WithWorkflowTimeout(d time.Duration) Option { return func(s *Server) { s.workflowTimeout = d } }
-
 // Server is the HTTP API. Create it with New; serve Handler().
 type Server struct {
-	store           Store
-	workflows       Workflows
-	tokens          Tokens
-	metrics         http.Handler
-	middleware      []gin.HandlerFunc
-	log             *slog.Logger
-	storeTimeout    time.Duration
-	workflowTimeout time.Duration
-	now             func() time.Time
-	engine          *gin.Engine
-	// startWorkers > 0 (WithAsyncStarts) makes starter start job workflows
-	// in the background.
-	startWorkers, startQueue int
-	starter                  *workflowStarter
+	store        Store
+	workflows    Workflows
+	tokens       Tokens
+	metrics      http.Handler
+	middleware   []gin.HandlerFunc
+	log          *slog.Logger
+	storeTimeout time.Duration
+	now          func() time.Time
+	engine       *gin.Engine
+	startQueue   StartQueue // WithStartQueue's; nil starts every workflow in the request
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -144,13 +145,10 @@ type Server struct {
 func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	s := &Server{
 		store: st, workflows: wf, tokens: tokens, log: slog.Default(),
-		storeTimeout: DefaultStoreTimeout, workflowTimeout: DefaultWorkflowTimeout, now: time.Now,
+		storeTimeout: DefaultStoreTimeout, now: time.Now,
 	}
 	for _, o := range opts {
 		o(s)
-	}
-	if s.startWorkers > 0 && wf != nil {
-		s.starter = newWorkflowStarter(s, s.startWorkers, s.startQueue)
 	}
 	if os.Getenv(gin.EnvGinMode) == "" {
 		gin.SetMode(gin.ReleaseMode)
@@ -161,9 +159,6 @@ func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 
 // Handler returns the http.Handler serving the API.
 func (s *Server) Handler() http.Handler { return s.engine }
-
-// Routes lists every method and path the API serves (gin syntax, ":id").
-func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }
 
 // routes builds the gin engine with every route of openapi.json.
 func (s *Server) routes() *gin.Engine {
@@ -226,7 +221,7 @@ func (s *Server) storeCtx(c *gin.Context) (context.Context, context.CancelFunc) 
 // request's cancellation: once a job is committed, a client hanging up must
 // not stop its workflow from being started.
 func (s *Server) workflowCtx(c *gin.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.Request.Context()), s.workflowTimeout)
+	return context.WithTimeout(context.WithoutCancel(c.Request.Context()), WorkflowTimeout)
 }
 
 // healthz answers 200 while the process serves HTTP; it checks nothing else.

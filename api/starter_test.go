@@ -4,16 +4,38 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
+
+	"github.com/gpugov/gpugov/internal/temporalx"
 )
 
-// With WithAsyncStarts a submission is answered 201 once committed, before
-// its workflow start (held here) has happened; Close waits for the start,
-// which is followed by the scheduler's wake-up.
-func TestAsyncStartAnswersBeforeTheWorkflowStarts(t *testing.T) {
-	env := newTestEnv(t, WithAsyncStarts(1, 8))
-	release := make(chan struct{})
-	env.wf.startHook = func(string) { <-release }
+// recordingQueue is a StartQueue that takes offers while accept is true and
+// records them; workflows.Starter, the real one, is tested in workflows/.
+type recordingQueue struct {
+	mu      sync.Mutex
+	accept  bool
+	offered []string
+	attrs   []temporalx.JobAttributes
+}
+
+func (q *recordingQueue) Offer(jobID string, attrs temporalx.JobAttributes) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.accept {
+		return false
+	}
+	q.offered = append(q.offered, jobID)
+	q.attrs = append(q.attrs, attrs)
+	return true
+}
+
+// With a StartQueue a new job is answered 201 once committed and its start
+// is handed to the queue, not made in the request; a repeated
+// Idempotency-Key starts the workflow in the request (200), confirming it.
+func TestStartQueueTakesNewJobsStarts(t *testing.T) {
+	q := &recordingQueue{accept: true}
+	env := newTestEnv(t, WithStartQueue(q))
 	r := env.submit(tokAlice, validSpec(), "async-1")
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -24,83 +46,46 @@ func TestAsyncStartAnswersBeforeTheWorkflowStarts(t *testing.T) {
 		t.Fatalf("201 before the job was committed: %v", err)
 	}
 	if got := env.wf.startedJobs(); len(got) != 0 {
-		t.Fatalf("started %v while the start was held", got)
+		t.Fatalf("the request started %v itself", got)
 	}
-	close(release)
-	env.server.Close()
+	if !slices.Equal(q.offered, []string{j.ID}) {
+		t.Fatalf("offered %v, want [%s]", q.offered, j.ID)
+	}
+	if a := q.attrs[0]; a != (temporalx.JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}) {
+		t.Fatalf("offered attributes %+v", a)
+	}
+
+	r = env.submit(tokAlice, validSpec(), "async-1")
+	if r.status != http.StatusOK {
+		t.Fatalf("repeated key: status %d: %s", r.status, r.body)
+	}
+	if got := env.wf.startedJobs(); !slices.Equal(got, []string{j.ID}) {
+		t.Fatalf("repeated key started %v, want [%s]", got, j.ID)
+	}
+	if len(q.offered) != 1 {
+		t.Fatalf("repeated key offered again: %v", q.offered)
+	}
+}
+
+// When the queue refuses (full or closed) the request starts the workflow
+// itself (back-pressure) with the synchronous answers: 201 once started, 202
+// when the start fails.
+func TestStartQueueRefusedStartsInTheRequest(t *testing.T) {
+	env := newTestEnv(t, WithStartQueue(&recordingQueue{}))
+	r := env.submit(tokAlice, validSpec(), "")
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var j Job
+	r.decode(t, &j)
 	if got := env.wf.startedJobs(); !slices.Equal(got, []string{j.ID}) {
 		t.Fatalf("started %v, want [%s]", got, j.ID)
 	}
 	if env.wf.notified != 1 {
 		t.Fatalf("scheduler notified %d times, want 1", env.wf.notified)
 	}
-}
-
-// A background start that fails leaves the committed job to the reconciler,
-// which starts it once Temporal answers again.
-func TestAsyncStartFailureLeftToTheReconciler(t *testing.T) {
-	env := newTestEnv(t, WithAsyncStarts(2, 8))
 	env.wf.startErr = errTemporalDown
-	var j Job
-	r := env.submit(tokAlice, validSpec(), "")
-	if r.status != http.StatusCreated {
-		t.Fatalf("status %d: %s", r.status, r.body)
-	}
-	r.decode(t, &j)
-	env.server.Close()
-	if env.wf.notified != 0 {
-		t.Fatal("scheduler notified although the workflow did not start")
-	}
-	stored, err := env.store.GetJob(context.Background(), j.ID)
-	if err != nil || stored.State != "submitted" {
-		t.Fatalf("stored job %+v, %v; want it submitted", stored, err)
-	}
-	env.wf.startErr = nil
-	if res, err := ReconcileJobWorkflows(context.Background(), env.server.store, env.wf, 0); err != nil || res.Checked != 1 {
-		t.Fatalf("reconcile: %+v, %v", res, err)
-	}
-	if got := env.wf.startedJobs(); !slices.Equal(got, []string{j.ID}) {
-		t.Fatalf("started %v, want [%s]", got, j.ID)
-	}
-}
-
-// When the queue is full the request starts its own workflow (back-pressure)
-// and answers only after that start.
-func TestAsyncStartQueueFullStartsInTheRequest(t *testing.T) {
-	env := newTestEnv(t, WithAsyncStarts(1, 1))
-	entered, release := make(chan string, 1), make(chan struct{})
-	var first string
-	env.wf.startHook = func(id string) {
-		if first == "" {
-			first = id
-			entered <- id
-			<-release
-		}
-	}
-	ids := make([]string, 3)
-	for i := range ids {
-		r := env.submit(tokAlice, validSpec(), "")
-		if r.status != http.StatusCreated {
-			t.Fatalf("submission %d: status %d: %s", i, r.status, r.body)
-		}
-		var j Job
-		r.decode(t, &j)
-		ids[i] = j.ID
-		if i == 0 {
-			<-entered // the worker holds the first start; the queue's one slot is free
-		}
-	}
-	// The second waits in the queue; the third found it full and started itself.
-	if got := env.wf.startedJobs(); !slices.Equal(got, []string{ids[2]}) {
-		t.Fatalf("started %v before release, want only the third %s", got, ids[2])
-	}
-	close(release)
-	env.server.Close()
-	got := env.wf.startedJobs()
-	slices.Sort(got)
-	want := slices.Clone(ids)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("started %v, want %v", got, want)
+	if r := env.submit(tokAlice, validSpec(), ""); r.status != http.StatusAccepted {
+		t.Fatalf("failed start: status %d: %s", r.status, r.body)
 	}
 }

@@ -20,17 +20,18 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/httpreport"
 	"github.com/gpugov/gpugov/internal/inventory/static"
-	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
+	"github.com/gpugov/gpugov/workflows"
 )
 
 // The node the live agent test's agent serves, its pool and its GPUs (a
@@ -166,7 +167,7 @@ func (s *agentStack) startAgent(t *testing.T, temporalAddr string, src inventory
 		t.Fatal(err)
 	}
 	w := worker.New(c, temporalx.NodeTaskQueue(agentNode), process.WorkerOptions(agentGrace))
-	process.RegisterActivity(w, &process.ProcessActivity{
+	workflows.RegisterNodeWorker(w, &process.ProcessActivity{
 		Executor: &process.Executor{CheckpointRoot: s.checkpointRoot, GracePeriod: agentGrace,
 			HeartbeatInterval: process.NoticeInterval, Logger: logger},
 		Node: agentNode, Specs: apiClient, Checkpoints: apiClient, Logger: logger,

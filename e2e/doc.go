@@ -1,7 +1,7 @@
 // Package e2e holds gpugov's end-to-end tests and benchmarks: a real
 // PostgreSQL database (store/storetest), a real Temporal dev server
 // (internal/temporalx/temporaltest), and the serve command's components
-// started in-process (internal/service), driven through the HTTP API with the
+// started in-process (package service), driven through the HTTP API with the
 // real Alibaba trace (../shared/traces/alibaba-gpu-v2023 from the repository
 // root, or $GPUGOV_TRACE_DIR).
 //

@@ -14,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/internal/service"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )

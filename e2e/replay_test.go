@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/gpugov/gpugov/internal/replay"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/replay"
 )
 
 // Replay test settings. The pool is a real slice of the trace's cluster —

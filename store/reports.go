@@ -150,9 +150,10 @@ func (s *Store) LoadReportInput(ctx context.Context, window queuereport.Window, 
 }
 
 // LoadProjectReportInput is LoadReportInput limited to project's jobs (all
-// projects when project is ""): the same records as
-// api.FilterReportInput keeps from the whole input, read without the other
-// projects' rows. Releases and queue targets name no job and are read whole.
+// projects when project is ""): the project's jobs, their runs and wait
+// events — what filtering the whole input by project keeps (api's report
+// tests check that) — read without the other projects' rows. Releases and
+// queue targets name no job and are read whole.
 func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.Window, now time.Time, project string) (*queuereport.Input, error) {
 	if err := checkReportWindow(window, now); err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)

@@ -259,7 +259,8 @@ func TestJobsEndedAtTrigger(t *testing.T) {
 	if err := s.FinishRun(ctx, finished, runID, vocab.RunFailed, "exit 1", base.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordResumeVerified(ctx, finished, runID); err != nil { // bumps updated_at to now()
+	// A late checkpoint record bumps updated_at to now().
+	if err := s.RecordCheckpoint(ctx, finished, runID, scheduling.Checkpoint{At: base.Add(11 * time.Minute), Step: 10}); err != nil {
 		t.Fatal(err)
 	}
 	released := f.submit(base, 1, "")

@@ -504,18 +504,20 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if n := queryInt(t, s, `SELECT count(*) FROM preemptions WHERE ended_at IS NULL`); n != 0 {
 		t.Fatalf("%d preemptions still open after the victim's release", n)
 	}
-	if err := s.EndPreemption(ctx, out.Preemptions[0].PreemptionID, vocab.PreemptionReleased, "", 42, at); err != nil {
-		t.Fatal(err)
-	}
 	// Next run resumes from the checkpoint; the snapshot reports the preemption for anti-thrash.
+	preemptionID := out.Preemptions[0].PreemptionID
 	out, _ = s.ApplyCycle(ctx, "c4", &scheduling.Result{Placements: []scheduling.Placement{
 		place(victim.ID, "p", n.Name, 1000, n.GPUs[0].UUID)}}, at)
 	run2, err := s.MarkRunning(ctx, victim.ID, out.Placed[0].AllocationID, 300, at)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The verify-resume step records the resume at the saved step; a retry
+	// counts it once.
+	resumed, step := true, int64(300)
 	for range 2 {
-		if err := s.RecordResumeVerified(ctx, victim.ID, run2); err != nil {
+		if _, err := s.FinishPreemption(ctx, preemptionID, store.PreemptionResume{Outcome: vocab.PreemptionCompleted,
+			ResumedRunID: run2, ResumedFromStep: &step, ResumedCorrectly: &resumed, At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}

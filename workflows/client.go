@@ -2,10 +2,13 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
 )
@@ -20,20 +23,6 @@ func StartScheduler(ctx context.Context, c client.Client, in *SchedulerInput) (c
 		return nil, fmt.Errorf("start scheduler %s: %w", in.Shard, err)
 	}
 	return run, nil
-}
-
-// SignalScheduler sends a wake-up signal (temporalx.SignalJobSubmitted,
-// SignalAllocationReleased or SignalInventoryChanged) to the shard's
-// scheduler, starting it with in when it is not running, so a submission never
-// waits on a scheduler that is absent.
-func SignalScheduler(ctx context.Context, c client.Client, in *SchedulerInput, signal string, arg any) error {
-	in = schedulerInput(in)
-	_, err := c.SignalWithStartWorkflow(ctx, temporalx.SchedulerWorkflowID(in.Shard), signal, arg,
-		schedulerStartOptions(in), SchedulerWorkflowName, in)
-	if err != nil {
-		return fmt.Errorf("signal scheduler %s with %s: %w", in.Shard, signal, err)
-	}
-	return nil
 }
 
 // JobStartOptions are the options every start of a job's JobWorkflow uses:
@@ -53,19 +42,108 @@ func JobStartOptions(jobID string) client.StartWorkflowOptions {
 	}
 }
 
-// StartJob starts the job's JobWorkflow with JobStartOptions; when it already
-// runs (a retried submission), the running one is returned. It returns the
-// client's error when the server refuses, including Temporal's "already
-// started" error for a job whose workflow has closed.
-func StartJob(ctx context.Context, c client.Client, in *JobInput) (client.WorkflowRun, error) {
-	if in == nil || in.JobID == "" {
-		return nil, fmt.Errorf("start job workflow: job ID is required")
+// Client is what the API asks of the job workflows (api.Workflows and
+// api.GovernanceWorkflows), on a Temporal client: start a job's workflow,
+// cancel it, wake the scheduler, send a reclaim decision. Names (task queue,
+// workflow IDs, signals, search attributes) come from temporalx and this
+// package so that the API, the worker and the Temporal UI agree. Create it
+// with NewClient.
+type Client struct {
+	client client.Client
+	opts   ClientOptions
+	waker  *temporalx.Waker
+}
+
+// ClientOptions configures Client.
+type ClientOptions struct {
+	// JobInput is the template of every JobWorkflow's input (executor,
+	// heartbeat timeout, run attempts); StartJob sets its JobID.
+	JobInput JobInput
+	// SchedulerWorkflowID is the scheduler NotifySubmitted signals; "" means
+	// the default shard's, "scheduler/default".
+	SchedulerWorkflowID string
+	// SearchAttributes makes StartJob attach GpugovQueue, GpugovTier,
+	// GpugovPool and GpugovJobState; they must be registered on the namespace
+	// (temporalx.RegisterSearchAttributes), or the start fails.
+	SearchAttributes bool
+}
+
+// NewClient returns the job workflows' client on c.
+func NewClient(c client.Client, o ClientOptions) *Client {
+	if o.SchedulerWorkflowID == "" {
+		o.SchedulerWorkflowID = temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
 	}
-	run, err := c.ExecuteWorkflow(ctx, JobStartOptions(in.JobID), JobWorkflowName, in)
+	return &Client{client: c, opts: o, waker: temporalx.NewWaker(c, 0, nil)}
+}
+
+// StartJob starts JobWorkflow with JobStartOptions (ID "job/<id>") and the
+// JobInput template, on the node agent's executor when attrs.Process. It is
+// idempotent: a running workflow with that ID is reused and a closed one is
+// never started again (its "already started" answer counts as success), so a
+// retried submit, or the reconciler, may call it any number of times. It
+// returns the client's error when the server refuses otherwise.
+func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes) error {
+	opts := JobStartOptions(jobID)
+	if t.opts.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporalx.QueueKey.ValueSet(attrs.Queue),
+			temporalx.TierKey.ValueSet(attrs.Tier),
+			temporalx.PoolKey.ValueSet(attrs.Pool),
+			temporalx.JobStateKey.ValueSet(attrs.State),
+		)
+	}
+	in := t.opts.JobInput
+	in.JobID = jobID
+	if attrs.Process {
+		in.Executor = ExecutorNode
+	}
+	_, err := t.client.ExecuteWorkflow(ctx, opts, JobWorkflowName, &in)
+	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		return fmt.Errorf("start %s: %w", opts.ID, err)
+	}
+	return nil
+}
+
+// CancelJob sends the "cancel" signal, with who and why, to the job's
+// workflow. A workflow that has already closed is not an error: there is
+// nothing left to stop.
+func (t *Client) CancelJob(ctx context.Context, jobID, actor, reason string) error {
+	id := temporalx.JobWorkflowID(jobID)
+	err := t.client.SignalWorkflow(ctx, id, "", temporalx.SignalCancel, temporalx.CancelSignal{Actor: actor, Reason: reason})
+	var notFound *serviceerror.NotFound
+	if err != nil && !errors.As(err, &notFound) {
+		return fmt.Errorf("signal %s to %s: %w", temporalx.SignalCancel, id, err)
+	}
+	return nil
+}
+
+// NotifySubmitted asks for "job-submitted" to be sent to the scheduler
+// workflow so that a scheduling cycle runs now rather than at its next timer.
+// It does not wait: signals are coalesced by a temporalx.Waker (a burst of
+// submissions costs about one signal per 250 ms, not one each), and a failed
+// signal is only logged, since the scheduler's timer runs a cycle anyway. The
+// scheduler is started by serve (StartScheduler), not here, because its input
+// belongs to serve's config. It always returns nil.
+func (t *Client) NotifySubmitted(_ context.Context, _ string) error {
+	t.waker.Wake(t.opts.SchedulerWorkflowID, temporalx.SignalJobSubmitted)
+	return nil
+}
+
+// DecideReclaim sends signal (temporalx.SignalReclaimKeep or
+// SignalReclaimConfirm) with who and why to the allocation's ReclaimWorkflow.
+// A workflow that is closed or absent is temporalx.ErrReclaimClosed; other
+// failures are the client's error.
+func (t *Client) DecideReclaim(ctx context.Context, allocationID, signal, actor, reason string) error {
+	id := temporalx.ReclaimWorkflowID(allocationID)
+	err := t.client.SignalWorkflow(ctx, id, "", signal, temporalx.ReclaimDecisionSignal{Actor: actor, Reason: reason})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return temporalx.ErrReclaimClosed
+	}
 	if err != nil {
-		return nil, fmt.Errorf("start job workflow %s: %w", in.JobID, err)
+		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
 	}
-	return run, nil
+	return nil
 }
 
 // schedulerInput returns in, or an empty input, with its shard defaulted.

@@ -39,10 +39,9 @@ const recordEnv = "GPUGOV_RECORD_HISTORIES"
 func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor.SimulatedExecutor) {
 	t.Helper()
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	activities.Register(svc, activities.Deps{Store: st, Temporal: c})
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	executor.Register(sim, exec)
+	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
@@ -53,16 +52,26 @@ func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor
 
 func startJob(t *testing.T, c client.Client, in *workflows.JobInput) client.WorkflowRun {
 	t.Helper()
-	run, err := workflows.StartJob(context.Background(), c, in)
+	run, err := c.ExecuteWorkflow(context.Background(), workflows.JobStartOptions(in.JobID), workflows.JobWorkflowName, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A retried submission gets the same run.
-	again, err := workflows.StartJob(context.Background(), c, in)
+	again, err := c.ExecuteWorkflow(context.Background(), workflows.JobStartOptions(in.JobID), workflows.JobWorkflowName, in)
 	if err != nil || again.GetRunID() != run.GetRunID() {
-		t.Fatalf("second StartJob = %v (%v), want run %s", again, err, run.GetRunID())
+		t.Fatalf("second start = %v (%v), want run %s", again, err, run.GetRunID())
 	}
 	return run
+}
+
+// signalScheduler sends signal with arg to the running scheduler of in's
+// shard (the default one when in.Shard is "").
+func signalScheduler(ctx context.Context, c client.Client, in *workflows.SchedulerInput, signal string, arg any) error {
+	shard := in.Shard
+	if shard == "" {
+		shard = temporalx.DefaultShard
+	}
+	return c.SignalWorkflow(ctx, temporalx.SchedulerWorkflowID(shard), "", signal, arg)
 }
 
 func waitJob(t *testing.T, run client.WorkflowRun, timeout time.Duration) *workflows.JobResult {
@@ -144,7 +153,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: first.ID}); err != nil {
+	if err := signalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: first.ID}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -164,7 +173,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 	// Cancel a long run through the API's path: store, then signal.
 	long := submitJob(t, st, jobSpec{gpus: 1, runSeconds: 1_000_000})
 	longRun := startJob(t, c, &workflows.JobInput{JobID: long.ID})
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: long.ID}); err != nil {
+	if err := signalScheduler(context.Background(), c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: long.ID}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "long job running", func() bool { return jobState(t, st, long.ID) == vocab.JobRunning })
@@ -204,21 +213,7 @@ func TestEndToEndOnDevServer(t *testing.T) {
 		t.Fatalf("second StartScheduler = %v (%v), want the running scheduler", again, err)
 	}
 
-	// A wake-up signal starts the scheduler when none runs.
-	if err := c.CancelWorkflow(context.Background(), sched.GetID(), ""); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "scheduler cancelled", func() bool {
-		d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
-	})
-	if err := workflows.SignalScheduler(context.Background(), c, schedIn, temporalx.SignalInventoryChanged, temporalx.InventoryChangedSignal{Pool: testPool}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), "")
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Fatalf("scheduler after signal-with-start: %v (%v), want running", d.GetWorkflowExecutionInfo().GetStatus(), err)
-	}
+	// Stop it so that nothing runs after the test.
 	if err := c.CancelWorkflow(context.Background(), sched.GetID(), ""); err != nil {
 		t.Fatal(err)
 	}

@@ -87,14 +87,11 @@ func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol schedul
 	t.Helper()
 	source := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	workflows.RegisterGovernance(svc)
-	activities.Register(svc, activities.Deps{Store: st, Temporal: c, Policy: source})
-	activities.RegisterGovernance(svc, activities.GovernanceDeps{Store: st, Temporal: c, Policy: source,
-		Config: func() *policy.Policy { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, Policy: source,
+		Governance: func() *policy.Policy { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
 		PollInterval: 100 * time.Millisecond})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	executor.Register(sim, exec)
+	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
@@ -175,7 +172,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		// 0.8 × that (the SDK throttles heartbeats), well inside the grace period.
 		runs[j.ID] = startJob(t, c, &workflows.JobInput{JobID: j.ID, HeartbeatTimeoutSeconds: 2})
 	}
-	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
+	_ = signalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{})
 	for _, j := range []*store.Job{exp, noCkpt, prot} {
 		waitFor(t, 30*time.Second, "experiment jobs running", func() bool { return jobState(t, st, j.ID) == vocab.JobRunning })
 	}
@@ -192,7 +189,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 
 	prod := submitGovJob(t, st, govJob{queue: prodQueue, tier: vocab.TierProduction, gpus: 1, runSeconds: 300})
 	prodRun := startJob(t, c, &workflows.JobInput{JobID: prod.ID})
-	_ = workflows.SignalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
+	_ = signalScheduler(ctx, c, schedIn, temporalx.SignalJobSubmitted, temporalx.JobSubmittedSignal{JobID: prod.ID})
 	if res := waitJob(t, prodRun, time.Minute); res.State != vocab.JobSucceeded {
 		t.Fatalf("production job %+v, want succeeded", res)
 	}

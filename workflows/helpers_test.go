@@ -169,13 +169,12 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	suite.SetLogger(quietLogger())
 	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
 	env.SetTestTimeout(2 * time.Minute)
-	workflows.Register(env)
 	if deps.Waker == nil {
 		deps.Waker = env
 	}
-	activities.Register(env, deps)
+	workflows.RegisterServiceWorker(env, deps)
 	if run == nil {
-		executor.Register(env, fastExecutor(st))
+		workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
 	} else {
 		env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gpugov/gpugov/activities"
@@ -19,16 +18,6 @@ const (
 	ReclaimWorkflowName     = "ReclaimWorkflow"
 	ReclaimScanWorkflowName = "ReclaimScanWorkflow"
 )
-
-// RegisterGovernance registers PreemptionWorkflow, ReclaimWorkflow and
-// ReclaimScanWorkflow on w, the worker that also runs Register's workflows
-// (the scheduler starts preemptions as its children by name) and
-// activities.RegisterGovernance's activities.
-func RegisterGovernance(w worker.WorkflowRegistry) {
-	w.RegisterWorkflowWithOptions(PreemptionWorkflow, workflow.RegisterOptions{Name: PreemptionWorkflowName})
-	w.RegisterWorkflowWithOptions(ReclaimWorkflow, workflow.RegisterOptions{Name: ReclaimWorkflowName})
-	w.RegisterWorkflowWithOptions(ReclaimScanWorkflow, workflow.RegisterOptions{Name: ReclaimScanWorkflowName})
-}
 
 // PreemptionInput starts a PreemptionWorkflow for one preemption a
 // scheduling cycle opened (activities.StartedPreemption).

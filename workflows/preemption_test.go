@@ -116,17 +116,16 @@ func (e *preemptEnv) upserted() map[string]string {
 	return maps.Clone(e.attrs)
 }
 
-func newPreemptEnv(t *testing.T, st activities.GovernanceStore, pol scheduling.Policy, cfg *policy.Policy) *preemptEnv {
+func newPreemptEnv(t *testing.T, st activities.ServiceStore, pol scheduling.Policy, cfg *policy.Policy) *preemptEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
 	env := &preemptEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), sig: &recordingSignaler{gone: map[string]bool{}},
 		attrs: map[string]string{}}
 	env.SetTestTimeout(2 * time.Minute)
-	workflows.RegisterGovernance(env)
-	activities.RegisterGovernance(env, activities.GovernanceDeps{
+	workflows.RegisterServiceWorker(env, activities.Deps{
 		Store: st, Temporal: env.sig, PollInterval: 20 * time.Millisecond,
-		Policy: func(context.Context) (*scheduling.Policy, error) { return &pol, nil },
-		Config: func() *policy.Policy { return cfg },
+		Policy:     func(context.Context) (*scheduling.Policy, error) { return &pol, nil },
+		Governance: func() *policy.Policy { return cfg },
 	})
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)

@@ -26,8 +26,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			workflows.Register(r)
-			workflows.RegisterGovernance(r)
+			workflows.RegisterServiceWorkflows(r)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
 			}

@@ -6,6 +6,19 @@
 //     the job workflows it placed.
 //   - JobWorkflow (ID "job/<id>") carries one job from submission through its
 //     run on an executor to a final state, releasing its allocation on every exit.
+//   - PreemptionWorkflow (ID "preempt/<victim>/<run>"), a child of the
+//     scheduler, carries out one preemption the scheduling cycle opened:
+//     notice, checkpoint, release, requeue, verified resume.
+//   - ReclaimScanWorkflow (ID "reclaim-scan") scans the active allocations
+//     every scan interval and starts a ReclaimWorkflow per new finding.
+//   - ReclaimWorkflow (ID "reclaim/<allocation>") handles one reclaimable
+//     allocation in its mode (report, notify, confirm, auto).
+//
+// All five run on temporalx.ServiceTaskQueue; RegisterServiceWorker
+// (worker.go) registers them with their activities, and client.go holds the
+// client side: starting the scheduler, the Temporal adapter the API uses
+// (Client), its background starter (Starter) and the reconciler of job
+// workflows (ReconcileJobWorkflows).
 //
 // Workflow IDs, signal names and payloads are in internal/temporalx, so that the
 // API and the activities can use them without importing this package.
@@ -20,23 +33,9 @@
 // keep them out of the scheduler's history (see activities.Scheduler).
 package workflows
 
-import (
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
-)
-
 // Workflow type names, fixed so that renaming a Go function cannot orphan
 // running workflows.
 const (
 	SchedulerWorkflowName = "SchedulerWorkflow"
 	JobWorkflowName       = "JobWorkflow"
 )
-
-// Register registers every gpugov workflow on w (a worker polling
-// temporalx.ServiceTaskQueue). Their activities are registered by
-// activities.Register on the same worker; runs are served by an executor
-// polling its own task queue (executor.Register for the simulated one).
-func Register(w worker.WorkflowRegistry) {
-	w.RegisterWorkflowWithOptions(SchedulerWorkflow, workflow.RegisterOptions{Name: SchedulerWorkflowName})
-	w.RegisterWorkflowWithOptions(JobWorkflow, workflow.RegisterOptions{Name: JobWorkflowName})
-}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
 	"github.com/gpugov/gpugov/internal/inventory/static"
 	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/workflows"
 )
 
 // Executors of `gpugov agent --executor`.
@@ -277,7 +278,7 @@ func (o *agentOptions) servedNodes(ctx context.Context, src inventory.Source) ([
 func (o *agentOptions) runRegistrar(api *httpreport.Client, logger *slog.Logger) (func(w worker.Registry, node string), error) {
 	if o.executor == agentExecutorSimulated {
 		sim := &executor.SimulatedExecutor{Checkpoints: api, SpeedFactor: o.simSpeed}
-		return func(w worker.Registry, _ string) { executor.Register(w, sim) }, nil
+		return func(w worker.Registry, _ string) { workflows.RegisterSimExecutorWorker(w, sim) }, nil
 	}
 	if err := os.MkdirAll(o.checkpointRoot, 0o700); err != nil {
 		return nil, newUsageError("--checkpoint-root: %v", err)
@@ -285,7 +286,7 @@ func (o *agentOptions) runRegistrar(api *httpreport.Client, logger *slog.Logger)
 	ex := &process.Executor{CheckpointRoot: o.checkpointRoot, GracePeriod: o.grace,
 		HeartbeatInterval: process.NoticeInterval, Logger: logger}
 	return func(w worker.Registry, node string) {
-		process.RegisterActivity(w, &process.ProcessActivity{
+		workflows.RegisterNodeWorker(w, &process.ProcessActivity{
 			Executor: ex, Node: node, Specs: api, Checkpoints: api, Logger: logger.With("node", node),
 		})
 	}, nil

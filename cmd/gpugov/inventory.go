@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpugov/gpugov/internal/service"
+	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store"
 )
 

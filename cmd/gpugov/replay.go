@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpugov/gpugov/internal/apiclient"
-	"github.com/gpugov/gpugov/internal/replay"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/replay"
 )
 
 // defaultTraceDir is where the trace lies relative to the repository root

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/policy"
-	"github.com/gpugov/gpugov/internal/service"
+	"github.com/gpugov/gpugov/service"
 )
 
 // Defaults of `gpugov serve` besides defaultDatabaseURL (migrate.go).

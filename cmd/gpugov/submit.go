@@ -11,7 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
+	apiclient "github.com/gpugov/gpugov/api/client"
 )
 
 // This file holds `gpugov submit` and the helpers every client command (get,

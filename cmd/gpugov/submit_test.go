@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
@@ -27,9 +28,9 @@ import (
 // accepts every call.
 type startedWorkflows struct{}
 
-func (startedWorkflows) StartJob(context.Context, string, api.JobAttributes) error { return nil }
-func (startedWorkflows) CancelJob(context.Context, string, string, string) error   { return nil }
-func (startedWorkflows) NotifySubmitted(context.Context, string) error             { return nil }
+func (startedWorkflows) StartJob(context.Context, string, temporalx.JobAttributes) error { return nil }
+func (startedWorkflows) CancelJob(context.Context, string, string, string) error         { return nil }
+func (startedWorkflows) NotifySubmitted(context.Context, string) error                   { return nil }
 
 // cliEnv is the real API on a real, fresh PostgreSQL database, served over HTTP.
 type cliEnv struct {

@@ -15,7 +15,6 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -98,12 +97,6 @@ type SimulatedExecutor struct {
 
 // finalCheckpointTimeout bounds the write of a cancelled run's last checkpoint.
 const finalCheckpointTimeout = 10 * time.Second
-
-// Register registers e's Run as the RunActivityName activity on w (a worker
-// polling temporalx.SimExecutorTaskQueue).
-func Register(w worker.ActivityRegistry, e *SimulatedExecutor) {
-	w.RegisterActivityWithOptions(e.Run, activity.RegisterOptions{Name: RunActivityName})
-}
 
 // Run executes one run. It returns a result for every way the job's run ends
 // (succeeded, failed, cancelled). It returns an error — and Temporal retries the

@@ -60,7 +60,7 @@ func newRunEnv(t *testing.T, e *SimulatedExecutor, opts worker.Options) *runEnv 
 	var s testsuite.WorkflowTestSuite
 	env := &runEnv{TestActivityEnvironment: s.NewTestActivityEnvironment()}
 	env.SetWorkerOptions(opts)
-	Register(env, e)
+	env.RegisterActivityWithOptions(e.Run, activity.RegisterOptions{Name: RunActivityName})
 	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
 		var p Progress
 		if err := details.Get(&p); err != nil {

@@ -1,10 +1,16 @@
 package temporalx
 
 import (
+	"errors"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
+
+// ErrReclaimClosed is the error of a reclaim decision sent to a
+// ReclaimWorkflow that has already ended: no decision is awaited
+// (workflows.Client.DecideReclaim returns it, the API answers 409).
+var ErrReclaimClosed = errors.New("the reclaim workflow has ended")
 
 // ReclaimScanWorkflowID is the workflow ID of the periodic reclaim scan.
 const ReclaimScanWorkflowID = "reclaim-scan"

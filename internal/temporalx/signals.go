@@ -69,3 +69,18 @@ type CancelSignal struct {
 type WaitReasonSignal struct {
 	Reason vocab.WaitReason
 }
+
+// JobAttributes are what a JobWorkflow is started with besides its job ID:
+// the values of its Temporal UI search attributes (QueueKey, TierKey, PoolKey,
+// JobStateKey) and which executor runs it. The API computes them from the
+// stored job; the job workflows' client (workflows.Client) starts with them.
+type JobAttributes struct {
+	Queue string
+	Tier  string
+	Pool  string
+	State string
+	// Process is true for a job with a command: its runs go to the node agent
+	// of the placed node (workflows.ExecutorNode) instead of the simulated
+	// executor, which runs jobs that only give run_seconds.
+	Process bool
+}

@@ -12,7 +12,6 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -88,12 +87,6 @@ type ProcessActivity struct {
 	// DefaultCheckpointRecordTimeout.
 	CheckpointRecordTimeout time.Duration
 	Logger                  *slog.Logger // nil means slog.Default()
-}
-
-// RegisterActivity registers a.Run as the executor.RunActivityName activity
-// on w, a worker polling temporalx.NodeTaskQueue(a.Node).
-func RegisterActivity(w worker.ActivityRegistry, a *ProcessActivity) {
-	w.RegisterActivityWithOptions(a.Run, activity.RegisterOptions{Name: executor.RunActivityName})
 }
 
 // Run executes one run attempt. It returns a result for every way the job's

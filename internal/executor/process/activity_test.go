@@ -97,7 +97,7 @@ func newActivityEnv(t *testing.T, book *runBook, opts worker.Options) *activityE
 	}
 	env.SetWorkerOptions(opts)
 	env.SetTestTimeout(testTimeout)
-	RegisterActivity(env, env.act)
+	env.RegisterActivityWithOptions(env.act.Run, activity.RegisterOptions{Name: executor.RunActivityName})
 	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
 		var p executor.Progress
 		if err := details.Get(&p); err != nil {

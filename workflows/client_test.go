@@ -1,4 +1,4 @@
-package api
+package workflows_test
 
 import (
 	"context"
@@ -45,11 +45,11 @@ func recordingScheduler(ctx workflow.Context) (int, error) {
 	}
 }
 
-// TestTemporalWorkflowsAgainstDevServer checks the adapter on a real Temporal
+// TestClientAgainstDevServer checks the job workflows' client on a real Temporal
 // dev server: StartJob is idempotent while the workflow runs and after it
 // closed, the search attributes are set, cancel carries actor and reason, and
 // the scheduler gets job-submitted.
-func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
+func TestClientAgainstDevServer(t *testing.T) {
 	srv := temporaltest.Start(t)
 	w := worker.New(srv.Client, temporalx.ServiceTaskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(recordingJobWorkflow, workflow.RegisterOptions{Name: workflows.JobWorkflowName})
@@ -61,11 +61,11 @@ func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tw := NewTemporalWorkflows(srv.Client, TemporalOptions{
+	tw := workflows.NewClient(srv.Client, workflows.ClientOptions{
 		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
 		SearchAttributes: true,
 	})
-	attrs := JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}
+	attrs := temporalx.JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}
 	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
 	}
 
 	// A job with a command runs on the placed node's agent, not the simulator.
-	if err := tw.StartJob(ctx, "j-proc", JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east",
+	if err := tw.StartJob(ctx, "j-proc", temporalx.JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east",
 		State: "submitted", Process: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestTemporalWorkflowsAgainstDevServer(t *testing.T) {
 	if err := tw.NotifySubmitted(ctx, "j-2"); err != nil {
 		t.Fatalf("NotifySubmitted with no scheduler: %v", err)
 	}
-	tw.waker.Wait()
+	workflows.WaitWakeUps(tw)
 	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: temporalx.SchedulerWorkflowID(temporalx.DefaultShard), TaskQueue: temporalx.ServiceTaskQueue,
 	}, workflows.SchedulerWorkflowName)

@@ -12,8 +12,8 @@ import (
 )
 
 const (
-	nodesCSV  = "../trace/alibaba/testdata/nodes_good.csv"
-	inventory = "../inventory/static/testdata/inventory.yaml"
+	nodesCSV  = "../internal/trace/alibaba/testdata/nodes_good.csv"
+	inventory = "../internal/inventory/static/testdata/inventory.yaml"
 )
 
 func TestLoadInventoryFileCSV(t *testing.T) {

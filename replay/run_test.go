@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
-	"github.com/gpugov/gpugov/internal/replay"
-	"github.com/gpugov/gpugov/internal/service"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/replay"
+	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -31,7 +31,7 @@ const (
 // "alibaba" and the simulated executor at testSpeed.
 func startService(t *testing.T) *service.Service {
 	t.Helper()
-	nodes, err := alibaba.ReadNodes("../simulation/testdata/nodes_two_t4.csv")
+	nodes, err := alibaba.ReadNodes("../internal/simulation/testdata/nodes_two_t4.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func client(t *testing.T, svc *service.Service, token string) *apiclient.Client 
 // smallSubmissions builds pods_small.csv's seven GPU pods at testSpeed.
 func smallSubmissions(t *testing.T) []replay.Submission {
 	t.Helper()
-	pods, _, err := alibaba.ReadPods("../simulation/testdata/pods_small.csv", alibaba.ReadOptions{})
+	pods, _, err := alibaba.ReadPods("../internal/simulation/testdata/pods_small.csv", alibaba.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

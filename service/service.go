@@ -38,9 +38,9 @@ type Service struct {
 	store     *store.Store
 	instr     *instrumentedStore
 	temporal  client.Client
-	workflows *api.TemporalWorkflows
+	workflows *workflows.Client
+	starter   *workflows.Starter // background workflow starts of the API's submissions
 	httpSrv   *http.Server
-	api       *api.Server // its Close drains the background workflow starts
 	listener  net.Listener
 	serveErr  chan error // the HTTP server's exit error, once
 
@@ -206,17 +206,16 @@ func (s *Service) connectTemporal(ctx context.Context) error {
 	if err := temporalx.RegisterSearchAttributes(ctx, c, s.cfg.TemporalNamespace); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
-	s.workflows = api.NewTemporalWorkflows(c, api.TemporalOptions{
+	s.workflows = workflows.NewClient(c, workflows.ClientOptions{
 		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
 		SearchAttributes: true,
 	})
 	return nil
 }
 
-// StartWorkers starts the service worker (workflows.Register,
-// workflows.RegisterGovernance, activities.Register and
-// activities.RegisterGovernance on the instrumented store, polling
-// temporalx.ServiceTaskQueue) and the simulated-executor worker (polling
+// StartWorkers starts the service worker (workflows.RegisterServiceWorker on
+// the instrumented store, polling temporalx.ServiceTaskQueue) and the
+// simulated-executor worker (workflows.RegisterSimExecutorWorker, polling
 // temporalx.SimExecutorTaskQueue, checkpoints recorded in the store). Start
 // calls it; after StopWorkers it starts fresh workers, as a restarted process
 // would. It is a no-op while workers run, and returns a worker's start error.
@@ -227,19 +226,15 @@ func (s *Service) StartWorkers() error {
 		return nil
 	}
 	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.Register(svc)
-	workflows.RegisterGovernance(svc)
-	activities.Register(svc, activities.Deps{Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy,
-		Governance: s.currentPolicy})
-	activities.RegisterGovernance(svc, activities.GovernanceDeps{
-		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Config: s.currentPolicy,
+	workflows.RegisterServiceWorker(svc, activities.Deps{
+		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 	})
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
 	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
 	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval})
-	executor.Register(sim, &executor.SimulatedExecutor{
+	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})
 	for i, w := range []worker.Worker{svc, sim} {
@@ -275,12 +270,12 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
+	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
 	srv := api.New(api.StoreFrom(s.store), s.workflows, s.cfg.Tokens,
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
-		api.WithAsyncStarts(0, 0))
-	s.api = srv
+		api.WithStartQueue(s.starter))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -297,8 +292,9 @@ func (s *Service) serveHTTP() error {
 	return nil
 }
 
-// reconcileLoop runs api.ReconcileJobWorkflows every ReconcileInterval until
-// ctx ends; failures are logged and retried at the next pass.
+// reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
+// PendingJobs every ReconcileInterval until ctx ends; failures are logged
+// and retried at the next pass.
 func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
@@ -313,7 +309,7 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 			case <-t.C:
 			}
 		}
-		res, err := api.ReconcileJobWorkflows(ctx, api.StoreFrom(s.store), s.workflows, 0)
+		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
 		}
@@ -328,10 +324,6 @@ func (s *Service) Store() *store.Store { return s.store }
 
 // Temporal returns the service's Temporal client.
 func (s *Service) Temporal() client.Client { return s.temporal }
-
-// ServeErr delivers the HTTP server's error if it stops on its own (nil after
-// Close); Run watches it.
-func (s *Service) ServeErr() <-chan error { return s.serveErr }
 
 // Close shuts down in reverse order: the HTTP server (in-flight requests
 // finish within ShutdownTimeout), the loops (reconciler, queue gauges,
@@ -352,8 +344,8 @@ func (s *Service) close(ctx context.Context) error {
 	} else if s.listener != nil {
 		errs = append(errs, s.listener.Close())
 	}
-	if s.api != nil {
-		s.api.Close() // queued workflow starts, before the Temporal client closes
+	if s.starter != nil {
+		s.starter.Close() // queued workflow starts, before the Temporal client closes
 	}
 	if s.stopLoops != nil {
 		s.stopLoops()

@@ -1,4 +1,7 @@
-package httpreport_test
+// Tests of the node agent's HTTP reporter (internal/inventory/httpreport) against
+// this API on a real store: they live here, beside the server side of the
+// contract, so that nothing under internal/ imports api or store.
+package api_test
 
 import (
 	"context"

@@ -16,7 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/apiclient"
+	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"

@@ -24,8 +24,8 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/policy"
-	"github.com/gpugov/gpugov/internal/replay"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/replay"
 	"github.com/gpugov/gpugov/store"
 )
 

@@ -1,7 +1,7 @@
-// Package apiclient is a small HTTP client for gpugov's API (package api),
+// Package client is a small HTTP client for gpugov's API (package api),
 // used by the CLI's client commands. It speaks JSON, sends the bearer token,
 // and turns the API's error object into *Error.
-package apiclient
+package client
 
 import (
 	"bytes"

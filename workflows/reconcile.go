@@ -1,0 +1,49 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpugov/gpugov/internal/temporalx"
+)
+
+// ReconcileResult counts what one ReconcileJobWorkflows pass did.
+type ReconcileResult struct {
+	Checked int // pending jobs whose workflow start was (re)requested
+	Failed  int // of those, starts that failed; they are tried again next pass
+}
+
+// PendingJobs lists the jobs whose JobWorkflow may not have been started; the
+// API implements it on its store (api.PendingJobs: the jobs in state
+// submitted or waiting).
+type PendingJobs interface {
+	// EachPendingJob calls fn with every pending job's ID and attributes, and
+	// returns the store's error, if any.
+	EachPendingJob(ctx context.Context, fn func(jobID string, attrs temporalx.JobAttributes)) error
+}
+
+// ReconcileJobWorkflows keeps the durability invariant (docs/design.md) for
+// submissions answered 202 and for background starts that failed or were
+// lost with the process: it asks Temporal to start the JobWorkflow of every
+// pending job. StartJob is idempotent, so jobs whose workflow exists are left
+// as they are; the cost is one Temporal call per pending job. serve runs it
+// periodically. It returns the counts and an error joining the store error,
+// if any, with the first failed start.
+func ReconcileJobWorkflows(ctx context.Context, jobs PendingJobs, wf JobStarter) (ReconcileResult, error) {
+	var res ReconcileResult
+	var firstStartErr error
+	err := jobs.EachPendingJob(ctx, func(jobID string, attrs temporalx.JobAttributes) {
+		res.Checked++
+		if err := wf.StartJob(ctx, jobID, attrs); err != nil {
+			res.Failed++
+			if firstStartErr == nil {
+				firstStartErr = fmt.Errorf("reconcile job workflows: job %s: %w", jobID, err)
+			}
+		}
+	})
+	if err != nil {
+		return res, errors.Join(fmt.Errorf("reconcile job workflows: %w", err), firstStartErr)
+	}
+	return res, firstStartErr
+}
