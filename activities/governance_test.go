@@ -244,6 +244,7 @@ func (c *cancellingJobs) cancelled() int {
 	defer c.mu.Unlock()
 	return c.cancels
 }
+
 // TestRunCycleWeighsProjectsByPolicy runs a real scheduling cycle on a
 // one-GPU pool with two equal waiting jobs of projects that have used the
 // same GPU time: without project weights the earlier submission is placed;
