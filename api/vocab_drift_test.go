@@ -74,7 +74,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		return append([]string{"components", "schemas", name}, prop...)
 	}
 	prop := func(name, field string) []string { return schema(name, "properties", field) }
-	param := func(route, name string) []string { return []string{"paths", route, "get", "parameters", "param:" + name} }
+	param := func(route, name string) []string {
+		return []string{"paths", route, "get", "parameters", "param:" + name}
+	}
 	withEmpty := func(vs []string) []string { return append(slices.Clone(vs), "") }
 	cases := []struct {
 		path []string
