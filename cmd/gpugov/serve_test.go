@@ -12,8 +12,10 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/inventory/static"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -124,6 +126,17 @@ func TestServeCommand(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"alibaba"`) {
 		t.Errorf("GET /v1/inventory: %d %s", resp.StatusCode, body)
+	}
+	// Without --policy the default policy is in force, stored and active
+	// like a file's.
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, err := st.ActivePolicyVersion(ctx)
+	st.Close()
+	if err != nil || active.Hash != policy.Default().Hash() {
+		t.Errorf("active policy version %+v, %v; want the default policy's %s", active, err, policy.Default().Hash())
 	}
 	cancel()
 	select {
