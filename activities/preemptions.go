@@ -8,7 +8,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -308,7 +308,7 @@ type VerifyResumeResult struct {
 // (bounded) until that run passes the step reached at the notice — seen in
 // its heartbeats, a checkpoint at or beyond it, or its success — to measure
 // the recompute time, computes the effective run loss
-// (governance.EffectiveRunLoss) and records it all. A wrong-step resume is a
+// (accounting.EffectiveRunLoss) and records it all. A wrong-step resume is a
 // failure that downgrades the job's recovery evidence (store.FinishPreemption).
 func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (*VerifyResumeResult, error) {
 	if in == nil || in.PreemptionID == "" {
@@ -322,7 +322,7 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 		return verifyResult(rec), nil
 	}
 	r := store.PreemptionResume{Outcome: vocab.PreemptionResumeNotObserved, Failures: append([]string(nil), in.Failures...)}
-	li := governance.LossInput{GPUs: rec.GPUs, Resumable: rec.SavedCheckpoint}
+	li := accounting.LossInput{GPUs: rec.GPUs, Resumable: rec.SavedCheckpoint}
 	if rec.NotifiedAt != nil {
 		li.NotifiedAt = *rec.NotifiedAt
 	}
@@ -337,7 +337,7 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 	} else if err := a.observeResume(ctx, in, rec, &r, &li); err != nil {
 		return nil, err
 	}
-	loss := governance.EffectiveRunLoss(li)
+	loss := accounting.EffectiveRunLoss(li)
 	r.LostSeconds, r.SaveRestoreS, r.LossGPUSeconds = loss.LostSeconds, loss.SaveRestoreSeconds, loss.GPUSeconds
 	if loss.RecomputeMeasured {
 		r.RecomputeS = &loss.RecomputeSeconds
@@ -354,7 +354,7 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 // observeResume checks the resumed run's start step and measures its
 // recompute time into r and li.
 func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, rec *store.PreemptionRecord,
-	r *store.PreemptionResume, li *governance.LossInput) error {
+	r *store.PreemptionResume, li *accounting.LossInput) error {
 	run, err := a.d.Store.GetRunProgress(ctx, in.Resumed.RunID)
 	if err != nil {
 		return nonRetryable(err)

@@ -74,10 +74,15 @@ type Config struct {
 	// Each version loaded is stored (content-hashed, immutable) and
 	// activated, with an audit entry, and its queues, quotas, pool stages
 	// and low-risk queues are written to the store. Its simulation section
-	// is ignored. "" means policy.Default(), stored and applied at start
-	// like a file's (it names no queue, stage or quota, so the stored ones
-	// are kept; default queues are created in an empty store).
+	// is ignored. "" means Policy.
 	PolicyFile string
+	// Policy is the policy in force when PolicyFile is "", stored and
+	// applied at start like a file's (tests that run the service and the
+	// simulator under one policy built in code set it); nil means
+	// policy.Default(), which names no queue, stage or quota, so the stored
+	// ones are kept (default queues are created in an empty store). Setting
+	// both is an error.
+	Policy *policy.Policy
 	// Inventory, when not empty, is upserted at start (pools listed replace
 	// their stored nodes and GPUs; other pools are kept).
 	Inventory []scheduling.Pool

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gpugov/gpugov/internal/policy"
@@ -15,11 +16,17 @@ const PolicyActor = "serve"
 
 // loadPolicy loads Config.PolicyFile into a watcher when one is configured
 // (a file that does not load fails the start with Load's error, which names
-// the file and the line and field of each problem), or takes policy.Default.
+// the file and the line and field of each problem), or takes Config.Policy.
 func (s *Service) loadPolicy() error {
 	if s.cfg.PolicyFile == "" {
-		s.static = policy.Default()
+		s.static = s.cfg.Policy
+		if s.static == nil {
+			s.static = policy.Default()
+		}
 		return nil
+	}
+	if s.cfg.Policy != nil {
+		return errors.New("service: both a policy file and a policy are configured")
 	}
 	w, err := policy.NewWatcher(s.cfg.PolicyFile)
 	if err != nil {

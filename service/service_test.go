@@ -62,6 +62,13 @@ func TestServicePolicyFileInvalid(t *testing.T) {
 			t.Errorf("%s: %v; want an error containing %q", p, err, w)
 		}
 	}
+	// A file and an in-code policy at once: which one governs is ambiguous.
+	_, err = Start(context.Background(), Config{DatabaseURL: "postgres://127.0.0.1:1/none", TemporalAddress: "127.0.0.1:1",
+		APIAddr: "127.0.0.1:0", Tokens: tokens, PolicyFile: policyYAML, Policy: policy.Default(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "both a policy file and a policy") {
+		t.Errorf("file and policy: %v; want the ambiguity refused", err)
+	}
 }
 
 func TestStartValidates(t *testing.T) {

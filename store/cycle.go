@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -71,11 +72,14 @@ type StartedPreemption struct {
 //   - placements become allocations (with allocation_gpus rows); the GPU rows
 //     are locked in UUID order and a placement whose GPUs would pass 1000
 //     milli-GPU (or whose job is no longer pending, or whose GPU is unhealthy,
-//     cordoned or gone) is skipped and listed in Conflicts; placed jobs become
+//     cordoned or gone) is skipped and listed in Conflicts (accounting's
+//     admission rules decide the capacity part; the gpu_usage CHECK
+//     constraint is the backstop); placed jobs become
 //     placed, their open wait event closes at now and their wait seconds are
 //     added to AccruedAgingS;
 //   - each wait status updates the job's reason and explanation and writes a
-//     wait-event transition only when the reason or detail changed;
+//     wait-event transition only when the reason or detail changed
+//     (accounting.WaitChanged);
 //   - a job this cycle places or gives a reason while it has no open wait
 //     event (its first evaluation since it was submitted or requeued) first
 //     gets a closed vocab.ReasonNotYetEvaluated event from then (jobs.waiting_since,
@@ -314,7 +318,10 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 }
 
 // admit checks one placement against the locked job and GPU rows and returns
-// why it must be refused, or "" to grant it.
+// why it must be refused, or "" to grant it. The shares' shape and the GPUs'
+// capacity are accounting's rules (CheckShapes, CheckCapacity), the ones the
+// simulator applies to its grants; the job and inventory checks are the
+// store's own.
 func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lockedGPU, placed map[string]bool) string {
 	j, ok := jobs[p.JobID]
 	switch {
@@ -330,17 +337,13 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 		return "job has a cancel requested"
 	case j.pool != p.Pool:
 		return fmt.Sprintf("job asks for pool %q, placement is in %q", j.pool, p.Pool)
-	case len(p.GPUs) == 0:
-		return "placement names no GPU"
 	}
-	seen := map[string]bool{}
+	if why := accounting.CheckShapes(p.GPUs); why != "" {
+		return why
+	}
 	for i, s := range p.GPUs {
 		g := gpus[s.UUID]
 		switch {
-		case seen[s.UUID]:
-			return fmt.Sprintf("GPU %s listed twice", s.UUID)
-		case s.Milli < 1 || s.Milli > scheduling.MilliPerGPU:
-			return fmt.Sprintf("GPU %s share %d milli outside 1..%d", s.UUID, s.Milli, scheduling.MilliPerGPU)
 		case g == nil:
 			return fmt.Sprintf("GPU %s not in inventory", s.UUID)
 		case g.pool != p.Pool:
@@ -353,11 +356,10 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 			return fmt.Sprintf("node %s is not schedulable", g.node)
 		case !g.poolAvailable:
 			return fmt.Sprintf("pool %s is unavailable", p.Pool)
-		case g.used+s.Milli > scheduling.MilliPerGPU:
-			return fmt.Sprintf("GPU %s has %d milli granted; %d more would exceed %d", s.UUID, g.used, s.Milli,
-				scheduling.MilliPerGPU)
 		}
-		seen[s.UUID] = true
+		if why := accounting.CheckCapacity(s, g.used); why != "" {
+			return why
+		}
 	}
 	return ""
 }
@@ -433,26 +435,50 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 	return closeWaitEvents(ctx, tx, r.jobIDs, now)
 }
 
-// recordNotYetEvaluated writes, for each of jobIDs without an open wait
-// event, a vocab.ReasonNotYetEvaluated event closed at now that starts when the job
-// began waiting (waiting_since) or when its previous wait event ended, if
-// later; none where that is not before now. These jobs are seen by a cycle
-// for the first time since they were submitted or requeued: a waiting job
-// keeps an open event from its first evaluation until it is placed.
+// recordNotYetEvaluated writes, for each of jobIDs that
+// accounting.NotYetEvaluatedSince finds due (no open wait event, and a start
+// — waiting_since or the end of the job's previous wait event, if later —
+// before now), an vocab.ReasonNotYetEvaluated event from that start,
+// closed at now. These jobs are seen by a cycle for the first time since they
+// were submitted or requeued: a waiting job keeps an open event from its
+// first evaluation until it is placed. The state is read after the caller
+// locked the job rows, so it cannot change before the insert.
 func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now time.Time) error {
 	if len(jobIDs) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO wait_events (job_id, reason, detail, next_action, started_at, ended_at)
-		SELECT j.id, $2, $3, $4, s.since, $5
-		FROM jobs j CROSS JOIN LATERAL (
-			SELECT greatest(j.waiting_since, (SELECT max(w.ended_at) FROM wait_events w WHERE w.job_id = j.id)) AS since) s
-		WHERE j.id = ANY($1) AND s.since < $5
-			AND NOT EXISTS (SELECT 1 FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL)
-		ORDER BY j.id`,
-		jobIDs, string(vocab.ReasonNotYetEvaluated), notYetEvaluatedDetail, vocab.ReasonNotYetEvaluated.NextAction(), now)
+	var ids []string
+	var starts []time.Time
+	err := forEachRow(ctx, tx, `
+		SELECT j.id, j.waiting_since,
+			EXISTS (SELECT 1 FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL),
+			(SELECT max(w.ended_at) FROM wait_events w WHERE w.job_id = j.id)
+		FROM jobs j WHERE j.id = ANY($1) ORDER BY j.id`, []any{jobIDs}, func(rows pgx.Rows) error {
+		var id string
+		var st accounting.WaitState
+		var last *time.Time
+		if err := rows.Scan(&id, &st.WaitingSince, &st.Open, &last); err != nil {
+			return err
+		}
+		if last != nil {
+			st.LastEnded = *last
+		}
+		// The database keeps microseconds: compare with now as it is stored.
+		if since, ok := accounting.NotYetEvaluatedSince(st, now.Truncate(time.Microsecond)); ok {
+			ids, starts = append(ids, id), append(starts, since)
+		}
+		return nil
+	})
 	if err != nil {
+		return fmt.Errorf("read waits before the first evaluation: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO wait_events (job_id, reason, detail, next_action, started_at, ended_at)
+		SELECT u.id, $3, $4, $5, u.since, $6 FROM unnest($1::text[], $2::timestamptz[]) AS u(id, since)`,
+		ids, starts, string(vocab.ReasonNotYetEvaluated), notYetEvaluatedDetail, vocab.ReasonNotYetEvaluated.NextAction(), now); err != nil {
 		return fmt.Errorf("record waits before the first evaluation: %w", err)
 	}
 	return nil
@@ -508,7 +534,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
 			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
-		if !c.open || c.reason != string(w.Reason) || c.detail != w.Detail {
+		if accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
 			transition[w.JobID] = true
 		}
 	}

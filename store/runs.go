@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,17 +226,18 @@ func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string
 }
 
 // chargeUsage adds to the project's decayed usage the GPU-seconds of gpus GPUs
-// held for d, decayed to at with the store's half-life h. A constant load g
-// over [at-d, at] contributes ∫ g·2^(-(at-t)/h) dt = g·h/ln2·(1-2^(-d/h)) —
-// the continuous form of Slurm's PriorityDecayHalfLife decay, so a long run's
-// early hours count less than its last ones. The stored total is decayed to
-// the later of its as_of and at before the two are added.
+// held for d, decayed to at with the store's half-life h: the constant load's
+// contribution is scheduling.AccrueUsage (the continuous form of Slurm's
+// PriorityDecayHalfLife decay, so a long run's early hours count less than its
+// last ones). The stored total is decayed to the later of its as_of and at
+// (scheduling.DecayUsage's rule, applied in SQL so that concurrent charges
+// add up in the row) before the two are added.
 func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus float64, d time.Duration, at time.Time) error {
 	if d <= 0 || gpus <= 0 {
 		return nil
 	}
 	h := s.usageHalfLife.Seconds()
-	add := decayedGPUSeconds(gpus, d.Seconds(), h)
+	add := scheduling.AccrueUsage(gpus, d.Seconds(), h)
 	_, err := tx.Exec(ctx, `
 		INSERT INTO project_usage AS u (project, decayed_gpu_seconds, as_of) VALUES ($1, $2, $3)
 		ON CONFLICT (project) DO UPDATE SET
@@ -249,12 +249,6 @@ func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus
 		return fmt.Errorf("charge usage of %s: %w", project, err)
 	}
 	return nil
-}
-
-// decayedGPUSeconds is g·h/ln2·(1-2^(-d/h)): g GPUs held for d seconds,
-// decayed with half-life h seconds to the end of the interval.
-func decayedGPUSeconds(g, d, h float64) float64 {
-	return g * h / math.Ln2 * -math.Expm1(-d/h*math.Ln2)
 }
 
 // RecordCheckpoint records a valid checkpoint of a run, as the run's last

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -470,9 +469,7 @@ func (s *Store) usageAt(stored []scheduling.ProjectUsage, running []scheduling.R
 	index := make(map[string]int, len(stored))
 	var out []scheduling.ProjectUsage
 	for _, u := range stored {
-		if age := now.Sub(u.AsOf).Seconds(); age > 0 {
-			u.DecayedGPUSeconds *= math.Exp2(-age / h)
-		}
+		u.DecayedGPUSeconds = scheduling.DecayUsage(u.DecayedGPUSeconds, u.AsOf, now, h)
 		u.AsOf = now
 		index[u.Project] = len(out)
 		out = append(out, u)
@@ -492,7 +489,7 @@ func (s *Store) usageAt(stored []scheduling.ProjectUsage, running []scheduling.R
 			index[rj.Project] = i
 			out = append(out, scheduling.ProjectUsage{Project: rj.Project, AsOf: now})
 		}
-		out[i].DecayedGPUSeconds += decayedGPUSeconds(float64(milli)/scheduling.MilliPerGPU, d, h)
+		out[i].DecayedGPUSeconds += scheduling.AccrueUsage(float64(milli)/scheduling.MilliPerGPU, d, h)
 	}
 	slices.SortFunc(out, func(a, b scheduling.ProjectUsage) int { return cmpString(a.Project, b.Project) })
 	return out

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/executor"
-	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
@@ -206,7 +206,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	if rec.Outcome != vocab.PreemptionCompleted || rec.ResumedCorrectly == nil || !*rec.ResumedCorrectly || rec.ForJobID != prod.ID {
 		t.Fatalf("preemption %+v, want completed for %s with a correct resume", rec, prod.ID)
 	}
-	want := governance.EffectiveRunLoss(governance.LossInput{GPUs: rec.GPUs, NotifiedAt: *rec.NotifiedAt, RunStartedAt: *rec.RunStartedAt,
+	want := accounting.EffectiveRunLoss(accounting.LossInput{GPUs: rec.GPUs, NotifiedAt: *rec.NotifiedAt, RunStartedAt: *rec.RunStartedAt,
 		Resumable: rec.SavedCheckpoint, ResumedAt: *rec.ResumedAt, PassedAt: *rec.PassedAt})
 	if rec.EffectiveLossGPUSeconds == nil || !near(*rec.EffectiveLossGPUSeconds, want.GPUSeconds) || rec.SavedCheckpoint == nil ||
 		*rec.ResumedFromStep != rec.SavedCheckpoint.Step || rec.SavedCheckpoint.Step <= 0 {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -159,7 +159,7 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss := governance.EffectiveRunLoss(governance.LossInput{GPUs: rec.GPUs, NotifiedAt: notified, RunStartedAt: started,
+	loss := accounting.EffectiveRunLoss(accounting.LossInput{GPUs: rec.GPUs, NotifiedAt: notified, RunStartedAt: started,
 		Resumable: rec.SavedCheckpoint, ResumedAt: resumedAt, PassedAt: passedAt})
 	yes, from := true, int64(400)
 	rec, err = st.FinishPreemption(ctx, id, store.PreemptionResume{Outcome: vocab.PreemptionCompleted, ResumedRunID: run2,

@@ -1,10 +1,9 @@
-// Package governance holds gpugov's pure preemption and reclaim decisions:
-// the effective-run-loss formula (docs/design.md, vocabulary), the reclaim
+// Package governance holds gpugov's pure reclaim decisions: the
 // classification of an allocation from its evidence, and the mode a finding
-// is handled in. Their configuration (each pool's automation stage, the
-// low-risk queues, protection windows, the verify-resume bounds, the
-// reclaim scan and its modes) is the policy's (internal/policy). It imports
-// neither Temporal nor pgx.
+// is handled in (the effective-run-loss formula is internal/accounting's).
+// Their configuration (each pool's automation stage, the low-risk queues,
+// protection windows, the reclaim scan and its modes) is the policy's
+// (internal/policy). It imports neither Temporal nor pgx.
 package governance
 
 import (

@@ -26,6 +26,25 @@ func DecayUsage(gpuSeconds float64, from, to time.Time, halfLifeSeconds float64)
 	return gpuSeconds * math.Exp2(-elapsed/halfLifeSeconds)
 }
 
+// AccrueUsage returns the decayed GPU-seconds that gpus GPUs held for
+// seconds contribute at the end of that interval, with the given half-life in
+// seconds: ∫₀ᵈ g·2^(−(d−t)/h) dt = g·h/ln2·(1 − 2^(−d/h)), the continuous form
+// of Slurm's PriorityDecayHalfLife decay (DecayUsage), so a long run's early
+// hours count less than its last ones. A non-positive half-life means no
+// decay (g·d); a non-positive gpus or seconds contributes 0. A project's
+// usage over an interval of constant load is DecayUsage of its usage at the
+// start plus AccrueUsage of the load; the store and the simulator both charge
+// usage that way.
+func AccrueUsage(gpus, seconds, halfLifeSeconds float64) float64 {
+	if gpus <= 0 || seconds <= 0 {
+		return 0
+	}
+	if halfLifeSeconds <= 0 {
+		return gpus * seconds
+	}
+	return gpus * halfLifeSeconds / math.Ln2 * -math.Expm1(-seconds/halfLifeSeconds*math.Ln2)
+}
+
 // FairShareFactor is Slurm's classic fair-share factor 2^(-U/S): usage is the
 // project's share of all decayed usage (0..1) and share its normalised share
 // (0..1]. A non-positive share gives 0 (the project is entitled to nothing).

@@ -168,3 +168,22 @@ func TestOvertakeAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestAccrueUsage(t *testing.T) {
+	const h = 3600.0
+	// Accruing over two halves equals accruing over the whole, the first
+	// half decayed across the second (the integral is additive).
+	whole := AccrueUsage(2, 2*h, h)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	split := DecayUsage(AccrueUsage(2, h, h), t0, t0.Add(time.Hour), h) + AccrueUsage(2, h, h)
+	if math.Abs(whole-split) > 1e-9 {
+		t.Errorf("whole %v, split %v", whole, split)
+	}
+	// One half-life of load on 2 GPUs: 2·h/ln2·(1−½).
+	if want := 2 * h / math.Ln2 * 0.5; math.Abs(AccrueUsage(2, h, h)-want) > 1e-9 {
+		t.Errorf("AccrueUsage(2, h, h) = %v, want %v", AccrueUsage(2, h, h), want)
+	}
+	if AccrueUsage(2, 10, 0) != 20 || AccrueUsage(0, 10, h) != 0 || AccrueUsage(2, -1, h) != 0 {
+		t.Errorf("no-decay or empty cases wrong")
+	}
+}

@@ -41,6 +41,32 @@ type Report struct {
 	StarvedJobs         Starved            `json:"starved_jobs"`
 	Unfinished          Unfinished         `json:"unfinished"`
 	Assumptions         []string           `json:"assumptions"`
+	// History is what the simulation did, as the service would have recorded
+	// it; left out of the JSON form (it holds every job).
+	History *History `json:"-"`
+}
+
+// History is a simulation's decisions and records in the service's terms,
+// for comparing a simulation with the service run on the same jobs (the
+// conformance test in e2e).
+type History struct {
+	// Placements lists every grant in the order the simulation made them.
+	Placements []Placement
+	// Records are the jobs, runs, wait events, releases and queue targets
+	// the queue service report was computed from (trace second s is
+	// alibaba.Epoch + s).
+	Records queuereport.Input
+	// Window is the report window the simulation's own report used.
+	Window queuereport.Window
+}
+
+// Placement is one grant of the simulation.
+type Placement struct {
+	JobID string    // the pod name
+	At    time.Time // the cycle's instant
+	Cycle int       // the cycle's number, from 1
+	Rank  int       // the job's rank in that cycle (scheduling.Placement.Rank)
+	Node  string    // the node granted
 }
 
 // SkippedRows reports the pod rows dropped by --skip-invalid.
@@ -106,8 +132,12 @@ type Group struct {
 // Preemptions sums the preemptions carried out and those only proposed.
 type Preemptions struct {
 	Count          int     `json:"count"`            // victims stopped
-	LossGPUSeconds float64 `json:"loss_gpu_seconds"` // their effective run loss
-	WouldPreempt   int     `json:"would_preempt"`    // proposals recorded but not acted on (stage observe/trial)
+	LossGPUSeconds float64 `json:"loss_gpu_seconds"` // their effective run loss (accounting.EffectiveRunLoss)
+	// RecomputeUnmeasured counts the preemptions whose loss has no recompute
+	// term: the job's next run never started, or ended (or the simulation
+	// did) before it was back at the step of the notice.
+	RecomputeUnmeasured int `json:"recompute_unmeasured"`
+	WouldPreempt        int `json:"would_preempt"` // proposals recorded but not acted on (stage observe/trial)
 }
 
 // Starved lists the jobs that waited longer than Factor × their queue's wait
@@ -179,20 +209,21 @@ const (
 // every starving job. The window ends a nanosecond after the last event, so
 // that a run starting at the last instant counts while waits still open are
 // measured to that instant (a nanosecond is below the reported second).
-func (e *engine) serviceReports() (byTier, byType queuereport.Report, err error) {
-	in := e.serviceRecords()
+func (e *engine) serviceReports() (in queuereport.Input, window queuereport.Window, byTier, byType queuereport.Report, err error) {
+	in = e.serviceRecords()
 	end := e.at(e.now).Add(time.Nanosecond)
-	opts := queuereport.Options{Window: queuereport.Window{From: e.at(e.start), To: end}, Now: end,
+	window = queuereport.Window{From: e.at(e.start), To: end}
+	opts := queuereport.Options{Window: window, Now: end,
 		GroupBy: []string{queuereport.KeyTier}, StarvingLimit: queuereport.NoStarvingLimit,
 		StarvationMinWaitS: e.cfg.StarvationMinWaitS}
 	if byTier, err = queuereport.Compute(in, opts); err != nil {
-		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+		return in, window, byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
 	}
 	opts.GroupBy, opts.StarvingLimit = []string{queuereport.KeyTier, queuereport.KeyJobType}, 0
 	if byType, err = queuereport.Compute(in, opts); err != nil {
-		return byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
+		return in, window, byTier, byType, fmt.Errorf("queue service report of the simulation: %w", err)
 	}
-	return byTier, byType, nil
+	return in, window, byTier, byType, nil
 }
 
 // serviceRecords returns the simulation's history as the service would have
@@ -282,7 +313,7 @@ func seconds(v *float64) *int64 {
 // when queuereport rejects the simulation's records, which would be a bug
 // of the engine.
 func (e *engine) report(in Input) (*Report, error) {
-	byTier, byType, err := e.serviceReports()
+	records, window, byTier, byType, err := e.serviceReports()
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +328,7 @@ func (e *engine) report(in Input) (*Report, error) {
 		Cycles:      e.cycleNo, Reasons: map[string]float64{},
 		StarvedJobs: Starved{Factor: e.cfg.StarvationFactor, Jobs: []StarvedJob{}},
 		Unfinished:  Unfinished{Jobs: []string{}},
+		History:     &History{Placements: e.placements, Records: records, Window: window},
 	}
 	if r.SkippedRows.Messages == nil {
 		r.SkippedRows.Messages = []string{}
@@ -311,6 +343,7 @@ func (e *engine) report(in Input) (*Report, error) {
 		r.Groups = append(r.Groups, g)
 	}
 	r.Preemptions.WouldPreempt = e.wouldPreempt
+	r.Preemptions.RecomputeUnmeasured = e.unmeasured
 	r.AllocatedGPUSeconds = e.allocMilliS / scheduling.MilliPerGPU
 	r.CapacityGPUSeconds = float64(e.gpus) * float64(r.Span.EndS-r.Span.StartS)
 	if r.CapacityGPUSeconds > 0 {
@@ -433,12 +466,12 @@ func (e *engine) assumptions(r *Report) []string {
 		fmt.Sprintf("%d GPU pods were still Running at the end of the trace window (deletion_time = the largest deletion_time): their run time is cut off there, so it is a lower bound.", r.CutOffInTrace),
 		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
 			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
-		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim loses the run time since its last checkpoint plus %g s save/restore, per GPU held (effective run loss), and is requeued keeping its submit time and aging; its remaining run time grows by the same seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
+		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim saves no checkpoint on the way out and is requeued keeping its submit time and aging; its effective run loss is the service's formula (lost since the last periodic checkpoint + save/restore, 0 without a save after the notice, + recompute), per GPU held. Recompute is the time its next run takes to be back at the step of the notice: %g s restore plus the lost seconds, counted when that run gets there (preemptions whose next run does not are counted in recompute_unmeasured); its remaining run time grows by the restore and lost seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
 		fmt.Sprintf("Projects are not in the trace: pods are hashed into %d projects (FNV-1a of the pod name, project-NN) with equal fair shares; the trace has no quotas, so only the policy file's apply.", c.Projects),
 		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s.", strings.Join(objectives, ", ")),
 		fmt.Sprintf("Nodes form one pool %q; GPU UUIDs are synthetic (GPU-<sn>-<i>); GPU memory of the undisclosed models is assumed (G1 32768, G2 and G3 81920 MiB); 8-GPU V100 and G-model nodes are one NVLink domain each; multi-GPU pods need one node.", c.PoolName),
 		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
-		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events (a wait event per reason held from one scheduling cycle to a later one), with the definitions `gpugov report` applies to the service's records.",
+		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitTransition: a new event when a cycle's reason or detail changes, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
 		"Wait percentiles are nearest-rank (the ceil(p/100·n)-th smallest wait); the sim percentiles cover the first waits of jobs scheduled in the trace that started in the simulation, the trace percentiles those jobs' scheduled_time − creation_time.",
 		"gpu_utilization is allocated GPU-seconds (a share of g milli-GPU counts g/1000) over GPUs × span, the span running from the first arrival to the last event.",
 		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, when it was still waiting at the end (never started, or never resumed after a preemption), or when queuereport's starvation signals fired in one of its waits: overtaken by ≥ %d later job of the pool that fit the same GPUs, ≥ %d releases of matching GPUs, or ≥ %d arrivals of higher tiers.",
@@ -479,7 +512,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, "  %-30s %14.0f\n", code, s)
 		}
 	}
-	fmt.Fprintf(w, "\npreemptions %d (loss %.0f GPU-s), would preempt %d\n", r.Preemptions.Count, r.Preemptions.LossGPUSeconds, r.Preemptions.WouldPreempt)
+	fmt.Fprintf(w, "\npreemptions %d (loss %.0f GPU-s, %d without a measured recompute), would preempt %d\n", r.Preemptions.Count,
+		r.Preemptions.LossGPUSeconds, r.Preemptions.RecomputeUnmeasured, r.Preemptions.WouldPreempt)
 	fmt.Fprintf(w, "starved jobs %d (over %g × objective, waiting at the end, or starvation signals); unfinished %d (never started %d, not resumed %d)\n",
 		r.StarvedJobs.Count, r.StarvedJobs.Factor, r.Unfinished.Count, r.Unfinished.NeverStarted, r.Unfinished.RequeuedNotResumed)
 	for _, s := range r.StarvedJobs.Jobs {

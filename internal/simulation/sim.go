@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -66,9 +67,12 @@ type simJob struct {
 	deleteAt int64 // never-scheduled trace pods: deleted then, waiting or running
 	runLeft  int64 // trace-scheduled pods: run seconds still to do
 
-	waitStart    int64
-	reason       vocab.WaitReason
-	reasonSince  int64
+	waitStart int64
+	reason    vocab.WaitReason // the last cycle's reason; "" until a cycle evaluated the wait
+	// wait is the job's wait-event state as the store holds it, and openAt the
+	// open event's start: accounting.WaitTransition segments the waits.
+	wait         accounting.WaitState
+	openAt       int64
 	accruedS     float64 // eligible wait of earlier waits, carried into aging on requeue
 	firstStart   int64   // -1 until the first run starts
 	longestWaitS int64   // the longest continuous wait so far (for the starved-job list)
@@ -76,9 +80,13 @@ type simJob struct {
 	seenCycle    int
 
 	// The job's history as the queue service report reads it (report.go):
-	// every run, and its wait-reason intervals, merged while the reason holds.
+	// every run, and its wait events, written as the store writes them.
 	runs  []simRun
 	waits []simWait
+	// loss is the effective run loss of the job's last preemption, charged
+	// when the run after it ends (or the simulation does): its recompute term
+	// is known only then.
+	loss *pendingLoss
 
 	runSeq      int
 	runStart    int64
@@ -93,11 +101,23 @@ type simJob struct {
 // simRun is one run of a job in trace seconds; end is -1 while it runs.
 type simRun struct{ start, end int64 }
 
-// simWait is one interval [start, end) during which a job waited for reason,
-// as a wait event of the service records it (written on a reason change).
+// simWait is one closed wait event [start, end) of a job: the reason it
+// waited for, as the service's wait_events table records it.
 type simWait struct {
 	reason     vocab.WaitReason
 	start, end int64
+}
+
+// pendingLoss is one preemption's accounting.LossInput, less the next run's
+// resume and pass times, which the run after the preemption supplies.
+type pendingLoss struct {
+	in   accounting.LossInput
+	tier vocab.Tier
+	// redoS is the time the next run needs, from its start, to be back at the
+	// step reached at the notice: restore plus the work lost.
+	redoS float64
+	// resumed is the start of the run after the preemption; -1 until it starts.
+	resumed int64
 }
 
 func (j *simJob) order() int {
@@ -116,7 +136,7 @@ type engine struct {
 	pools      []scheduling.Pool
 	healthyGPU map[string]bool   // UUIDs of the pool's healthy GPUs
 	gpuModel   map[string]string // model of every GPU of the pool, by UUID
-	used       map[string]int    // milli-GPU held per GPU UUID
+	used       accounting.Ledger // milli-GPU granted per GPU UUID
 	gpus       int
 
 	jobs     []*simJob
@@ -150,10 +170,16 @@ type engine struct {
 	// victims) get a cycle at their own instant.
 	changeable   int
 	placed       int
+	placements   []Placement           // every grant, in order (Report.History)
 	releases     []queuereport.Release // every release of GPUs, for the starvation signals
 	preempts     map[vocab.Tier]int
 	lossGPUS     map[vocab.Tier]float64
+	unmeasured   int // preemptions whose loss has no recompute term (the next run never passed the step)
 	wouldPreempt int
+
+	// fault is the first broken engine invariant found where no error can be
+	// returned (a release of GPUs the ledger had not granted); loop stops on it.
+	fault error
 
 	progress     io.Writer
 	arrived      int
@@ -182,7 +208,7 @@ func newEngine(in Input, cfg Config, progress io.Writer) *engine {
 	e := &engine{
 		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
 		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
-		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: map[string]int{}, byID: map[string]*simJob{},
+		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: accounting.Ledger{}, byID: map[string]*simJob{},
 		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
 	}
 	for _, n := range e.pools[0].Nodes {
@@ -279,6 +305,9 @@ func (e *engine) loop() error {
 				changed = true
 			}
 		}
+		if e.fault != nil {
+			return e.fault
+		}
 		if changed {
 			if err := e.schedule(t); err != nil {
 				return err
@@ -303,11 +332,12 @@ func (e *engine) apply(ev event, t int64) bool {
 			return false // a run that was preempted; its completion is void
 		}
 		e.release(j, t)
+		e.chargeLoss(j, t)
 		j.state, j.endAt = stDone, t
 		return e.changeable > 0
 	case evArrival:
 		j.state = stWaiting
-		j.waitStart, j.reasonSince = t, t
+		j.waitStart, j.wait.WaitingSince = t, e.at(t)
 		e.addPending(j, t)
 		e.arrived++
 		return true
@@ -316,6 +346,9 @@ func (e *engine) apply(ev event, t int64) bool {
 			return false // running: its run ends at the deletion by its completion event
 		}
 		e.endWait(j, t)
+		if j.wait.Open { // the store's cancel closes the open wait event
+			e.closeWait(j, t)
+		}
 		e.removePending(j)
 		j.state, j.endAt = stCancelled, t
 		return e.changeable > 0
@@ -368,7 +401,7 @@ func (e *engine) cycle(t int64) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		e.closeReason(j, t)
+		e.segment(j, accounting.WaitTransition(j.wait, false, w.Reason, w.Detail, now), w.Reason, w.Detail, t)
 		j.reason = w.Reason
 		if w.Reason.TimeCanChange() {
 			e.changeable++
@@ -413,19 +446,23 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 		if !e.healthyGPU[g.UUID] {
 			return fmt.Errorf("t=%ds: placement of %s names GPU %q, not a healthy GPU of the pool", t, j.spec.ID, g.UUID)
 		}
-		if g.Milli < 1 || e.used[g.UUID]+g.Milli > scheduling.MilliPerGPU {
-			return fmt.Errorf("t=%ds: placement of %s grants %d milli of GPU %s, which has %d of %d in use (DESIGN.md invariant 1)",
-				t, j.spec.ID, g.Milli, g.UUID, e.used[g.UUID], scheduling.MilliPerGPU)
-		}
-		e.used[g.UUID] += g.Milli
 		milli += int64(g.Milli)
+	}
+	if why := e.used.Admit(pl.GPUs); why != "" {
+		return fmt.Errorf("t=%ds: placement of %s refused by the store's admission rules: %s (docs/design.md invariant 1)",
+			t, j.spec.ID, why)
 	}
 	if want := j.spec.Request.TotalMilli(); milli != want || len(pl.GPUs) != j.spec.Request.GPUs {
 		return fmt.Errorf("t=%ds: placement of %s grants %d milli-GPU on %d GPUs, the request needs %d on %d",
 			t, j.spec.ID, milli, len(pl.GPUs), want, j.spec.Request.GPUs)
 	}
+	e.used.Grant(pl.GPUs)
 	e.endWait(j, t)
+	e.segment(j, accounting.WaitTransition(j.wait, true, "", "", e.at(t)), "", "", t)
 	e.removePending(j)
+	if j.loss != nil {
+		j.loss.resumed = t
+	}
 	if j.firstStart >= 0 {
 		j.recovery.VerifiedResumes++ // the resume from the checkpoint is this run
 	} else {
@@ -454,6 +491,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 	e.allocMilli += milli
 	e.rate[e.projIdx[j.spec.Project]] += float64(milli) / scheduling.MilliPerGPU
 	e.placed++
+	e.placements = append(e.placements, Placement{JobID: j.spec.ID, At: now, Cycle: e.cycleNo, Rank: pl.Rank, Node: pl.Node})
 	e.events.push(event{t: j.runEnd, kind: evCompletion, job: j, seq: j.runSeq})
 	return nil
 }
@@ -489,13 +527,22 @@ func (e *engine) applyPreemptions(props []scheduling.PreemptionProposal, t int64
 	return stopped, nil
 }
 
-// preempt stops victim id at t, charges its effective run loss and requeues
-// it. Checkpoints are taken every CheckpointIntervalSeconds of the run, so the
-// work since the last one (t − runStart mod interval) is lost; the loss is
-// that plus Policy.Preemption.SaveRestoreSeconds, times the GPUs held
-// (milli/1000), as DESIGN.md defines effective run loss. The requeued job keeps
-// its submit time and accrued aging; its remaining work is what it had left
-// plus the lost seconds plus the save/restore time.
+// preempt stops victim id at t, books its effective run loss and requeues
+// it. Checkpoints are taken every CheckpointIntervalSeconds of the run and the
+// victim saves none on the way out, so its resumable checkpoint is the run's
+// last periodic one (none before the first interval) and the work since then
+// is lost. The loss is accounting.EffectiveRunLoss, the service's formula:
+// lost since checkpoint + save/restore (0 here: no checkpoint is saved after
+// the notice) + recompute, per GPU held. The service measures recompute as
+// the time from the next run's start until it is back past the step reached
+// at the notice; the simulator's next run restores for
+// Policy.Preemption.SaveRestoreSeconds and then redoes the lost seconds, so
+// it passes that step restore + lost after it starts — measured when the run
+// gets there before it ends or the simulation does, as in the service, and
+// otherwise left out (Preemptions.RecomputeUnmeasured). The loss is booked
+// when that next run ends (chargeLoss). The requeued job keeps its submit
+// time and accrued aging; its remaining work is what it had left plus the
+// lost seconds plus the restore time.
 func (e *engine) preempt(id, forID string, t int64) error {
 	j := e.byID[id]
 	switch {
@@ -505,27 +552,58 @@ func (e *engine) preempt(id, forID string, t int64) error {
 		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (DESIGN.md invariant 5)",
 			t, id, j.recovery.Checkpointable, j.spec.Protected, forID)
 	}
-	lost := (t - j.runStart) % j.recovery.CheckpointIntervalSeconds
-	saveRestore := e.cfg.Policy.Preemption.SaveRestoreSeconds
+	e.chargeLoss(j, t) // a run preempted before it passed the earlier preemption's step
+	interval := j.recovery.CheckpointIntervalSeconds
+	in := accounting.LossInput{GPUs: float64(j.milli) / scheduling.MilliPerGPU, NotifiedAt: e.at(t), RunStartedAt: e.at(j.runStart)}
+	if step := (t - j.runStart) / interval; step > 0 {
+		in.Resumable = &scheduling.Checkpoint{At: e.at(j.runStart + step*interval), Step: step}
+	}
+	lost := (t - j.runStart) % interval
+	restore := e.cfg.Policy.Preemption.SaveRestoreSeconds
+	j.loss = &pendingLoss{in: in, tier: j.spec.Tier, redoS: restore + float64(lost), resumed: -1}
 	e.preempts[j.spec.Tier]++
-	e.lossGPUS[j.spec.Tier] += (float64(lost) + saveRestore) * float64(j.milli) / scheduling.MilliPerGPU
 	e.release(j, t)
 	if j.pod.Scheduled {
-		j.runLeft = (j.runEnd - t) + lost + int64(math.Ceil(saveRestore))
+		j.runLeft = (j.runEnd - t) + lost + int64(math.Ceil(restore))
 	}
 	j.preemptedAt = append(j.preemptedAt, e.at(t))
 	j.state = stWaiting
-	j.waitStart, j.reasonSince, j.reason = t, t, ""
+	// The store's requeue: waiting since the release, no reason, no open event.
+	j.waitStart, j.reason = t, ""
+	j.wait.WaitingSince = e.at(t)
 	e.addPending(j, t)
 	return nil
+}
+
+// chargeLoss books the effective run loss of j's last preemption, if any, at
+// t, when the run after it has ended or the simulation does: the recompute
+// is measured when that run started and reached the step of the notice by t.
+func (e *engine) chargeLoss(j *simJob, t int64) {
+	pl := j.loss
+	if pl == nil {
+		return
+	}
+	j.loss = nil
+	in := pl.in
+	if pl.resumed >= 0 && float64(pl.resumed)+pl.redoS <= float64(t) {
+		in.ResumedAt = e.at(pl.resumed)
+		in.PassedAt = in.ResumedAt.Add(time.Duration(pl.redoS * float64(time.Second)))
+	}
+	l := accounting.EffectiveRunLoss(in)
+	if !l.RecomputeMeasured {
+		e.unmeasured++
+	}
+	e.lossGPUS[pl.tier] += l.GPUSeconds
 }
 
 // release returns j's GPUs at t, takes it off the running list, ends its
 // run and records the release with the models of the GPUs freed.
 func (e *engine) release(j *simJob, t int64) {
 	var models []string
+	if err := e.used.Release(e.allocs[j.runIdx].GPUs); err != nil && e.fault == nil {
+		e.fault = fmt.Errorf("t=%ds: release of %s: %w", t, j.spec.ID, err)
+	}
 	for _, g := range e.allocs[j.runIdx].GPUs {
-		e.used[g.UUID] -= g.Milli
 		if m := e.gpuModel[g.UUID]; !slices.Contains(models, m) {
 			models = append(models, m)
 		}
@@ -564,27 +642,38 @@ func (e *engine) removePending(j *simJob) {
 	j.pendIdx = -1
 }
 
-// closeReason records the time since the last cycle under j's current
-// reason: a reason holds from the cycle that gave it until the next cycle.
-// Consecutive intervals of one reason make one wait event, as the service
-// writes wait events only on transitions.
-func (e *engine) closeReason(j *simJob, t int64) {
-	if j.reason != "" && t > j.reasonSince {
-		if n := len(j.waits); n > 0 && j.waits[n-1].reason == j.reason && j.waits[n-1].end == j.reasonSince {
-			j.waits[n-1].end = t
-		} else {
-			j.waits = append(j.waits, simWait{reason: j.reason, start: j.reasonSince, end: t})
-		}
+// segment applies one accounting.WaitStep of j at t (reason and detail are
+// the cycle's wait status, empty for a placement): the closed
+// not-yet-evaluated event, the close of the open event, the new open event,
+// as the store writes them.
+func (e *engine) segment(j *simJob, st accounting.WaitStep, reason vocab.WaitReason, detail string, t int64) {
+	if st.NotYetEvaluated {
+		from := int64(st.NotYetEvaluatedFrom.Sub(e.epoch) / time.Second)
+		j.waits = append(j.waits, simWait{reason: vocab.ReasonNotYetEvaluated, start: from, end: t})
+		j.wait.LastEnded = e.at(t)
 	}
-	j.reasonSince = t
+	if st.Close {
+		e.closeWait(j, t)
+	}
+	if st.Open {
+		j.wait.Open, j.wait.Reason, j.wait.Detail = true, reason, detail
+		j.openAt = t
+	}
 }
 
-// endWait closes the wait of j that ends at t (a run starts, the pod is
-// deleted, or the simulation ends): its last reason interval, the longest
-// continuous wait, and the wait carried into aging. The waits themselves are
-// derived from the job's submit time and runs by queuereport (report.go).
+// closeWait closes j's open wait event at t (accounting.CloseAt).
+func (e *engine) closeWait(j *simJob, t int64) {
+	end := max(t, j.openAt)
+	j.waits = append(j.waits, simWait{reason: j.wait.Reason, start: j.openAt, end: end})
+	j.wait.Open, j.wait.Reason, j.wait.Detail = false, "", ""
+	j.wait.LastEnded = e.at(end)
+}
+
+// endWait ends the wait of j at t (a run starts, the pod is deleted, or the
+// simulation ends): the longest continuous wait, and the wait carried into
+// aging. The waits themselves are derived from the job's submit time and runs
+// by queuereport (report.go); its wait events are closed by the caller.
 func (e *engine) endWait(j *simJob, t int64) {
-	e.closeReason(j, t)
 	w := t - j.waitStart
 	j.longestWaitS = max(j.longestWaitS, w)
 	j.accruedS += float64(w)
@@ -611,8 +700,8 @@ func (e *engine) refreshCheckpoints(t int64) {
 
 // advance moves the clock to t, integrating allocated GPU-seconds and every
 // project's decayed usage. Usage grows at the project's GPU rate r and decays
-// with half-life h (scheduling.DecayUsage), so over dt it becomes
-// U·d + r·h/ln2·(1−d) with d = 2^(−dt/h), the exact integral of decayed usage.
+// with half-life h, so over dt it becomes scheduling.DecayUsage of U plus
+// scheduling.AccrueUsage of r: the store's rule for charging a run's usage.
 func (e *engine) advance(t int64) {
 	dt := t - e.now
 	if dt <= 0 {
@@ -621,13 +710,9 @@ func (e *engine) advance(t int64) {
 	e.allocMilliS += float64(e.allocMilli) * float64(dt)
 	if e.cfg.Policy.FairShare.Enabled {
 		h := e.cfg.Policy.FairShare.HalfLifeSeconds
-		d := scheduling.DecayUsage(1, e.at(e.now), e.at(t), h)
-		gain := float64(dt)
-		if h > 0 {
-			gain = h / math.Ln2 * (1 - d)
-		}
+		from, to := e.at(e.now), e.at(t)
 		for i := range e.usage {
-			e.usage[i] = e.usage[i]*d + e.rate[i]*gain
+			e.usage[i] = scheduling.DecayUsage(e.usage[i], from, to, h) + scheduling.AccrueUsage(e.rate[i], float64(dt), h)
 		}
 	}
 	e.now = t
@@ -647,10 +732,18 @@ func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	return e.usageRows
 }
 
-// finish ends the waits of the jobs still pending when no event is left.
+// finish ends the waits of the jobs still pending when no event is left,
+// closing their open wait events at the simulation's end, and books the
+// losses of preemptions whose next run has not ended.
 func (e *engine) finish() {
 	for _, j := range e.pendJobs {
 		e.endWait(j, e.now)
+		if j.wait.Open {
+			e.closeWait(j, e.now)
+		}
+	}
+	for _, j := range e.jobs {
+		e.chargeLoss(j, e.now)
 	}
 }
 

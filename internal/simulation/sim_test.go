@@ -209,9 +209,12 @@ func TestStarvationSignals(t *testing.T) {
 
 // TestPreemption: on one T4, checkpointable BE job b (checkpoint every 50 s)
 // has run 120 s when LS job c arrives. b is preempted at 120: its last
-// checkpoint was at 100, so it loses 20 s + 5 s save/restore = 25 GPU-s, and
-// its remaining run grows from 180 to 205 s. c starts at once (wait 0), runs
-// 30 s; b resumes at 150 (requeue wait 30) and ends at 355.
+// checkpoint was at 100, so 20 s are lost; it saves nothing after the notice;
+// its next run restores for 5 s and redoes the 20 s, a recompute of 25 s:
+// 45 GPU-s of effective run loss (accounting.EffectiveRunLoss), and its
+// remaining run grows from 180 to 205 s. c starts at once (wait 0), runs
+// 30 s; b resumes at 150 (requeue wait 30), passes the step of the notice at
+// 175 and ends at 355.
 func TestPreemption(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Recovery = RecoveryRule{Tiers: []vocab.Tier{vocab.TierExperiment}, Probability: 1,
@@ -222,8 +225,15 @@ func TestPreemption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Preemptions.Count != 1 || r.Preemptions.LossGPUSeconds != 25 {
-		t.Fatalf("preemptions %+v, want 1 with 25 GPU-s loss", r.Preemptions)
+	if r.Preemptions.Count != 1 || r.Preemptions.LossGPUSeconds != 45 || r.Preemptions.RecomputeUnmeasured != 0 {
+		t.Fatalf("preemptions %+v, want 1 with 45 GPU-s loss, recompute measured", r.Preemptions)
+	}
+	var order []string
+	for _, p := range r.History.Placements {
+		order = append(order, fmt.Sprintf("%s@%d", p.JobID, p.At.Sub(alibaba.Epoch)/time.Second))
+	}
+	if got := strings.Join(order, " "); got != "b@0 c@120 b@150" {
+		t.Errorf("placements %s, want b@0 c@120 b@150", got)
 	}
 	exp := groupOf(t, r, "experiment")
 	if exp.Preemptions != 1 || exp.RequeueWaits != 1 {

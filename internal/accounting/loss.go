@@ -1,4 +1,4 @@
-package governance
+package accounting
 
 import (
 	"time"
@@ -32,7 +32,7 @@ type Loss struct {
 	GPUSeconds         float64
 }
 
-// EffectiveRunLoss applies DESIGN.md §1 "effective run loss": GPU-seconds
+// EffectiveRunLoss applies docs/design.md "effective run loss": GPU-seconds
 // computed since the victim's last valid checkpoint (lost), plus save/restore
 // time, plus recompute time until it is back at the step it had reached —
 // each charged on every GPU the victim held, as scheduling's estimate
