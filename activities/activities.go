@@ -132,7 +132,8 @@ func Register(w worker.ActivityRegistry, d Deps) {
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,
-// ErrConflict) into non-retryable application errors and passes others on.
+// ErrConflict, ErrInvalid) into non-retryable application errors and passes
+// others on.
 func nonRetryable(err error) error {
 	switch {
 	case err == nil:
@@ -141,6 +142,8 @@ func nonRetryable(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNotFound, err)
 	case errors.Is(err, store.ErrConflict):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, err)
+	case errors.Is(err, store.ErrInvalid):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidInput, err)
 	}
 	return err
 }

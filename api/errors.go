@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/gpugov/gpugov/store"
 )
@@ -21,7 +24,7 @@ const (
 	CodeNotFound         = "not_found"          // 404: no such job or route
 	CodeMethodNotAllowed = "method_not_allowed" // 405: the route exists for another method
 	CodeConflict         = "conflict"           // 409: the job's state does not allow the action (e.g. cancel a finished job)
-	CodeStoreUnavailable = "store_unavailable"  // 503: PostgreSQL could not be reached; nothing was persisted
+	CodeStoreUnavailable = "store_unavailable"  // 503: PostgreSQL could not be reached or did not answer in time; nothing was persisted
 	CodeInternal         = "internal"           // 500: a bug or an unexpected database error
 )
 
@@ -91,28 +94,50 @@ func writeError(c *gin.Context, err error) {
 	c.AbortWithStatusJSON(apiErr.Status, ErrorResponse{Error: apiErr.Body})
 }
 
-// storeError maps an error from the store to an API error. Not-found is 404 and
-// a state conflict 409. A PostgreSQL error answered by a reachable server is a
-// 500, except the classes that mean the server is going away or out of
-// resources; every other failure (refused or dropped connection, closed pool,
-// timeout) means the store could not be reached, which is a 503 — so a
-// submission is never acknowledged unless it was persisted.
+// storeError maps an error from the store to an API error:
+//   - store.ErrNotFound: 404; store.ErrConflict: 409;
+//   - store.ErrInvalid (a *store.ValidationError): 422 invalid naming the
+//     field — the store refused the input before writing anything;
+//   - the store could not be reached (unreachable): 503 store_unavailable,
+//     so that a submission is never acknowledged unless it was persisted;
+//   - a cancelled request: 499 (only the logs see it);
+//   - anything else — a PostgreSQL error from a reachable server, a decode
+//     failure, a bug: 500 internal with a generic message; writeError
+//     attaches the cause, which logServerErrors logs.
 func storeError(err error) *Error {
+	var invalidInput *store.ValidationError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return newError(http.StatusNotFound, CodeNotFound, "", "job not found")
 	case errors.Is(err, store.ErrConflict):
 		return newError(http.StatusConflict, CodeConflict, "", "%v", err)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !unavailableSQLState(pgErr.Code) {
-		return newError(http.StatusInternalServerError, CodeInternal, "", "internal error")
-	}
-	if errors.Is(err, context.Canceled) {
+	case errors.As(err, &invalidInput):
+		return invalid([]FieldError{{Field: invalidInput.Field, Message: invalidInput.Message}})
+	case unreachable(err):
+		return newError(http.StatusServiceUnavailable, CodeStoreUnavailable, "", "the job store (PostgreSQL) is unreachable; nothing was changed, retry later")
+	case errors.Is(err, context.Canceled):
 		// The client went away; the status is not seen by anyone but the logs.
 		return newError(499, CodeStoreUnavailable, "", "request cancelled")
 	}
-	return newError(http.StatusServiceUnavailable, CodeStoreUnavailable, "", "the job store (PostgreSQL) is unreachable; nothing was changed, retry later")
+	return newError(http.StatusInternalServerError, CodeInternal, "", "internal error")
+}
+
+// unreachable reports whether err means PostgreSQL could not be reached or
+// did not answer in time: a failed connect (*pgconn.ConnectError), a closed
+// pool, a connection that broke or closed under a query (network errors,
+// EOF, pgconn.ErrConnClosed), a deadline that expired while talking to it
+// (the request's store timeout), or a SQLSTATE meaning "try again later"
+// (unavailableSQLState).
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return unavailableSQLState(pgErr.Code)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, puddle.ErrClosedPool) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // unavailableSQLState reports whether a SQLSTATE means "try again later":

@@ -14,6 +14,8 @@
 // instrumentedStore), because the activities offer no metrics hooks; so are
 // the wait-reason transitions by reason. The queue gauges (longest wait,
 // starving jobs) are recomputed periodically from the queue service report.
+// Node agents' GPU utilisation samples older than Config.GPUSampleRetention
+// are deleted hourly (retention.go).
 package service
 
 import (
@@ -101,6 +103,13 @@ type Config struct {
 	ReportInterval time.Duration
 	// ShutdownTimeout bounds Close's graceful steps; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// GPUSampleRetention is how long gpu_samples rows (node agents'
+	// utilisation samples) are kept; 0 means DefaultGPUSampleRetention. Start
+	// refuses one shorter than the reclaim observation window.
+	GPUSampleRetention time.Duration
+	// RetentionInterval is the period of the gpu_samples retention pass; 0
+	// means DefaultRetentionInterval.
+	RetentionInterval time.Duration
 
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -143,6 +152,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.GPUSampleRetention == 0 {
+		c.GPUSampleRetention = DefaultGPUSampleRetention
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = DefaultRetentionInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -63,8 +63,8 @@ type Service struct {
 // its queues, quotas, pool stages and low-risk queues written), Temporal client with the
 // OpenTelemetry tracing interceptor and gpugov's search attributes, the
 // service and simulated-executor workers, the scheduler and reclaim scan
-// workflows, the HTTP API, and the loops: reconciler, queue gauges and
-// policy file watcher. On any error it
+// workflows, the HTTP API, and the loops: reconciler, queue gauges,
+// gpu_samples retention and policy file watcher. On any error it
 // undoes what it started and returns the error naming the failed step.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := validate(cfg); err != nil {
@@ -89,6 +89,8 @@ func validate(cfg Config) error {
 		return errors.New("service: an API listen address is required")
 	case cfg.Tokens.Len() == 0:
 		return errors.New("service: at least one API token is required")
+	case cfg.GPUSampleRetention < 0:
+		return fmt.Errorf("service: GPU sample retention (--gpu-sample-retention) is %s; want a positive duration", cfg.GPUSampleRetention)
 	}
 	return nil
 }
@@ -96,6 +98,9 @@ func validate(cfg Config) error {
 // start runs the steps of Start; Close undoes whatever was set.
 func (s *Service) start(ctx context.Context) error {
 	if err := s.loadPolicy(); err != nil {
+		return err
+	}
+	if err := s.checkRetention(); err != nil {
 		return err
 	}
 	var err error
@@ -137,13 +142,15 @@ func (s *Service) start(ctx context.Context) error {
 }
 
 // startLoops starts the background loops on a context that Close cancels:
-// the reconciler, the queue gauges and, with a policy file, its watcher.
+// the reconciler, the queue gauges, the gpu_samples retention and, with a
+// policy file, its watcher.
 func (s *Service) startLoops(ctx context.Context) {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopLoops = cancel
-	s.loops.Add(2)
+	s.loops.Add(3)
 	go s.reconcileLoop(loopCtx)
 	go s.reportLoop(loopCtx)
+	go s.retentionLoop(loopCtx)
 	if w := s.policy; w != nil {
 		s.loops.Add(1)
 		go func() {

@@ -14,23 +14,23 @@ import (
 // "preempt"), on what (Subject: a job, allocation, pool or policy ID), why
 // (Reason) and the evidence (Evidence, stored as jsonb).
 type AuditEntry struct {
-	ID       int64 // assigned by the database
-	At       time.Time
-	Actor    string
-	Action   string
-	Subject  string
-	Reason   string
-	Evidence map[string]any
+	ID       int64          `db:"id"` // assigned by the database
+	At       time.Time      `db:"at"`
+	Actor    string         `db:"actor"`
+	Action   string         `db:"action"`
+	Subject  string         `db:"subject"`
+	Reason   string         `db:"reason"`
+	Evidence map[string]any `db:"evidence"`
 }
 
 // AppendAudit appends one entry; a zero At means now. Actor, Action and
-// Subject are required. It is not idempotent by itself: a workflow that may
+// Subject are required (an error matching ErrInvalid names the first missing). It is not idempotent by itself: a workflow that may
 // retry it should fold the append into the transaction of the action it
 // records, or name its workflow step in Evidence so duplicates can be told
 // apart. Errors are wrapped with "append audit".
 func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
-	if e.Actor == "" || e.Action == "" || e.Subject == "" {
-		return fmt.Errorf("store: append audit: actor, action and subject are required")
+	if err := required("actor", e.Actor, "action", e.Action, "subject", e.Subject); err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
 	}
 	if e.At.IsZero() {
 		e.At = time.Now()
@@ -72,22 +72,12 @@ func (s *Store) AuditFor(ctx context.Context, subject string, limit int) ([]Audi
 		sql += ` LIMIT $2`
 		args = append(args, limit)
 	}
-	var out []AuditEntry
-	err := forEachRow(ctx, s.pool, sql, args, func(rows pgx.Rows) error {
-		var e AuditEntry
-		var ev []byte
-		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &e.Reason, &ev); err != nil {
-			return err
-		}
-		e.At = e.At.UTC()
-		if err := json.Unmarshal(ev, &e.Evidence); err != nil {
-			return fmt.Errorf("decode evidence of audit %d: %w", e.ID, err)
-		}
-		out = append(out, e)
-		return nil
-	})
+	out, err := queryAll[AuditEntry](ctx, s.pool, sql, args...) // evidence (jsonb) decodes into the map
 	if err != nil {
 		return nil, fmt.Errorf("store: audit for %s: %w", subject, err)
+	}
+	for i := range out {
+		out[i].At = out[i].At.UTC()
 	}
 	return out, nil
 }

@@ -91,10 +91,14 @@ type StartedPreemption struct {
 // It is idempotent by cycleID: when the cycle was already applied (a retried
 // activity), it changes nothing and returns the stored outcome with Replayed
 // set; two concurrent calls with one ID apply it once. Errors are wrapped with
-// "apply cycle <id>"; on error nothing is stored.
+// "apply cycle <id>"; on error nothing is stored. An empty cycleID or a nil
+// res gives an error matching ErrInvalid.
 func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
-	if cycleID == "" || res == nil {
-		return nil, fmt.Errorf("store: apply cycle: cycle ID and result are required")
+	if cycleID == "" {
+		return nil, fmt.Errorf("store: apply cycle: %w", invalidf("cycle_id", "cycle ID is required"))
+	}
+	if res == nil {
+		return nil, fmt.Errorf("store: apply cycle %s: %w", cycleID, invalidf("result", "result is required"))
 	}
 	var out *CycleOutcome
 	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {

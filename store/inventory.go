@@ -63,12 +63,12 @@ func flattenInventory(pools []scheduling.Pool) (*flatInventory, error) {
 	}
 	var gpus []gpuRow
 	seenGPU := map[string]bool{}
-	for _, p := range pools {
+	for pi, p := range pools {
 		if p.Name == "" {
-			return nil, fmt.Errorf("pool with empty name")
+			return nil, invalidf(fmt.Sprintf("pools[%d].name", pi), "pool with empty name")
 		}
 		if slices.Contains(inv.poolNames, p.Name) {
-			return nil, fmt.Errorf("pool %q listed twice", p.Name)
+			return nil, invalidf(fmt.Sprintf("pools[%d].name", pi), "pool %q listed twice", p.Name)
 		}
 		stage := p.Stage
 		if stage == "" {
@@ -77,9 +77,10 @@ func flattenInventory(pools []scheduling.Pool) (*flatInventory, error) {
 		inv.poolNames = append(inv.poolNames, p.Name)
 		inv.poolAvailable = append(inv.poolAvailable, p.Available)
 		inv.poolStages = append(inv.poolStages, string(stage))
-		for _, n := range p.Nodes {
+		for ni, n := range p.Nodes {
 			if other, dup := seenNode[n.Name]; dup {
-				return nil, fmt.Errorf("node %q listed in pools %q and %q", n.Name, other, p.Name)
+				return nil, invalidf(fmt.Sprintf("pools[%d].nodes[%d].name", pi, ni),
+					"node %q listed in pools %q and %q", n.Name, other, p.Name)
 			}
 			seenNode[n.Name] = p.Name
 			inv.nodeNames = append(inv.nodeNames, n.Name)
@@ -89,7 +90,8 @@ func flattenInventory(pools []scheduling.Pool) (*flatInventory, error) {
 			inv.nodeSched = append(inv.nodeSched, n.Schedulable)
 			for i, g := range n.GPUs {
 				if g.UUID == "" || seenGPU[g.UUID] {
-					return nil, fmt.Errorf("node %q: GPU UUID %q empty or listed twice", n.Name, g.UUID)
+					return nil, invalidf(fmt.Sprintf("pools[%d].nodes[%d].gpus[%d].uuid", pi, ni, i),
+						"node %q: GPU UUID %q empty or listed twice", n.Name, g.UUID)
 				}
 				seenGPU[g.UUID] = true
 				gpus = append(gpus, gpuRow{g: g, node: n.Name, idx: int32(i)})

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -130,59 +129,84 @@ func gpuSharesJ(gs []scheduling.GPUShare) []GPUShareJ {
 // WaitEvent is one interval during which a job waited for one reason. EndedAt
 // is nil while it is the job's current wait.
 type WaitEvent struct {
-	ID            int64
-	JobID         string
-	Reason        vocab.WaitReason
-	Detail        string
-	NextAction    string
-	ReEvaluate    string
-	BlockingJobID string
-	StartedAt     time.Time
-	EndedAt       *time.Time
+	ID            int64            `db:"id"`
+	JobID         string           `db:"job_id"`
+	Reason        vocab.WaitReason `db:"reason"`
+	Detail        string           `db:"detail"`
+	NextAction    string           `db:"next_action"`
+	ReEvaluate    string           `db:"reevaluate"`
+	BlockingJobID string           `db:"blocking_job_id"`
+	StartedAt     time.Time        `db:"started_at"`
+	EndedAt       *time.Time       `db:"ended_at"`
 }
 
-// jobColumns is the select list scanJob reads, in order.
+// jobColumns is the select list of jobRow.
 const jobColumns = `id, project, queue, tier, request, state, submit_time, waiting_since, accrued_aging_s,
-	held, prerequisites, recovery, protected, cancel_requested, coalesce(idempotency_key, ''), spec,
-	coalesce(reason, ''), explanation, created_at, updated_at, started_at, ended_at`
+	held, prerequisites, recovery, protected, cancel_requested, coalesce(idempotency_key, '') AS idempotency_key, spec,
+	coalesce(reason, '') AS reason, explanation, created_at, updated_at, started_at, ended_at`
 
-// scanJob scans one row of jobColumns.
-func scanJob(row pgx.Row) (*Job, error) {
-	var j Job
-	var tier string
-	var request, prereqs, recovery, spec, expl []byte
-	err := row.Scan(&j.ID, &j.Project, &j.Queue, &tier, &request, &j.State, &j.SubmitTime, &j.WaitingSince,
-		&j.AccruedAgingS, &j.Held, &prereqs, &recovery, &j.Protected, &j.CancelRequested, &j.IdempotencyKey,
-		&spec, &j.Reason, &expl, &j.CreatedAt, &j.UpdatedAt, &j.StartedAt, &j.EndedAt)
+// jobRow is one row of jobColumns, the jsonb columns decoded into their
+// stored shapes (codec.go).
+type jobRow struct {
+	ID              string            `db:"id"`
+	Project         string            `db:"project"`
+	Queue           string            `db:"queue"`
+	Tier            string            `db:"tier"`
+	Request         requestDoc        `db:"request"`
+	State           vocab.JobState    `db:"state"`
+	SubmitTime      time.Time         `db:"submit_time"`
+	WaitingSince    time.Time         `db:"waiting_since"`
+	AccruedAgingS   float64           `db:"accrued_aging_s"`
+	Held            bool              `db:"held"`
+	Prerequisites   []prerequisiteDoc `db:"prerequisites"`
+	Recovery        recoveryDoc       `db:"recovery"`
+	Protected       bool              `db:"protected"`
+	CancelRequested bool              `db:"cancel_requested"`
+	IdempotencyKey  string            `db:"idempotency_key"`
+	Spec            specDoc           `db:"spec"`
+	Reason          vocab.WaitReason  `db:"reason"`
+	Explanation     *Explanation      `db:"explanation"`
+	CreatedAt       time.Time         `db:"created_at"`
+	UpdatedAt       time.Time         `db:"updated_at"`
+	StartedAt       *time.Time        `db:"started_at"`
+	EndedAt         *time.Time        `db:"ended_at"`
+}
+
+// job converts the row to a Job with its times in UTC; an unknown tier is an error.
+func (r *jobRow) job() (*Job, error) {
+	tier, err := vocab.ParseTier(r.Tier)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", r.ID, err)
+	}
+	return &Job{ID: r.ID, Project: r.Project, Queue: r.Queue, Tier: tier, Request: r.Request.request(), State: r.State,
+		SubmitTime: r.SubmitTime.UTC(), WaitingSince: r.WaitingSince.UTC(), AccruedAgingS: r.AccruedAgingS,
+		Held: r.Held, Prerequisites: prerequisites(r.Prerequisites), Recovery: r.Recovery.recovery(),
+		Protected: r.Protected, CancelRequested: r.CancelRequested, IdempotencyKey: r.IdempotencyKey,
+		Command: r.Spec.Command, Env: r.Spec.Env, RunSeconds: r.Spec.RunSeconds, Reason: r.Reason,
+		Explanation: r.Explanation, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		StartedAt: r.StartedAt, EndedAt: r.EndedAt}, nil
+}
+
+// queryJob reads the one job that `SELECT jobColumns FROM jobs` + where
+// selects; pgx.ErrNoRows (wrapped) when none.
+func queryJob(ctx context.Context, q querier, where string, args ...any) (*Job, error) {
+	r, err := queryOne[jobRow](ctx, q, `SELECT `+jobColumns+` FROM jobs `+where, args...)
 	if err != nil {
 		return nil, err
 	}
-	if j.Tier, err = vocab.ParseTier(tier); err != nil {
-		return nil, fmt.Errorf("job %s: %w", j.ID, err)
+	return r.job()
+}
+
+// checkNewJob refuses a submission without project or queue or with an
+// unknown tier, with a *ValidationError whose field is prefix + the field.
+func checkNewJob(nj *NewJob, prefix string) error {
+	if err := required(prefix+"project", nj.Project, prefix+"queue", nj.Queue); err != nil {
+		return err
 	}
-	var rd requestDoc
-	var pd []prerequisiteDoc
-	var recd recoveryDoc
-	var sd specDoc
-	for _, d := range []struct {
-		raw []byte
-		v   any
-	}{{request, &rd}, {prereqs, &pd}, {recovery, &recd}, {spec, &sd}} {
-		if err := json.Unmarshal(d.raw, d.v); err != nil {
-			return nil, fmt.Errorf("job %s: decode %T: %w", j.ID, d.v, err)
-		}
+	if _, err := vocab.ParseTier(nj.Tier.String()); err != nil {
+		return invalidf(prefix+"tier", "%v", err)
 	}
-	if expl != nil {
-		j.Explanation = &Explanation{}
-		if err := json.Unmarshal(expl, j.Explanation); err != nil {
-			return nil, fmt.Errorf("job %s: decode explanation: %w", j.ID, err)
-		}
-	}
-	j.Request, j.Prerequisites, j.Recovery = rd.request(), prerequisites(pd), recd.recovery()
-	j.Command, j.Env, j.RunSeconds = sd.Command, sd.Env, sd.RunSeconds
-	j.SubmitTime, j.WaitingSince = j.SubmitTime.UTC(), j.WaitingSince.UTC()
-	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
-	return &j, nil
+	return nil
 }
 
 // CreateJob stores a submission in state submitted and audits it (actor the
@@ -190,13 +214,10 @@ func scanJob(row pgx.Row) (*Job, error) {
 // second submission with the same (project, key) — a client or workflow retry —
 // stores nothing and returns the first job with created=false; this holds under
 // concurrent submissions too (unique index jobs_idempotency_idx). Errors: an
-// empty project or queue, an unknown tier, or database errors, wrapped with
-// "create job".
+// empty project or queue or an unknown tier (matching ErrInvalid), or
+// database errors, wrapped with "create job".
 func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
-	if nj.Project == "" || nj.Queue == "" {
-		return nil, false, fmt.Errorf("store: create job: project and queue are required")
-	}
-	if _, err := vocab.ParseTier(nj.Tier.String()); err != nil {
+	if err := checkNewJob(nj, ""); err != nil {
 		return nil, false, fmt.Errorf("store: create job: %w", err)
 	}
 	submit := nj.SubmitTime
@@ -231,10 +252,9 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 			if err != nil {
 				return err
 			}
-			job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+			job, err = queryJob(ctx, tx, `WHERE id = $1`, id)
 		} else {
-			job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE project = $1 AND idempotency_key = $2`,
-				nj.Project, nj.IdempotencyKey))
+			job, err = queryJob(ctx, tx, `WHERE project = $1 AND idempotency_key = $2`, nj.Project, nj.IdempotencyKey)
 		}
 		return err
 	})
@@ -246,7 +266,7 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 
 // GetJob returns the job with the given ID, or an error wrapping ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
-	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	j, err := queryJob(ctx, s.pool, `WHERE id = $1`, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: get job %s: %w", id, ErrNotFound)
 	}
@@ -310,16 +330,17 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Job, string, error
 	}
 	args = append(args, limit+1)
 	sql += fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args))
-	var jobs []Job
-	err := forEachRow(ctx, s.pool, sql, args, func(rows pgx.Rows) error {
-		j, err := scanJob(rows)
-		if err == nil {
-			jobs = append(jobs, *j)
-		}
-		return err
-	})
+	rows, err := queryAll[jobRow](ctx, s.pool, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list jobs: %w", err)
+	}
+	var jobs []Job
+	for i := range rows {
+		j, err := rows[i].job()
+		if err != nil {
+			return nil, "", fmt.Errorf("store: list jobs: %w", err)
+		}
+		jobs = append(jobs, *j)
 	}
 	next := ""
 	if len(jobs) > limit {
@@ -333,25 +354,15 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Job, string, error
 // if any, is last with EndedAt nil. A job that never waited gives an empty
 // slice; an unknown job gives an error wrapping ErrNotFound.
 func (s *Store) JobWaitEvents(ctx context.Context, jobID string) ([]WaitEvent, error) {
-	var events []WaitEvent
-	err := forEachRow(ctx, s.pool, `
-		SELECT id, job_id, reason, detail, next_action, reevaluate, coalesce(blocking_job_id, ''), started_at, ended_at
-		FROM wait_events WHERE job_id = $1 ORDER BY started_at, id`, []any{jobID}, func(rows pgx.Rows) error {
-		var e WaitEvent
-		if err := rows.Scan(&e.ID, &e.JobID, &e.Reason, &e.Detail, &e.NextAction, &e.ReEvaluate, &e.BlockingJobID,
-			&e.StartedAt, &e.EndedAt); err != nil {
-			return err
-		}
-		e.StartedAt = e.StartedAt.UTC()
-		if e.EndedAt != nil {
-			t := e.EndedAt.UTC()
-			e.EndedAt = &t
-		}
-		events = append(events, e)
-		return nil
-	})
+	events, err := queryAll[WaitEvent](ctx, s.pool, `
+		SELECT id, job_id, reason, detail, next_action, reevaluate, coalesce(blocking_job_id, '') AS blocking_job_id,
+			started_at, ended_at
+		FROM wait_events WHERE job_id = $1 ORDER BY started_at, id`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("store: wait events of %s: %w", jobID, err)
+	}
+	for i := range events {
+		events[i].StartedAt, events[i].EndedAt = events[i].StartedAt.UTC(), utcPtr(events[i].EndedAt)
 	}
 	if len(events) == 0 {
 		var exists bool
@@ -462,16 +473,14 @@ func closeWaitEvents(ctx context.Context, tx pgx.Tx, jobIDs []string, at time.Ti
 // a submission whose (project, idempotency key) already exists — stored
 // before or earlier in the same batch — is not stored again. It returns the
 // job IDs in input order (the existing ID for such duplicates). Errors: a
-// submission without project or queue, an unknown tier, or database errors,
+// submission without project or queue or with an unknown tier (matching
+// ErrInvalid, the field prefixed "[i]."), or database errors,
 // wrapped with "create jobs"; on error nothing is stored.
 func (s *Store) CreateJobs(ctx context.Context, njs []*NewJob) ([]string, error) {
 	cols := newJobColumns(len(njs))
 	now := time.Now()
 	for i, nj := range njs {
-		if nj.Project == "" || nj.Queue == "" {
-			return nil, fmt.Errorf("store: create jobs: submission %d: project and queue are required", i)
-		}
-		if _, err := vocab.ParseTier(nj.Tier.String()); err != nil {
+		if err := checkNewJob(nj, fmt.Sprintf("[%d].", i)); err != nil {
 			return nil, fmt.Errorf("store: create jobs: submission %d: %w", i, err)
 		}
 		cols.add(nj, now)

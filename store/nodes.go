@@ -52,6 +52,17 @@ type storedGPU struct {
 	healthy                   bool
 }
 
+// lockedGPURow is one gpus row as lockNodeGPUs reads it.
+type lockedGPURow struct {
+	UUID      string `db:"uuid"`
+	Node      string `db:"node"`
+	Index     int32  `db:"device_index"`
+	Model     string `db:"model"`
+	MemoryMiB int64  `db:"memory_mib"`
+	Domain    string `db:"nvlink_domain"`
+	Healthy   bool   `db:"healthy"`
+}
+
 // UpsertNode makes the stored GPUs of one node exactly node.GPUs, leaving every
 // other node alone: the write of a node agent's inventory report, where
 // UpsertInventory would drop the pool's other nodes. The node is created in
@@ -90,15 +101,16 @@ func (s *Store) UpsertNode(ctx context.Context, pool string, node scheduling.Nod
 	return change, nil
 }
 
-// checkNodeInput rejects what the tables' keys would reject less clearly.
+// checkNodeInput rejects what the tables' keys would reject less clearly,
+// with a *ValidationError (ErrInvalid).
 func checkNodeInput(pool string, node scheduling.Node) error {
-	if pool == "" || node.Name == "" {
-		return errors.New("pool and node name are required")
+	if err := required("pool", pool, "node.name", node.Name); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(node.GPUs))
-	for _, g := range node.GPUs {
+	for i, g := range node.GPUs {
 		if g.UUID == "" || seen[g.UUID] {
-			return fmt.Errorf("node %q: GPU UUID %q empty or listed twice", node.Name, g.UUID)
+			return invalidf(fmt.Sprintf("node.gpus[%d].uuid", i), "node %q: GPU UUID %q empty or listed twice", node.Name, g.UUID)
 		}
 		seen[g.UUID] = true
 	}
@@ -139,20 +151,16 @@ func upsertNodeTx(ctx context.Context, tx pgx.Tx, pool string, node scheduling.N
 // lockNodeGPUs locks and reads the GPUs stored on node or carrying one of the
 // reported UUIDs, by UUID.
 func lockNodeGPUs(ctx context.Context, tx pgx.Tx, node string, reported []string) (map[string]storedGPU, error) {
-	before := map[string]storedGPU{}
-	err := forEachRow(ctx, tx, `
+	rows, err := queryAll[lockedGPURow](ctx, tx, `
 		SELECT uuid, node, device_index, model, memory_mib, nvlink_domain, healthy FROM gpus
-		WHERE node = $1 OR uuid = ANY($2) ORDER BY uuid FOR UPDATE`, []any{node, reported},
-		func(rows pgx.Rows) error {
-			var g storedGPU
-			if err := rows.Scan(&g.uuid, &g.node, &g.index, &g.model, &g.memoryMiB, &g.domain, &g.healthy); err != nil {
-				return err
-			}
-			before[g.uuid] = g
-			return nil
-		})
+		WHERE node = $1 OR uuid = ANY($2) ORDER BY uuid FOR UPDATE`, node, reported)
 	if err != nil {
 		return nil, fmt.Errorf("lock GPUs: %w", err)
+	}
+	before := make(map[string]storedGPU, len(rows))
+	for _, g := range rows {
+		before[g.UUID] = storedGPU{uuid: g.UUID, node: g.Node, model: g.Model, domain: g.Domain, index: g.Index,
+			memoryMiB: g.MemoryMiB, healthy: g.Healthy}
 	}
 	return before, nil
 }
@@ -395,16 +403,38 @@ func (s *Store) GPUSamples(ctx context.Context, uuids []string, since time.Time)
 	return out, nil
 }
 
+// DefaultPruneBatch is how many gpu_samples rows one statement of
+// PruneGPUSamples deletes when the caller gives no batch size: small enough
+// that each statement holds its row locks and writes its WAL briefly, large
+// enough that a day of samples of a 1,000-GPU pool (2.9 million rows at one
+// sample per 30 s) goes in a few hundred statements.
+const DefaultPruneBatch = 10000
+
 // PruneGPUSamples deletes the samples taken before before and returns how
-// many it deleted; the service runs it periodically to bound the table
-// (one sample per GPU per agent refresh, 2,880 a day per GPU at 30 s).
-// Errors are wrapped with "prune GPU samples".
-func (s *Store) PruneGPUSamples(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM gpu_samples WHERE at < $1`, before)
-	if err != nil {
-		return 0, fmt.Errorf("store: prune GPU samples: %w", err)
+// many it deleted; the service runs it periodically to bound the table (one
+// sample per GPU per agent refresh, 2,880 a day per GPU at 30 s). It deletes
+// in statements of at most batch rows (≤ 0 means DefaultPruneBatch), each
+// its own transaction, oldest first through the btree index on at
+// (migration 00120), until one deletes fewer than batch; a cancelled ctx
+// stops it between statements, keeping what earlier ones deleted. Errors are
+// wrapped with "prune GPU samples" and come with the count deleted so far.
+func (s *Store) PruneGPUSamples(ctx context.Context, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultPruneBatch
 	}
-	return tag.RowsAffected(), nil
+	var deleted int64
+	for {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM gpu_samples WHERE (gpu_uuid, at) IN (
+				SELECT gpu_uuid, at FROM gpu_samples WHERE at < $1 ORDER BY at LIMIT $2)`, before, batch)
+		if err != nil {
+			return deleted, fmt.Errorf("store: prune GPU samples: %w", err)
+		}
+		deleted += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return deleted, nil
+		}
+	}
 }
 
 // RunSpec is what a node agent needs to start a run as a process: the job's
@@ -423,24 +453,31 @@ type RunSpec struct {
 	Ended      bool // the run has ended (FinishRun); a late attempt must not start it
 }
 
+// runSpecRow is GetRunSpec's row.
+type runSpecRow struct {
+	JobID          string         `db:"job_id"`
+	Node           string         `db:"node"`
+	Spec           specDoc        `db:"spec"`
+	LastCheckpoint *checkpointDoc `db:"last_checkpoint"`
+	StartStep      int64          `db:"start_step"`
+	EndedAt        *time.Time     `db:"ended_at"`
+}
+
 // GetRunSpec returns the spec of run runID. Errors wrap ErrNotFound (no such
 // run) or database errors, with "get run spec".
 func (s *Store) GetRunSpec(ctx context.Context, runID string) (*RunSpec, error) {
-	rs := &RunSpec{RunID: runID}
-	var spec specDoc
-	var last *checkpointDoc
-	var endedAt *time.Time
-	err := s.pool.QueryRow(ctx, `
-		SELECT r.job_id, a.node, j.spec, j.recovery->'last_checkpoint', r.start_step, r.ended_at
+	r, err := queryOne[runSpecRow](ctx, s.pool, `
+		SELECT r.job_id, a.node, j.spec, j.recovery->'last_checkpoint' AS last_checkpoint, r.start_step, r.ended_at
 		FROM runs r JOIN jobs j ON j.id = r.job_id JOIN allocations a ON a.id = r.allocation_id
-		WHERE r.id = $1`, runID).Scan(&rs.JobID, &rs.Node, &spec, &last, &rs.StartStep, &endedAt)
+		WHERE r.id = $1`, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: get run spec: run %s: %w", runID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: get run spec %s: %w", runID, err)
 	}
-	rs.Command, rs.Env, rs.Ended = spec.Command, spec.Env, endedAt != nil
-	rs.ResumeFrom = last.checkpoint()
+	rs := &RunSpec{JobID: r.JobID, RunID: runID, Node: r.Node, Command: r.Spec.Command, Env: r.Spec.Env,
+		StartStep: r.StartStep, Ended: r.EndedAt != nil}
+	rs.ResumeFrom = r.LastCheckpoint.checkpoint()
 	return rs, nil
 }

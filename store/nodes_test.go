@@ -24,6 +24,7 @@ func agentNode(name string, uuids []string, sick ...string) scheduling.Node {
 }
 
 func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 2, 2)
@@ -83,6 +84,7 @@ func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
 }
 
 func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	first, err := s.UpsertNode(ctx, "fresh", agentNode("gpu-01", []string{"GPU-a", "GPU-b"}), "agent")
@@ -129,6 +131,7 @@ func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
 }
 
 func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	_, err := s.UpsertNode(context.Background(), "p", agentNode("n", []string{"GPU-x", "GPU-x"}), "agent")
 	if err == nil {
@@ -140,6 +143,7 @@ func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
 }
 
 func TestGPUSamples(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
@@ -174,13 +178,58 @@ func TestGPUSamples(t *testing.T) {
 	if len(got) != 1 || got[0].GPUPercent != 0 || !got[0].At.Equal(t0.Add(30*time.Second)) {
 		t.Fatalf("samples since t0+1s = %+v (the rejected batch must not be stored)", got)
 	}
-	pruned, err := s.PruneGPUSamples(ctx, t0.Add(time.Second))
+	pruned, err := s.PruneGPUSamples(ctx, t0.Add(time.Second), 0)
 	if err != nil || pruned != 2 {
 		t.Fatalf("prune: %d %v, want 2", pruned, err)
 	}
 }
 
+// TestPruneGPUSamplesDeletesOnlyOld: pruning in batches smaller than the
+// old rows deletes every sample taken before the cutoff, of every GPU, and
+// keeps the sample taken at the cutoff and all later ones.
+func TestPruneGPUSamplesDeletesOnlyOld(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
+		t.Fatal(err)
+	}
+	var samples []store.GPUSample
+	for i := range 10 {
+		for _, u := range []string{"GPU-a", "GPU-b"} {
+			samples = append(samples, store.GPUSample{GPUUUID: u, At: t0.Add(time.Duration(i) * 30 * time.Second), GPUPercent: i})
+		}
+	}
+	if n, err := s.InsertGPUSamples(ctx, "n1", samples); err != nil || n != 20 {
+		t.Fatalf("insert: %d %v", n, err)
+	}
+	cutoff := t0.Add(150 * time.Second) // samples 0..4 of each GPU are older
+	pruned, err := s.PruneGPUSamples(ctx, cutoff, 3)
+	if err != nil || pruned != 10 {
+		t.Fatalf("prune: %d %v, want 10", pruned, err)
+	}
+	kept, err := s.GPUSamples(ctx, []string{"GPU-a", "GPU-b"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 10 {
+		t.Fatalf("%d samples kept, want 10: %+v", len(kept), kept)
+	}
+	for _, sm := range kept {
+		if sm.At.Before(cutoff) || sm.GPUPercent < 5 {
+			t.Errorf("kept %+v, taken before the cutoff %s", sm, cutoff)
+		}
+	}
+	if kept[0].GPUUUID != "GPU-a" || !kept[0].At.Equal(cutoff) {
+		t.Errorf("first kept sample %+v, want GPU-a's at the cutoff", kept[0])
+	}
+	if pruned, err := s.PruneGPUSamples(ctx, cutoff, 3); err != nil || pruned != 0 {
+		t.Fatalf("second prune: %d %v, want 0", pruned, err)
+	}
+}
+
 func TestGetRunSpec(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a"}), "agent"); err != nil {

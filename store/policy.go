@@ -23,8 +23,11 @@ type PolicyVersion struct {
 // are safe) and an error wrapping ErrConflict when it differs, because policy
 // versions are immutable.
 func (s *Store) SavePolicyVersion(ctx context.Context, hash string, body json.RawMessage) error {
-	if hash == "" || !json.Valid(body) {
-		return fmt.Errorf("store: save policy version: hash and a JSON body are required")
+	if hash == "" {
+		return fmt.Errorf("store: save policy version: %w", invalidf("hash", "hash is required"))
+	}
+	if !json.Valid(body) {
+		return fmt.Errorf("store: save policy version %s: %w", hash, invalidf("body", "body must be a JSON document"))
 	}
 	// Two statements: the second one's fresh snapshot sees a row that a
 	// concurrent saver committed while our insert waited on it.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,94 +18,91 @@ import (
 // Times are nil until the step ran; seconds and GPU-seconds are nil until
 // measured.
 type PreemptionRecord struct {
-	ID           string
-	CycleID      string
-	WorkflowID   string
-	ForJobID     string
-	ForQueue     string
-	VictimJobID  string
-	VictimQueue  string
-	AllocationID string
-	Pool         string
-	Reason       string
-	State        vocab.PreemptionState
-	Outcome      vocab.PreemptionOutcome // "" while running
-	Detail       string
-	RunID        string
-	GPUs         float64 // GPU equivalents of the victim allocation
+	ID           string                  `db:"id"`
+	CycleID      string                  `db:"cycle_id"`
+	WorkflowID   string                  `db:"workflow_id"`
+	ForJobID     string                  `db:"for_job_id"`
+	ForQueue     string                  `db:"for_queue"`
+	VictimJobID  string                  `db:"victim_job_id"`
+	VictimQueue  string                  `db:"victim_queue"`
+	AllocationID string                  `db:"allocation_id"`
+	Pool         string                  `db:"pool"`
+	Reason       string                  `db:"reason"`
+	State        vocab.PreemptionState   `db:"state"`
+	Outcome      vocab.PreemptionOutcome `db:"outcome"` // "" while running
+	Detail       string                  `db:"detail"`
+	RunID        string                  `db:"run_id"`
+	GPUs         float64                 `db:"gpus"` // GPU equivalents of the victim allocation
 	// EstimatedLossGPUSeconds is the plan's estimate; EffectiveLossGPUSeconds the measured loss.
-	EstimatedLossGPUSeconds float64
-	EffectiveLossGPUSeconds *float64
-	RunStartedAt            *time.Time
-	AccruedAgingS           *float64 // the victim's aging credit at the notice, seconds
-	CheckpointAtNotice      *scheduling.Checkpoint
-	SavedCheckpoint         *scheduling.Checkpoint // the checkpoint the next run must resume from
-	CheckpointInGrace       *bool
-	StepAtNotice            *int64
-	StartedAt               time.Time
-	NotifiedAt              *time.Time
-	SavedAt                 *time.Time
-	ReleasedAt              *time.Time
-	RescheduledAt           *time.Time
-	ResumedAt               *time.Time
-	PassedAt                *time.Time
-	EndedAt                 *time.Time
-	FinishedAt              *time.Time
-	ResumedRunID            string
-	ResumedFromStep         *int64
-	ResumedCorrectly        *bool
-	LostSeconds             *float64
-	SaveRestoreSeconds      *float64
-	RecomputeSeconds        *float64
-	Failures                []string
+	EstimatedLossGPUSeconds float64                `db:"estimated_loss_gpu_s"`
+	EffectiveLossGPUSeconds *float64               `db:"effective_loss_gpu_s"`
+	RunStartedAt            *time.Time             `db:"run_started_at"`
+	AccruedAgingS           *float64               `db:"accrued_aging_s"` // the victim's aging credit at the notice, seconds
+	CheckpointAtNotice      *scheduling.Checkpoint `db:"-"`
+	SavedCheckpoint         *scheduling.Checkpoint `db:"-"` // the checkpoint the next run must resume from
+	CheckpointInGrace       *bool                  `db:"checkpoint_in_grace"`
+	StepAtNotice            *int64                 `db:"step_at_notice"`
+	StartedAt               time.Time              `db:"started_at"`
+	NotifiedAt              *time.Time             `db:"notified_at"`
+	SavedAt                 *time.Time             `db:"saved_at"`
+	ReleasedAt              *time.Time             `db:"released_at"`
+	RescheduledAt           *time.Time             `db:"rescheduled_at"`
+	ResumedAt               *time.Time             `db:"resumed_at"`
+	PassedAt                *time.Time             `db:"passed_at"`
+	EndedAt                 *time.Time             `db:"ended_at"`
+	FinishedAt              *time.Time             `db:"finished_at"`
+	ResumedRunID            string                 `db:"resumed_run_id"`
+	ResumedFromStep         *int64                 `db:"resumed_from_step"`
+	ResumedCorrectly        *bool                  `db:"resumed_correctly"`
+	LostSeconds             *float64               `db:"lost_s"`
+	SaveRestoreSeconds      *float64               `db:"save_restore_s"`
+	RecomputeSeconds        *float64               `db:"recompute_s"`
+	Failures                []string               `db:"failures"`
 }
 
-const preemptionColumns = `id, cycle_id, coalesce(workflow_id, ''), for_job_id, for_queue, victim_job_id, victim_queue,
-	allocation_id, pool, reason, state, coalesce(outcome, ''), detail, coalesce(run_id, ''), coalesce(gpus, 0),
-	estimated_loss_gpu_s, effective_loss_gpu_s, run_started_at, accrued_aging_s, checkpoint_at_notice,
-	saved_checkpoint, checkpoint_in_grace, step_at_notice, started_at, notified_at, saved_at, released_at,
-	rescheduled_at, resumed_at, passed_at, ended_at, finished_at, coalesce(resumed_run_id, ''), resumed_from_step,
-	resumed_correctly, lost_s, save_restore_s, recompute_s, failures`
+// preemptionColumns is the select list of preemptionRow: the preemptions
+// columns, with NULL text columns read as "".
+const preemptionColumns = `id, cycle_id, coalesce(workflow_id, '') AS workflow_id, for_job_id, for_queue, victim_job_id,
+	victim_queue, allocation_id, pool, reason, state, coalesce(outcome, '') AS outcome, detail,
+	coalesce(run_id, '') AS run_id, coalesce(gpus, 0) AS gpus, estimated_loss_gpu_s, effective_loss_gpu_s,
+	run_started_at, accrued_aging_s, checkpoint_at_notice, saved_checkpoint, checkpoint_in_grace, step_at_notice,
+	started_at, notified_at, saved_at, released_at, rescheduled_at, resumed_at, passed_at, ended_at, finished_at,
+	coalesce(resumed_run_id, '') AS resumed_run_id, resumed_from_step, resumed_correctly, lost_s, save_restore_s,
+	recompute_s, failures`
 
-func scanPreemption(row pgx.Row) (*PreemptionRecord, error) {
-	var p PreemptionRecord
-	var atNotice, saved *checkpointDoc
-	var failures []byte
-	err := row.Scan(&p.ID, &p.CycleID, &p.WorkflowID, &p.ForJobID, &p.ForQueue, &p.VictimJobID, &p.VictimQueue,
-		&p.AllocationID, &p.Pool, &p.Reason, &p.State, &p.Outcome, &p.Detail, &p.RunID, &p.GPUs,
-		&p.EstimatedLossGPUSeconds, &p.EffectiveLossGPUSeconds, &p.RunStartedAt, &p.AccruedAgingS, &atNotice,
-		&saved, &p.CheckpointInGrace, &p.StepAtNotice, &p.StartedAt, &p.NotifiedAt, &p.SavedAt, &p.ReleasedAt,
-		&p.RescheduledAt, &p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt, &p.ResumedRunID, &p.ResumedFromStep,
-		&p.ResumedCorrectly, &p.LostSeconds, &p.SaveRestoreSeconds, &p.RecomputeSeconds, &failures)
-	if err != nil {
-		return nil, err
-	}
-	p.CheckpointAtNotice, p.SavedCheckpoint = atNotice.checkpoint(), saved.checkpoint()
-	if err := json.Unmarshal(failures, &p.Failures); err != nil {
-		return nil, fmt.Errorf("preemption %s: decode failures: %w", p.ID, err)
-	}
+// preemptionRow is one row of preemptionColumns: the record's own columns
+// plus the two checkpoint documents in their stored shape. failures (jsonb)
+// decodes straight into Failures.
+type preemptionRow struct {
+	PreemptionRecord
+	CheckpointAtNotice *checkpointDoc `db:"checkpoint_at_notice"`
+	SavedCheckpoint    *checkpointDoc `db:"saved_checkpoint"`
+}
+
+// record converts the row to a PreemptionRecord with its times in UTC.
+func (r *preemptionRow) record() PreemptionRecord {
+	p := r.PreemptionRecord
+	p.CheckpointAtNotice, p.SavedCheckpoint = r.CheckpointAtNotice.checkpoint(), r.SavedCheckpoint.checkpoint()
 	p.StartedAt = p.StartedAt.UTC()
 	for _, t := range []**time.Time{&p.RunStartedAt, &p.NotifiedAt, &p.SavedAt, &p.ReleasedAt, &p.RescheduledAt,
 		&p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt} {
-		if *t != nil {
-			u := (*t).UTC()
-			*t = &u
-		}
+		*t = utcPtr(*t)
 	}
-	return &p, nil
+	return p
 }
 
 // GetPreemption returns one preemption record. Errors wrap ErrNotFound or
 // database errors.
 func (s *Store) GetPreemption(ctx context.Context, id string) (*PreemptionRecord, error) {
-	p, err := scanPreemption(s.pool.QueryRow(ctx, `SELECT `+preemptionColumns+` FROM preemptions WHERE id = $1`, id))
+	row, err := queryOne[preemptionRow](ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions WHERE id = $1`, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: get preemption %s: %w", id, err)
 	}
-	return p, nil
+	p := row.record()
+	return &p, nil
 }
 
 // PreemptionFilter selects preemptions for ListPreemptions; empty fields
@@ -127,20 +123,16 @@ func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]Pree
 		limit = DefaultListLimit
 	}
 	limit = min(limit, MaxListLimit)
-	var out []PreemptionRecord
-	err := forEachRow(ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
+	rows, err := queryAll[preemptionRow](ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
 		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR outcome = $2) AND ($3 = '' OR pool = $3)
 			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4)
-		ORDER BY started_at DESC, id DESC LIMIT $5`, []any{f.State, f.Outcome, f.Pool, f.JobID, limit},
-		func(rows pgx.Rows) error {
-			p, err := scanPreemption(rows)
-			if err == nil {
-				out = append(out, *p)
-			}
-			return err
-		})
+		ORDER BY started_at DESC, id DESC LIMIT $5`, f.State, f.Outcome, f.Pool, f.JobID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: list preemptions: %w", err)
+	}
+	var out []PreemptionRecord
+	for i := range rows {
+		out = append(out, rows[i].record())
 	}
 	return out, nil
 }
@@ -203,32 +195,32 @@ func (s *Store) PreemptionRunIDs(ctx context.Context, allocationIDs []string) (m
 // PreemptionVictim is the victim of a preemption as stored now: what the
 // workflow's first step re-checks before touching it.
 type PreemptionVictim struct {
-	JobID            string
-	State            vocab.JobState
-	Queue            string
-	Tier             string // the job's tier name
-	Pool             string // the preempted allocation's pool
-	Protected        bool   // the job is protected
-	QueueProtected   bool
-	Checkpointable   bool
-	ResumeDowngraded bool // a resume from the wrong step was seen and no verified resume since
-	AllocationLive   bool // the preempted allocation is still held
-	RunID            string
-	RunEnded         bool
+	JobID            string         `db:"job_id"`
+	State            vocab.JobState `db:"state"`
+	Queue            string         `db:"queue"`
+	Tier             string         `db:"tier"`      // the job's tier name
+	Pool             string         `db:"pool"`      // the preempted allocation's pool
+	Protected        bool           `db:"protected"` // the job is protected
+	QueueProtected   bool           `db:"queue_protected"`
+	Checkpointable   bool           `db:"checkpointable"`
+	ResumeDowngraded bool           `db:"resume_downgraded"` // a resume from the wrong step was seen and no verified resume since
+	AllocationLive   bool           `db:"allocation_live"`   // the preempted allocation is still held
+	RunID            string         `db:"run_id"`
+	RunEnded         bool           `db:"run_ended"`
 }
 
 // GetPreemptionVictim reads the victim of preemption id. Errors wrap
 // ErrNotFound or database errors.
 func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*PreemptionVictim, error) {
-	var v PreemptionVictim
-	err := s.pool.QueryRow(ctx, `
-		SELECT j.id, j.state, j.queue, j.tier, a.pool, j.protected, coalesce(q.protected, false),
-			coalesce((j.recovery->>'checkpointable')::boolean, false), j.recovery ? 'resume_downgraded',
-			a.released_at IS NULL, coalesce(a.run_id, ''), coalesce(r.ended_at IS NOT NULL, false)
+	v, err := queryOne[PreemptionVictim](ctx, s.pool, `
+		SELECT j.id AS job_id, j.state, j.queue, j.tier, a.pool, j.protected,
+			coalesce(q.protected, false) AS queue_protected,
+			coalesce((j.recovery->>'checkpointable')::boolean, false) AS checkpointable,
+			j.recovery ? 'resume_downgraded' AS resume_downgraded, a.released_at IS NULL AS allocation_live,
+			coalesce(a.run_id, '') AS run_id, coalesce(r.ended_at IS NOT NULL, false) AS run_ended
 		FROM preemptions p JOIN jobs j ON j.id = p.victim_job_id JOIN allocations a ON a.id = p.allocation_id
 		LEFT JOIN queues q ON q.name = j.queue LEFT JOIN runs r ON r.id = a.run_id
-		WHERE p.id = $1`, id).Scan(&v.JobID, &v.State, &v.Queue, &v.Tier, &v.Pool, &v.Protected, &v.QueueProtected, &v.Checkpointable,
-		&v.ResumeDowngraded, &v.AllocationLive, &v.RunID, &v.RunEnded)
+		WHERE p.id = $1`, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: preemption %s: %w", id, ErrNotFound)
 	}
@@ -395,14 +387,14 @@ func (s *Store) ReleasePreempted(ctx context.Context, id, detail string, at time
 
 // Requeue is the victim's state after the reschedule step.
 type Requeue struct {
-	State         vocab.JobState
-	SubmitTime    time.Time
-	WaitingSince  time.Time
-	AccruedAgingS float64 // aging credit now, seconds
+	State         vocab.JobState `db:"state"`
+	SubmitTime    time.Time      `db:"submit_time"`
+	WaitingSince  time.Time      `db:"waiting_since"`
+	AccruedAgingS float64        `db:"accrued_aging_s"` // aging credit now, seconds
 	// AgingAtNotice is the aging credit recorded at the notice; the requeue
 	// keeps at least it.
-	AgingAtNotice float64
-	Reason        vocab.WaitReason
+	AgingAtNotice float64          `db:"-"`
+	Reason        vocab.WaitReason `db:"reason"`
 }
 
 // RequeueDetail is the wait detail given to a preempted victim.
@@ -448,8 +440,11 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 		if _, err := tx.Exec(ctx, `UPDATE preemptions SET rescheduled_at = coalesce(rescheduled_at, $2) WHERE id = $1`, id, at); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT state, submit_time, waiting_since, accrued_aging_s, coalesce(reason, '') FROM jobs WHERE id = $1`,
-			rec.VictimJobID).Scan(&out.State, &out.SubmitTime, &out.WaitingSince, &out.AccruedAgingS, &out.Reason)
+		now, err := queryOne[Requeue](ctx, tx, `SELECT state, submit_time, waiting_since, accrued_aging_s,
+			coalesce(reason, '') AS reason FROM jobs WHERE id = $1`, rec.VictimJobID)
+		now.AgingAtNotice = out.AgingAtNotice
+		*out = now
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -629,31 +624,33 @@ func (s *Store) SetLowRiskQueues(ctx context.Context, queues []string, actor, re
 // RunProgress is what the store knows of one run's progress: where it
 // started, its newest checkpoint and how it ended.
 type RunProgress struct {
-	RunID          string
-	JobID          string
-	StartStep      int64
-	StartedAt      time.Time
-	LastCheckpoint *scheduling.Checkpoint
-	EndedAt        *time.Time
-	Outcome        vocab.RunOutcome
+	RunID          string                 `db:"run_id"`
+	JobID          string                 `db:"job_id"`
+	StartStep      int64                  `db:"start_step"`
+	StartedAt      time.Time              `db:"started_at"`
+	LastCheckpoint *scheduling.Checkpoint `db:"-"`
+	EndedAt        *time.Time             `db:"ended_at"`
+	Outcome        vocab.RunOutcome       `db:"outcome"`
+}
+
+// runProgressRow is GetRunProgress's row: the progress with the checkpoint
+// document in its stored shape.
+type runProgressRow struct {
+	RunProgress
+	LastCheckpoint *checkpointDoc `db:"last_checkpoint"`
 }
 
 // GetRunProgress reads run runID. Errors wrap ErrNotFound or database errors.
 func (s *Store) GetRunProgress(ctx context.Context, runID string) (*RunProgress, error) {
-	rp := &RunProgress{RunID: runID}
-	var cp *checkpointDoc
-	err := s.pool.QueryRow(ctx, `SELECT job_id, start_step, started_at, last_checkpoint, ended_at, coalesce(outcome, '')
-		FROM runs WHERE id = $1`, runID).Scan(&rp.JobID, &rp.StartStep, &rp.StartedAt, &cp, &rp.EndedAt, &rp.Outcome)
+	row, err := queryOne[runProgressRow](ctx, s.pool, `SELECT id AS run_id, job_id, start_step, started_at, last_checkpoint,
+		ended_at, coalesce(outcome, '') AS outcome FROM runs WHERE id = $1`, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: run %s: %w", runID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: run progress %s: %w", runID, err)
 	}
-	rp.StartedAt, rp.LastCheckpoint = rp.StartedAt.UTC(), cp.checkpoint()
-	if rp.EndedAt != nil {
-		u := rp.EndedAt.UTC()
-		rp.EndedAt = &u
-	}
+	rp := &row.RunProgress
+	rp.StartedAt, rp.LastCheckpoint, rp.EndedAt = rp.StartedAt.UTC(), row.LastCheckpoint.checkpoint(), utcPtr(rp.EndedAt)
 	return rp, nil
 }

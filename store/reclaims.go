@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -23,61 +22,80 @@ const (
 
 // Reclaim is one row of reclaims.
 type Reclaim struct {
-	ID             string
-	AllocationID   string
-	JobID          string
-	Project        string
-	Queue          string
-	Pool           string
-	Node           string
-	Class          vocab.ReclaimClass
-	Mode           vocab.ReclaimMode
-	ConfiguredMode vocab.ReclaimMode
-	Stage          vocab.AutomationStage
-	Basis          string
-	Evidence       map[string]any
-	GPUs           float64
-	State          vocab.ReclaimState
-	WorkflowID     string
-	DetectedAt     time.Time
-	NoticeAt       *time.Time
-	NoticeDeadline *time.Time
-	DecidedBy      string
-	DecidedAt      *time.Time
-	ReleasedAt     *time.Time
-	GPUsReleased   float64
-	Disputed       bool
-	DisputeBy      string
-	DisputeReason  string
-	Detail         string
-	UpdatedAt      time.Time
+	ID             string                `db:"id"`
+	AllocationID   string                `db:"allocation_id"`
+	JobID          string                `db:"job_id"`
+	Project        string                `db:"project"`
+	Queue          string                `db:"queue"`
+	Pool           string                `db:"pool"`
+	Node           string                `db:"node"`
+	Class          vocab.ReclaimClass    `db:"class"`
+	Mode           vocab.ReclaimMode     `db:"mode"`
+	ConfiguredMode vocab.ReclaimMode     `db:"configured_mode"`
+	Stage          vocab.AutomationStage `db:"stage"`
+	Basis          string                `db:"basis"`
+	Evidence       map[string]any        `db:"evidence"`
+	GPUs           float64               `db:"gpus"`
+	State          vocab.ReclaimState    `db:"state"`
+	WorkflowID     string                `db:"workflow_id"`
+	DetectedAt     time.Time             `db:"detected_at"`
+	NoticeAt       *time.Time            `db:"notice_at"`
+	NoticeDeadline *time.Time            `db:"notice_deadline"`
+	DecidedBy      string                `db:"decided_by"`
+	DecidedAt      *time.Time            `db:"decided_at"`
+	ReleasedAt     *time.Time            `db:"released_at"`
+	GPUsReleased   float64               `db:"gpus_released"`
+	Disputed       bool                  `db:"disputed"`
+	DisputeBy      string                `db:"dispute_by"`
+	DisputeReason  string                `db:"dispute_reason"`
+	Detail         string                `db:"detail"`
+	UpdatedAt      time.Time             `db:"updated_at"`
 }
 
 const reclaimColumns = `id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage, basis,
 	evidence, gpus, state, workflow_id, detected_at, notice_at, notice_deadline, decided_by, decided_at, released_at,
 	gpus_released, disputed, dispute_by, dispute_reason, detail, updated_at`
 
-func scanReclaim(row pgx.Row) (*Reclaim, error) {
-	var r Reclaim
-	var ev []byte
-	err := row.Scan(&r.ID, &r.AllocationID, &r.JobID, &r.Project, &r.Queue, &r.Pool, &r.Node, &r.Class, &r.Mode,
-		&r.ConfiguredMode, &r.Stage, &r.Basis, &ev, &r.GPUs, &r.State, &r.WorkflowID, &r.DetectedAt, &r.NoticeAt,
-		&r.NoticeDeadline, &r.DecidedBy, &r.DecidedAt, &r.ReleasedAt, &r.GPUsReleased, &r.Disputed, &r.DisputeBy,
-		&r.DisputeReason, &r.Detail, &r.UpdatedAt)
+// queryReclaim reads one row of reclaimColumns (evidence, jsonb, decodes into
+// the map) and returns it with its times in UTC; pgx.ErrNoRows (wrapped) when
+// the query selects none.
+func queryReclaim(ctx context.Context, q querier, sql string, args ...any) (*Reclaim, error) {
+	r, err := queryOne[Reclaim](ctx, q, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(ev, &r.Evidence); err != nil {
-		return nil, fmt.Errorf("reclaim %s: decode evidence: %w", r.ID, err)
-	}
-	r.DetectedAt, r.UpdatedAt = r.DetectedAt.UTC(), r.UpdatedAt.UTC()
-	for _, t := range []**time.Time{&r.NoticeAt, &r.NoticeDeadline, &r.DecidedAt, &r.ReleasedAt} {
-		if *t != nil {
-			u := (*t).UTC()
-			*t = &u
-		}
-	}
+	r.utc()
 	return &r, nil
+}
+
+// utc converts r's times to UTC.
+func (r *Reclaim) utc() {
+	r.DetectedAt, r.UpdatedAt = r.DetectedAt.UTC(), r.UpdatedAt.UTC()
+	r.NoticeAt, r.NoticeDeadline, r.DecidedAt, r.ReleasedAt = utcPtr(r.NoticeAt), utcPtr(r.NoticeDeadline),
+		utcPtr(r.DecidedAt), utcPtr(r.ReleasedAt)
+}
+
+// evidenceRow is one row of ReclaimEvidence's allocation query.
+type evidenceRow struct {
+	AllocationID     string                `db:"allocation_id"`
+	JobID            string                `db:"job_id"`
+	Project          string                `db:"project"`
+	Queue            string                `db:"queue"`
+	Tier             string                `db:"tier"`
+	Pool             string                `db:"pool"`
+	Node             string                `db:"node"`
+	JobState         vocab.JobState        `db:"job_state"`
+	Protected        bool                  `db:"protected"`
+	GrantedAt        time.Time             `db:"granted_at"`
+	RunID            string                `db:"run_id"`
+	RunStartedAt     *time.Time            `db:"run_started_at"`
+	RunEndedAt       *time.Time            `db:"run_ended_at"`
+	RunOutcome       vocab.RunOutcome      `db:"run_outcome"`
+	LastCheckpointAt *time.Time            `db:"last_checkpoint_at"`
+	GPUUUIDs         []string              `db:"gpu_uuids"`
+	Milli            int64                 `db:"milli"`
+	Stage            vocab.AutomationStage `db:"stage"`
+	Reclaimed        bool                  `db:"reclaimed"`
 }
 
 // ReclaimEvidence returns the evidence of every active allocation for the
@@ -85,38 +103,36 @@ func scanReclaim(row pgx.Row) (*Reclaim, error) {
 // the utilisation samples of its GPUs taken at or after since (the start of
 // the observation window). Errors are wrapped with "reclaim evidence".
 func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error) {
-	var out []governance.Evidence
-	byGPU := map[string][]int{}
-	err := forEachRow(ctx, s.pool, `
-		SELECT a.id, a.job_id, j.project, j.queue, j.tier, a.pool, a.node, j.state, j.protected OR coalesce(q.protected, false),
-			a.granted_at, coalesce(r.id, ''), r.started_at, r.ended_at, coalesce(r.outcome, ''),
-			(r.last_checkpoint->>'at')::timestamptz,
-			coalesce((SELECT array_agg(g.gpu_uuid ORDER BY g.gpu_uuid) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), '{}'),
-			coalesce((SELECT sum(g.milli) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), 0),
-			coalesce(p.stage, 'observe'), EXISTS (SELECT 1 FROM reclaims rc WHERE rc.allocation_id = a.id)
+	rows, err := queryAll[evidenceRow](ctx, s.pool, `
+		SELECT a.id AS allocation_id, a.job_id, j.project, j.queue, j.tier, a.pool, a.node, j.state AS job_state,
+			j.protected OR coalesce(q.protected, false) AS protected,
+			a.granted_at, coalesce(r.id, '') AS run_id, r.started_at AS run_started_at, r.ended_at AS run_ended_at,
+			coalesce(r.outcome, '') AS run_outcome,
+			(r.last_checkpoint->>'at')::timestamptz AS last_checkpoint_at,
+			coalesce((SELECT array_agg(g.gpu_uuid ORDER BY g.gpu_uuid) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), '{}') AS gpu_uuids,
+			coalesce((SELECT sum(g.milli) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), 0) AS milli,
+			coalesce(p.stage, 'observe') AS stage, EXISTS (SELECT 1 FROM reclaims rc WHERE rc.allocation_id = a.id) AS reclaimed
 		FROM allocations a JOIN jobs j ON j.id = a.job_id LEFT JOIN queues q ON q.name = j.queue
 			LEFT JOIN pools p ON p.name = a.pool
 			LEFT JOIN runs r ON r.id = a.run_id
-		WHERE a.released_at IS NULL ORDER BY a.id`, nil, func(rows pgx.Rows) error {
-		var e governance.Evidence
-		var started *time.Time
-		var milli int64
-		if err := rows.Scan(&e.AllocationID, &e.JobID, &e.Project, &e.Queue, &e.Tier, &e.Pool, &e.Node, &e.JobState, &e.Protected,
-			&e.GrantedAt, &e.RunID, &started, &e.RunEndedAt, &e.RunOutcome, &e.LastCheckpointAt, &e.GPUUUIDs, &milli, &e.Stage, &e.Reclaimed); err != nil {
-			return err
-		}
-		if started != nil {
-			e.RunStartedAt = *started
-		}
-		e.GPUs = float64(milli) / 1000
-		for _, u := range e.GPUUUIDs {
-			byGPU[u] = append(byGPU[u], len(out))
-		}
-		out = append(out, e)
-		return nil
-	})
+		WHERE a.released_at IS NULL ORDER BY a.id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: reclaim evidence: %w", err)
+	}
+	out := make([]governance.Evidence, len(rows))
+	byGPU := map[string][]int{}
+	for i, r := range rows {
+		out[i] = governance.Evidence{AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue,
+			Tier: r.Tier, Pool: r.Pool, Node: r.Node, JobState: r.JobState, Protected: r.Protected,
+			GrantedAt: r.GrantedAt, RunID: r.RunID, RunEndedAt: r.RunEndedAt, RunOutcome: r.RunOutcome,
+			LastCheckpointAt: r.LastCheckpointAt, GPUUUIDs: r.GPUUUIDs, GPUs: float64(r.Milli) / 1000,
+			Stage: r.Stage, Reclaimed: r.Reclaimed}
+		if r.RunStartedAt != nil {
+			out[i].RunStartedAt = *r.RunStartedAt
+		}
+		for _, u := range r.GPUUUIDs {
+			byGPU[u] = append(byGPU[u], i)
+		}
 	}
 	uuids := make([]string, 0, len(byGPU))
 	for u := range byGPU {
@@ -180,7 +196,7 @@ func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool,
 	if err != nil {
 		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
 	}
-	r, err := scanReclaim(s.pool.QueryRow(ctx, `SELECT `+reclaimColumns+` FROM reclaims WHERE allocation_id = $1`, e.AllocationID))
+	r, err := queryReclaim(ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims WHERE allocation_id = $1`, e.AllocationID)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
 	}
@@ -189,7 +205,7 @@ func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool,
 
 // GetReclaim returns one reclaim. Errors wrap ErrNotFound or database errors.
 func (s *Store) GetReclaim(ctx context.Context, id string) (*Reclaim, error) {
-	r, err := scanReclaim(s.pool.QueryRow(ctx, `SELECT `+reclaimColumns+` FROM reclaims WHERE id = $1`, id))
+	r, err := queryReclaim(ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims WHERE id = $1`, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: reclaim %s: %w", id, ErrNotFound)
 	}
@@ -217,17 +233,12 @@ func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, e
 		limit = DefaultListLimit
 	}
 	limit = min(limit, MaxListLimit)
-	var out []Reclaim
-	err := forEachRow(ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims
+	out, err := queryAll[Reclaim](ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims
 		WHERE ($1 = '' OR class = $1) AND ($2 = '' OR mode = $2) AND ($3 = '' OR pool = $3) AND ($4 = '' OR state = $4)
-		ORDER BY detected_at DESC, id DESC LIMIT $5`, []any{f.Class, f.Mode, f.Pool, f.State, limit},
-		func(rows pgx.Rows) error {
-			r, err := scanReclaim(rows)
-			if err == nil {
-				out = append(out, *r)
-			}
-			return err
-		})
+		ORDER BY detected_at DESC, id DESC LIMIT $5`, f.Class, f.Mode, f.Pool, f.State, limit)
+	for i := range out {
+		out[i].utc()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: list reclaims: %w", err)
 	}

@@ -189,17 +189,20 @@ func loadReportInput(ctx context.Context, tx pgx.Tx, from, end time.Time, projec
 	return l.assemble(), nil
 }
 
-// checkReportWindow rejects windows LoadReportInput does not read.
+// checkReportWindow rejects windows LoadReportInput does not read, with a
+// *ValidationError (ErrInvalid).
 func checkReportWindow(w queuereport.Window, now time.Time) error {
 	switch {
-	case w.From.IsZero() || w.To.IsZero():
-		return fmt.Errorf("window: from and to are required")
+	case w.From.IsZero():
+		return invalidf("window.from", "window: from and to are required")
+	case w.To.IsZero():
+		return invalidf("window.to", "window: from and to are required")
 	case !w.To.After(w.From):
-		return fmt.Errorf("window: to (%s) must be after from (%s)", w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
+		return invalidf("window.to", "window: to (%s) must be after from (%s)", w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	case w.To.Sub(w.From) > MaxReportWindow:
-		return fmt.Errorf("window: %s is longer than the %s limit", w.To.Sub(w.From), MaxReportWindow)
+		return invalidf("window.from", "window: %s is longer than the %s limit", w.To.Sub(w.From), MaxReportWindow)
 	case now.Before(w.From):
-		return fmt.Errorf("now (%s) is before window.from (%s)", now.Format(time.RFC3339), w.From.Format(time.RFC3339))
+		return invalidf("window.from", "now (%s) is before window.from (%s)", now.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -546,10 +549,9 @@ func binaryTime(b []byte) (time.Time, error) {
 // microsTime is the UTC time us microseconds after the Unix epoch.
 func microsTime(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-// binaryInt32, binaryInt64 and binaryFloat64 decode int4, int8 and float8 in
+// binaryInt32 and binaryFloat64 decode int4 and float8 in
 // PostgreSQL's binary format (big-endian); the queries never return NULL for them.
 func binaryInt32(b []byte) int32     { return int32(binary.BigEndian.Uint32(b)) }
-func binaryInt64(b []byte) int64     { return int64(binary.BigEndian.Uint64(b)) }
 func binaryFloat64(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
 
 // timeSlab hands out *time.Time from large blocks, so that millions of

@@ -80,6 +80,15 @@ func checkLiveAllocation(ctx context.Context, tx pgx.Tx, jobID, allocationID str
 	return nil
 }
 
+// finishedRunRow is the run FinishRun ends, with its job's project.
+type finishedRunRow struct {
+	JobID        string     `db:"job_id"`
+	AllocationID string     `db:"allocation_id"`
+	StartedAt    time.Time  `db:"started_at"`
+	EndedAt      *time.Time `db:"ended_at"`
+	Project      string     `db:"project"`
+}
+
 // FinishRun ends a run with outcome (succeeded, failed, cancelled or
 // preempted) and detail (exit code, signal, message). In one transaction it
 // releases the run's allocation (released_at, allocation_gpus inactive, which
@@ -94,20 +103,18 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome voca
 	switch outcome {
 	case vocab.RunSucceeded, vocab.RunFailed, vocab.RunCancelled, vocab.RunPreempted:
 	default:
-		return fmt.Errorf("store: finish run %s: outcome %q is not succeeded, failed, cancelled or preempted", runID, outcome)
+		return fmt.Errorf("store: finish run %s: %w", runID,
+			invalidf("outcome", "outcome %q is not succeeded, failed, cancelled or preempted", outcome))
 	}
 	return s.inTx(ctx, "finish run "+runID, func(tx pgx.Tx) error {
 		_, _, cancelRequested, err := lockJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
-		var runJob, allocationID, project string
-		var startedAt time.Time
-		var endedAt *time.Time
-		err = tx.QueryRow(ctx, `
+		run, err := queryOne[finishedRunRow](ctx, tx, `
 			SELECT r.job_id, r.allocation_id, r.started_at, r.ended_at, j.project
-			FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).
-			Scan(&runJob, &allocationID, &startedAt, &endedAt, &project)
+			FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID)
+		runJob, allocationID, project, startedAt, endedAt := run.JobID, run.AllocationID, run.Project, run.StartedAt, run.EndedAt
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
@@ -195,7 +202,8 @@ func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string
 	switch outcome {
 	case vocab.RunCancelled, vocab.RunFailed, vocab.RunRequeued:
 	default:
-		return fmt.Errorf("store: release placement %s: outcome %q is not cancelled, failed or requeued", allocationID, outcome)
+		return fmt.Errorf("store: release placement %s: %w", allocationID,
+			invalidf("outcome", "outcome %q is not cancelled, failed or requeued", outcome))
 	}
 	return s.inTx(ctx, "release placement "+allocationID, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {

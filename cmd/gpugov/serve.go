@@ -39,6 +39,7 @@ type serveOptions struct {
 	cycleInterval     time.Duration
 	simSpeed          float64
 	reconcileInterval time.Duration
+	sampleRetention   time.Duration
 	logLevel          string
 }
 
@@ -53,7 +54,9 @@ Temporal (registering gpugov's search attributes), runs the service worker
 (every workflow and the store-backed activities) and the simulated executor,
 starts the scheduler workflow, and serves the API with /metrics until SIGINT or
 SIGTERM, then shuts down gracefully. Pending jobs' workflows are reconciled
-every --reconcile-interval.
+every --reconcile-interval. Node agents' GPU utilisation samples older than
+--gpu-sample-retention are deleted hourly; a retention shorter than the reclaim
+observation window (governance reclaim.observation_window_seconds) is refused.
 
 Without --tokens-file (or GPUGOV_TOKENS_FILE) it warns and uses the development
 tokens of ` + devTokensFile + ` (admin token "dev-admin").
@@ -90,6 +93,8 @@ compresses runs and arrivals alike.`,
 	f.DurationVar(&o.cycleInterval, "cycle-interval", service.DefaultCycleInterval, "longest time between scheduling cycles without a signal (whole seconds)")
 	f.Float64Var(&o.simSpeed, "sim-speed", service.DefaultSimSpeed, "simulated executor speed: seconds of job work per real second")
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
+	f.DurationVar(&o.sampleRetention, "gpu-sample-retention", service.DefaultGPUSampleRetention,
+		"how long GPU utilisation samples are kept (at least the reclaim observation window)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
 }
@@ -121,11 +126,13 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		return service.Config{}, newUsageError("--sim-speed must be > 0, got %g", o.simSpeed)
 	case o.reconcileInterval <= 0:
 		return service.Config{}, newUsageError("--reconcile-interval must be > 0, got %s", o.reconcileInterval)
+	case o.sampleRetention <= 0:
+		return service.Config{}, newUsageError("--gpu-sample-retention must be > 0, got %s", o.sampleRetention)
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
 		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
-		ReconcileInterval: o.reconcileInterval, Logger: logger,
+		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention, Logger: logger,
 	}
 	tokens, err := loadServeTokens(o.tokensFile, logger)
 	if err != nil {

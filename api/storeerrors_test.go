@@ -1,0 +1,95 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/gpugov/gpugov/store"
+)
+
+// queuelessStore passes every submission to the real store without its
+// queue: the store's own validation, which the API's normally pre-empts,
+// then refuses it.
+type queuelessStore struct{ Store }
+
+func (s queuelessStore) CreateJob(ctx context.Context, nj *store.NewJob) (*store.Job, bool, error) {
+	stripped := *nj
+	stripped.Queue = ""
+	return s.Store.CreateJob(ctx, &stripped)
+}
+
+// TestStoreValidationErrorIs422 checks that a submission the store refuses
+// as invalid is answered 422 invalid naming the field the store named, and
+// that nothing was stored and no workflow started.
+func TestStoreValidationErrorIs422(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.server = New(queuelessStore{StoreFrom(env.store)}, env.wf, testTokens(t),
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	r := env.submit(tokAlice, validSpec(), "k-invalid")
+	if r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("status %d %s, want 422", r.status, r.body)
+	}
+	if e := r.apiError(t); e.Code != CodeInvalid || e.Field != "queue" || e.Message != "queue is required" {
+		t.Fatalf("error %+v, want invalid on field queue", e)
+	}
+	jobs, _, err := env.store.ListJobs(context.Background(), store.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 0 || len(env.wf.startedJobs()) != 0 {
+		t.Fatalf("a refused submission left %d jobs and started %v", len(jobs), env.wf.startedJobs())
+	}
+}
+
+// TestStoreErrorClassification checks storeError on the errors a store
+// call can return: 503 only when PostgreSQL could not be reached or did not
+// answer in time, 422 for validation, 500 for everything else.
+func TestStoreErrorClassification(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A real connect failure: nothing listens on port 1.
+	_, connectErr := pgconn.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2")
+	var ce *pgconn.ConnectError
+	if !errors.As(connectErr, &ce) {
+		t.Fatalf("connect to port 1: %T %v, want a *pgconn.ConnectError", connectErr, connectErr)
+	}
+	wrap := func(err error) error { return fmt.Errorf("store: get job j-1: %w", err) }
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"connect", wrap(connectErr), http.StatusServiceUnavailable, CodeStoreUnavailable},
+		{"deadline", wrap(context.DeadlineExceeded), http.StatusServiceUnavailable, CodeStoreUnavailable},
+		{"dropped connection", wrap(io.ErrUnexpectedEOF), http.StatusServiceUnavailable, CodeStoreUnavailable},
+		{"server shutting down", wrap(&pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable, CodeStoreUnavailable},
+		{"unique violation", wrap(&pgconn.PgError{Code: "23505"}), http.StatusInternalServerError, CodeInternal},
+		{"decode failure", wrap(errors.New("job j-1: decode explanation: bad json")), http.StatusInternalServerError, CodeInternal},
+		{"validation", wrap(&store.ValidationError{Field: "outcome", Message: `outcome "x" is not valid`}),
+			http.StatusUnprocessableEntity, CodeInvalid},
+		{"not found", wrap(store.ErrNotFound), http.StatusNotFound, CodeNotFound},
+		{"conflict", wrap(store.ErrConflict), http.StatusConflict, CodeConflict},
+	} {
+		got := storeError(tc.err)
+		if got.Status != tc.status || got.Body.Code != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, got.Status, got.Body.Code, tc.status, tc.code)
+		}
+		if got.Status == http.StatusInternalServerError && got.Body.Message != "internal error" {
+			t.Errorf("%s: message %q shows the cause", tc.name, got.Body.Message)
+		}
+		if tc.code == CodeInvalid && got.Body.Field != "outcome" {
+			t.Errorf("%s: field %q, want outcome", tc.name, got.Body.Field)
+		}
+	}
+}

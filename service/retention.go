@@ -1,0 +1,79 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpugov/gpugov/internal/policy"
+)
+
+// Defaults of the gpu_samples retention (Config.GPUSampleRetention and
+// Config.RetentionInterval).
+const (
+	// DefaultGPUSampleRetention is how long node agents' utilisation samples
+	// are kept: 7 days, well beyond the reclaim scan's observation window
+	// (policy.DefaultObservationWindowSeconds, 30 min), the only reader.
+	DefaultGPUSampleRetention = 7 * 24 * time.Hour
+	// DefaultRetentionInterval is how often samples older than the
+	// retention are deleted.
+	DefaultRetentionInterval = time.Hour
+)
+
+// observationWindow is the reclaim scan's observation window in force: the
+// span of samples before now that the scan classifies idleness by
+// (activities.ScanReclaims reads store.ReclaimEvidence since now − window).
+func (s *Service) observationWindow() time.Duration {
+	return policy.Seconds(s.currentPolicy().Reclaim.ObservationWindowSeconds)
+}
+
+// checkRetention refuses a sample retention shorter than the reclaim
+// observation window of the policy loaded at start: the
+// scan would then classify allocations by samples already deleted.
+func (s *Service) checkRetention() error {
+	if w := s.observationWindow(); s.cfg.GPUSampleRetention < w {
+		return fmt.Errorf("service: GPU sample retention %s (--gpu-sample-retention) is shorter than the reclaim "+
+			"observation window %s (policy reclaim.observation_window_s): the reclaim scan reads that "+
+			"much sample history; raise the retention to at least %s", s.cfg.GPUSampleRetention, w, w)
+	}
+	return nil
+}
+
+// retentionLoop deletes the gpu_samples older than the retention every
+// RetentionInterval, first at once, until ctx ends. The cutoff is
+// now − max(retention, observation window): a policy file reloaded with
+// a longer window than the retention keeps the samples the scan reads (and
+// says so in the log). Each pass logs how many rows it deleted; failures are
+// logged and retried at the next pass.
+func (s *Service) retentionLoop(ctx context.Context) {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		s.pruneGPUSamples(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pruneGPUSamples runs one retention pass at now.
+func (s *Service) pruneGPUSamples(ctx context.Context, now time.Time) {
+	keep := s.cfg.GPUSampleRetention
+	if w := s.observationWindow(); w > keep {
+		s.cfg.Logger.Warn("GPU sample retention shorter than the reclaim observation window; keeping the window",
+			"retention", keep, "observation_window", w)
+		keep = w
+	}
+	cutoff := now.Add(-keep)
+	deleted, err := s.store.PruneGPUSamples(ctx, cutoff, 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("GPU samples not pruned", "before", cutoff, "deleted", deleted, "err", err)
+		}
+		return
+	}
+	s.cfg.Logger.Info("GPU samples pruned", "before", cutoff, "deleted", deleted)
+}
