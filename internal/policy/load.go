@@ -249,10 +249,6 @@ func (d *decoder) boolean(dst *bool) fieldFunc {
 	return func(n *yaml.Node, path string) { d.scalar(n, path, "true or false", dst) }
 }
 
-func (d *decoder) str(dst *string) fieldFunc {
-	return func(n *yaml.Node, path string) { d.scalar(n, path, "a string", dst) }
-}
-
 // name decodes a non-empty string.
 func (d *decoder) name(dst *string) fieldFunc {
 	return func(n *yaml.Node, path string) {
