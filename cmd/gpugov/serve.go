@@ -56,7 +56,7 @@ starts the scheduler workflow, and serves the API with /metrics until SIGINT or
 SIGTERM, then shuts down gracefully. Pending jobs' workflows are reconciled
 every --reconcile-interval. Node agents' GPU utilisation samples older than
 --gpu-sample-retention are deleted hourly; a retention shorter than the reclaim
-observation window (governance reclaim.observation_window_seconds) is refused.
+observation window (the policy's reclaim.observation_window_s) is refused.
 
 Without --tokens-file (or GPUGOV_TOKENS_FILE) it warns and uses the development
 tokens of ` + devTokensFile + ` (admin token "dev-admin").
