@@ -49,7 +49,7 @@ func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gp
 
 // TestRunCycleSparesVictimsTheConfigProtects runs real scheduling cycles on
 // a one-GPU pool held by a checkpointable experiment job while a production
-// job waits: a protection window of the governance config in force keeps
+// job waits: a protection window of the policy in force keeps
 // the experiment job from being proposed as a victim, and so does recovery
 // evidence downgraded by a wrong-step resume; with neither, it is proposed.
 func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
