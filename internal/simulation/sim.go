@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/accounting"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
@@ -730,7 +731,8 @@ func (e *engine) advance(t int64) {
 	e.now = t
 }
 
-// usageAt returns the projects' decayed usage as of now (the clock is there).
+// usageAt returns the projects' decayed usage as of now (the clock is there),
+// their shares set from Config.ProjectWeights.
 func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	if !e.cfg.Policy.FairShare.Enabled {
 		return nil
@@ -739,6 +741,7 @@ func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	for i, p := range e.projects {
 		e.usageRows = append(e.usageRows, scheduling.ProjectUsage{Project: p, DecayedGPUSeconds: e.usage[i], AsOf: now})
 	}
+	policy.ApplyProjectWeights(e.usageRows, e.cfg.ProjectWeights)
 	return e.usageRows
 }
 
