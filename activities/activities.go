@@ -1,7 +1,7 @@
 // Package activities holds gpugov's Temporal activities: methods on structs that
 // hold their dependencies (store, Temporal client, clock), each taking one
 // pointer input and returning one pointer result. Every activity is idempotent
-// (DESIGN.md invariant 2): the store keys its effects by cycle ID, allocation ID
+// (docs/design.md invariant 2): the store keys its effects by cycle ID, allocation ID
 // or run ID, so a retried attempt after a worker crash changes nothing twice.
 //
 // Errors that a retry cannot fix (unknown job, a state conflict, invalid input)

@@ -297,7 +297,7 @@ func (s *agentStack) runIDs(t *testing.T, jobID string) (ids []string, outcomes 
 	return ids, outcomes
 }
 
-// expectedLossGPUSeconds is DESIGN.md §1's effective run loss, worked out
+// expectedLossGPUSeconds is docs/design.md §1's effective run loss, worked out
 // here from the record's stored times: GPU-seconds computed since the last
 // valid checkpoint before the notice (lost), plus the save time from the
 // notice to a checkpoint saved on the way out, plus the recompute time from
@@ -329,7 +329,7 @@ func expectedLossGPUSeconds(rec *store.PreemptionRecord) (lost, save, recompute,
 // runs to success on them, and the victim's next run is a new process
 // given GPUGOV_RESUME_FROM = that checkpoint, which reports starting there.
 // The record says the resume was correct and holds the effective run loss
-// DESIGN.md defines, recomputed here from the record's times.
+// docs/design.md defines, recomputed here from the record's times.
 func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 	s := startAgentStack(t)
 	ctx := context.Background()

@@ -3,7 +3,7 @@
 // the service worker (every workflow and the store-backed activities), the
 // simulated-executor worker, the scheduler workflow, the HTTP API with
 // Prometheus metrics, and the periodic reconciler of job workflows
-// (DESIGN.md invariant 3), with preemption and reclaim governance (their
+// (docs/design.md invariant 3), with preemption and reclaim governance (their
 // workflows and activities, the reclaim scan) under one policy file
 // (internal/policy), watched and hot-reloaded, each version stored.
 // `gpugov serve` is a thin command over Run; the

@@ -32,7 +32,7 @@ type ReclaimResult struct {
 }
 
 // ReclaimWorkflow (ID "reclaim/<allocation>") handles one reclaimable
-// allocation (DESIGN.md §2 step 5): AssessReclaim classifies it again with
+// allocation (docs/design.md §3 step 5): AssessReclaim classifies it again with
 // its evidence, decides the mode from config and the pool's stage and
 // records the reclaim; then by mode —
 //

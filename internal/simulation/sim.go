@@ -554,7 +554,7 @@ func (e *engine) preempt(id, forID string, t int64) error {
 	case j == nil || j.state != stRunning:
 		return fmt.Errorf("t=%ds: scheduling.Plan proposed %q as a victim for %s, but it is not running", t, id, forID)
 	case !j.recovery.Checkpointable || j.spec.Protected:
-		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (DESIGN.md invariant 5)",
+		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (docs/design.md invariant 5)",
 			t, id, j.recovery.Checkpointable, j.spec.Protected, forID)
 	}
 	e.chargeLoss(j, t) // a run preempted before it passed the earlier preemption's step
