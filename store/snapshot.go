@@ -482,7 +482,7 @@ func decodeCheckpoint(raw []byte) (*scheduling.Checkpoint, error) {
 // project: the stored total decayed from its as_of, plus the running
 // allocations' usage so far.
 func (s *Store) usageAt(stored []scheduling.ProjectUsage, running []scheduling.RunningJob, now time.Time) []scheduling.ProjectUsage {
-	h := s.usageHalfLife.Seconds()
+	h := s.usageHalfLifeSeconds()
 	index := make(map[string]int, len(stored))
 	var out []scheduling.ProjectUsage
 	for _, u := range stored {
