@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"unicode/utf8"
 
@@ -43,6 +44,22 @@ type AmendRequest struct {
 	Resources *ResourceSpec `json:"resources"`
 	// Reason is why, for the audit log; optional.
 	Reason string `json:"reason,omitempty"`
+}
+
+// DecodeAmendRequest reads the body of PATCH /v1/jobs/{id} strictly, as
+// DecodeJobSpec reads a submission: unknown fields (named by their path,
+// e.g. "resources.gpu_mili"), wrong types, trailing data and a missing
+// resources object are 400 errors naming the field. The meaning of the
+// resources is checked by the handler with ValidateJobSpec.
+func DecodeAmendRequest(r io.Reader) (*AmendRequest, *Error) {
+	var body AmendRequest
+	if err := decodeStrict(r, &body, false); err != nil {
+		return nil, err
+	}
+	if body.Resources == nil {
+		return nil, newError(http.StatusBadRequest, CodeMalformed, "resources", "required: the new resource request")
+	}
+	return &body, nil
 }
 
 // setPrerequisite handles PUT /v1/jobs/:id/prerequisites/:name (the job's
@@ -91,13 +108,9 @@ func (s *Server) setPrerequisite(c *gin.Context) {
 // job's spec with the new resources). 200 with the job; 400/422 naming the
 // field; 409 a job that is placed, running or final.
 func (s *Server) amendJob(c *gin.Context) {
-	var body AmendRequest
-	if err := decodeStrict(c.Request.Body, &body, false); err != nil {
-		writeError(c, err)
-		return
-	}
-	if body.Resources == nil {
-		writeError(c, newError(http.StatusBadRequest, CodeMalformed, "resources", "required: the new resource request"))
+	body, apiErr := DecodeAmendRequest(c.Request.Body)
+	if apiErr != nil {
+		writeError(c, apiErr)
 		return
 	}
 	ctx, cancel := s.storeCtx(c)
