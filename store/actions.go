@@ -184,4 +184,3 @@ func prerequisiteIndex(docs []prerequisiteDoc, name string) int {
 	}
 	return -1
 }
-
