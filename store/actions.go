@@ -95,7 +95,7 @@ func (s *Store) SetPrerequisite(ctx context.Context, jobID, name string, ready b
 // AmendJob replaces the resource request of a job that has not been placed
 // (submitted or waiting) with req, keeping its submit time, its current
 // wait's start and the aging credit it carried over (docs/design.md §3,
-// "Amend"), and audits it (action AuditAmendResources, evidence before and
+// "Act on a wait"), and audits it (action AuditAmendResources, evidence before and
 // after) in the same transaction. It reports whether anything changed: the
 // request it already has changes and audits nothing. The job gets a new
 // job_queue.seq in the same transaction, so that LoadSnapshot's cache of
