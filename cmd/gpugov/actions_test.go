@@ -72,7 +72,17 @@ func TestPrereqCommand(t *testing.T) {
 		t.Fatalf("rejected commands changed the job or its audit")
 	}
 
-	out, _, err := env.run(t, "prereq", id, "data", "--ready", "-m", "staged to /scratch")
+	// why names the command that takes the action.
+	if _, err := env.store.ApplyCycle(context.Background(), "c1", &scheduling.Result{At: job0.WaitingSince, Waiting: []scheduling.WaitStatus{{
+		JobID: id, Reason: vocab.ReasonEnvironmentNotReady, Detail: "not ready: data (not staged)", Rank: 1}}}, job0.WaitingSince); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := env.run(t, "why", id)
+	if want := "to act: gpugov prereq " + id + " data --ready -m MESSAGE\n"; err != nil || !strings.HasSuffix(out, want) {
+		t.Fatalf("why: %v\n%s\nwant it to end with %q", err, out, want)
+	}
+
+	out, _, err = env.run(t, "prereq", id, "data", "--ready", "-m", "staged to /scratch")
 	if err != nil {
 		t.Fatalf("prereq: %v", err)
 	}
