@@ -82,7 +82,7 @@ type Workflows interface {
 	// who cancelled and why.
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
 	// NotifySubmitted asks the scheduler for a scheduling cycle now because
-	// the job was submitted or its hold changed.
+	// the job was submitted, or its hold, a prerequisite or its request changed.
 	NotifySubmitted(ctx context.Context, jobID string) error
 }
 
