@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test build temporal postgres bench stop clean demo-governance
+.PHONY: run test test-unit lint build temporal postgres staticcheck bench stop clean demo-governance
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
 ## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
@@ -15,6 +15,16 @@ run:
 test: postgres temporal
 	go test $(GO_TEST_FLAGS) ./...
 
+## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
+## `go test -short`, under which store/storetest and temporaltest skip what needs one.
+test-unit:
+	go test -short $(GO_TEST_FLAGS) ./...
+
+## lint: go vet and the pinned staticcheck (built into bin/ if missing; staticcheck.conf holds its settings).
+lint: staticcheck
+	go vet ./...
+	bin/staticcheck ./...
+
 ## build: the gpugov binary into bin/.
 build:
 	go build -o bin/gpugov ./cmd/gpugov
@@ -24,6 +34,9 @@ temporal:
 
 postgres:
 	deploy/dev/ensure-postgres.sh
+
+staticcheck:
+	deploy/dev/ensure-staticcheck.sh
 
 ## bench: the performance targets (scheduling cycle, snapshot load, simulation, reports).
 bench: postgres

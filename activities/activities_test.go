@@ -22,40 +22,31 @@ import (
 
 const testPool = "p1"
 
-// newStore opens a store on a fresh database with pool p1 (one node of gpus
-// whole GPUs) and queue "train".
-func newStore(t testing.TB, gpus int) *store.Store {
+// testNode is the first node of pool p1.
+var testNode = storetest.NodeName(testPool, 0)
+
+// gpuUUID is the UUID of GPU i of testNode.
+func gpuUUID(i int) string { return storetest.GPUName(testPool, 0, i) }
+
+// newStore opens a store on a fresh database with pool p1 (nodes nodes of
+// gpus whole GPUs, stage observe) and queue "train".
+func newStore(t testing.TB, nodes, gpus int) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	node := scheduling.Node{Name: "p1-n1", CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
-	for i := range gpus {
-		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
-	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{node}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{
+		Pools:  []scheduling.Pool{storetest.Pool(testPool, vocab.StageObserve, nodes, gpus)},
+		Queues: []scheduling.Queue{storetest.TrainQueue},
+	})
 	return st
 }
 
+// submit stores a checkpointable job of queue "train" in p1 asking for gpus.
 func submit(t testing.TB, st *store.Store, gpus int) *store.Job {
 	t.Helper()
-	j, _, err := st.CreateJob(context.Background(), &store.NewJob{
+	return storetest.Submit(t, st, &store.NewJob{
 		Project: "vision", Queue: "train", Tier: vocab.TierStandard, RunSeconds: 90.5,
 		Request:  scheduling.ResourceRequest{GPUs: gpus, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 30},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
 }
 
 // recordingSignaler stands in for the Temporal client at the signal boundary:
@@ -109,7 +100,8 @@ func runCycle(t *testing.T, a *activities.Scheduler, in *activities.RunCycleInpu
 }
 
 func TestRunCycleRetriedWithSameIDPlacesOnce(t *testing.T) {
-	st := newStore(t, 2)
+	t.Parallel()
+	st := newStore(t, 1, 2)
 	a, b := submit(t, st, 1), submit(t, st, 1)
 	sched := activities.NewScheduler(activities.Deps{Store: st})
 
@@ -137,7 +129,8 @@ func TestRunCycleRetriedWithSameIDPlacesOnce(t *testing.T) {
 }
 
 func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
-	st := newStore(t, 1)
+	t.Parallel()
+	st := newStore(t, 1, 1)
 	runner := submit(t, st, 1)
 	waiter := submit(t, st, 1)
 	sig := newSignaler()
@@ -186,7 +179,8 @@ func TestRunCycleSignalsOnlyWaitReasonTransitions(t *testing.T) {
 }
 
 func TestJobActivities(t *testing.T) {
-	st := newStore(t, 1)
+	t.Parallel()
+	st := newStore(t, 1, 1)
 	job := submit(t, st, 1)
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	jobs := &activities.Jobs{Store: st, Now: func() time.Time { return now }}
@@ -205,12 +199,7 @@ func TestJobActivities(t *testing.T) {
 		t.Fatalf("LoadJob(missing) error %v, want non-retryable NotFound", err)
 	}
 
-	out, err := st.ApplyCycle(ctx, "c1", &scheduling.Result{PolicyVersion: "test", At: now, Placements: []scheduling.Placement{{
-		JobID: job.ID, Pool: testPool, Node: "p1-n1", Rank: 1, GPUs: []scheduling.GPUShare{{UUID: "GPU-0", Milli: 1000}},
-	}}}, now)
-	if err != nil || len(out.Placed) != 1 {
-		t.Fatalf("place: %v %+v", err, out)
-	}
+	out := storetest.Place(t, st, "c1", now, storetest.Placement(job.ID, testPool, testNode, 1000, gpuUUID(0)))
 	alloc := out.Placed[0].AllocationID
 	r1, err := jobs.MarkRunning(ctx, &activities.MarkRunningInput{JobID: job.ID, AllocationID: alloc})
 	if err != nil {

@@ -6,10 +6,6 @@ import (
 	"testing"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/internal/vocab"
-	"github.com/gpugov/gpugov/store"
-	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // BenchmarkRunCycleSteadyState measures one scheduling-cycle activity (load
@@ -18,25 +14,7 @@ import (
 // cost the scheduler pays on every timer wake.
 func BenchmarkRunCycleSteadyState(b *testing.B) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	pool := scheduling.Pool{Name: testPool, Available: true, Stage: vocab.StageObserve}
-	for n := range 8 {
-		node := scheduling.Node{Name: fmt.Sprintf("p1-n%d", n), CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
-		for g := range 8 {
-			node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d-%d", n, g), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
-		}
-		pool.Nodes = append(pool.Nodes, node)
-	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		b.Fatal(err)
-	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		b.Fatal(err)
-	}
+	st := newStore(b, 8, 8)
 	for range 64 + 1000 {
 		submit(b, st, 1)
 	}

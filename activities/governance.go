@@ -206,11 +206,11 @@ func heartbeatTimedOut(pa *workflowpb.PendingActivityInfo) bool {
 // runActivity describes the job's workflow and returns its pending run
 // activity, or nil when none is pending.
 func (p TemporalRunProgress) runActivity(ctx context.Context, jobID string) (*workflowpb.PendingActivityInfo, error) {
-	d, err := p.Client.DescribeWorkflowExecution(ctx, temporalx.JobWorkflowID(jobID), "")
+	d, err := p.Client.DescribeWorkflow(ctx, temporalx.JobWorkflowID(jobID), "")
 	if err != nil {
 		return nil, err
 	}
-	for _, pa := range d.GetPendingActivities() {
+	for _, pa := range d.RawResponse.GetPendingActivities() {
 		if pa.GetActivityType().GetName() == executor.RunActivityName {
 			return pa, nil
 		}

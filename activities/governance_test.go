@@ -16,6 +16,7 @@ import (
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // govQueues adds an experiment queue (the victims') and a production queue
@@ -35,17 +36,10 @@ func govQueues(t *testing.T, st *store.Store) {
 func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gpu string, started time.Time) (*store.Job, string, string) {
 	t.Helper()
 	ctx := context.Background()
-	j, _, err := st.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: queue, Tier: tier, RunSeconds: 1e6,
+	j := storetest.Submit(t, st, &store.NewJob{Project: "vision", Queue: queue, Tier: tier, RunSeconds: 1e6,
 		Request:  scheduling.ResourceRequest{GPUs: 1, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 60}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := st.ApplyCycle(ctx, "place-"+j.ID, &scheduling.Result{PolicyVersion: "t", At: started, Placements: []scheduling.Placement{{
-		JobID: j.ID, Pool: testPool, Node: "p1-n1", Rank: 1, GPUs: []scheduling.GPUShare{{UUID: gpu, Milli: 1000}}}}}, started)
-	if err != nil || len(out.Placed) != 1 {
-		t.Fatalf("place %s: %+v %v", j.ID, out, err)
-	}
+	out := storetest.Place(t, st, "place-"+j.ID, started, storetest.Placement(j.ID, testPool, testNode, 1000, gpu))
 	run, err := st.MarkRunning(ctx, j.ID, out.Placed[0].AllocationID, 0, started)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +53,11 @@ func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gp
 // the experiment job from being proposed as a victim, and so does recovery
 // evidence downgraded by a wrong-step resume; with neither, it is proposed.
 func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	st := newStore(t, 1)
+	st := newStore(t, 1, 1)
 	govQueues(t, st)
-	exp, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-0", time.Now().Add(-2*time.Hour))
+	exp, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(0), time.Now().Add(-2*time.Hour))
 	if _, _, err := st.CreateJob(ctx, &store.NewJob{Project: "serving", Queue: "prod", Tier: vocab.TierProduction,
 		RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}}); err != nil {
 		t.Fatal(err)
@@ -138,14 +133,15 @@ func (h heartbeats) LastHeartbeat(_ context.Context, jobID string) (time.Time, b
 // utilisation samples: no evidence of idleness); one whose heartbeat cannot
 // be read is classified without it and counted.
 func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	st := newStore(t, 3)
+	st := newStore(t, 1, 3)
 	govQueues(t, st)
 	now := time.Now()
 	started := now.Add(-2 * time.Hour)
-	lost, lostAlloc, lostRun := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-0", started)
-	alive, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-1", started)
-	unread, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, "GPU-2", started)
+	lost, lostAlloc, lostRun := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(0), started)
+	alive, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(1), started)
+	unread, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(2), started)
 	cfg := governance.Default()
 	cfg.Reclaim.Enabled = true
 	hb := heartbeats{at: map[string]time.Time{lost.ID: now.Add(-time.Hour), alive.ID: now.Add(-10 * time.Second)},

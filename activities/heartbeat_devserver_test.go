@@ -94,11 +94,11 @@ func TestLastHeartbeatSurvivesAHeartbeatTimeout(t *testing.T) {
 // activity, 0 when none is pending.
 func pendingAttempt(t *testing.T, c client.Client, jobID string) int32 {
 	t.Helper()
-	d, err := c.DescribeWorkflowExecution(context.Background(), temporalx.JobWorkflowID(jobID), "")
+	d, err := c.DescribeWorkflow(context.Background(), temporalx.JobWorkflowID(jobID), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pa := range d.GetPendingActivities() {
+	for _, pa := range d.RawResponse.GetPendingActivities() {
 		if pa.GetActivityType().GetName() == executor.RunActivityName {
 			return pa.GetAttempt()
 		}

@@ -14,6 +14,7 @@ import (
 // reads the end of the timed-out attempt; other attempts without one read
 // nothing (no evidence either way).
 func TestLastHeartbeatOf(t *testing.T) {
+	t.Parallel()
 	hb := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 	ended := hb.Add(30 * time.Second)
 	timedOut := &failurepb.Failure{FailureInfo: &failurepb.Failure_TimeoutFailureInfo{

@@ -40,15 +40,7 @@ type service struct {
 
 func newService(t *testing.T) *service {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{
 		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: vocab.RoleAgent},
 		tokSubmitter: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
@@ -80,6 +72,7 @@ func dgxCollector() *nvmlinv.Collector {
 }
 
 func TestAgentLoopReportsInventoryAndSamples(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -127,6 +120,7 @@ func TestAgentLoopReportsInventoryAndSamples(t *testing.T) {
 }
 
 func TestReporterErrors(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx := context.Background()
 	c := newClient(t, svc.url, tokAgent)
@@ -167,6 +161,7 @@ func TestReporterErrors(t *testing.T) {
 }
 
 func TestRunSpecAndCheckpointRecording(t *testing.T) {
+	t.Parallel()
 	svc := newService(t)
 	ctx := context.Background()
 	c := newClient(t, svc.url, tokAgent)

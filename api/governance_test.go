@@ -83,6 +83,7 @@ func governanceFixture(t *testing.T) (*testEnv, *decidingWorkflows, *store.Preem
 }
 
 func TestGovernanceRoutesListAndGet(t *testing.T) {
+	t.Parallel()
 	e, _, p, r := governanceFixture(t)
 	var pl PreemptionList
 	e.do(http.MethodGet, "/v1/preemptions?outcome=would_preempt", tokAlice, nil).decode(t, &pl)
@@ -109,6 +110,7 @@ func TestGovernanceRoutesListAndGet(t *testing.T) {
 }
 
 func TestReclaimDecisionsNeedTheRightToken(t *testing.T) {
+	t.Parallel()
 	e, wf, _, r := governanceFixture(t)
 	path := "/v1/reclaims/" + r.ID
 	for _, c := range []struct {

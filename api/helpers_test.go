@@ -141,18 +141,7 @@ func newTestEnv(t testing.TB, opts ...Option) *testEnv {
 // newTestEnvAt is newTestEnv on an existing database URL.
 func newTestEnvAt(t testing.TB, url string, opts ...Option) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, testQueues); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertInventory(ctx, testPools); err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.OpenStore(t, url, storetest.Fixture{Pools: testPools, Queues: testQueues})
 	wf := &recordingWorkflows{}
 	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	return &testEnv{t: t, url: url, store: st, wf: wf, server: New(StoreFrom(st), wf, testTokens(t), opts...)}

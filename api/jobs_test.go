@@ -19,6 +19,7 @@ import (
 )
 
 func TestSubmitStoresJobAndStartsWorkflow(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	r := env.submit(tokAlice, validSpec(), "")
 	if r.status != http.StatusCreated {
@@ -53,6 +54,7 @@ func TestSubmitStoresJobAndStartsWorkflow(t *testing.T) {
 }
 
 func TestSubmitIdempotencyKeyGivesOneJob(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	first := env.submit(tokAlice, validSpec(), "key-1")
 	second := env.submit(tokAlice, validSpec(), "key-1")
@@ -97,6 +99,7 @@ func TestSubmitIdempotencyKeyGivesOneJob(t *testing.T) {
 // committed, stays submitted for the reconciler, and a retry with the same key
 // starts the workflow and answers 200.
 func TestSubmitAcceptsWhenWorkflowStartFails(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.wf.startErr = errTemporalDown
 	r := env.submit(tokAlice, validSpec(), "retry-me")
@@ -126,6 +129,7 @@ func TestSubmitAcceptsWhenWorkflowStartFails(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	for _, tc := range []struct {
 		name, header string
@@ -170,6 +174,7 @@ func TestAuthentication(t *testing.T) {
 // TestProjectIsolation checks the 403 rules: a submitter sees and changes only
 // its own project's jobs; operators and admins see and change all.
 func TestProjectIsolation(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	alices := env.mustSubmit(tokAlice, validSpec())
 	bobs := env.mustSubmit(tokBob, validSpec())
@@ -229,6 +234,7 @@ func TestProjectIsolation(t *testing.T) {
 // release and cancel, that each change is audited with the token's name and
 // reason, and that the workflow is signalled on cancel.
 func TestHoldReleaseCancelAreAudited(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	ctx := context.Background()
@@ -290,6 +296,7 @@ func TestHoldReleaseCancelAreAudited(t *testing.T) {
 }
 
 func TestCancelAcceptedWhenWorkflowSignalFails(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	env.wf.cancelErr = errTemporalDown
@@ -308,6 +315,7 @@ func TestCancelAcceptedWhenWorkflowSignalFails(t *testing.T) {
 // call that needs it answers 503 store_unavailable, never a 2xx, and that no
 // workflow is started for an unpersisted submission.
 func TestStoreUnreachableGives503(t *testing.T) {
+	t.Parallel()
 	url := newTestEnv(t).url // a migrated database; this env is not used further
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -347,6 +355,7 @@ func TestStoreUnreachableGives503(t *testing.T) {
 }
 
 func TestStoreClosedPoolGives503(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.store.Close()
 	r := env.submit(tokAlice, validSpec(), "")
@@ -359,6 +368,7 @@ func TestStoreClosedPoolGives503(t *testing.T) {
 }
 
 func TestListJobsPaginates(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	var ids []string
 	for i := 0; i < 5; i++ {
@@ -418,6 +428,7 @@ func TestListJobsPaginates(t *testing.T) {
 // store and checks that the job shows its reason, detail, since-when, rank and
 // priority parts, and that the events endpoint lists the transitions.
 func TestGetJobExplainsWait(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	blocker := env.mustSubmit(tokOps, with(func(s map[string]any) { s["queue"] = "inference" }))
@@ -486,6 +497,7 @@ func applyWait(t testing.TB, env *testEnv, cycle string, at time.Time, w schedul
 }
 
 func TestQueuesAndInventory(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	var qs QueueList
 	env.do(http.MethodGet, "/v1/queues", tokBob, nil).decode(t, &qs)
@@ -502,6 +514,7 @@ func TestQueuesAndInventory(t *testing.T) {
 }
 
 func TestUnknownRouteAndMethodAreJSON(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	r := env.do(http.MethodGet, "/v2/nothing", tokAlice, nil)
 	if r.status != http.StatusNotFound || r.apiError(t).Code != CodeNotFound {

@@ -14,6 +14,7 @@ import (
 // GET /v1/jobs/{id} shows started_at, ended_at and the last run with why it
 // ended; a job that never ran has none of them.
 func TestGetJobShowsLastRun(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	j := env.mustSubmit(tokAlice, validSpec())

@@ -50,6 +50,7 @@ func nodeReport() inventory.NodeInventory {
 }
 
 func TestReportInventoryUpsertsNodeAndAuditsChanges(t *testing.T) {
+	t.Parallel()
 	env := newNodeTestEnv(t)
 	r := env.do(http.MethodPost, "/v1/nodes/node-1/inventory", tokAgent, nodeReport())
 	if r.status != http.StatusOK {
@@ -86,6 +87,7 @@ func TestReportInventoryUpsertsNodeAndAuditsChanges(t *testing.T) {
 }
 
 func TestReportInventoryRejectsBadReportsNamingFields(t *testing.T) {
+	t.Parallel()
 	env := newNodeTestEnv(t)
 	before := env.counts()
 	cases := []struct {
@@ -136,6 +138,7 @@ func TestReportInventoryRejectsBadReportsNamingFields(t *testing.T) {
 }
 
 func TestNodeRoutesAuthorization(t *testing.T) {
+	t.Parallel()
 	env := newNodeTestEnv(t)
 	if r := env.do(http.MethodPost, "/v1/nodes/node-1/inventory", "", nodeReport()); r.status != http.StatusUnauthorized {
 		t.Fatalf("no token: %d", r.status)
@@ -158,6 +161,7 @@ func TestNodeRoutesAuthorization(t *testing.T) {
 }
 
 func TestReportSamples(t *testing.T) {
+	t.Parallel()
 	env := newNodeTestEnv(t)
 	at := time.Now().UTC().Truncate(time.Second)
 	samples := SamplesReport{Samples: []inventory.UtilizationSample{
@@ -210,6 +214,7 @@ func TestReportSamples(t *testing.T) {
 }
 
 func TestRunSpecAndCheckpoints(t *testing.T) {
+	t.Parallel()
 	env := newNodeTestEnv(t)
 	ctx := context.Background()
 	spec := validSpec()

@@ -24,6 +24,7 @@ var ginParam = regexp.MustCompile(`:([A-Za-z_]+)`)
 // path is documented, and that nothing documented is missing from the router.
 // It needs no database: the store is never called.
 func TestOpenAPICoversEveryRoute(t *testing.T) {
+	t.Parallel()
 	srv := New(nil, nil, testTokens(t), WithMetricsHandler(http.NotFoundHandler()))
 	var doc openAPIDoc
 	if err := json.Unmarshal(OpenAPIDocument, &doc); err != nil {
@@ -60,6 +61,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 
 // TestOpenAPIRefsResolve checks every $ref points at a defined schema.
 func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		Components struct {
 			Schemas map[string]json.RawMessage `json:"schemas"`
@@ -82,6 +84,7 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 // TestOptionsMountMetricsAndMiddleware checks the server options the
 // telemetry wiring uses. It needs no database: neither route calls the store.
 func TestOptionsMountMetricsAndMiddleware(t *testing.T) {
+	t.Parallel()
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("gpugov_up 1\n")) })
 	mw := func(c *gin.Context) { c.Header("X-Traced", "yes"); c.Next() }
 	srv := New(nil, nil, testTokens(t), WithMetricsHandler(metrics), WithMiddleware(mw))

@@ -18,6 +18,7 @@ import (
 // submitted or waiting job once, with the attributes a submission starts the
 // workflow with, and not the cancelled one.
 func TestPendingJobsListsJobsThatMayLackAWorkflow(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.wf.startErr = errTemporalDown
 	var pending []string
@@ -60,6 +61,7 @@ func TestPendingJobsListsJobsThatMayLackAWorkflow(t *testing.T) {
 
 // A store error ends the listing with that error.
 func TestPendingJobsStoreError(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.store.Close()
 	err := PendingJobs{Store: env.server.store}.EachPendingJob(context.Background(), func(string, temporalx.JobAttributes) {

@@ -53,23 +53,11 @@ func loadReportFixture(t *testing.T) reportFixture {
 // release of that run names, and wait events. Its clock is the fixture's now.
 func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	dbURL := storetest.NewDatabase(t)
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
 		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
 	}
-	if err := st.UpsertQueues(ctx, queues); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertInventory(ctx, fixturePools()); err != nil {
-		t.Fatal(err)
-	}
+	st, dbURL := storetest.NewStore(t, storetest.Fixture{Pools: fixturePools(), Queues: queues})
 	storeFixtureRecords(t, st, f.Input)
 	wf := &recordingWorkflows{}
 	srv := New(StoreFrom(st), wf, testTokens(t), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -80,19 +68,7 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 // fixturePools holds, per fixture pool and GPU model, one node of four GPUs
 // named <pool>-<model>.
 func fixturePools() []scheduling.Pool {
-	var pools []scheduling.Pool
-	for _, name := range []string{"p1", "p2"} {
-		p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
-		for _, model := range []string{"A100", "H100"} {
-			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
-			for g := range 4 {
-				n.GPUs = append(n.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: model, MemoryMiB: 81920, Healthy: true})
-			}
-			p.Nodes = append(p.Nodes, n)
-		}
-		pools = append(pools, p)
-	}
-	return pools
+	return storetest.ModelPools([]string{"p1", "p2"}, []string{"A100", "H100"}, vocab.StageObserve, 4)
 }
 
 // storeFixtureRecords inserts the fixture's jobs, runs (as allocations with
@@ -180,6 +156,7 @@ func fixtureQuery(f reportFixture) string {
 // hand-computed expectation. The database path drops J0 (ended before the
 // window) and the release before the window; the numbers must not move.
 func TestQueueReportEqualsPureComputation(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	var got any
@@ -211,6 +188,7 @@ func TestQueueReportEqualsPureComputation(t *testing.T) {
 // TestReportViewsAndComparison checks that the wait-reason and starvation
 // views and the comparison carry the report's own numbers.
 func TestReportViewsAndComparison(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	pure, err := queuereport.Compute(f.Input, queuereport.Options{Window: f.Options.Window, Now: f.Options.Now, GroupBy: []string{"queue"}})
@@ -259,6 +237,7 @@ func TestReportViewsAndComparison(t *testing.T) {
 // report is computed over its project's records only; an operator may ask
 // for one project; a submitter may not ask for another's.
 func TestReportSubmitterSeesOwnProject(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	for _, c := range []struct {
@@ -288,6 +267,7 @@ func TestReportSubmitterSeesOwnProject(t *testing.T) {
 // TestReportDefaultWindow checks that without from and to the report covers
 // the 24 hours before now.
 func TestReportDefaultWindow(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	var r queuereport.Report
@@ -306,6 +286,7 @@ func TestReportDefaultWindow(t *testing.T) {
 // TestReportBadParameters checks every bad parameter answers 400 malformed
 // naming it, before the store is read.
 func TestReportBadParameters(t *testing.T) {
+	t.Parallel()
 	f := loadReportFixture(t)
 	env := newReportEnv(t, f)
 	for _, c := range []struct{ path, field string }{

@@ -34,6 +34,7 @@ func (q *recordingQueue) Offer(jobID string, attrs temporalx.JobAttributes) bool
 // is handed to the queue, not made in the request; a repeated
 // Idempotency-Key starts the workflow in the request (200), confirming it.
 func TestStartQueueTakesNewJobsStarts(t *testing.T) {
+	t.Parallel()
 	q := &recordingQueue{accept: true}
 	env := newTestEnv(t, WithStartQueue(q))
 	r := env.submit(tokAlice, validSpec(), "async-1")
@@ -71,6 +72,7 @@ func TestStartQueueTakesNewJobsStarts(t *testing.T) {
 // itself (back-pressure) with the synchronous answers: 201 once started, 202
 // when the start fails.
 func TestStartQueueRefusedStartsInTheRequest(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, WithStartQueue(&recordingQueue{}))
 	r := env.submit(tokAlice, validSpec(), "")
 	if r.status != http.StatusCreated {

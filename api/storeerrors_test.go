@@ -30,6 +30,7 @@ func (s queuelessStore) CreateJob(ctx context.Context, nj *store.NewJob) (*store
 // as invalid is answered 422 invalid naming the field the store named, and
 // that nothing was stored and no workflow started.
 func TestStoreValidationErrorIs422(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.server = New(queuelessStore{StoreFrom(env.store)}, env.wf, testTokens(t),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -53,6 +54,7 @@ func TestStoreValidationErrorIs422(t *testing.T) {
 // call can return: 503 only when PostgreSQL could not be reached or did not
 // answer in time, 422 for validation, 500 for everything else.
 func TestStoreErrorClassification(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A real connect failure: nothing listens on port 1.

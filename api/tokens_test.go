@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseTokensYAMLAndJSON(t *testing.T) {
+	t.Parallel()
 	yamlCfg := `
 s3cr3t-a:
   name: alice
@@ -41,6 +42,7 @@ s3cr3t-o:
 }
 
 func TestParseTokensRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	for cfg, want := range map[string]string{
 		"t: {project: p, role: root}":          `role "root"`,
 		"t: {role: submitter}":                 "project is required",
@@ -56,6 +58,7 @@ func TestParseTokensRejectsBadConfig(t *testing.T) {
 }
 
 func TestLoadTokensFromFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
 	if err := os.WriteFile(path, []byte("tok: {name: ci, project: infra, role: admin}\n"), 0o600); err != nil {
 		t.Fatal(err)

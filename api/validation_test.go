@@ -19,6 +19,7 @@ func res(s map[string]any) map[string]any { return s["resources"].(map[string]an
 // error is a 400 (malformed) or 422 (invalid) naming the field, and that a
 // rejected request changes nothing in the database (DESIGN.md invariant 7).
 func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	// One accepted job first, so "unchanged" is checked against a non-empty database.
 	env.mustSubmit(tokAlice, validSpec())
@@ -100,6 +101,7 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 // TestSubmitReportsEveryFieldError checks that a spec with several problems
 // names the first in field order and lists all of them in details.
 func TestSubmitReportsEveryFieldError(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	r := env.submit(tokAlice, with(func(s map[string]any) {
 		s["queue"] = "gold"
@@ -122,6 +124,7 @@ func TestSubmitReportsEveryFieldError(t *testing.T) {
 // TestOperatorMayProtectAndSubmitForAnotherProject checks the role rules of
 // the spec: protected and project are allowed to operators.
 func TestOperatorMayProtectAndSubmitForAnotherProject(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	j := env.mustSubmit(tokOps, with(func(s map[string]any) {
 		s["protected"] = true
@@ -138,6 +141,7 @@ func TestOperatorMayProtectAndSubmitForAnotherProject(t *testing.T) {
 }
 
 func TestValidateJobSpecRefusesJobsWithoutGPUs(t *testing.T) {
+	t.Parallel()
 	known := func(q string) bool { return q == "train" }
 	for _, n := range []int{0, -1} {
 		s := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: n, Pool: "cpu"}, RunSeconds: 60}
@@ -149,6 +153,7 @@ func TestValidateJobSpecRefusesJobsWithoutGPUs(t *testing.T) {
 }
 
 func TestValidateJobSpecAcceptsGPUShareAndProcess(t *testing.T) {
+	t.Parallel()
 	known := func(q string) bool { return q == "train" }
 	share := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 1, GPUMilli: 250, Pool: "t4"}, RunSeconds: 60}
 	process := &JobSpec{Queue: "train", Resources: ResourceSpec{GPUs: 1, Pool: "cpu"}, Command: []string{"sleep", "1"}}

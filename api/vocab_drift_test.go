@@ -66,6 +66,7 @@ func openAPIEnum(t *testing.T, doc map[string]any, path ...string) []string {
 // (plus "" where the field may be empty), so a state, outcome, reason, class,
 // mode, stage or tier added in one place only fails here.
 func TestVocabularyMatchesOpenAPI(t *testing.T) {
+	t.Parallel()
 	var doc map[string]any
 	if err := json.Unmarshal(OpenAPIDocument, &doc); err != nil {
 		t.Fatalf("openapi.json: %v", err)

@@ -46,14 +46,13 @@ var conformanceLanes = []string{"T4", "P100", "V100M16", "A10"}
 // conformanceJob is one job of an episode, times in seconds from the
 // episode's start.
 type conformanceJob struct {
-	role     string // the job's name in its episode (f1, x, …)
-	qos      alibaba.QoS
-	gpus     int
-	arrive   int64
-	run      int64
-	quota    bool // in quotaProject (else in another project)
-	ckpt     bool // checkpointable (experiment jobs only)
-	expected string
+	role   string // the job's name in its episode (f1, x, …)
+	qos    alibaba.QoS
+	gpus   int
+	arrive int64
+	run    int64
+	quota  bool // in quotaProject (else in another project)
+	ckpt   bool // checkpointable (experiment jobs only)
 }
 
 // conformanceEpisodes are the four kinds of episode and, for each, the order

@@ -30,10 +30,12 @@ const adminToken = "e2e-admin"
 // inCI reports whether the tests run in CI, where missing parts are failures.
 func inCI() bool { return os.Getenv("CI") == "true" }
 
-// requireTemporal fails the test in CI, and skips it elsewhere, when the
-// Temporal CLI is not built (temporaltest.Start itself only skips).
+// requireTemporal skips the test under -short (it needs the dev server and
+// PostgreSQL), and fails it in CI, and skips it elsewhere, when the Temporal
+// CLI is not built.
 func requireTemporal(t testing.TB) {
 	t.Helper()
+	temporaltest.SkipShort(t)
 	if bin, ok := temporaltest.Binary(); !ok {
 		if inCI() {
 			t.Fatalf("Temporal CLI not found (%q) and CI=true: `make temporal` must run before the tests", bin)

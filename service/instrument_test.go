@@ -43,19 +43,12 @@ func metricValue(t *testing.T, tel *telemetry.Telemetry, pattern string) float64
 // runs after the commit and its error reaches the caller.
 func TestInstrumentedStore(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	pool := scheduling.Pool{Name: "p", Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{{
 		Name: "n1", Schedulable: true, GPUs: []scheduling.GPU{
 			{UUID: "GPU-1", Model: "T4", MemoryMiB: 15360, Healthy: true},
 			{UUID: "GPU-2", Model: "T4", MemoryMiB: 15360, Healthy: true},
 		}}}}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{pool}})
 	if _, err := EnsureDefaultQueues(ctx, st); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -86,11 +85,7 @@ func TestLoadInventoryFileErrors(t *testing.T) {
 
 func TestEnsureDefaultQueues(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _ := storetest.NewStore(t, storetest.Fixture{})
 	created, err := EnsureDefaultQueues(ctx, st)
 	if err != nil || !created {
 		t.Fatalf("first call: created %v, %v", created, err)

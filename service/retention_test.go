@@ -68,11 +68,7 @@ func (b *syncBuffer) String() string {
 // deletes a sample that became old meanwhile, and each pass logs the count.
 func TestRetentionLoopPrunesOldSamples(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.NewStore(t, storetest.Fixture{})
 	node := scheduling.Node{Name: "n1", CPUMilli: 1000, MemoryMiB: 1024, Schedulable: true,
 		GPUs: []scheduling.GPU{{UUID: "GPU-a", Model: "A100", MemoryMiB: 81920, Healthy: true}}}
 	if _, err := st.UpsertNode(ctx, "p", node, "agent"); err != nil {

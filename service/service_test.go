@@ -118,13 +118,13 @@ func TestServiceLifecycle(t *testing.T) {
 	if err != nil || len(qs) != 4 {
 		t.Errorf("queues %v, %v; want the default queue of each tier", qs, err)
 	}
-	desc, err := svc.Temporal().DescribeWorkflowExecution(ctx, temporalx.SchedulerWorkflowID(temporalx.DefaultShard), "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Errorf("scheduler workflow: %v, %v; want running", desc.GetWorkflowExecutionInfo().GetStatus(), err)
-	}
-	desc, err = svc.Temporal().DescribeWorkflowExecution(ctx, temporalx.ReclaimScanWorkflowID, "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Errorf("reclaim scan workflow: %v, %v; want running", desc.GetWorkflowExecutionInfo().GetStatus(), err)
+	for _, id := range []string{temporalx.SchedulerWorkflowID(temporalx.DefaultShard), temporalx.ReclaimScanWorkflowID} {
+		desc, err := svc.Temporal().DescribeWorkflow(ctx, id, "")
+		if err != nil {
+			t.Errorf("%s workflow: %v; want running", id, err)
+		} else if st := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Errorf("%s workflow: %v; want running", id, st)
+		}
 	}
 	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageTrial)
 	// A changed file is applied again and audited (Check is what the watcher's poll runs).

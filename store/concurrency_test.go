@@ -22,6 +22,7 @@ import (
 // exactly 1000 (the capacity, no more and nothing lost), that the grants the
 // workers were told about add up to exactly that, and that releases free it all.
 func TestConcurrentSchedulersNeverOverAllocate(t *testing.T) {
+	t.Parallel()
 	const workers, rounds, raceCycles = 4, 6, 8
 	_, url := newStore(t)
 	ctx := context.Background()

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -15,55 +14,32 @@ import (
 // t0 is the tests' clock origin, at microsecond precision like timestamptz.
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-// newStore opens a store on a fresh database; closed at cleanup.
+// newStore opens a store on a fresh, empty database; closed at cleanup.
 func newStore(t testing.TB) (*store.Store, string) {
 	t.Helper()
-	url := storetest.NewDatabase(t)
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s, url
+	return storetest.NewStore(t, storetest.Fixture{})
 }
 
-// testPool is pool "p" with the given nodes × gpusPerNode whole A100s named
-// GPU-<node>-<i>, two NVLink domains per node.
+// testPool is storetest.Pool at stage automate.
 func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
-	p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageAutomate}
-	for n := range nodes {
-		node := scheduling.Node{Name: fmt.Sprintf("%s-n%04d", name, n), CPUMilli: 96000, MemoryMiB: 1 << 20, Schedulable: true}
-		for g := range gpusPerNode {
-			node.GPUs = append(node.GPUs, scheduling.GPU{
-				UUID: fmt.Sprintf("GPU-%s-%04d-%d", name, n, g), Model: "A100-SXM4-80GB", MemoryMiB: 81920,
-				NVLinkDomain: fmt.Sprintf("nv%d", g/4), Healthy: true,
-			})
-		}
-		p.Nodes = append(p.Nodes, node)
-	}
-	return p
+	return storetest.Pool(name, vocab.StageAutomate, nodes, gpusPerNode)
 }
 
-// submit creates a pending job in pool asking for gpus × milli.
+// submit creates a pending job of queue "train" submitted at t0 in pool
+// asking for gpus × milli.
 func submit(t testing.TB, s *store.Store, project, pool string, gpus, milli int) *store.Job {
 	t.Helper()
-	j, created, err := s.CreateJob(context.Background(), &store.NewJob{
+	return storetest.Submit(t, s, &store.NewJob{
 		Project: project, Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0,
 		Request: scheduling.ResourceRequest{GPUs: gpus, GPUMilli: milli, Pool: pool, CPUMilli: 4000, MemoryMiB: 16384},
 	})
-	if err != nil || !created {
-		t.Fatalf("create job: created=%v err=%v", created, err)
-	}
-	return j
 }
 
-// place builds a placement of job on the given GPUs of node with milli each.
+// place builds a placement of job on the given GPUs of node with milli each,
+// at the priority of a standard job submitted at t0.
 func place(jobID, pool, node string, milli int, uuids ...string) scheduling.Placement {
-	p := scheduling.Placement{JobID: jobID, Pool: pool, Node: node, Rank: 1,
-		Priority: scheduling.Priority{Score: 10000, TierBase: 10000, SubmitTime: t0}}
-	for _, u := range uuids {
-		p.GPUs = append(p.GPUs, scheduling.GPUShare{UUID: u, Milli: milli})
-	}
+	p := storetest.Placement(jobID, pool, node, milli, uuids...)
+	p.Priority = scheduling.Priority{Score: 10000, TierBase: 10000, SubmitTime: t0}
 	return p
 }
 

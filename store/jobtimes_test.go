@@ -13,6 +13,7 @@ import (
 // A job's StartedAt is its first run's start and its EndedAt the instant it
 // reached a final state; LastRun tells how its latest run ended and why.
 func TestJobStartedAndEndedAt(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 2)}); err != nil {

@@ -13,6 +13,7 @@ import (
 // An empty (nil) low-risk list from a governance file without
 // low_risk_queues clears every flag instead of failing on SQL NULL.
 func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if err := s.UpsertQueues(ctx, []scheduling.Queue{

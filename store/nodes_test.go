@@ -24,6 +24,7 @@ func agentNode(name string, uuids []string, sick ...string) scheduling.Node {
 }
 
 func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 2, 2)
@@ -83,6 +84,7 @@ func TestUpsertNodeKeepsOtherNodesAndAuditsChanges(t *testing.T) {
 }
 
 func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	first, err := s.UpsertNode(ctx, "fresh", agentNode("gpu-01", []string{"GPU-a", "GPU-b"}), "agent")
@@ -129,6 +131,7 @@ func TestUpsertNodeCreatesPoolAndRetainsAllocatedGPU(t *testing.T) {
 }
 
 func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	_, err := s.UpsertNode(context.Background(), "p", agentNode("n", []string{"GPU-x", "GPU-x"}), "agent")
 	if err == nil {
@@ -140,6 +143,7 @@ func TestUpsertNodeRejectsDuplicateGPUs(t *testing.T) {
 }
 
 func TestGPUSamples(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
@@ -184,6 +188,7 @@ func TestGPUSamples(t *testing.T) {
 // old rows deletes every sample taken before the cutoff, of every GPU, and
 // keeps the sample taken at the cutoff and all later ones.
 func TestPruneGPUSamplesDeletesOnlyOld(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a", "GPU-b"}), "agent"); err != nil {
@@ -224,6 +229,7 @@ func TestPruneGPUSamplesDeletesOnlyOld(t *testing.T) {
 }
 
 func TestGetRunSpec(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.UpsertNode(ctx, "p", agentNode("n1", []string{"GPU-a"}), "agent"); err != nil {

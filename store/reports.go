@@ -549,10 +549,9 @@ func binaryTime(b []byte) (time.Time, error) {
 // microsTime is the UTC time us microseconds after the Unix epoch.
 func microsTime(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-// binaryInt32, binaryInt64 and binaryFloat64 decode int4, int8 and float8 in
+// binaryInt32 and binaryFloat64 decode int4 and float8 in
 // PostgreSQL's binary format (big-endian); the queries never return NULL for them.
 func binaryInt32(b []byte) int32     { return int32(binary.BigEndian.Uint32(b)) }
-func binaryInt64(b []byte) int64     { return int64(binary.BigEndian.Uint64(b)) }
 func binaryFloat64(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
 
 // timeSlab hands out *time.Time from large blocks, so that millions of

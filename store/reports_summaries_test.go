@@ -20,27 +20,7 @@ import (
 // each, named <pool>-<model>) and queues.
 func summaryEnv(t *testing.T) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	var pools []scheduling.Pool
-	for _, name := range reporttest.Pools {
-		p := scheduling.Pool{Name: name, Available: true, Stage: vocab.StageObserve}
-		for _, model := range reporttest.Models {
-			n := scheduling.Node{Name: name + "-" + model, Schedulable: true}
-			for g := range 4 {
-				n.GPUs = append(n.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: model, MemoryMiB: 81920, Healthy: true})
-			}
-			p.Nodes = append(p.Nodes, n)
-		}
-		pools = append(pools, p)
-	}
-	if err := s.UpsertInventory(ctx, pools); err != nil {
-		t.Fatal(err)
-	}
+	pools := storetest.ModelPools(reporttest.Pools, reporttest.Models, vocab.StageObserve, 4)
 	var queues []scheduling.Queue
 	for _, q := range reporttest.Queues {
 		sq := scheduling.Queue{Name: q.Name, Tier: q.Tier}
@@ -54,9 +34,7 @@ func summaryEnv(t *testing.T) *store.Store {
 		}
 		queues = append(queues, sq)
 	}
-	if err := s.UpsertQueues(ctx, queues); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: pools, Queues: queues})
 	return s
 }
 
@@ -142,6 +120,7 @@ func countRows(t *testing.T, s *store.Store, sql string) int {
 // before and after late writes (records dated in summarised hours, an
 // inventory change) that make stored summaries stale.
 func TestQueueReportFromSummariesEqualsRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := summaryEnv(t)
 	base := time.Now().UTC().Truncate(24 * time.Hour).Add(-5 * 24 * time.Hour)
@@ -207,6 +186,7 @@ func TestQueueReportFromSummariesEqualsRecords(t *testing.T) {
 // the project, and grouping by project (never summarised) equals the
 // records' report.
 func TestQueueReportProjectScope(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := summaryEnv(t)
 	base := time.Now().UTC().Truncate(time.Hour).Add(-48 * time.Hour)

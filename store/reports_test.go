@@ -19,12 +19,6 @@ import (
 // two A100s and node p-h100 with one H100, and queue "train".
 func reportEnv(t *testing.T) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
 	gpu := func(uuid, model string) scheduling.GPU {
 		return scheduling.GPU{UUID: uuid, Model: model, MemoryMiB: 81920, Healthy: true}
 	}
@@ -32,13 +26,8 @@ func reportEnv(t *testing.T) *store.Store {
 		{Name: "p-a100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-a0", "A100"), gpu("GPU-a1", "A100")}},
 		{Name: "p-h100", Schedulable: true, GPUs: []scheduling.GPU{gpu("GPU-h0", "H100")}},
 	}}
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
 	q := scheduling.Queue{Name: "train", Tier: vocab.TierStandard, ServiceShare: 2, MaxWait: 90 * time.Minute}
-	if err := s.UpsertQueues(ctx, []scheduling.Queue{q}); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{pool}, Queues: []scheduling.Queue{q}})
 	return s
 }
 
@@ -114,6 +103,7 @@ func (f *reportFlow) run(job, alloc string, start, end time.Time, outcome vocab.
 // that a job which ended before the window is left out. CancelJob stamps the
 // wall clock, so the history is laid out in the hours before now.
 func TestLoadReportInputFromStoreFlows(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := reportEnv(t)
 	f := &reportFlow{t: t, s: s}
@@ -224,6 +214,7 @@ func TestLoadReportInputFromStoreFlows(t *testing.T) {
 
 // TestLoadReportInputRejectsBadWindows checks the window errors.
 func TestLoadReportInputRejectsBadWindows(t *testing.T) {
+	t.Parallel()
 	s := reportEnv(t)
 	now := time.Now()
 	for _, c := range []struct {
@@ -246,6 +237,7 @@ func TestLoadReportInputRejectsBadWindows(t *testing.T) {
 // ended_at with the transition's time, and a later updated_at bump (a late
 // checkpoint record) does not move it.
 func TestJobsEndedAtTrigger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := reportEnv(t)
 	f := &reportFlow{t: t, s: s}

@@ -19,6 +19,7 @@ import (
 // gets no event; WaitTransitions counts only reason transitions. The time
 // per reason of the report adds up to the waits.
 func TestWaitEventsCoverSubmitToPlacement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := reportEnv(t)
 	f := &reportFlow{t: t, s: s}

@@ -14,6 +14,7 @@ import (
 )
 
 func TestUpsertInventoryKeepsGPUsWithActiveAllocations(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 2, 2)
@@ -73,6 +74,7 @@ func TestUpsertInventoryKeepsGPUsWithActiveAllocations(t *testing.T) {
 // preemption) and a preemption in progress, and checks that LoadSnapshot
 // returns exactly that.
 func TestLoadSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pools := []scheduling.Pool{testPool("p", 2, 4), testPool("q", 1, 2)}

@@ -18,6 +18,7 @@ import (
 )
 
 func TestMigrateUpFromEmptyDownAndUpAgain(t *testing.T) {
+	t.Parallel()
 	s, url := newStore(t)
 	ctx := context.Background()
 	db, err := sql.Open("pgx", url)
@@ -51,6 +52,7 @@ func TestMigrateUpFromEmptyDownAndUpAgain(t *testing.T) {
 }
 
 func TestOpenUnreachableNamesTheServer(t *testing.T) {
+	t.Parallel()
 	_, err := store.Open(context.Background(), "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2")
 	if err == nil || !contains(err.Error(), "cannot reach PostgreSQL at 127.0.0.1:1/nowhere") {
 		t.Fatalf("err = %v, want one naming the server", err)
@@ -69,6 +71,7 @@ func indexOf(s, sub string) int {
 }
 
 func TestCreateJobIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	nj := &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard, IdempotencyKey: "k1",
@@ -137,6 +140,7 @@ func TestCreateJobIdempotencyKey(t *testing.T) {
 }
 
 func TestCreateJobsBulkDeduplicates(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	existing, _, err := s.CreateJob(ctx, &store.NewJob{Project: "a", Queue: "q", IdempotencyKey: "x",
@@ -163,6 +167,7 @@ func TestCreateJobsBulkDeduplicates(t *testing.T) {
 }
 
 func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 4)
@@ -241,6 +246,7 @@ func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
 }
 
 func TestWaitEventsOnlyOnTransitions(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 1)
@@ -314,6 +320,7 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 }
 
 func TestPlacementConflictsAreReportedNotGranted(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 2)
@@ -349,6 +356,7 @@ func TestPlacementConflictsAreReportedNotGranted(t *testing.T) {
 }
 
 func TestBackstopRefusesOverGrantByAnyWriter(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 1)
@@ -380,6 +388,7 @@ func TestBackstopRefusesOverGrantByAnyWriter(t *testing.T) {
 }
 
 func TestFinishRunReleasesCapacityOnce(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 2)
@@ -443,6 +452,7 @@ func TestFinishRunReleasesCapacityOnce(t *testing.T) {
 }
 
 func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 1)
@@ -530,6 +540,7 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 }
 
 func TestCancelAndHold(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	pool := testPool("p", 1, 1)
@@ -589,6 +600,7 @@ func TestCancelAndHold(t *testing.T) {
 }
 
 func TestListJobsFiltersAndPages(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	var want []string
@@ -634,6 +646,7 @@ func TestListJobsFiltersAndPages(t *testing.T) {
 }
 
 func TestPolicyVersions(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.ActivePolicyVersion(ctx); !errors.Is(err, store.ErrNotFound) {

@@ -33,12 +33,9 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 // WithQueryTracer puts the tracer on the pool's connections: every store
 // query is seen (otelpgx plugs in there in serve).
 func TestWithQueryTracerSeesStoreQueries(t *testing.T) {
+	t.Parallel()
 	tr := &countingTracer{}
-	s, err := store.Open(context.Background(), storetest.NewDatabase(t), store.WithQueryTracer(tr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := storetest.NewStore(t, storetest.Fixture{}, store.WithQueryTracer(tr))
 	if _, err := s.ListQueues(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,7 @@ func columnCheckValues(t *testing.T, conn *pgx.Conn, table, column string) []str
 // a state, outcome, reason, class, mode, stage or tier added in one place
 // only fails here. A column without a CHECK fails too.
 func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
+	t.Parallel()
 	url := storetest.NewDatabase(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)

@@ -147,11 +147,11 @@ type described struct{ runID, queue string }
 
 func describe(ctx context.Context, t *testing.T, c client.Client, id string) described {
 	t.Helper()
-	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	d, err := c.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := d.GetWorkflowExecutionInfo()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
 	out := described{runID: info.GetExecution().GetRunId()}
 	if p := info.GetSearchAttributes().GetIndexedFields()[temporalx.QueueKey.GetName()]; p != nil {
 		if err := converter.GetDefaultDataConverter().FromPayload(p, &out.queue); err != nil {

@@ -201,8 +201,8 @@ func TestEndToEndOnDevServer(t *testing.T) {
 
 	// The scheduler's first run continues as new after its 6 cycles.
 	waitFor(t, 30*time.Second, "scheduler continue-as-new", func() bool {
-		d, err := c.DescribeWorkflowExecution(context.Background(), sched.GetID(), sched.GetRunID())
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+		d, err := c.DescribeWorkflow(context.Background(), sched.GetID(), sched.GetRunID())
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
 	})
 	record(t, c, firstRun.GetID(), firstRun.GetRunID(), "job-succeeded-"+map[bool]string{true: "waited", false: "direct"}[waited == firstRun])
 	record(t, c, secondRun.GetID(), secondRun.GetRunID(), "job-succeeded-"+map[bool]string{true: "waited", false: "direct"}[waited == secondRun])

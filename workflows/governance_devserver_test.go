@@ -35,25 +35,13 @@ const (
 // in stage) and the queues exp (experiment, low-risk) and prod (production).
 func newGovStore(t *testing.T, gpus int, stage vocab.AutomationStage) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	node := scheduling.Node{Name: testNode, CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
-	for i := range gpus {
-		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
-	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: testPool, Available: true, Stage: stage, Nodes: []scheduling.Node{node}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{
-		{Name: expQueue, Tier: vocab.TierExperiment, ServiceShare: 1, LowRisk: true},
-		{Name: prodQueue, Tier: vocab.TierProduction, ServiceShare: 1},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{
+		Pools: []scheduling.Pool{storetest.Pool(testPool, stage, 1, gpus)},
+		Queues: []scheduling.Queue{
+			{Name: expQueue, Tier: vocab.TierExperiment, ServiceShare: 1, LowRisk: true},
+			{Name: prodQueue, Tier: vocab.TierProduction, ServiceShare: 1},
+		},
+	})
 	return st
 }
 
@@ -250,7 +238,7 @@ func failRunHoldingGPUs(t *testing.T, st *store.Store, queue string, gpu int, ou
 	j := submitGovJob(t, st, govJob{queue: queue, tier: vocab.TierExperiment, gpus: 1, runSeconds: 100})
 	now := time.Now()
 	out, err := st.ApplyCycle(ctx, "cycle-"+j.ID, &scheduling.Result{PolicyVersion: "t", At: now, Placements: []scheduling.Placement{{
-		JobID: j.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: fmt.Sprintf("GPU-%d", gpu), Milli: 1000}}}}}, now)
+		JobID: j.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: gpuUUID(gpu), Milli: 1000}}}}}, now)
 	if err != nil || len(out.Placed) != 1 {
 		t.Fatalf("place %s: %+v %v", j.ID, out, err)
 	}

@@ -2,7 +2,6 @@ package workflows_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -27,31 +26,23 @@ import (
 
 const (
 	testPool  = "p1"
-	testNode  = "p1-n1"
-	testQueue = "train"
+	testQueue = "train" // storetest.TrainQueue
 )
 
-// newStore opens a store on a fresh database holding pool p1 (one node, gpus
-// whole A100s named GPU-<i>) and queue "train" (standard tier).
+// testNode is the one node of pool p1.
+var testNode = storetest.NodeName(testPool, 0)
+
+// gpuUUID is the UUID of GPU i of testNode.
+func gpuUUID(i int) string { return storetest.GPUName(testPool, 0, i) }
+
+// newStore opens a store on a fresh database holding pool p1 (one node of
+// gpus whole GPUs, stage observe) and queue "train" (standard tier).
 func newStore(t testing.TB, gpus int) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	node := scheduling.Node{Name: testNode, CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
-	for i := range gpus {
-		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
-	}
-	pools := []scheduling.Pool{{Name: testPool, Available: true, Stage: vocab.StageObserve, Nodes: []scheduling.Node{node}}}
-	if err := st.UpsertInventory(ctx, pools); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: testQueue, Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{
+		Pools:  []scheduling.Pool{storetest.Pool(testPool, vocab.StageObserve, 1, gpus)},
+		Queues: []scheduling.Queue{storetest.TrainQueue},
+	})
 	return st
 }
 
@@ -65,33 +56,19 @@ type jobSpec struct {
 // submitJob stores a job in p1.
 func submitJob(t testing.TB, st *store.Store, spec jobSpec) *store.Job {
 	t.Helper()
-	j, _, err := st.CreateJob(context.Background(), &store.NewJob{
+	return storetest.Submit(t, st, &store.NewJob{
 		Project: "vision", Queue: testQueue, Tier: vocab.TierStandard, RunSeconds: spec.runSeconds,
 		Request:  scheduling.ResourceRequest{GPUs: spec.gpus, Pool: testPool},
 		Recovery: scheduling.RecoveryEvidence{Checkpointable: spec.checkpointInterval > 0, CheckpointIntervalSeconds: spec.checkpointInterval},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
 }
 
-// placeJob grants job GPU-0 through a hand-written cycle, as the scheduler
+// placeJob grants job GPU 0 through a hand-written cycle, as the scheduler
 // would, and returns the `placed` signal the scheduler would send.
 func placeJob(t testing.TB, st *store.Store, jobID string) temporalx.PlacedSignal {
 	t.Helper()
-	now := time.Now()
-	res := &scheduling.Result{PolicyVersion: "test", At: now, Placements: []scheduling.Placement{{
-		JobID: jobID, Pool: testPool, Node: testNode, Rank: 1,
-		GPUs: []scheduling.GPUShare{{UUID: "GPU-0", Milli: scheduling.MilliPerGPU}},
-	}}}
-	out, err := st.ApplyCycle(context.Background(), "test-cycle-"+jobID, res, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Placed) != 1 {
-		t.Fatalf("placement refused: %+v", out.Conflicts)
-	}
+	out := storetest.Place(t, st, "test-cycle-"+jobID, time.Now(),
+		storetest.Placement(jobID, testPool, testNode, scheduling.MilliPerGPU, gpuUUID(0)))
 	p := out.Placed[0]
 	return temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: out.CycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs}
 }
@@ -165,19 +142,28 @@ func newTestEnv(t *testing.T, st *store.Store, run any) *testEnv {
 // newTestEnvWith is newTestEnv with the activities' dependencies given.
 func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 	st := deps.Store.(*store.Store)
+	return newWorkflowEnv(func(env *testEnv) {
+		if deps.Waker == nil {
+			deps.Waker = env
+		}
+		workflows.RegisterServiceWorker(env, deps)
+		if run == nil {
+			workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
+		} else {
+			env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
+		}
+	})
+}
+
+// newWorkflowEnv is a testsuite environment with what register registers
+// (the test environment takes registrations only before any mock) that
+// records search-attribute upserts and signals to other workflows.
+func newWorkflowEnv(register func(*testEnv)) *testEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
 	env := &testEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), failSend: map[string]error{}}
 	env.SetTestTimeout(2 * time.Minute)
-	if deps.Waker == nil {
-		deps.Waker = env
-	}
-	workflows.RegisterServiceWorker(env, deps)
-	if run == nil {
-		workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
-	} else {
-		env.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: executor.RunActivityName})
-	}
+	register(env)
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
 		env.mu.Lock()

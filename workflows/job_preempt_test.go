@@ -51,14 +51,14 @@ func TestJobWorkflowPreemptedRunsAgainFromCheckpoint(t *testing.T) {
 	env.signalAt(1300*time.Millisecond, temporalx.SignalPreempt, pre)
 	env.signalAt(1300*time.Millisecond, temporalx.SignalPreempt, pre)
 	env.RegisterDelayedCallback(func() {
-		// The preemption's Release, then the scheduler's next placement on GPU-1.
+		// The preemption's Release, then the scheduler's next placement on GPU 1.
 		ctx := context.Background()
 		if err := st.FinishRun(ctx, job.ID, runOf(t, st, job.ID), vocab.RunPreempted, "test release", time.Now()); err != nil {
 			t.Error(err)
 		}
 		now := time.Now()
 		out, err := st.ApplyCycle(ctx, "cycle-again", &scheduling.Result{PolicyVersion: "t", At: now, Placements: []scheduling.Placement{{
-			JobID: job.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: "GPU-1", Milli: 1000}}}}}, now)
+			JobID: job.ID, Pool: testPool, Node: testNode, Rank: 1, GPUs: []scheduling.GPUShare{{UUID: gpuUUID(1), Milli: 1000}}}}}, now)
 		if err != nil || len(out.Placed) != 1 {
 			t.Errorf("not placed again: %+v %v", out, err)
 			return

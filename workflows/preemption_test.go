@@ -53,7 +53,7 @@ func (r *recordingSignaler) named(name string) []sentSignal {
 	return out
 }
 
-// victimFixture is a running checkpointable victim on GPU-0 with a
+// victimFixture is a running checkpointable victim on GPU 0 with a
 // checkpoint at step 40, a trigger job, and an open preemption of the victim.
 type victimFixture struct {
 	st           *store.Store
@@ -177,7 +177,7 @@ func (f *victimFixture) stopVictim(t *testing.T, env *preemptEnv, d time.Duratio
 }
 
 // resumeVictim plays the scheduler and the victim at workflow time d: the
-// victim is placed on GPU-1, its next run starts at startStep and, when
+// victim is placed on GPU 1, its next run starts at startStep and, when
 // passStep > 0, checkpoints at passStep 20 s (by its clock) after its start.
 func (f *victimFixture) resumeVictim(t *testing.T, env *preemptEnv, d time.Duration, startStep, passStep int64) (started *time.Time) {
 	started = new(time.Time)
@@ -186,7 +186,7 @@ func (f *victimFixture) resumeVictim(t *testing.T, env *preemptEnv, d time.Durat
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		out, err := f.st.ApplyCycle(ctx, "cycle-resume-"+f.victim.ID, &scheduling.Result{PolicyVersion: "test", At: now,
 			Placements: []scheduling.Placement{{JobID: f.victim.ID, Pool: testPool, Node: testNode, Rank: 1,
-				GPUs: []scheduling.GPUShare{{UUID: "GPU-1", Milli: 1000}}}}}, now)
+				GPUs: []scheduling.GPUShare{{UUID: gpuUUID(1), Milli: 1000}}}}}, now)
 		if err != nil || len(out.Placed) != 1 {
 			t.Errorf("victim not placed again: %+v %v", out, err)
 			return

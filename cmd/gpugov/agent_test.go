@@ -80,14 +80,7 @@ func newAgentTestEnv(t *testing.T) *agentTestEnv {
 	t.Helper()
 	ds := temporaltest.Start(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{"tok-agent": {Name: "agent", Project: "platform", Role: vocab.RoleAgent}})
 	if err != nil {
 		t.Fatal(err)

@@ -54,24 +54,15 @@ type govCLIEnv struct {
 
 func newGovCLIEnv(t *testing.T, who api.Principal) *govCLIEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 	node := scheduling.Node{Name: govNode, CPUMilli: 64000, MemoryMiB: 512 * 1024, Schedulable: true}
 	for _, u := range []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"} {
 		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: u, Model: "A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true})
 	}
-	if err := st.UpsertInventory(ctx, []scheduling.Pool{{Name: govPool, Available: true, Stage: vocab.StageAutomate,
-		Nodes: []scheduling.Node{node}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: govQueue, Tier: vocab.TierStandard, ServiceShare: 1},
-		{Name: "serve", Tier: vocab.TierProduction, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{
+		Pools: []scheduling.Pool{{Name: govPool, Available: true, Stage: vocab.StageAutomate, Nodes: []scheduling.Node{node}}},
+		Queues: []scheduling.Queue{{Name: govQueue, Tier: vocab.TierStandard, ServiceShare: 1},
+			{Name: "serve", Tier: vocab.TierProduction, ServiceShare: 1}},
+	})
 	toks, err := api.NewTokens(map[string]api.Principal{cliToken: who})
 	if err != nil {
 		t.Fatal(err)
@@ -87,17 +78,8 @@ func newGovCLIEnv(t *testing.T, who api.Principal) *govCLIEnv {
 // there from startStep; it returns the allocation and the run.
 func placeAndRun(t *testing.T, st *store.Store, jobID string, gpus []string, startStep int64, at time.Time) (string, string) {
 	t.Helper()
-	ctx := context.Background()
-	p := scheduling.Placement{JobID: jobID, Pool: govPool, Node: govNode, Rank: 1}
-	for _, g := range gpus {
-		p.GPUs = append(p.GPUs, scheduling.GPUShare{UUID: g, Milli: 1000})
-	}
-	out, err := st.ApplyCycle(ctx, "place-"+jobID+"-"+gpus[0], &scheduling.Result{PolicyVersion: "t", At: at,
-		Placements: []scheduling.Placement{p}}, at)
-	if err != nil || len(out.Placed) != 1 {
-		t.Fatalf("place %s: %+v %v", jobID, out, err)
-	}
-	run, err := st.MarkRunning(ctx, jobID, out.Placed[0].AllocationID, startStep, at)
+	out := storetest.Place(t, st, "place-"+jobID+"-"+gpus[0], at, storetest.Placement(jobID, govPool, govNode, 1000, gpus...))
+	run, err := st.MarkRunning(context.Background(), jobID, out.Placed[0].AllocationID, startStep, at)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,15 +42,7 @@ const cliToken = "tok-cli"
 
 func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if err := st.UpsertQueues(ctx, []scheduling.Queue{{Name: "train", Tier: vocab.TierStandard, ServiceShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{cliToken: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter}})
 	if err != nil {
 		t.Fatal(err)

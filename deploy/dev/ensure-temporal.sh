@@ -5,8 +5,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 # `go install` leaves the CLI's own version string at 0.0.0-DEV (releases set it
 # by linker flag), so the module version recorded in the binary is checked.
-if [ -x "$TEMPORAL_BIN" ] && go version -m "$TEMPORAL_BIN" 2>/dev/null |
-    grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/temporalio/cli[[:space:]]+$TEMPORAL_VERSION[[:space:]]"; then
+if has_module_version "$TEMPORAL_BIN" github.com/temporalio/cli "$TEMPORAL_VERSION"; then
   exit 0
 fi
 log "building Temporal CLI $TEMPORAL_VERSION into $(dirname "$TEMPORAL_BIN") (first time: ~7 min on 2 cores)"

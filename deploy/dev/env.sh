@@ -14,3 +14,10 @@ export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
 GPUGOV_SEARCH_ATTRIBUTES=(GpugovQueue=Keyword GpugovTier=Keyword GpugovPool=Keyword GpugovWaitReason=Keyword GpugovJobState=Keyword)
 mkdir -p "$GPUGOV_STATE"
 log() { printf '[gpugov] %s\n' "$*" >&2; }
+# has_module_version BIN MODULE VERSION: true when BIN is an executable built
+# from MODULE at VERSION (the module version `go install` records in it, read by
+# `go version -m`; release builds' own version strings are not used).
+has_module_version() {
+  [ -x "$1" ] && go version -m "$1" 2>/dev/null |
+    grep -Eq "^[[:space:]]+mod[[:space:]]+$2[[:space:]]+$3[[:space:]]"
+}

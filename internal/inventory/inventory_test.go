@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
@@ -26,7 +26,7 @@ import (
 
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func mockCollector(s *dgxa100.Server) *nvmlinv.Collector {
+func mockCollector(s *server.Server) *nvmlinv.Collector {
 	return &nvmlinv.Collector{Lib: s, Node: "dgx-01", Pool: "a100-east", Now: func() time.Time { return at }}
 }
 

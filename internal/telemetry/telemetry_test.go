@@ -40,11 +40,46 @@ func TestMetricsExposedOnHandler(t *testing.T) {
 	}
 }
 
-// TestNilMetricsRecordNothing keeps the nil receiver contract callers rely on.
+// TestNilMetricsRecordNothing keeps the nil receiver contract callers rely on:
+// every recording method of a nil *Metrics returns without panicking, and
+// nothing reaches the installed meter provider's exposition.
 func TestNilMetricsRecordNothing(t *testing.T) {
+	ctx := context.Background()
+	tel, err := Setup(ctx, "gpugov-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	exposition := func() string {
+		rec := httptest.NewRecorder()
+		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		body, _ := io.ReadAll(rec.Body)
+		return string(body)
+	}
+	before := exposition()
+
 	var m *Metrics
-	m.SetWaiting(map[WaitingKey]int64{{Queue: "q", Reason: "held"}: 1})
-	m.RecordJobWait(context.Background(), "q", "standard", time.Second)
-	m.RecordCycle(context.Background(), time.Second)
-	m.RecordPlacement(context.Background(), "p", "standard")
+	for name, call := range map[string]func(){
+		"SetWaiting":         func() { m.SetWaiting(map[WaitingKey]int64{{Queue: "q", Reason: "held"}: 1}) },
+		"RecordJobWait":      func() { m.RecordJobWait(ctx, "q", "standard", time.Second) },
+		"RecordCycle":        func() { m.RecordCycle(ctx, time.Second) },
+		"RecordPlacement":    func() { m.RecordPlacement(ctx, "p", "standard") },
+		"SetQueueGauges":     func() { m.SetQueueGauges(map[string]QueueGauge{"q": {}}) },
+		"AddWaitTransitions": func() { m.AddWaitTransitions(ctx, map[string]int64{"held": 1}) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s on a nil *Metrics panicked: %v", name, r)
+				}
+			}()
+			call()
+		}()
+	}
+	after := exposition()
+	for _, series := range []string{`queue="q"`, `pool="p"`, `reason="held"`} {
+		if !strings.Contains(before, series) && strings.Contains(after, series) {
+			t.Errorf("a nil *Metrics recorded %s:\n%s", series, after)
+		}
+	}
 }

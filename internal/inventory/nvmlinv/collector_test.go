@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
@@ -19,7 +19,7 @@ import (
 
 var collectedAt = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func collector(s *dgxa100.Server) *nvmlinv.Collector {
+func collector(s *server.Server) *nvmlinv.Collector {
 	return &nvmlinv.Collector{
 		Lib: s, Node: "dgx-01", Pool: "a100-east", CPUMilli: 256000, MemoryMiB: 2 << 20,
 		Now: func() time.Time { return collectedAt },
@@ -27,7 +27,7 @@ func collector(s *dgxa100.Server) *nvmlinv.Collector {
 }
 
 // collect runs one collection and checks that NVML was shut down exactly once.
-func collect(t *testing.T, s *dgxa100.Server) (inventory.NodeInventory, error) {
+func collect(t *testing.T, s *server.Server) (inventory.NodeInventory, error) {
 	t.Helper()
 	inv, err := collector(s).CollectNode(context.Background())
 	if got := len(s.ShutdownCalls()); got != 1 {
@@ -36,7 +36,7 @@ func collect(t *testing.T, s *dgxa100.Server) (inventory.NodeInventory, error) {
 	return inv, err
 }
 
-func mustCollect(t *testing.T, s *dgxa100.Server) inventory.NodeInventory {
+func mustCollect(t *testing.T, s *server.Server) inventory.NodeInventory {
 	t.Helper()
 	inv, err := collect(t, s)
 	if err != nil {
@@ -102,7 +102,7 @@ func TestNVLinkDomains(t *testing.T) {
 	tests := []struct {
 		name        string
 		topo        nvmltest.Topology
-		change      func(s *dgxa100.Server)
+		change      func(s *server.Server)
 		wantDomains []string
 		wantPeers   [][]int // device indexes of each GPU's peers
 		wantNoLink  bool    // every GPU lists "nvlink" as unsupported
@@ -119,7 +119,7 @@ func TestNVLinkDomains(t *testing.T) {
 		},
 		{
 			name: "split 2x4 through two NVSwitch planes", topo: nvmltest.NVSwitchAllToAll,
-			change: func(s *dgxa100.Server) {
+			change: func(s *server.Server) {
 				// GPUs 0-3 reach switches 0-2 only, GPUs 4-7 switches 3-5 only.
 				for i := range nvmltest.GPUCount {
 					d := nvmltest.Device(s, i)
@@ -131,7 +131,7 @@ func TestNVLinkDomains(t *testing.T) {
 		},
 		{
 			name: "GPU 5 with all links down is alone", topo: nvmltest.NVSwitchAllToAll,
-			change: func(s *dgxa100.Server) {
+			change: func(s *server.Server) {
 				nvmltest.SetTopology(nvmltest.Device(s, 5), 5, nvmltest.LinksDown)
 			},
 			wantDomains: []string{"nvlink-0", "nvlink-0", "nvlink-0", "nvlink-0", "nvlink-0", "", "nvlink-0", "nvlink-0"},
@@ -207,25 +207,25 @@ func TestLegacyBusIDsMatchNVLinkRemotes(t *testing.T) {
 // failing makes one call of the mock return ERROR_UNKNOWN.
 type failing struct {
 	wantErr string
-	set     func(s *dgxa100.Server, ret nvml.Return)
+	set     func(s *server.Server, ret nvml.Return)
 }
 
 func failingCalls() []failing {
-	dev3 := func(s *dgxa100.Server) *dgxa100.Device { return nvmltest.Device(s, 3) }
+	dev3 := func(s *server.Server) *server.Device { return nvmltest.Device(s, 3) }
 	return []failing{
-		{"nvml SystemGetDriverVersion(): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml SystemGetDriverVersion(): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", r }
 		}},
-		{"nvml SystemGetNVMLVersion(): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml SystemGetNVMLVersion(): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			s.SystemGetNVMLVersionFunc = func() (string, nvml.Return) { return "", r }
 		}},
-		{"nvml SystemGetCudaDriverVersion(): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml SystemGetCudaDriverVersion(): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			s.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) { return 0, r }
 		}},
-		{"nvml DeviceGetCount(): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetCount(): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, r }
 		}},
-		{"nvml DeviceGetHandleByIndex(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetHandleByIndex(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			devices := s.Devices
 			s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 				if i == 3 {
@@ -234,22 +234,22 @@ func failingCalls() []failing {
 				return devices[i], nvml.SUCCESS
 			}
 		}},
-		{"nvml DeviceGetUUID(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetUUID(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetUUIDFunc = func() (string, nvml.Return) { return "", r }
 		}},
-		{"nvml DeviceGetName(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetName(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetNameFunc = func() (string, nvml.Return) { return "", r }
 		}},
-		{"nvml DeviceGetPciInfo(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetPciInfo(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, r }
 		}},
-		{"nvml DeviceGetMemoryInfo(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetMemoryInfo(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, r }
 		}},
-		{"nvml DeviceGetUtilizationRates(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetUtilizationRates(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, r }
 		}},
-		{"nvml DeviceGetNvLinkState(device 3, link 2): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetNvLinkState(device 3, link 2): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			d := dev3(s)
 			next := d.GetNvLinkStateFunc
 			d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
@@ -259,16 +259,16 @@ func failingCalls() []failing {
 				return next(link)
 			}
 		}},
-		{"nvml DeviceGetNvLinkRemotePciInfo(device 3, link 0): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetNvLinkRemotePciInfo(device 3, link 0): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetNvLinkRemotePciInfoFunc = func(int) (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, r }
 		}},
-		{"nvml DeviceGetRetiredPagesPendingStatus(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetRetiredPagesPendingStatus(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return 0, r }
 		}},
-		{"nvml DeviceGetRemappedRows(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetRemappedRows(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, r }
 		}},
-		{"nvml DeviceGetComputeRunningProcesses(device 3): ERROR_UNKNOWN", func(s *dgxa100.Server, r nvml.Return) {
+		{"nvml DeviceGetComputeRunningProcesses(device 3): ERROR_UNKNOWN", func(s *server.Server, r nvml.Return) {
 			dev3(s).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, r }
 		}},
 	}
@@ -333,23 +333,23 @@ func TestRequiredCallNotSupportedIsAnError(t *testing.T) {
 func TestHealthSignals(t *testing.T) {
 	tests := []struct {
 		name        string
-		set         func(d *dgxa100.Device)
+		set         func(d *server.Device)
 		wantHealthy bool
 		wantNote    string
 	}{
-		{"retired pages pending", func(d *dgxa100.Device) {
+		{"retired pages pending", func(d *server.Device) {
 			d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
 		}, false, "retired pages pending"},
-		{"row remapping failed", func(d *dgxa100.Device) {
+		{"row remapping failed", func(d *server.Device) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 2, false, true, nvml.SUCCESS }
 		}, false, "row remapping failed"},
-		{"row remapping pending", func(d *dgxa100.Device) {
+		{"row remapping pending", func(d *server.Device) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 1, true, false, nvml.SUCCESS }
 		}, false, "row remapping pending"},
-		{"rows remapped, nothing pending", func(d *dgxa100.Device) {
+		{"rows remapped, nothing pending", func(d *server.Device) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 3, 1, false, false, nvml.SUCCESS }
 		}, true, "remapped rows: 3 after correctable and 1 after uncorrectable memory errors"},
-		{"GPU lost", func(d *dgxa100.Device) {
+		{"GPU lost", func(d *server.Device) {
 			d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
 		}, false, "nvml DeviceGetMemoryInfo(device 6): ERROR_GPU_IS_LOST"},
 	}

@@ -57,12 +57,14 @@ func Binary() (path string, ok bool) {
 
 // Start starts an in-memory dev server on a free local port with gpugov's search
 // attributes registered, waits until it answers, and stops it (SIGTERM, then
-// SIGKILL after 10 s) when the test ends. It skips the test when the Temporal
-// CLI is not built (`make temporal` builds it) — except under CI (CI set), where
-// a missing CLI is a broken set-up and fails the test — and fails it when the
-// server does not come up within 60 s.
+// SIGKILL after 10 s) when the test ends. It skips the test under
+// `go test -short` (SkipShort) and when the Temporal CLI is not built (`make
+// temporal` builds it) — except under CI (CI set), where a missing CLI is a
+// broken set-up and fails the test — and fails it when the server does not
+// come up within 60 s.
 func Start(t testing.TB) *DevServer {
 	t.Helper()
+	SkipShort(t)
 	bin, ok := Binary()
 	if !ok {
 		if os.Getenv("CI") != "" {
@@ -90,6 +92,15 @@ func Start(t testing.TB) *DevServer {
 	}
 	t.Cleanup(c.Close)
 	return &DevServer{HostPort: hostPort, Client: c}
+}
+
+// SkipShort skips t under `go test -short`: the test needs a Temporal dev
+// server, and -short is the tier that needs no service (`make test-unit`).
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the Temporal dev server: skipped under -short (make test-unit); `make test` runs it")
+	}
 }
 
 // dialUntilReady dials until the server answers a health check, the process

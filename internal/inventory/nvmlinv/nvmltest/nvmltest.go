@@ -70,7 +70,7 @@ func UtilizationMemory(i int) uint32 { return uint32(5 * i) }
 // card ("NVIDIA A100-SXM4-40GB"; the model says "Mock NVIDIA …"), memory used
 // equal to its processes' memory, healthy memory, the utilisation above and the
 // given NVLink topology.
-func NewDGXA100(topo Topology) *dgxa100.Server {
+func NewDGXA100(topo Topology) *server.Server {
 	s := dgxa100.New()
 	for i := range s.Devices {
 		configure(Device(s, i), i, topo)
@@ -79,7 +79,7 @@ func NewDGXA100(topo Topology) *dgxa100.Server {
 }
 
 // Device returns device i of a server built by NewDGXA100, to change its answers.
-func Device(s *dgxa100.Server, i int) *server.Device {
+func Device(s *server.Server, i int) *server.Device {
 	return s.Devices[i].(*server.Device)
 }
 
