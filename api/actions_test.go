@@ -102,6 +102,7 @@ func notReadySpec() map[string]any {
 // job shows it, the audit has who with before and after, the scheduler is
 // woken, and the roles the route allows may call it.
 func TestSetPrerequisiteRoute(t *testing.T) {
+	t.Parallel()
 	env := newActionTestEnv(t)
 	j := env.mustSubmit(tokAlice, notReadySpec())
 	path := "/v1/jobs/" + j.ID + "/prerequisites/data"
@@ -150,6 +151,7 @@ func TestSetPrerequisiteRoute(t *testing.T) {
 // TestSetPrerequisiteRejects checks that every bad request is a 4xx naming
 // the field (or the prerequisite) and changes nothing.
 func TestSetPrerequisiteRejects(t *testing.T) {
+	t.Parallel()
 	env := newActionTestEnv(t)
 	j := env.mustSubmit(tokAlice, notReadySpec())
 	path := "/v1/jobs/" + j.ID + "/prerequisites/data"
@@ -180,6 +182,7 @@ func TestSetPrerequisiteRejects(t *testing.T) {
 // request with its submit time kept, the audit has before and after, the
 // scheduler is woken; an agent may not amend.
 func TestAmendJobRoute(t *testing.T) {
+	t.Parallel()
 	env := newActionTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	notified := env.wf.notified
@@ -215,6 +218,7 @@ func TestAmendJobRoute(t *testing.T) {
 // field — the submission's own decoder and validator answer — and changes
 // nothing; a placed job is a 409.
 func TestAmendJobRejects(t *testing.T) {
+	t.Parallel()
 	env := newActionTestEnv(t)
 	j := env.mustSubmit(tokAlice, validSpec())
 	path := "/v1/jobs/" + j.ID

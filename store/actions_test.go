@@ -15,6 +15,7 @@ import (
 // scheduler's snapshot and the audit entry with before and after, and that a
 // repeat, an unknown name and a final job change nothing.
 func TestSetPrerequisite(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	j, _, err := s.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,
@@ -77,6 +78,7 @@ func TestSetPrerequisite(t *testing.T) {
 // old shape is refused; pool changes, placed jobs and repeats are refused or
 // change nothing.
 func TestAmendJob(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 4)}); err != nil {
