@@ -101,6 +101,10 @@ type StarvationReport struct {
 	Total              StarvationGroup           `json:"total"`
 	Groups             []StarvationGroup         `json:"groups"`
 	Starving           []queuereport.StarvingJob `json:"starving"` // longest waits first, at most queuereport.DefaultStarvingLimit
+	// Stuck lists the jobs stuck, needing action, at the end
+	// (queuereport.StuckJob): they carry no signal. Longest waits first, at
+	// most queuereport.DefaultStarvingLimit.
+	Stuck []queuereport.StuckJob `json:"stuck"`
 }
 
 // StarvationGroup is one group's starvation counts.
@@ -114,6 +118,7 @@ type StarvationGroup struct {
 	OvertakenJobs      int               `json:"overtaken_jobs"`
 	ReleaseStarvedJobs int               `json:"release_starved_jobs"`
 	TierStarvedJobs    int               `json:"tier_starved_jobs"`
+	StuckJobs          int               `json:"stuck_jobs"` // jobs stuck, needing action, at the end (queuereport.Group.StuckJobs)
 }
 
 // reportRoutes adds the report routes to the authenticated /v1 group.
@@ -162,7 +167,8 @@ func (s *Server) starvationReport(c *gin.Context) {
 	o := r.Options
 	out := StarvationReport{Window: o.Window, End: r.End, GroupBy: o.GroupBy, OvertakenThreshold: o.OvertakenThreshold,
 		StarvationReleases: o.StarvationReleases, TierArrivalThreshold: o.TierArrivalThreshold,
-		StarvationMinWaitS: o.StarvationMinWaitS, Total: starvationGroup(&r.Total), Groups: make([]StarvationGroup, 0, len(r.Groups)), Starving: r.Starving}
+		StarvationMinWaitS: o.StarvationMinWaitS, Total: starvationGroup(&r.Total), Groups: make([]StarvationGroup, 0, len(r.Groups)), Starving: r.Starving,
+		Stuck: r.Stuck}
 	for i := range r.Groups {
 		out.Groups = append(out.Groups, starvationGroup(&r.Groups[i]))
 	}
@@ -172,7 +178,7 @@ func (s *Server) starvationReport(c *gin.Context) {
 func starvationGroup(g *queuereport.Group) StarvationGroup {
 	return StarvationGroup{Key: g.Key, Jobs: g.Jobs, StillWaiting: g.StillWaiting, LongestWaitS: g.LongestWaitS,
 		LongestWaitJobID: g.LongestWaitJobID, StarvingJobs: g.StarvingJobs, OvertakenJobs: g.OvertakenJobs,
-		ReleaseStarvedJobs: g.ReleaseStarvedJobs, TierStarvedJobs: g.TierStarvedJobs}
+		ReleaseStarvedJobs: g.ReleaseStarvedJobs, TierStarvedJobs: g.TierStarvedJobs, StuckJobs: g.StuckJobs}
 }
 
 // compareReports handles GET /v1/reports/compare: the same report over two

@@ -75,11 +75,13 @@ type StartedPreemption struct {
 //     cordoned or gone) is skipped and listed in Conflicts (accounting's
 //     admission rules decide the capacity part; the gpu_usage CHECK
 //     constraint is the backstop); placed jobs become
-//     placed, their open wait event closes at now and their wait seconds are
-//     added to AccruedAgingS;
+//     placed, their open wait event closes at now and their current eligible
+//     stretch (aging_since to now) is added to AccruedAgingS;
 //   - each wait status updates the job's reason and explanation and writes a
 //     wait-event transition only when the reason or detail changed
-//     (accounting.WaitChanged);
+//     (accounting.WaitChanged); a reason that earns no aging
+//     (vocab.WaitReason.EarnsAging) stops the job's eligible stretch at now,
+//     one that earns starts it (accounting.AgingClock.OnReason);
 //   - a job this cycle places or gives a reason while it has no open wait
 //     event (its first evaluation since it was submitted or requeued) first
 //     gets a closed vocab.ReasonNotYetEvaluated event from then (jobs.waiting_since,
@@ -409,7 +411,8 @@ func describeShares(gs []scheduling.GPUShare) string {
 
 // insertPlacements writes allocations and allocation_gpus (the trigger adds
 // them to gpu_usage, whose CHECK is the backstop), marks the jobs placed,
-// carries their wait seconds into accrued_aging_s and closes their wait events.
+// carries their current eligible stretch into accrued_aging_s
+// (accounting.AgingClock.Stop) and closes their wait events.
 func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placementRows, now time.Time) error {
 	if len(r.allocIDs) == 0 {
 		return nil
@@ -434,8 +437,8 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE jobs j SET state = 'placed', reason = NULL, explanation = u.expl::jsonb,
-			accrued_aging_s = j.accrued_aging_s + greatest(0, extract(epoch FROM $3::timestamptz - j.waiting_since))::float8,
-			updated_at = $3
+			accrued_aging_s = j.accrued_aging_s + coalesce(greatest(0, extract(epoch FROM $3::timestamptz - j.aging_since))::float8, 0),
+			aging_since = NULL, updated_at = $3
 		FROM unnest($1::text[], $2::text[]) AS u(id, expl) WHERE j.id = u.id`,
 		r.jobIDs, r.explanations, now); err != nil {
 		return fmt.Errorf("mark jobs placed: %w", err)
@@ -534,6 +537,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		return fmt.Errorf("read wait state: %w", err)
 	}
 	var upd, updReason, updExpl []string
+	var updEarns []bool
 	expls := make([]string, len(ws)) // parallel to ws
 	transition := map[string]bool{}
 	for i, w := range ws {
@@ -545,17 +549,21 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
 			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
+		updEarns = append(updEarns, w.Reason.EarnsAging())
 		if accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
 			transition[w.JobID] = true
 		}
 	}
 	changed := make(map[string]bool, len(upd))
 	err = forEachRow(ctx, tx, `
-		UPDATE jobs j SET state = 'waiting', reason = u.reason, explanation = u.expl::jsonb, updated_at = $4
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, reason, expl)
+		UPDATE jobs j SET state = 'waiting', reason = u.reason, explanation = u.expl::jsonb, updated_at = $4,
+			accrued_aging_s = CASE WHEN u.earns THEN j.accrued_aging_s
+				ELSE j.accrued_aging_s + coalesce(greatest(0, extract(epoch FROM $4::timestamptz - j.aging_since))::float8, 0) END,
+			aging_since = CASE WHEN u.earns THEN coalesce(j.aging_since, $4::timestamptz) ELSE NULL END
+		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[]) AS u(id, reason, expl, earns)
 		WHERE j.id = u.id AND j.state IN ('submitted', 'waiting')
 			AND (j.state <> 'waiting' OR j.reason IS DISTINCT FROM u.reason OR j.explanation IS DISTINCT FROM u.expl::jsonb)
-		RETURNING j.id`, []any{upd, updReason, updExpl, now}, func(rows pgx.Rows) error {
+		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns}, func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
 		changed[id] = true

@@ -233,9 +233,9 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 	err := s.inTx(ctx, "create job", func(tx pgx.Tx) error {
 		id := newID("j-")
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, held,
+			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, aging_since, held,
 				prerequisites, recovery, protected, idempotency_key, spec)
-			VALUES ($1, $2, $3, $4, $5, 'submitted', $6, $6, $7, $8, $9, $10, $11, $12)
+			VALUES ($1, $2, $3, $4, $5, 'submitted', $6, $6, $6, $7, $8, $9, $10, $11, $12)
 			ON CONFLICT (project, idempotency_key) DO NOTHING`,
 			id, nj.Project, nj.Queue, nj.Tier.String(), mustJSON(toRequestDoc(nj.Request)), submit, nj.Held,
 			mustJSON(toPrerequisiteDocs(nj.Prerequisites)), mustJSON(toRecoveryDoc(nj.Recovery)), nj.Protected, key,
@@ -492,9 +492,9 @@ func (s *Store) CreateJobs(ctx context.Context, njs []*NewJob) ([]string, error)
 		}
 		created := make(map[string]bool, len(njs))
 		err := forEachRow(ctx, tx, `
-			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, held,
+			INSERT INTO jobs (id, project, queue, tier, request, state, submit_time, waiting_since, aging_since, held,
 				prerequisites, recovery, protected, idempotency_key, spec)
-			SELECT u.id, u.project, u.queue, u.tier, u.request::jsonb, 'submitted', u.submit, u.submit, u.held,
+			SELECT u.id, u.project, u.queue, u.tier, u.request::jsonb, 'submitted', u.submit, u.submit, u.submit, u.held,
 				u.prereqs::jsonb, u.recovery::jsonb, u.protected, nullif(u.key, ''), u.spec::jsonb
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bool[],
 				$8::text[], $9::text[], $10::bool[], $11::text[], $12::text[])

@@ -158,8 +158,9 @@ func TestQueueReportFromSummariesEqualsRecords(t *testing.T) {
 	if n := countRows(t, s, `SELECT count(*) FROM report_summaries WHERE kind = 'day'`); n < 3 {
 		t.Fatalf("%d day summaries stored, want at least 3", n)
 	}
-	if r := recordsReport(t, s, queuereport.Options{Window: windows[0], Now: now}); r.Total.StarvingJobs == 0 || r.Total.JobsOverObjective == 0 {
-		t.Fatalf("the records make no starving job or none over its objective: %+v", r.Total)
+	if r := recordsReport(t, s, queuereport.Options{Window: windows[0], Now: now}); r.Total.StarvingJobs == 0 || r.Total.JobsOverObjective == 0 ||
+		r.Total.StuckJobs == 0 {
+		t.Fatalf("the records make no starving job, none over its objective or none stuck: %+v", r.Total)
 	}
 
 	// Late writes: a second history in the summarised past, and a change of

@@ -147,12 +147,13 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome voca
 }
 
 // setJobAfterRelease moves a job whose allocation was released to the state
-// of outcome: requeued → waiting (waiting_since=at, accrued aging kept).
+// of outcome: requeued → waiting (waiting_since=at, accrued aging kept, its
+// eligible stretch started at at: accounting.AgingClock.Start).
 func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID string, outcome vocab.RunOutcome, at time.Time) error {
 	var err error
 	if outcome == vocab.RunRequeued {
 		_, err = tx.Exec(ctx, `
-			UPDATE jobs SET state = 'waiting', waiting_since = $2, reason = NULL, explanation = NULL, updated_at = $2
+			UPDATE jobs SET state = 'waiting', waiting_since = $2, aging_since = $2, reason = NULL, explanation = NULL, updated_at = $2
 			WHERE id = $1`, jobID, at)
 	} else {
 		_, err = tx.Exec(ctx, `UPDATE jobs SET state = $3, reason = NULL, updated_at = $2 WHERE id = $1`, jobID, at, outcome)

@@ -215,7 +215,7 @@ func (l *snapshotLoader) queries() []rowQuery {
 			return err
 		}},
 		rowQuery{sql: `
-			SELECT seq, protected, held, waiting_since, accrued_aging_s, prereq_triples,
+			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
 			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
 		rowQuery{sql: `SELECT for_job_id, victim_job_id FROM preemptions WHERE ended_at IS NULL ORDER BY victim_job_id`,
@@ -282,11 +282,19 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 	var checkpoint []byte
 	var c recoveryCols
 	var seq int64
-	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &triples,
+	var agingSince *time.Time
+	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &agingSince, &triples,
 		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint); err != nil {
 		return err
 	}
 	pj.Recovery, pj.WaitingSince = c.recovery(), pj.WaitingSince.UTC()
+	// A NULL aging_since is a paused clock (accounting.AgingClock): the job's
+	// current reason earns no aging.
+	if agingSince != nil {
+		pj.AgingSince = agingSince.UTC()
+	} else {
+		pj.AgingPaused = true
+	}
 	if len(triples) >= 3 {
 		pj.Prerequisites = make([]scheduling.Prerequisite, 0, len(triples)/3)
 		for i := 0; i+2 < len(triples); i += 3 {

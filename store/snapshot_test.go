@@ -193,7 +193,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	}
 	for i, nj := range pendingIn {
 		pj := scheduling.PendingJob{ID: pendingIDs[i], Project: nj.Project, Queue: nj.Queue, Tier: nj.Tier,
-			Request: nj.Request, SubmitTime: nj.SubmitTime, WaitingSince: nj.SubmitTime, Prerequisites: nj.Prerequisites,
+			Request: nj.Request, SubmitTime: nj.SubmitTime, WaitingSince: nj.SubmitTime, AgingSince: nj.SubmitTime, Prerequisites: nj.Prerequisites,
 			Held: nj.Held, Recovery: nj.Recovery, Protected: nj.Protected}
 		if i == 1 {
 			pj.PreemptionInProgress = []string{runningIDs[1]}
@@ -236,7 +236,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Pending = append(want.Pending[:2], scheduling.PendingJob{ID: extraID, Project: "nlp", Queue: "train",
-		Tier: vocab.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime})
+		Tier: vocab.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime, AgingSince: extra.SubmitTime})
 	third, err := s.LoadSnapshot(ctx, now)
 	if err != nil {
 		t.Fatal(err)

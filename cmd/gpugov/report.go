@@ -27,7 +27,9 @@ records with the definitions of internal/queuereport (the project design's queue
 metrics): per group, wait P50/P95/P99 (submit → first start, and after a requeue),
 the longest continuous wait, jobs over the queue's wait objective, cancellation while
 waiting, delivered vs target service share, time per wait reason and starvation signals,
-then the starving jobs.
+then the starving jobs, then the jobs stuck, needing action: still waiting in a reason that
+earns no aging (held, environment_not_ready, pool_unavailable, no_matching_capacity), with
+their owner and the action.
 
 The window is [--from, --to) (RFC 3339 times), by default the 24 hours before now.
 --compare BEFORE_FROM,BEFORE_TO:AFTER_FROM,AFTER_TO (or --before FROM,TO --after FROM,TO)

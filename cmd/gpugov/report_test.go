@@ -26,8 +26,15 @@ func TestReportCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A request no node fits: stuck, needing its owner's action, not starving.
+	spec, _, err := env.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,
+		SubmitTime: submitted, Request: scheduling.ResourceRequest{GPUs: 64, Pool: "a100-east"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := env.store.ApplyCycle(ctx, "c1", &scheduling.Result{At: submitted, Waiting: []scheduling.WaitStatus{
-		{JobID: job.ID, Reason: vocab.ReasonCapacityBusy, Rank: 1}}}, submitted); err != nil {
+		{JobID: job.ID, Reason: vocab.ReasonCapacityBusy, Rank: 1},
+		{JobID: spec.ID, Reason: vocab.ReasonNoMatchingCapacity, Rank: 2}}}, submitted); err != nil {
 		t.Fatal(err)
 	}
 
@@ -35,7 +42,8 @@ func TestReportCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	for _, s := range []string{"Queue service report", "group by   queue", "train", "CAPACITY_BUSY", "Starving jobs (0 listed of 0)"} {
+	for _, s := range []string{"Queue service report", "group by   queue", "train", "CAPACITY_BUSY", "Starving jobs (0 listed of 0)",
+		"Stuck: needs action (1 listed of 1)", spec.ID, "vision", "no_matching_capacity", vocab.ReasonNoMatchingCapacity.NextAction()} {
 		if !strings.Contains(out, s) {
 			t.Errorf("report lacks %q:\n%s", s, out)
 		}
@@ -49,8 +57,12 @@ func TestReportCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("decode %s: %v", out, err)
 	}
-	if r.Total.Jobs != 1 || r.Total.StillWaiting != 1 || len(r.Groups) != 0 || r.Total.LongestWaitS == nil || *r.Total.LongestWaitS < 7100 {
+	if r.Total.Jobs != 2 || r.Total.StillWaiting != 2 || len(r.Groups) != 0 || r.Total.LongestWaitS == nil || *r.Total.LongestWaitS < 7100 {
 		t.Errorf("json report total %+v, %d groups", r.Total, len(r.Groups))
+	}
+	if r.Total.StuckJobs != 1 || len(r.Stuck) != 1 || r.Stuck[0].JobID != spec.ID || r.Stuck[0].Project != "vision" ||
+		r.Stuck[0].Action != vocab.ReasonNoMatchingCapacity.NextAction() {
+		t.Errorf("json report stuck %d: %+v, want %s with its owner and action", r.Total.StuckJobs, r.Stuck, spec.ID)
 	}
 
 	hour := func(h int) string {

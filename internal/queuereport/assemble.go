@@ -51,12 +51,13 @@ func (c *computer) report() Report {
 	for g := range c.aggs {
 		keys[g] = c.keyMap(c.aggs[g].key)
 	}
-	cands := c.signals()
+	cands, stuck := c.signals(keys)
 	r := Report{
 		Options:  c.opts,
 		End:      time.Unix(0, c.end).UTC(),
 		Groups:   make([]Group, 0, len(c.aggs)),
 		Starving: c.starvingList(cands, keys),
+		Stuck:    stuckList(stuck, c.opts.StarvingLimit),
 	}
 	total := agg{longest: -1}
 	for _, g := range order {
@@ -96,13 +97,24 @@ func (c *computer) jobCounts(j int) (ot, rel, arr int32) {
 // the thresholds), adds them to its group and returns the starving jobs to
 // list, ordered: longest wait first, then job ID. With a limit, only the best
 // candidates are kept (a bounded heap), so that ordering costs O(n log limit)
-// however many jobs are starving.
-func (c *computer) signals() []candidate {
+// however many jobs are starving. A job stuck at the report end (StuckJob)
+// gets no signal: it is counted and returned as stuck instead; keys are the
+// group key maps.
+func (c *computer) signals(keys []map[string]string) ([]candidate, []stuckCand) {
 	h := &candHeap{c: c, limit: c.opts.StarvingLimit}
+	var stuck []stuckCand
 	for j := range c.jobs {
+		ag := &c.aggs[c.jobs[j].group]
+		if i := c.stuckWait(j); i >= 0 {
+			ag.stuck++
+			jb := &c.in.Jobs[j]
+			stuck = append(stuck, stuckCand{job: jb.ID, key: keys[c.jobs[j].group], queue: jb.Queue, tier: jb.Tier.String(),
+				pool: jb.Pool, project: jb.Project, reason: c.reasons.names[c.lastRsn[j]],
+				start: c.waits[i].a, length: c.waitLen(i)})
+			continue
+		}
 		ot, rel, arr := c.jobCounts(j)
 		var bits uint8
-		ag := &c.aggs[c.jobs[j].group]
 		if int(ot) >= c.opts.OvertakenThreshold {
 			bits |= sigOvertaken
 			ag.overtaken++
@@ -131,7 +143,7 @@ func (c *computer) signals() []candidate {
 		}
 		return 1 // job IDs are unique, so distinct candidates never tie
 	})
-	return h.items
+	return h.items, stuck
 }
 
 // ranksBefore reports whether starving job a is listed before b.
@@ -222,6 +234,7 @@ func (a *agg) merge(b *agg, c *computer) {
 	a.overtaken += b.overtaken
 	a.released += b.released
 	a.tierStarved += b.tierStarved
+	a.stuck += b.stuck
 }
 
 // group converts an accumulator to its Group; den is the GPU-seconds the
@@ -238,7 +251,7 @@ func (c *computer) group(ag *agg, key map[string]string, den secAcc) Group {
 		GPUSeconds:        ag.gpu.seconds() / scheduling.MilliPerGPU,
 		WaitReasonSeconds: map[string]float64{},
 		StarvingJobs:      ag.starving, OvertakenJobs: ag.overtaken,
-		ReleaseStarvedJobs: ag.released, TierStarvedJobs: ag.tierStarved,
+		ReleaseStarvedJobs: ag.released, TierStarvedJobs: ag.tierStarved, StuckJobs: ag.stuck,
 	}
 	g.Started, g.WaitP50S, g.WaitP95S, g.WaitP99S, g.WaitMaxS = waitStats(initial)
 	g.RequeueStarts, g.RequeueWaitP50S, g.RequeueWaitP95S, g.RequeueWaitP99S, g.RequeueWaitMaxS = waitStats(requeue)

@@ -82,6 +82,7 @@ var groupMetrics = []metricDef{
 	countMetric("overtaken_jobs", func(g *Group) int { return g.OvertakenJobs }),
 	countMetric("release_starved_jobs", func(g *Group) int { return g.ReleaseStarvedJobs }),
 	countMetric("tier_starved_jobs", func(g *Group) int { return g.TierStarvedJobs }),
+	countMetric("stuck_jobs", func(g *Group) int { return g.StuckJobs }),
 }
 
 // reasonMetricPrefix prefixes the per-reason metrics of a comparison.

@@ -66,7 +66,7 @@ type agg struct {
 	gpu                              secAcc // milli-GPU-seconds
 	reasons                          []secAcc
 	starving, overtaken, released    int
-	tierStarved                      int
+	tierStarved, stuck               int
 }
 
 // computer holds the state of one Compute call.

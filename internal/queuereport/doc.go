@@ -84,6 +84,14 @@
 //   - higher_tier_arrivals: jobs of a higher tier submitted to the same pool in
 //     [lo, hi).
 //
+// A job whose last wait is open at the report end while the reason of its
+// latest wait event earns no aging (held, environment_not_ready,
+// pool_unavailable, no_matching_capacity: vocab.ReasonInfo.EarnsAging) is
+// stuck, needing action: waiting will not end its wait, so it carries no
+// starvation signal; each group counts its stuck jobs and Report.Stuck lists
+// them (the same order and limit as the starving jobs) with the owner (the
+// project), the reason and its next action.
+//
 // Every group counts its starving jobs exactly; Report.Starving lists the
 // first Options.StarvingLimit of them (longest wait first, then job ID), each
 // with its signals, its largest counts, its longest wait in the window and the

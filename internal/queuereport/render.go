@@ -11,7 +11,8 @@ import (
 )
 
 // RenderReport writes r as readable aligned tables: one row per group and the
-// total, the time per wait reason, and the starving jobs. Durations are shown
+// total, the time per wait reason, the starving jobs and the jobs stuck,
+// needing action (with their owner and the action). Durations are shown
 // as 45s, 12m30s, 3h04m or 2d03h; "-" marks an undefined value. It returns the
 // writer's error.
 func RenderReport(w io.Writer, r Report) error {
@@ -26,6 +27,7 @@ func RenderReport(w io.Writer, r Report) error {
 	renderGroups(ew, o.GroupBy, rows)
 	renderReasons(ew, o.GroupBy, rows)
 	renderStarving(ew, r)
+	renderStuck(ew, r)
 	return ew.err
 }
 
@@ -86,6 +88,22 @@ func renderStarving(ew *errWriter, r Report) {
 			waited += " (still waiting)"
 		}
 		writeLeftRow(tw, []string{s.JobID, keyValueLabel(s.Queue), s.Tier, keyValueLabel(s.Pool), waited, stamp(s.WaitStart), signalCounts(s), orDash(s.LastReason)})
+	}
+	ew.err = firstErr(ew.err, tw.Flush())
+}
+
+// renderStuck lists the jobs stuck at the report end with their owner and
+// the action their reason asks for (StuckJob).
+func renderStuck(ew *errWriter, r Report) {
+	ew.printf("\nStuck: needs action (%d listed of %d)\n", len(r.Stuck), r.Total.StuckJobs)
+	if len(r.Stuck) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	writeLeftRow(tw, []string{"JOB", "QUEUE", "TIER", "POOL", "OWNER", "REASON", "WAITED", "SINCE", "ACTION"})
+	for _, s := range r.Stuck {
+		writeLeftRow(tw, []string{s.JobID, keyValueLabel(s.Queue), s.Tier, keyValueLabel(s.Pool), orDash(s.Project),
+			s.Reason, dur(&s.WaitS), stamp(s.WaitStart), s.Action})
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
 }

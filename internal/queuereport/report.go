@@ -12,6 +12,10 @@ type Report struct {
 	Total    Group         `json:"total"`    // every job, whatever the grouping
 	Groups   []Group       `json:"groups"`   // one per key present, sorted by key (tiers highest first)
 	Starving []StarvingJob `json:"starving"` // starving jobs, longest wait first, at most Options.StarvingLimit (Total.StarvingJobs counts all)
+	// Stuck lists the jobs stuck, needing action, at the report end
+	// (StuckJob), longest wait first, at most Options.StarvingLimit
+	// (Total.StuckJobs counts all).
+	Stuck []StuckJob `json:"stuck"`
 }
 
 // Group is the report of one group of jobs. Durations are seconds; pointers are
@@ -59,6 +63,9 @@ type Group struct {
 	OvertakenJobs      int `json:"overtaken_jobs"`       // jobs with the overtaken signal
 	ReleaseStarvedJobs int `json:"release_starved_jobs"` // jobs with the releases signal
 	TierStarvedJobs    int `json:"tier_starved_jobs"`    // jobs with the higher_tier_arrivals signal
+	// StuckJobs counts the jobs stuck, needing action, at the report end
+	// (StuckJob); they carry no starvation signal.
+	StuckJobs int `json:"stuck_jobs"`
 }
 
 // Starvation signal names, as listed in StarvingJob.Signals.

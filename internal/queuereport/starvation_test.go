@@ -146,7 +146,7 @@ func TestStarvingListOrderAndLimit(t *testing.T) {
 	in := Input{Jobs: []Job{testJob("b", 0), testJob("a", 0), testJob("c", 50)},
 		WaitEvents: []WaitEvent{
 			{JobID: "a", Reason: vocab.ReasonCapacityBusy, Start: at(0), End: atp(40)},
-			{JobID: "a", Reason: vocab.ReasonHeld, Start: at(40)},
+			{JobID: "a", Reason: vocab.ReasonQuotaExhausted, Start: at(40)},
 		},
 		Releases: []Release{{At: at(60), Pool: "p"}},
 	}
@@ -159,7 +159,7 @@ func TestStarvingListOrderAndLimit(t *testing.T) {
 	if !slices.Equal(ids, []string{"a", "b", "c"}) {
 		t.Errorf("order %v, want a, b (100 s, by ID) then c (50 s)", ids)
 	}
-	if r.Starving[0].LastReason != "held" || !r.Starving[0].WaitOngoing || r.Starving[0].WaitS != 100 {
+	if r.Starving[0].LastReason != "quota_exhausted" || !r.Starving[0].WaitOngoing || r.Starving[0].WaitS != 100 {
 		t.Errorf("a: %+v", r.Starving[0])
 	}
 	o.StarvingLimit = 2

@@ -25,9 +25,9 @@ import (
 // to it, the jobs alive at its start, the waits still open at its end, and
 // the longest unlisted wait that ended in (From, To] or was open at To.
 //
-// Waits that are open, or closed after lasting at least the summary's
-// MinWait, are listed one by one with their starvation counts inside the
-// segment; they are the only waits that can be over a wait objective or
+// Waits that are open (at To, or with no end at all), or closed after
+// lasting at least the summary's MinWait, are listed one by one with their
+// starvation counts inside the segment; they are the only waits that can be over a wait objective or
 // carry a starvation signal when MinWait ≤ RequiredMinWait (see there), so
 // the job-level metrics (jobs over objective, signals, the starving list)
 // are computed from the listed waits alone.
@@ -254,7 +254,10 @@ func (c *computer) sumWaits(s *Summary) {
 		}
 		jr := &c.jobs[w.job]
 		g := &s.groups[jr.group]
-		if w.how == endOpen || w.b-w.a >= s.minWait {
+		// A wait still open at the segment's end is listed even when its
+		// recorded end comes later (a window that ends before now): the
+		// report's stuck jobs are decided on the open waits at its end.
+		if w.how == endOpen || ongoing || w.b-w.a >= s.minWait {
 			dims := c.jobDims(w.job)
 			d, ok := dimIdx[dims]
 			if !ok {
@@ -520,14 +523,16 @@ type JobDetail struct {
 	LastReason string
 }
 
-// DetailFunc returns the details of the given jobs (the listed starving
-// jobs); a job it leaves out gets empty fields.
+// DetailFunc returns the details of the given jobs (the jobs whose wait is
+// open at the report end, to decide which are stuck, then the listed starving
+// jobs not asked before); a job it leaves out gets empty fields.
 type DetailFunc func(jobIDs []string) (map[string]JobDetail, error)
 
 // Assemble computes the report over opts.Window from the summaries of
 // consecutive segments that cover exactly [Window.From, min(Window.To, Now)),
 // with the queues' targets read at the same time, and asks details for the
-// state and last reason of the starving jobs it lists. It gives Compute's
+// last reason of the jobs still waiting at the end (which decides the stuck
+// jobs) and the state and last reason of the starving jobs it lists. It gives Compute's
 // report on the same records. Errors: bad options (as Compute), summaries
 // that do not cover the window, are not grouped by every key opts.GroupBy
 // names, or list waits only from longer than RequiredMinWait, bad targets,
@@ -591,6 +596,18 @@ type assembler struct {
 	extra   []groupExtra // per group: what the listed waits add
 	cands   []starvCand
 	byDims  map[*[5]string]jobClass
+	// open holds the jobs whose last listed wait is open at the report end,
+	// with that wait: their signals wait until their latest reason tells
+	// whether they are stuck (resolveOpen).
+	open  []openCand
+	stuck []stuckCand
+	det   map[string]JobDetail // details already asked for, by job ID
+}
+
+// openCand is a job whose last wait is open at the report end.
+type openCand struct {
+	c    starvCand
+	last sumWait
 }
 
 // groupExtra is a group's job-level metrics, computed from the listed waits.
@@ -600,6 +617,7 @@ type groupExtra struct {
 	overObjective   int
 	starving, ot    int
 	released, tierS int
+	stuck           int
 }
 
 // starvCand is a starving job.
@@ -735,6 +753,17 @@ func (a *assembler) addJob(ws []sumWait, d *[5]string) {
 	if mw > 0 && c.bestLen > mw {
 		e.overObjective++
 	}
+	if last := ws[len(ws)-1]; last.end == noTime || last.end > a.end {
+		a.open = append(a.open, openCand{c: c, last: last})
+		return
+	}
+	a.countSignals(c)
+}
+
+// countSignals gives starvation candidate c its signals against the
+// thresholds and adds them to its group.
+func (a *assembler) countSignals(c starvCand) {
+	e := &a.extra[c.group]
 	if int(c.ot) >= a.opts.OvertakenThreshold {
 		c.bits |= sigOvertaken
 		e.ot++
@@ -774,11 +803,15 @@ func (a *assembler) report(details DetailFunc) (Report, error) {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(x, y int) int { return compareKeyMaps(keys[x], keys[y]) })
+	if err := a.resolveOpen(keys, details); err != nil {
+		return Report{}, err
+	}
 	starving, err := a.starving(keys, details)
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Options: a.opts, End: time.Unix(0, a.end).UTC(), Groups: make([]Group, 0, len(a.groups)), Starving: starving}
+	r := Report{Options: a.opts, End: time.Unix(0, a.end).UTC(), Groups: make([]Group, 0, len(a.groups)), Starving: starving,
+		Stuck: stuckList(a.stuck, a.opts.StarvingLimit)}
 	var total sumGroup
 	var totalExtra groupExtra
 	var initial, requeue [][]int64
@@ -841,6 +874,7 @@ func addTotal(t *sumGroup, te *groupExtra, g *sumGroup, e *groupExtra) {
 	te.ot += e.ot
 	te.released += e.released
 	te.tierS += e.tierS
+	te.stuck += e.stuck
 }
 
 // group builds one Group as Compute's group does; den is the GPU-seconds the
@@ -853,6 +887,7 @@ func (a *assembler) group(g *sumGroup, e *groupExtra, key map[string]string, ini
 		GPUSeconds:        g.gpu.seconds() / scheduling.MilliPerGPU,
 		WaitReasonSeconds: make(map[string]float64, len(g.reasons)),
 		StarvingJobs:      e.starving, OvertakenJobs: e.ot, ReleaseStarvedJobs: e.released, TierStarvedJobs: e.tierS,
+		StuckJobs: e.stuck,
 	}
 	out.Started, out.WaitP50S, out.WaitP95S, out.WaitP99S, out.WaitMaxS = waitStats(initial)
 	out.RequeueStarts, out.RequeueWaitP50S, out.RequeueWaitP95S, out.RequeueWaitP99S, out.RequeueWaitMaxS = waitStats(requeue)
@@ -916,19 +951,17 @@ func (a *assembler) starving(keys []map[string]string, details DetailFunc) ([]St
 	if len(out) == 0 {
 		return out, nil
 	}
-	ids := make([]string, len(a.cands))
-	for i, c := range a.cands {
-		ids[i] = c.job
-	}
-	var det map[string]JobDetail
-	if details != nil {
-		var err error
-		if det, err = details(ids); err != nil {
-			return nil, err
+	ids := make([]string, 0, len(a.cands))
+	for _, c := range a.cands {
+		if _, ok := a.det[c.job]; !ok {
+			ids = append(ids, c.job)
 		}
 	}
+	if err := a.askDetails(ids, details); err != nil {
+		return nil, err
+	}
 	for i, c := range a.cands {
-		d := det[c.job]
+		d := a.det[c.job]
 		out[i] = StarvingJob{
 			JobID: c.job, Key: keys[c.group], Queue: c.dims[0], Tier: c.dims[1], Pool: c.dims[3], Project: c.dims[4],
 			State: d.State, WaitStart: time.Unix(0, c.best.start).UTC(), WaitS: float64(c.bestLen) / 1e9,
@@ -937,4 +970,51 @@ func (a *assembler) starving(keys []map[string]string, details DetailFunc) ([]St
 		}
 	}
 	return out, nil
+}
+
+// askDetails asks details for the jobs of ids and keeps the answers in
+// a.det; a nil details answers nothing.
+func (a *assembler) askDetails(ids []string, details DetailFunc) error {
+	if a.det == nil {
+		a.det = map[string]JobDetail{}
+	}
+	if details == nil || len(ids) == 0 {
+		return nil
+	}
+	det, err := details(ids)
+	if err != nil {
+		return err
+	}
+	for id, d := range det {
+		a.det[id] = d
+	}
+	return nil
+}
+
+// resolveOpen decides, for every job whose last wait is open at the report
+// end, whether it is stuck (its latest reason earns no aging: StuckJob) —
+// counted and listed as stuck, with no signal — or gets its starvation
+// signals as any other job, as Compute decides it. The latest reasons come
+// from details (JobDetail.LastReason), asked once for all of these jobs.
+func (a *assembler) resolveOpen(keys []map[string]string, details DetailFunc) error {
+	ids := make([]string, len(a.open))
+	for i, o := range a.open {
+		ids[i] = o.c.job
+	}
+	if err := a.askDetails(ids, details); err != nil {
+		return err
+	}
+	for _, o := range a.open {
+		reason := a.det[o.c.job].LastReason
+		if !stuckReason(reason) {
+			a.countSignals(o.c)
+			continue
+		}
+		a.extra[o.c.group].stuck++
+		d := o.c.dims
+		length, _ := a.measure(&o.last)
+		a.stuck = append(a.stuck, stuckCand{job: o.c.job, key: keys[o.c.group], queue: d[0], tier: d[1], pool: d[3],
+			project: d[4], reason: reason, start: o.last.start, length: length})
+	}
+	return nil
 }

@@ -127,13 +127,22 @@ func (a agingRule) rawCredit(waitS float64) float64 {
 	return math.Floor(waitS/a.interval) * a.step
 }
 
-// eligibleWaitSeconds is AccruedAgingS plus the current wait (now − WaitingSince).
-// A zero WaitingSince counts no current wait. Excluding held or not-ready time is
-// the caller's business (it does not advance WaitingSince/AccruedAgingS for it).
+// eligibleWaitSeconds is AccruedAgingS plus the current eligible stretch
+// (now − AgingSince, or now − WaitingSince when AgingSince is zero); a paused
+// job (AgingPaused) or a zero start counts no current stretch. Which time
+// earns is the caller's business: the store and the simulator stop the
+// stretch while the job's reason earns no aging (accounting.AgingClock).
 func eligibleWaitSeconds(j *PendingJob, now time.Time) float64 {
 	w := j.AccruedAgingS
-	if !j.WaitingSince.IsZero() && now.After(j.WaitingSince) {
-		w += now.Sub(j.WaitingSince).Seconds()
+	if j.AgingPaused {
+		return w
+	}
+	since := j.AgingSince
+	if since.IsZero() {
+		since = j.WaitingSince
+	}
+	if !since.IsZero() && now.After(since) {
+		w += now.Sub(since).Seconds()
 	}
 	return w
 }

@@ -116,7 +116,15 @@ type PendingJob struct {
 	Request       ResourceRequest
 	SubmitTime    time.Time // original submit time; kept across preemption requeues
 	WaitingSince  time.Time // start of the current wait (submit, or requeue after preemption)
-	AccruedAgingS float64   // eligible wait seconds carried over from earlier waits (kept on requeue)
+	AccruedAgingS float64   // eligible wait seconds of closed stretches: earlier waits (kept on requeue) and this wait's paused-off parts
+	// AgingSince is the start of the current stretch of wait that earns aging
+	// credit (waiting for GPUs: vocab.WaitReason.EarnsAging); the zero time
+	// means WaitingSince. AgingPaused is true while the job's current reason
+	// earns none (held, environment_not_ready, pool_unavailable,
+	// no_matching_capacity): its credit is AccruedAgingS alone. The store and
+	// the simulator keep both with accounting.AgingClock.
+	AgingSince    time.Time
+	AgingPaused   bool
 	Prerequisites []Prerequisite
 	Held          bool
 	// PreemptionInProgress names the victims' job IDs being checkpointed and released

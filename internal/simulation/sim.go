@@ -70,12 +70,15 @@ type simJob struct {
 	reason    vocab.WaitReason // the last cycle's reason; "" until a cycle evaluated the wait
 	// wait is the job's wait-event state as the store holds it, and openAt the
 	// open event's start: accounting.WaitTransition segments the waits.
-	wait         accounting.WaitState
-	openAt       int64
-	accruedS     float64 // eligible wait of earlier waits, carried into aging on requeue
-	firstStart   int64   // -1 until the first run starts
-	longestWaitS int64   // the longest continuous wait so far (for the starved-job list)
-	endAt        int64   // when the job left: its last run's end, or its deletion while waiting
+	wait   accounting.WaitState
+	openAt int64
+	// aging is the job's eligible wait (accounting.AgingClock), advanced at
+	// the instants the store advances it: arrival and requeue start it, each
+	// cycle's wait status starts or stops it, a placement stops it.
+	aging        accounting.AgingClock
+	firstStart   int64 // -1 until the first run starts
+	longestWaitS int64 // the longest continuous wait so far (for the starved-job list)
+	endAt        int64 // when the job left: its last run's end, or its deletion while waiting
 	seenCycle    int
 
 	// The job's history as the queue service report reads it (report.go):
@@ -402,6 +405,8 @@ func (e *engine) cycle(t int64) (bool, error) {
 		}
 		e.segment(j, accounting.WaitTransition(j.wait, false, w.Reason, w.Detail, now), w.Reason, w.Detail, t)
 		j.reason = w.Reason
+		j.aging = j.aging.OnReason(w.Reason, now)
+		e.syncAging(j)
 		if w.Reason.TimeCanChange() {
 			e.changeable++
 		}
@@ -625,11 +630,19 @@ func (e *engine) release(j *simJob, t int64) {
 func (e *engine) addPending(j *simJob, t int64) {
 	pj := j.spec
 	pj.WaitingSince = e.at(t)
-	pj.AccruedAgingS = j.accruedS
+	j.aging = j.aging.Start(e.at(t))
 	pj.Recovery = j.recovery
 	j.pendIdx = len(e.pending)
 	e.pending = append(e.pending, pj)
 	e.pendJobs = append(e.pendJobs, j)
+	e.syncAging(j)
+}
+
+// syncAging copies j's aging clock into its pending entry, as the store's
+// snapshot reads jobs.accrued_aging_s and jobs.aging_since.
+func (e *engine) syncAging(j *simJob) {
+	pj := &e.pending[j.pendIdx]
+	pj.AccruedAgingS, pj.AgingSince, pj.AgingPaused = j.aging.AccruedS, j.aging.Since, !j.aging.Running()
 }
 
 func (e *engine) removePending(j *simJob) {
@@ -669,13 +682,13 @@ func (e *engine) closeWait(j *simJob, t int64) {
 }
 
 // endWait ends the wait of j at t (a run starts, the pod is deleted, or the
-// simulation ends): the longest continuous wait, and the wait carried into
-// aging. The waits themselves are derived from the job's submit time and runs
+// simulation ends): the longest continuous wait, and the eligible stretch
+// carried into aging (accounting.AgingClock.Stop). The waits themselves are derived from the job's submit time and runs
 // by queuereport (report.go); its wait events are closed by the caller.
 func (e *engine) endWait(j *simJob, t int64) {
 	w := t - j.waitStart
 	j.longestWaitS = max(j.longestWaitS, w)
-	j.accruedS += float64(w)
+	j.aging = j.aging.Stop(e.at(t))
 }
 
 // refreshCheckpoints sets each checkpointable run's last checkpoint as of t:

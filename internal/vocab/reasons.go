@@ -48,6 +48,13 @@ type ReasonInfo struct {
 	// HistoryOnly is true for a reason that is never a job's current reason
 	// and appears only in wait-event histories and reports.
 	HistoryOnly bool
+	// EarnsAging is true when time in the reason is waiting for GPUs: it
+	// accrues aging credit and can carry starvation signals. It is false
+	// for a reason that asks somebody to act (a prerequisite, a request that
+	// fits no node, a hold, an unavailable pool): waiting there earns no
+	// credit, and such a job is listed as stuck, needing the action, rather
+	// than as starving (docs/design.md §1, wait reasons).
+	EarnsAging bool
 }
 
 // Reasons is the wait-reason catalogue: every reason, in the order of
@@ -56,23 +63,23 @@ var Reasons = []ReasonInfo{
 	{Code: ReasonEnvironmentNotReady, Meaning: "a prerequisite is not ready",
 		NextAction: "fix the prerequisite"},
 	{Code: ReasonQuotaExhausted, Meaning: "the project's or queue's quota or service share in this pool is used",
-		NextAction: "quota adjustment or wait for the project's own jobs to end", TimeCanChange: true},
+		NextAction: "quota adjustment or wait for the project's own jobs to end", TimeCanChange: true, EarnsAging: true},
 	{Code: ReasonNoMatchingCapacity, Meaning: "no node in the pool could run the job even if empty (model, memory, count, topology)",
 		NextAction: "fix the request; waiting will not help"},
 	{Code: ReasonFragmented, Meaning: "enough matching GPUs are free in total, but not together as the topology asks",
-		NextAction: "consolidation or wait", TimeCanChange: true},
+		NextAction: "consolidation or wait", TimeCanChange: true, EarnsAging: true},
 	{Code: ReasonCapacityBusy, Meaning: "matching GPUs exist and are all in use",
-		NextAction: "wait for release, preemption if eligible, or capacity", TimeCanChange: true},
+		NextAction: "wait for release, preemption if eligible, or capacity", TimeCanChange: true, EarnsAging: true},
 	{Code: ReasonReservedForHigherPriority, Meaning: "matching GPUs are free but reserved for a higher-ranked waiting job",
-		NextAction: "wait for the higher-ranked job named in the explanation", TimeCanChange: true},
+		NextAction: "wait for the higher-ranked job named in the explanation", TimeCanChange: true, EarnsAging: true},
 	{Code: ReasonPreemptionInProgress, Meaning: "victims are being checkpointed and released for this job",
-		NextAction: "wait for the preemption workflow", TimeCanChange: true},
+		NextAction: "wait for the preemption workflow", TimeCanChange: true, EarnsAging: true},
 	{Code: ReasonHeld, Meaning: "held by its owner or an operator",
 		NextAction: "release the hold"},
 	{Code: ReasonPoolUnavailable, Meaning: "the pool is unknown, drained or cordoned",
 		NextAction: "operator action on the pool"},
 	{Code: ReasonNotYetEvaluated, Meaning: "from submit or requeue to the first cycle that evaluated the job (never a current reason)",
-		NextAction: "none: the scheduler evaluates the job at its next cycle", TimeCanChange: true, HistoryOnly: true},
+		NextAction: "none: the scheduler evaluates the job at its next cycle", TimeCanChange: true, HistoryOnly: true, EarnsAging: true},
 }
 
 // WaitReasons lists every reason a scheduling cycle can give a job (the
@@ -130,4 +137,11 @@ func (r WaitReason) TimeCanChange() bool {
 func (r WaitReason) HistoryOnly() bool {
 	ri, _ := LookupReason(r)
 	return ri.HistoryOnly
+}
+
+// EarnsAging reports whether time in the reason is waiting for GPUs and
+// accrues aging credit (ReasonInfo.EarnsAging); false for an unknown code.
+func (r WaitReason) EarnsAging() bool {
+	ri, _ := LookupReason(r)
+	return ri.EarnsAging
 }

@@ -101,6 +101,25 @@ func TestTimeCanChange(t *testing.T) {
 	}
 }
 
+// TestEarnsAging pins which reasons are waiting for GPUs: held, not ready,
+// unavailable pool and a request no node fits earn no aging (issue 11 item 4);
+// the time before the first evaluation is the service's latency and earns.
+func TestEarnsAging(t *testing.T) {
+	var none []WaitReason
+	for _, r := range RecordedReasons {
+		if !r.EarnsAging() {
+			none = append(none, r)
+		}
+	}
+	want := []WaitReason{ReasonEnvironmentNotReady, ReasonNoMatchingCapacity, ReasonHeld, ReasonPoolUnavailable}
+	if !slices.Equal(none, want) {
+		t.Errorf("reasons that earn no aging %v, want %v", none, want)
+	}
+	if WaitReason("bogus").EarnsAging() {
+		t.Error("an unknown reason earns aging")
+	}
+}
+
 func TestValidSets(t *testing.T) {
 	for _, m := range ReclaimModes {
 		if !m.Valid() {
