@@ -92,6 +92,7 @@ func TestAmendJob(t *testing.T) {
 	if err != nil || snap.Pending[0].Request.GPUs != 4 {
 		t.Fatalf("snapshot before: %v", err)
 	}
+	agingSince := snap.Pending[0].AgingSince
 	req := scheduling.ResourceRequest{GPUs: 2, Pool: "p", Topology: scheduling.TopologySameNode, CPUMilli: 4000, MemoryMiB: 16384}
 	changed, err := s.AmendJob(ctx, j.ID, req, "alice", "fit one node")
 	if err != nil || !changed {
@@ -103,7 +104,7 @@ func TestAmendJob(t *testing.T) {
 	}
 	pj := snap.Pending[0]
 	if pj.Request.GPUs != 2 || pj.Request.Topology != scheduling.TopologySameNode || !pj.SubmitTime.Equal(t0) ||
-		!pj.WaitingSince.Equal(j.WaitingSince) || pj.AccruedAgingS != 120 {
+		!pj.WaitingSince.Equal(j.WaitingSince) || pj.AccruedAgingS != 120 || !pj.AgingSince.Equal(agingSince) {
 		t.Fatalf("snapshot after amend: %+v", pj)
 	}
 	audit := mustAudit(t, s, j.ID)
