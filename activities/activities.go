@@ -1,7 +1,7 @@
 // Package activities holds gpugov's Temporal activities: methods on structs that
 // hold their dependencies (store, Temporal client, clock), each taking one
 // pointer input and returning one pointer result. Every activity is idempotent
-// (DESIGN.md invariant 2): the store keys its effects by cycle ID, allocation ID
+// (docs/design.md invariant 2): the store keys its effects by cycle ID, allocation ID
 // or run ID, so a retried attempt after a worker crash changes nothing twice.
 //
 // Errors that a retry cannot fix (unknown job, a state conflict, invalid input)
@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -90,11 +90,12 @@ type Deps struct {
 	// Waker wakes schedulers when job activities release allocations; nil
 	// means one built on Temporal (when Temporal is set) by Register.
 	Waker Waker
-	// Governance gives the governance configuration in force (a
-	// governance.Watcher's Current): the protection windows every scheduling
-	// cycle applies, and the preemption and reclaim settings; nil, or a nil
-	// result, means governance.Default() (no protection window).
-	Governance func() *governance.Config
+	// Governance gives the policy in force (internal/policy; a
+	// policy.Watcher's Current): the protection windows and project
+	// fair-share weights every scheduling cycle applies, and the preemption
+	// and reclaim settings; nil, or a nil result, means policy.Default() (no
+	// protection window, equal project weights).
+	Governance func() *policy.Policy
 	// Progress reads runs' heartbeated steps for the preemption's recompute
 	// measurement; nil uses only the store's evidence (checkpoints and run
 	// ends). When it is also a RunHeartbeatSource (TemporalRunProgress is),

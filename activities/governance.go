@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -90,14 +91,14 @@ func (d *Deps) recordReclaim(ctx context.Context, id string) {
 
 func (d *Deps) now() time.Time { return clock(d.Now) }
 
-func (d *Deps) config() *governance.Config {
+func (d *Deps) config() *policy.Policy {
 	if d.Governance == nil {
-		return governance.Default()
+		return policy.Default()
 	}
 	if c := d.Governance(); c != nil {
 		return c
 	}
-	return governance.Default()
+	return policy.Default()
 }
 
 func (d *Deps) policy(ctx context.Context) (*scheduling.Policy, error) {

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -49,7 +49,7 @@ func runningJob(t *testing.T, st *store.Store, queue string, tier vocab.Tier, gp
 
 // TestRunCycleSparesVictimsTheConfigProtects runs real scheduling cycles on
 // a one-GPU pool held by a checkpointable experiment job while a production
-// job waits: a protection window of the governance config in force keeps
+// job waits: a protection window of the policy in force keeps
 // the experiment job from being proposed as a victim, and so does recovery
 // evidence downgraded by a wrong-step resume; with neither, it is proposed.
 func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
@@ -65,12 +65,12 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	pol := scheduling.DefaultPolicy()
 	pol.Preemption.RequireVerifiedResume = false
 	var mu sync.Mutex
-	cfg := governance.Default()
-	cfg.ProtectionWindows = []governance.WindowConfig{{Name: "launch", Start: time.Now().Add(-time.Hour),
+	cfg := policy.Default()
+	cfg.ProtectionWindows = []policy.Window{{Name: "launch", Start: time.Now().Add(-time.Hour),
 		End: time.Now().Add(time.Hour), Queues: []string{"exp"}}}
 	sched := activities.NewScheduler(activities.Deps{Store: st,
 		Policy: func(context.Context) (*scheduling.Policy, error) { return &pol, nil }})
-	sched.Governance = func() *governance.Config { mu.Lock(); defer mu.Unlock(); return cfg }
+	sched.Governance = func() *policy.Policy { mu.Lock(); defer mu.Unlock(); return cfg }
 	proposals := func() int {
 		ps, err := st.ListPreemptions(ctx, store.PreemptionFilter{JobID: exp.ID})
 		if err != nil {
@@ -90,7 +90,7 @@ func TestRunCycleSparesVictimsTheConfigProtects(t *testing.T) {
 	}
 
 	mu.Lock()
-	cfg = governance.Default()
+	cfg = policy.Default()
 	mu.Unlock()
 	if _, err := st.Pool().Exec(ctx, `UPDATE jobs SET recovery = recovery || '{"resume_downgraded": {"preemption_id": "p-test"}}' WHERE id = $1`, exp.ID); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	lost, lostAlloc, lostRun := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(0), started)
 	alive, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(1), started)
 	unread, _, _ := runningJob(t, st, "exp", vocab.TierExperiment, gpuUUID(2), started)
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Reclaim.Enabled = true
 	hb := heartbeats{at: map[string]time.Time{lost.ID: now.Add(-time.Hour), alive.ID: now.Add(-10 * time.Second)},
 		fail: map[string]bool{unread.ID: true}}
@@ -152,7 +152,7 @@ func TestReclaimScanFailsRunsWhoseExecutorStoppedHeartbeating(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	activities.Register(env, activities.Deps{Store: st, Progress: hb, Temporal: jobs,
-		PollInterval: 20 * time.Millisecond, Governance: func() *governance.Config { return cfg }, Now: func() time.Time { return now }})
+		PollInterval: 20 * time.Millisecond, Governance: func() *policy.Policy { return cfg }, Now: func() time.Time { return now }})
 
 	val, err := env.ExecuteActivity("ScanReclaims", &activities.ScanInput{})
 	if err != nil {
@@ -239,4 +239,56 @@ func (c *cancellingJobs) cancelled() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cancels
+}
+
+// TestRunCycleWeighsProjectsByPolicy runs a real scheduling cycle on a
+// one-GPU pool with two equal waiting jobs of projects that have used the
+// same GPU time: without project weights the earlier submission is placed;
+// with the policy weighing project "late" 3:1, its fair share is larger,
+// its fair-share points higher, and its job is placed instead.
+func TestRunCycleWeighsProjectsByPolicy(t *testing.T) {
+	placed := func(weights map[string]float64) string {
+		ctx := context.Background()
+		st := newStore(t, 1, 1)
+		govQueues(t, st)
+		if _, err := st.Pool().Exec(ctx, `INSERT INTO project_usage (project, decayed_gpu_seconds, as_of)
+			VALUES ('early', 36000, now()), ('late', 36000, now())`); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, project := range []string{"early", "late"} {
+			j, _, err := st.CreateJob(ctx, &store.NewJob{Project: project, Queue: "exp", Tier: vocab.TierExperiment,
+				RunSeconds: 60, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+		}
+		cfg := policy.Default()
+		cfg.FairShare.ProjectWeights = weights
+		sched := activities.NewScheduler(activities.Deps{Store: st,
+			Policy:     func(context.Context) (*scheduling.Policy, error) { return cfg.Scheduling(), nil },
+			Governance: func() *policy.Policy { return cfg }})
+		res := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+		if len(res.Placements) != 1 {
+			t.Fatalf("placements %+v, want one", res.Placements)
+		}
+		if res.PolicyVersion != cfg.Hash() {
+			t.Errorf("cycle ran with policy %q, want the policy's hash %s", res.PolicyVersion, cfg.Hash())
+		}
+		switch res.Placements[0].JobID {
+		case ids[0]:
+			return "early"
+		case ids[1]:
+			return "late"
+		}
+		t.Fatalf("placed %s, neither job", res.Placements[0].JobID)
+		return ""
+	}
+	if got := placed(nil); got != "early" {
+		t.Errorf("equal weights: placed project %s's job, want early's (submitted first)", got)
+	}
+	if got := placed(map[string]float64{"late": 3}); got != "late" {
+		t.Errorf("late weighted 3:1: placed project %s's job, want late's", got)
+	}
 }

@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/gpugov/gpugov/internal/accounting"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -47,7 +47,7 @@ type NotifyResult struct {
 	// GraceSeconds and ReleaseWithoutCheckpoint are the policy's (scheduling.PreemptionPolicy).
 	GraceSeconds             float64
 	ReleaseWithoutCheckpoint bool
-	// VerifyResumeTimeoutSeconds and RecomputeTimeoutSeconds are the governance config's.
+	// VerifyResumeTimeoutSeconds and RecomputeTimeoutSeconds are the policy's (preemption.verify_resume_timeout_s, recompute_timeout_s).
 	VerifyResumeTimeoutSeconds float64
 	RecomputeTimeoutSeconds    float64
 	// VictimQueue, VictimTier and Pool name the victim's queue, its tier and
@@ -112,7 +112,7 @@ func (a *Preemptions) Notify(ctx context.Context, in *PreemptionStep) (*NotifyRe
 
 // ineligible returns the outcome and reason that forbid touching the victim
 // v now, or "" when it may be preempted.
-func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *governance.Config) (vocab.PreemptionOutcome, string) {
+func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.PreemptionVictim, cfg *policy.Policy) (vocab.PreemptionOutcome, string) {
 	if rec.EndedAt != nil {
 		return vocab.PreemptionVictimEnded, "the victim's allocation was released before the notice: " + rec.Detail
 	}
@@ -399,9 +399,9 @@ func (a *Preemptions) waitPassed(ctx context.Context, in *VerifyResumeInput, run
 		t := run.StartedAt
 		return &t, "", nil
 	}
-	bound := governance.Seconds(in.RecomputeTimeoutSeconds)
+	bound := policy.Seconds(in.RecomputeTimeoutSeconds)
 	if bound <= 0 {
-		bound = governance.Seconds(governance.DefaultRecomputeTimeoutSeconds)
+		bound = policy.Seconds(policy.DefaultRecomputeTimeoutSeconds)
 	}
 	deadline := time.Now().Add(bound)
 	for {

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -66,7 +67,7 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 		return res, nil
 	}
 	now := a.d.now()
-	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	window := policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)
 	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ type AssessResult struct {
 
 // AssessReclaim re-reads the allocation's evidence (with its run's last
 // heartbeat), classifies it again, decides the mode from config and the
-// pool's stage (governance.Config.DecideMode: observe reports, trial acts on
+// pool's stage (governance.DecideMode: observe reports, trial acts on
 // low-risk queues only, protected work needs confirmation) and records the
 // reclaim with its basis (one per allocation).
 func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessResult, error) {
@@ -163,7 +164,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 	cfg := a.d.config()
 	now := a.d.now()
 	res := &AssessResult{NotifyWindowSeconds: cfg.Reclaim.NotifyWindowSeconds, ConfirmWindowSeconds: cfg.Reclaim.ConfirmWindowSeconds}
-	window := governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	window := policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)
 	evs, err := a.d.Store.ReclaimEvidence(ctx, now.Add(-window))
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 		res.Detail = "no longer reclaimable on the current evidence"
 		return res, nil
 	}
-	d := cfg.DecideMode(ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
+	d := governance.DecideMode(cfg, ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
 	r, _, err := a.d.Store.OpenReclaim(ctx, store.NewReclaim{Evidence: *ev, Finding: f, Decision: d, WorkflowID: in.WorkflowID, At: now})
 	if err != nil {
 		return nil, err
@@ -234,7 +235,7 @@ func (a *Reclaims) NotifyOwner(ctx context.Context, in *NotifyInput) (*OwnerNoti
 		return nil, invalidInput("notify owner: reclaim ID is required")
 	}
 	now := a.d.now()
-	r, err := a.d.Store.NoticeReclaim(ctx, in.ReclaimID, now.Add(governance.Seconds(in.WindowSeconds)), now)
+	r, err := a.d.Store.NoticeReclaim(ctx, in.ReclaimID, now.Add(policy.Seconds(in.WindowSeconds)), now)
 	if err != nil {
 		return nil, nonRetryable(err)
 	}

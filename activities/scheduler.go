@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -29,10 +29,10 @@ type Scheduler struct {
 	Store    Store
 	Temporal Signaler     // nil: wait-reason signals are not sent
 	Policy   PolicySource // nil: scheduling.DefaultPolicy
-	// Governance gives the governance configuration in force (a
-	// governance.Watcher's Current); its protection windows go into every
-	// cycle's snapshot. nil: no protection window applies.
-	Governance func() *governance.Config
+	// Governance gives the policy in force (a policy.Watcher's Current);
+	// its protection windows go into every cycle's snapshot and its project
+	// weights set the snapshot's fair shares. nil: neither applies.
+	Governance func() *policy.Policy
 	Now        func() time.Time
 	// SignalConcurrency bounds the wait-reason signals in flight; 0 means 16.
 	SignalConcurrency int
@@ -103,7 +103,7 @@ type RunCycleResult struct {
 }
 
 // RunCycle runs one scheduling cycle: load the snapshot (completed with the
-// governance configuration's protection windows and downgraded recovery
+// policy's protection windows and project weights, and downgraded recovery
 // evidence), plan, apply the plan in one store transaction (idempotent by
 // CycleID), then signal `wait-reason` to
 // the waiting jobs whose reason changed. It returns the placements for the

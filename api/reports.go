@@ -14,7 +14,7 @@ import (
 	"github.com/gpugov/gpugov/store"
 )
 
-// Queue service report routes (DESIGN.md §4). Every one asks the store for
+// Queue service report routes (docs/design.md §6). Every one asks the store for
 // the report of a window (store.QueueReport: stored summaries of past hours
 // and days merged with the rest computed from the records, or
 // queuereport.Compute over every record), so the numbers are those `gpugov
@@ -86,7 +86,7 @@ type WaitReasonGroup struct {
 }
 
 // StarvationReport answers GET /v1/reports/starvation: the starvation
-// signals of DESIGN.md §4 with the thresholds used, per group, and the
+// signals of docs/design.md §6 with the thresholds used, per group, and the
 // starving jobs with the longest waits.
 type StarvationReport struct {
 	Window               queuereport.Window `json:"window"`

@@ -7,7 +7,7 @@
 // Tokens). A submitter sees and changes only its own project's jobs; operators
 // and admins see all. Errors are JSON {"error": {"code", "message", "field"}}.
 //
-// Durability (DESIGN.md invariant 3): POST /v1/jobs answers only after the
+// Durability (docs/design.md invariant 3): POST /v1/jobs answers only after the
 // job row is committed. With a StartQueue (WithStartQueue, as serve runs it)
 // it answers 201 at once and the JobWorkflow is started in the background;
 // without one, or when the queue is full, the request starts the workflow

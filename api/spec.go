@@ -35,13 +35,13 @@ type JobSpec struct {
 	Recovery      RecoverySpec       `json:"recovery,omitzero" yaml:"recovery,omitempty"`
 	Prerequisites []PrerequisiteSpec `json:"prerequisites,omitempty" yaml:"prerequisites,omitempty"`
 	// Protected keeps the job from preemption and reclaim; only operators and
-	// admins may set it (DESIGN.md "protection").
+	// admins may set it (docs/design.md "protection").
 	Protected bool `json:"protected,omitempty" yaml:"protected,omitempty"`
 	// Hold submits the job held: it waits with reason "held" until released.
 	Hold bool `json:"hold,omitempty" yaml:"hold,omitempty"`
 }
 
-// ResourceSpec is the resource request of a job (DESIGN.md "resource request").
+// ResourceSpec is the resource request of a job (docs/design.md "resource request").
 type ResourceSpec struct {
 	GPUs         int               `json:"gpus" yaml:"gpus"`
 	GPUMilli     int               `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
@@ -208,7 +208,7 @@ func AuthorizeJobSpec(spec *JobSpec, p Principal) *Error {
 	return nil
 }
 
-// validateResources checks the resource request (DESIGN.md "resource request").
+// validateResources checks the resource request (docs/design.md "resource request").
 func validateResources(r ResourceSpec) []FieldError {
 	var errs []FieldError
 	add := func(field, format string, args ...any) {

@@ -67,7 +67,7 @@ func runFromStore(r *store.RunSummary) *Run {
 	return &Run{ID: r.ID, Number: r.Number, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Outcome: string(r.Outcome), Detail: r.Detail}
 }
 
-// Recovery is the job's recovery evidence (DESIGN.md "recovery evidence").
+// Recovery is the job's recovery evidence (docs/design.md "recovery evidence").
 type Recovery struct {
 	Checkpointable            bool        `json:"checkpointable"`
 	CheckpointIntervalSeconds int64       `json:"checkpoint_interval_s,omitempty"`
@@ -156,7 +156,7 @@ type WaitEventList struct {
 	Events []WaitEvent `json:"events"`
 }
 
-// Queue is a service lane (DESIGN.md "queue").
+// Queue is a service lane (docs/design.md "queue").
 type Queue struct {
 	Name         string  `json:"name"`
 	Tier         string  `json:"tier"`

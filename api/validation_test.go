@@ -17,7 +17,7 @@ func res(s map[string]any) map[string]any { return s["resources"].(map[string]an
 
 // TestSubmitRejectsInvalidSpecNamingTheField checks that every validation
 // error is a 400 (malformed) or 422 (invalid) naming the field, and that a
-// rejected request changes nothing in the database (DESIGN.md invariant 7).
+// rejected request changes nothing in the database (docs/design.md invariant 7).
 func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 	t.Parallel()
 	env := newTestEnv(t)

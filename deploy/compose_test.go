@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpugov/gpugov/internal/policy"
 )
 
 type composeFile struct {
@@ -130,6 +132,13 @@ func TestComposeAddressesPointAtServices(t *testing.T) {
 	}
 	if got := f.Services["agent"].Environment["GPUGOV_API"]; got != "http://gpugov:"+apiPort {
 		t.Errorf("agent GPUGOV_API = %q, want http://gpugov:%s", got, apiPort)
+	}
+	// The policy file serve reads is the mounted example (./deploy/gpugov at
+	// /etc/gpugov), and it loads.
+	if pf, ok := strings.CutPrefix(gov.Environment["GPUGOV_POLICY_FILE"], "/etc/gpugov/"); !ok {
+		t.Errorf("gpugov GPUGOV_POLICY_FILE = %q, want a file of the /etc/gpugov mount", gov.Environment["GPUGOV_POLICY_FILE"])
+	} else if _, err := policy.Load(filepath.Join("gpugov", pf)); err != nil {
+		t.Errorf("gpugov GPUGOV_POLICY_FILE: %v", err)
 	}
 	prom, err := os.ReadFile("prometheus/prometheus.yml")
 	if err != nil {

@@ -25,7 +25,6 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/httpreport"
 	"github.com/gpugov/gpugov/internal/inventory/static"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -63,16 +62,20 @@ func agentInventoryYAML() string {
 	return b.String()
 }
 
-// agentGovernanceYAML puts the agent's pool in the automate stage, so that
-// the plan's preemptions act, keeps the experiment queue low-risk (as the
-// default queues have it) and bounds the verify-resume waits.
-const agentGovernanceYAML = `pools:
+// agentPolicyYAML puts the agent's pool in the automate stage, so that the
+// plan's preemptions act, lets young, unverified checkpointable runs be
+// victims with a 60 s grace, and bounds the verify-resume waits. It names
+// no queue: the default queues are created (experiment low-risk).
+const agentPolicyYAML = `version: gpugov.policy/v1
+pools:
   ` + agentPool + `:
     stage: automate
-low_risk_queues: [experiment]
 preemption:
-  verify_resume_timeout_seconds: 180
-  recompute_timeout_seconds: 60
+  min_runtime_s: 0
+  require_verified_resume: false
+  grace_s: 60
+  verify_resume_timeout_s: 180
+  recompute_timeout_s: 60
 `
 
 // agentStack is the service of startAgentStack plus what the test reads
@@ -86,20 +89,20 @@ type agentStack struct {
 }
 
 // startAgentStack starts, on a fresh database and dev server, the service
-// (API, workers, scheduler, governance from a file putting agentPool in the
-// automate stage, a policy that preempts young, unverified checkpointable
-// runs with a 60 s grace) and a node agent for agentNode as `gpugov agent
+// (API, workers, scheduler, a policy file putting agentPool in the
+// automate stage and preempting young, unverified checkpointable runs with
+// a 60 s grace) and a node agent for agentNode as `gpugov agent
 // --inventory-file F --node agentNode --executor process` wires it: the
 // inventory refresh loop and a worker on node/agentNode running the process
 // executor, both talking to the API with an agent-role token. startEnvOn
-// offers neither a policy, a governance file nor an agent token, hence this
+// offers neither a policy file nor an agent token, hence this
 // variant of it.
 func startAgentStack(t *testing.T) *agentStack {
 	t.Helper()
 	requireTemporal(t)
 	dir := t.TempDir()
-	invFile, govFile := filepath.Join(dir, "inventory.yaml"), filepath.Join(dir, "governance.yaml")
-	for path, text := range map[string]string{invFile: agentInventoryYAML(), govFile: agentGovernanceYAML} {
+	invFile, policyFile := filepath.Join(dir, "inventory.yaml"), filepath.Join(dir, "policy.yaml")
+	for path, text := range map[string]string{invFile: agentInventoryYAML(), policyFile: agentPolicyYAML} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -109,9 +112,6 @@ func startAgentStack(t *testing.T) *agentStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := scheduling.DefaultPolicy()
-	pol.Preemption.MinRuntimeSeconds, pol.Preemption.RequireVerifiedResume, pol.Preemption.GraceSeconds = 0, false, 60
-
 	dbURL := storetest.NewDatabase(t)
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
@@ -126,7 +126,7 @@ func startAgentStack(t *testing.T) *agentStack {
 	defer cancel()
 	svc, err := service.Start(ctx, service.Config{
 		DatabaseURL: dbURL, TemporalAddress: dev.HostPort, APIAddr: "127.0.0.1:0", Tokens: tokens,
-		Policy: &pol, Inventory: inventory.Pools(nodes), GovernanceFile: govFile,
+		Inventory: inventory.Pools(nodes), PolicyFile: policyFile,
 		CycleInterval: time.Second, ReconcileInterval: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -297,7 +297,7 @@ func (s *agentStack) runIDs(t *testing.T, jobID string) (ids []string, outcomes 
 	return ids, outcomes
 }
 
-// expectedLossGPUSeconds is DESIGN.md §1's effective run loss, worked out
+// expectedLossGPUSeconds is docs/design.md §1's effective run loss, worked out
 // here from the record's stored times: GPU-seconds computed since the last
 // valid checkpoint before the notice (lost), plus the save time from the
 // notice to a checkpoint saved on the way out, plus the recompute time from
@@ -329,7 +329,7 @@ func expectedLossGPUSeconds(rec *store.PreemptionRecord) (lost, save, recompute,
 // runs to success on them, and the victim's next run is a new process
 // given GPUGOV_RESUME_FROM = that checkpoint, which reports starting there.
 // The record says the resume was correct and holds the effective run loss
-// DESIGN.md defines, recomputed here from the record's times.
+// docs/design.md defines, recomputed here from the record's times.
 func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
 	s := startAgentStack(t)
 	ctx := context.Background()

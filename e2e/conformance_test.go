@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
@@ -121,26 +122,38 @@ var conformanceEpisodes = []struct {
 	},
 }
 
-// conformanceConfig is the simulation's configuration; the service runs
-// under the same policy, queues, quotas, stage and recovery rule.
-func conformanceConfig() simulation.Config {
-	cfg := simulation.DefaultConfig()
-	cfg.PoolName, cfg.Stage, cfg.Projects, cfg.Seed = conformancePool, vocab.StageAutomate, conformanceProjects, 1
-	cfg.Policy = scheduling.Policy{
-		Version: "conformance",
-		TierBase: map[vocab.Tier]float64{vocab.TierExperiment: 0, vocab.TierStandard: 250,
-			vocab.TierKeyProject: 10000, vocab.TierProduction: 30000},
-		Aging:       scheduling.AgingPolicy{Enabled: true, StepPoints: 100, IntervalSeconds: 2, CapPoints: 1000},
-		Reservation: scheduling.ReservationPolicy{Enabled: true, Depth: 16},
-		Preemption: scheduling.PreemptionPolicy{Enabled: true, MinRuntimeSeconds: 2, MaxPreemptions: 3, WindowSeconds: 3600,
-			SaveRestoreSeconds: 1, GraceSeconds: 10, ReleaseWithoutCheckpoint: true},
-	}
-	cfg.Quotas = []scheduling.Quota{{Project: quotaProject, Pool: conformancePool, NominalMilli: 1000}}
-	cfg.Recovery = simulation.RecoveryRule{Tiers: []vocab.Tier{vocab.TierExperiment}, Probability: 0.5,
+// conformancePolicy is the one policy both sides run under: the service
+// takes it as its policy (service.Config.Policy) and the simulation's
+// configuration is built from it (simulation.FromPolicy), so the rules,
+// queues, quotas, pool stage and recovery rule are the same by construction.
+func conformancePolicy() *policy.Policy {
+	p := policy.Default()
+	p.TierBase = map[string]float64{"experiment": 0, "standard": 250, "key-project": 10000, "production": 30000}
+	p.Aging = policy.Aging{Enabled: true, StepPoints: 100, IntervalSeconds: 2, CapPoints: 1000}
+	p.FairShare = policy.FairShare{}
+	p.Reservation = policy.Reservation{Enabled: true, Depth: 16}
+	p.Preemption = policy.Preemption{Enabled: true, MinRuntimeSeconds: 2, MaxPreemptions: 3, WindowSeconds: 3600,
+		SaveRestoreSeconds: 1, GraceSeconds: 10, ReleaseWithoutCheckpoint: true,
+		VerifyResumeTimeoutSeconds: policy.DefaultVerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: policy.DefaultRecomputeTimeoutSeconds}
+	p.Queues = policy.DefaultQueues()
+	p.Quotas = []policy.Quota{{Project: quotaProject, Pool: conformancePool, NominalMilli: 1000}}
+	p.Pools = map[string]policy.Pool{conformancePool: {Stage: vocab.StageAutomate}}
+	p.Simulation.Pool, p.Simulation.Projects, p.Simulation.Seed = conformancePool, conformanceProjects, 1
+	p.Simulation.Recovery = policy.Recovery{Tiers: []string{"experiment"}, Probability: 0.5,
 		CheckpointIntervalSeconds: conformanceCkptS}
 	// The service's scheduler runs a cycle at least every second (startEnv's
 	// CycleInterval); so does the simulation's timer.
-	cfg.CycleIntervalSeconds = 1
+	p.Simulation.CycleIntervalSeconds = 1
+	return p
+}
+
+// conformanceConfig is the simulation's configuration, from conformancePolicy.
+func conformanceConfig(t *testing.T) simulation.Config {
+	t.Helper()
+	cfg, err := simulation.FromPolicy(conformancePolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return cfg
 }
 
@@ -258,7 +271,7 @@ const (
 // scenario that lost what it is meant to exercise.
 func TestConformance(t *testing.T) {
 	requireTemporal(t)
-	cfg := conformanceConfig()
+	cfg := conformanceConfig(t)
 	nodes, pods, want := conformanceScenario(t, cfg)
 
 	sim, err := simulation.Run(simulation.Input{Nodes: nodes, Pods: pods}, cfg, nil)
@@ -277,7 +290,7 @@ func TestConformance(t *testing.T) {
 	checkScenarioExercised(t, sim)
 
 	pool := alibaba.Pools(nodes, alibaba.PoolOptions{Name: conformancePool, Stage: cfg.Stage})
-	e := startEnv(t, envOptions{pools: pool, simSpeed: 1, policy: &cfg.Policy, queues: cfg.Queues, quotas: cfg.Quotas})
+	e := startEnv(t, envOptions{pools: pool, simSpeed: 1, policy: conformancePolicy()})
 	subs, err := replay.Build(pods, replay.BuildOptions{From: 0, Speed: 1, Pool: conformancePool, Projects: cfg.Projects,
 		Recovery: replay.Recovery{Tiers: cfg.Recovery.Tiers, Probability: cfg.Recovery.Probability,
 			CheckpointIntervalSeconds: cfg.Recovery.CheckpointIntervalSeconds, Seed: cfg.Seed}})
@@ -304,6 +317,11 @@ func TestConformance(t *testing.T) {
 	}
 	if n := e.queryInt(t, `SELECT count(*) FROM preemptions`); n != sim.Preemptions.Count {
 		t.Errorf("service started %d preemptions, the simulation carried out %d", n, sim.Preemptions.Count)
+	}
+	// One policy: every service cycle ran with the version the simulation reports.
+	if n := e.queryInt(t, `SELECT count(*) FROM scheduling_cycles WHERE policy_version <> $1`, sim.PolicyVersion); n != 0 ||
+		e.queryInt(t, `SELECT count(*) FROM policy_versions WHERE active AND hash = $1`, sim.PolicyVersion) != 1 {
+		t.Errorf("%d service cycles ran with another policy than the simulation's %s, or it is not the active version", n, sim.PolicyVersion)
 	}
 
 	// The same placements in the same order on every node.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
@@ -127,11 +128,8 @@ type envOptions struct {
 	simSpeed    float64
 	dbURL       string // connect the service through this URL (a proxy) instead of the database's own
 	afterCommit func(context.Context, *store.CycleOutcome) error
-	// policy, queues and quotas, when set, replace the service's defaults
-	// (service.Config's fields of the same names).
-	policy *scheduling.Policy
-	queues []scheduling.Queue
-	quotas []scheduling.Quota
+	// policy, when set, is the service's policy (service.Config.Policy).
+	policy *policy.Policy
 }
 
 // startEnv creates a database, a dev server and the service on a free port,
@@ -164,7 +162,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	cfg.AfterCycleCommit = o.afterCommit
-	cfg.Policy, cfg.Queues, cfg.Quotas = o.policy, o.queues, o.quotas
+	cfg.Policy = o.policy
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := service.Start(ctx, cfg)

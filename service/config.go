@@ -3,8 +3,9 @@
 // the service worker (every workflow and the store-backed activities), the
 // simulated-executor worker, the scheduler workflow, the HTTP API with
 // Prometheus metrics, and the periodic reconciler of job workflows
-// (DESIGN.md invariant 3), with preemption and reclaim governance (their
-// workflows and activities, the governance file watcher, the reclaim scan).
+// (docs/design.md invariant 3), with preemption and reclaim governance (their
+// workflows and activities, the reclaim scan) under one policy file
+// (internal/policy), watched and hot-reloaded, each version stored.
 // `gpugov serve` is a thin command over Run; the
 // end-to-end tests start the same components in-process with Start.
 //
@@ -19,12 +20,13 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/internal/simulation"
 	"github.com/gpugov/gpugov/replay"
 	"github.com/gpugov/gpugov/store"
 )
@@ -67,26 +69,25 @@ type Config struct {
 	// Tokens are the API's bearer tokens. Required (at least one).
 	Tokens api.Tokens
 
-	// Policy is the scheduling policy of every cycle; nil means
-	// scheduling.DefaultPolicy.
-	Policy *scheduling.Policy
-	// Queues, when not empty, are upserted at start (a policy file's queues).
-	// When empty and the store holds no queue at all, DefaultQueues are created.
-	Queues []scheduling.Queue
-	// Quotas, when not empty, are upserted at start. A project without a quota
-	// row in a pool is not limited there (internal/scheduling/quota.go).
-	Quotas []scheduling.Quota
+	// PolicyFile is the policy file (internal/policy: scheduling rules,
+	// queues, quotas, pool stages, protection windows, preemption and
+	// reclaim). It must load at start; it is re-read whenever it changes
+	// (the last good version stays in force when a change does not load).
+	// Each version loaded is stored (content-hashed, immutable) and
+	// activated, with an audit entry, and its queues, quotas, pool stages
+	// and low-risk queues are written to the store. Its simulation section
+	// is ignored. "" means Policy.
+	PolicyFile string
+	// Policy is the policy in force when PolicyFile is "", stored and
+	// applied at start like a file's (tests that run the service and the
+	// simulator under one policy built in code set it); nil means
+	// policy.Default(), which names no queue, stage or quota, so the stored
+	// ones are kept (default queues are created in an empty store). Setting
+	// both is an error.
+	Policy *policy.Policy
 	// Inventory, when not empty, is upserted at start (pools listed replace
 	// their stored nodes and GPUs; other pools are kept).
 	Inventory []scheduling.Pool
-
-	// GovernanceFile is the governance configuration (internal/governance:
-	// pool stages, low-risk queues, protection windows, preemption bounds,
-	// reclaim scan and modes). It must load at start; its pool stages and
-	// low-risk queues are written to the store then and whenever the file
-	// changes. "" means governance.Default() and leaves the stored stages and
-	// low-risk flags as they are.
-	GovernanceFile string
 
 	// CycleInterval is the scheduler's timer; 0 means DefaultCycleInterval.
 	// It applies when the scheduler workflow is started, not to one already running.
@@ -120,13 +121,16 @@ type Config struct {
 	AfterCycleCommit func(ctx context.Context, out *store.CycleOutcome) error
 }
 
-// DefaultQueues are the queues created when the store has none: one per
-// tier, named after it (the trace replay routes jobs by tier name), with
-// service shares 4:3:2:1, wait objectives 60 s, 10 min, 1 h and 6 h,
-// production protected and experiment low-risk — internal/simulation's
-// defaults, so that a replay and a simulation run under the same queues.
+// DefaultQueues are the queues created when neither the policy nor the
+// store has any: policy.DefaultQueues (one per tier, named after it, as the
+// trace replay routes jobs), internal/simulation's queues too, so that a
+// replay and a simulation run under the same queues.
 func DefaultQueues() []scheduling.Queue {
-	return simulation.DefaultConfig().Queues
+	qs, err := policy.SchedulingQueues(policy.DefaultQueues())
+	if err != nil {
+		panic(fmt.Sprintf("service: default queues: %v", err)) // policy.DefaultQueues names known tiers
+	}
+	return qs
 }
 
 // withDefaults returns c with its zero values replaced by the defaults.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 )
 
 // Defaults of the gpu_samples retention (Config.GPUSampleRetention and
@@ -13,7 +13,7 @@ import (
 const (
 	// DefaultGPUSampleRetention is how long node agents' utilisation samples
 	// are kept: 7 days, well beyond the reclaim scan's observation window
-	// (governance.DefaultObservationWindowSeconds, 30 min), the only reader.
+	// (policy.DefaultObservationWindowSeconds, 30 min), the only reader.
 	DefaultGPUSampleRetention = 7 * 24 * time.Hour
 	// DefaultRetentionInterval is how often samples older than the
 	// retention are deleted.
@@ -24,20 +24,16 @@ const (
 // span of samples before now that the scan classifies idleness by
 // (activities.ScanReclaims reads store.ReclaimEvidence since now − window).
 func (s *Service) observationWindow() time.Duration {
-	cfg := governance.Default()
-	if s.governance != nil {
-		cfg = s.governance.Current()
-	}
-	return governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)
+	return policy.Seconds(s.currentPolicy().Reclaim.ObservationWindowSeconds)
 }
 
 // checkRetention refuses a sample retention shorter than the reclaim
-// observation window of the governance configuration loaded at start: the
+// observation window of the policy loaded at start: the
 // scan would then classify allocations by samples already deleted.
 func (s *Service) checkRetention() error {
 	if w := s.observationWindow(); s.cfg.GPUSampleRetention < w {
 		return fmt.Errorf("service: GPU sample retention %s (--gpu-sample-retention) is shorter than the reclaim "+
-			"observation window %s (governance reclaim.observation_window_seconds): the reclaim scan reads that "+
+			"observation window %s (policy reclaim.observation_window_s): the reclaim scan reads that "+
 			"much sample history; raise the retention to at least %s", s.cfg.GPUSampleRetention, w, w)
 	}
 	return nil
@@ -45,7 +41,7 @@ func (s *Service) checkRetention() error {
 
 // retentionLoop deletes the gpu_samples older than the retention every
 // RetentionInterval, first at once, until ctx ends. The cutoff is
-// now − max(retention, observation window): a governance file reloaded with
+// now − max(retention, observation window): a policy file reloaded with
 // a longer window than the retention keeps the samples the scan reads (and
 // says so in the log). Each pass logs how many rows it deleted; failures are
 // logged and retried at the next pass.

@@ -88,6 +88,9 @@ func TestRetentionLoopPrunesOldSamples(t *testing.T) {
 	logs := &syncBuffer{}
 	s := &Service{store: st, cfg: Config{GPUSampleRetention: retention, RetentionInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}.withDefaults()}
+	if err := s.loadPolicy(); err != nil { // the default policy: a 30 min observation window
+		t.Fatal(err)
+	}
 	loopCtx, cancel := context.WithCancel(ctx)
 	s.loops.Add(1)
 	go s.retentionLoop(loopCtx)

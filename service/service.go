@@ -22,8 +22,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/executor/process"
-	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -46,7 +45,8 @@ type Service struct {
 	serveErr  chan error // the HTTP server's exit error, once
 
 	govMetrics *telemetry.GovernanceMetrics // preemption and reclaim outcomes
-	governance *governance.Watcher          // Config.GovernanceFile's; nil without one
+	policy     *policy.Watcher              // Config.PolicyFile's; nil without one
+	static     *policy.Policy               // the policy in force without a file
 
 	mu      sync.Mutex
 	workers []worker.Worker // nil while stopped (StopWorkers)
@@ -57,14 +57,14 @@ type Service struct {
 	closeErr  error
 }
 
-// Start brings the service up in dependency order: the governance file
-// (when configured), telemetry, database (created if missing, migrated,
-// opened), seed data (inventory, queues, quotas) and then the governance
-// file's pool stages and low-risk queues, Temporal client with the
+// Start brings the service up in dependency order: the policy file (when
+// configured), telemetry, database (created if missing, migrated, opened),
+// the inventory and then the policy (stored and activated as a version;
+// its queues, quotas, pool stages and low-risk queues written), Temporal client with the
 // OpenTelemetry tracing interceptor and gpugov's search attributes, the
 // service and simulated-executor workers, the scheduler and reclaim scan
 // workflows, the HTTP API, and the loops: reconciler, queue gauges,
-// gpu_samples retention and governance file watcher. On any error it
+// gpu_samples retention and policy file watcher. On any error it
 // undoes what it started and returns the error naming the failed step.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := validate(cfg); err != nil {
@@ -97,7 +97,7 @@ func validate(cfg Config) error {
 
 // start runs the steps of Start; Close undoes whatever was set.
 func (s *Service) start(ctx context.Context) error {
-	if err := s.watchGovernance(); err != nil {
+	if err := s.loadPolicy(); err != nil {
 		return err
 	}
 	if err := s.checkRetention(); err != nil {
@@ -117,7 +117,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.seed(ctx); err != nil {
 		return err
 	}
-	if err := s.applyGovernance(ctx); err != nil {
+	if err := s.applyStartPolicy(ctx); err != nil {
 		return err
 	}
 	if err := s.connectTemporal(ctx); err != nil {
@@ -143,7 +143,7 @@ func (s *Service) start(ctx context.Context) error {
 
 // startLoops starts the background loops on a context that Close cancels:
 // the reconciler, the queue gauges, the gpu_samples retention and, with a
-// governance file, its watcher.
+// policy file, its watcher.
 func (s *Service) startLoops(ctx context.Context) {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopLoops = cancel
@@ -151,7 +151,7 @@ func (s *Service) startLoops(ctx context.Context) {
 	go s.reconcileLoop(loopCtx)
 	go s.reportLoop(loopCtx)
 	go s.retentionLoop(loopCtx)
-	if w := s.governance; w != nil {
+	if w := s.policy; w != nil {
 		s.loops.Add(1)
 		go func() {
 			defer s.loops.Done()
@@ -179,8 +179,8 @@ func (s *Service) openStore(ctx context.Context) error {
 	return nil
 }
 
-// seed upserts the configured inventory, queues and quotas, and creates the
-// default queues when the store has none.
+// seed upserts the configured inventory (the policy's queues and quotas
+// follow in applyStartPolicy).
 func (s *Service) seed(ctx context.Context) error {
 	if len(s.cfg.Inventory) > 0 {
 		if err := s.store.UpsertInventory(ctx, s.cfg.Inventory); err != nil {
@@ -189,20 +189,6 @@ func (s *Service) seed(ctx context.Context) error {
 		for _, p := range s.cfg.Inventory {
 			c := CountPool(p)
 			s.cfg.Logger.Info("inventory imported", "pool", p.Name, "nodes", c.Nodes, "gpus", c.GPUs)
-		}
-	}
-	if len(s.cfg.Queues) > 0 {
-		if err := s.store.UpsertQueues(ctx, s.cfg.Queues); err != nil {
-			return fmt.Errorf("service: %w", err)
-		}
-	} else if created, err := EnsureDefaultQueues(ctx, s.store); err != nil {
-		return fmt.Errorf("service: %w", err)
-	} else if created {
-		s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
-	}
-	if len(s.cfg.Quotas) > 0 {
-		if err := s.store.UpsertQuotas(ctx, s.cfg.Quotas); err != nil {
-			return fmt.Errorf("service: %w", err)
 		}
 	}
 	return nil
@@ -246,15 +232,9 @@ func (s *Service) StartWorkers() error {
 	if s.workers != nil {
 		return nil
 	}
-	policy := s.cfg.Policy
-	if policy == nil {
-		p := scheduling.DefaultPolicy()
-		policy = &p
-	}
-	policySource := func(context.Context) (*scheduling.Policy, error) { return policy, nil }
 	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
 	workflows.RegisterServiceWorker(svc, activities.Deps{
-		Store: s.instr, Temporal: s.temporal, Policy: policySource, Governance: s.governanceConfig(),
+		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 	})
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
@@ -354,7 +334,7 @@ func (s *Service) Temporal() client.Client { return s.temporal }
 
 // Close shuts down in reverse order: the HTTP server (in-flight requests
 // finish within ShutdownTimeout), the loops (reconciler, queue gauges,
-// governance file watcher), the workers, the Temporal
+// policy file watcher), the workers, the Temporal
 // client, the store and telemetry. It returns the joined errors; calling it
 // again returns the same result.
 func (s *Service) Close(ctx context.Context) error {

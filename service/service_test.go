@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/telemetry"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
@@ -23,39 +26,48 @@ import (
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
-const governanceYAML = "testdata/governance.yaml"
+const policyYAML = "testdata/policy.yaml"
 
-// TestServiceGovernanceFileInvalid: a governance file that is missing or does
-// not load fails Start, before any database or Temporal call, with an error
-// naming the file.
-func TestServiceGovernanceFileInvalid(t *testing.T) {
+// TestServicePolicyFileInvalid: a policy file that is missing or does not
+// load fails Start, before any database or Temporal call, with an error
+// naming the file (and, for a file that loads badly, the line and field).
+func TestServicePolicyFileInvalid(t *testing.T) {
 	tokens, err := api.NewTokens(map[string]api.Principal{"t": {Project: "p", Role: vocab.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	files := map[string]string{
-		"bad-stage.yaml":     "pools:\n  alibaba:\n    stage: sometimes\n",
-		"unknown-field.yaml": "reclaim:\n  enabeld: true\n",
+	files := map[string]string{ // file: the error's expected "file:line: field" after the file name
+		"bad-stage.yaml":     "version: gpugov.policy/v1\npools:\n  alibaba:\n    stage: sometimes\n|:4: pools.alibaba.stage: ",
+		"unknown-field.yaml": "version: gpugov.policy/v1\nreclaim:\n  enabeld: true\n|:3: reclaim.enabeld: unknown field",
+		"no-version.yaml":    "reclaim:\n  enabled: true\n|:1: version: is required",
 	}
-	paths := []string{filepath.Join(dir, "missing.yaml")}
+	want := map[string]string{filepath.Join(dir, "missing.yaml"): "policy file: stat " + filepath.Join(dir, "missing.yaml")}
 	for name, content := range files {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		text, suffix, _ := strings.Cut(content, "|")
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		paths = append(paths, p)
+		want[p] = p + suffix
 	}
-	for _, p := range paths {
+	for p, w := range want {
 		// Unreachable database and Temporal: Start must fail on the file first.
 		svc, err := Start(context.Background(), Config{DatabaseURL: "postgres://127.0.0.1:1/none", TemporalAddress: "127.0.0.1:1",
-			APIAddr: "127.0.0.1:0", Tokens: tokens, GovernanceFile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			APIAddr: "127.0.0.1:0", Tokens: tokens, PolicyFile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err == nil {
 			svc.Close(context.Background())
 			t.Errorf("%s: Start succeeded", p)
-		} else if !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "governance") {
-			t.Errorf("%s: %v; want a governance error naming the file", p, err)
+		} else if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %v; want an error containing %q", p, err, w)
 		}
+	}
+	// A file and an in-code policy at once: which one governs is ambiguous.
+	_, err = Start(context.Background(), Config{DatabaseURL: "postgres://127.0.0.1:1/none", TemporalAddress: "127.0.0.1:1",
+		APIAddr: "127.0.0.1:0", Tokens: tokens, PolicyFile: policyYAML, Policy: policy.Default(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "both a policy file and a policy") {
+		t.Errorf("file and policy: %v; want the ambiguity refused", err)
 	}
 }
 
@@ -80,9 +92,11 @@ func TestStartValidates(t *testing.T) {
 }
 
 // TestServiceLifecycle starts the whole service on a real database and dev
-// server and checks what serve promises: the inventory imported and default
-// queues created, the governance file's stages and low-risk queues applied
-// (and applied and audited again when the file changes), the scheduler and
+// server and checks what serve promises: the inventory imported, the policy
+// file's queues, stages and low-risk queues applied and its version stored
+// and activated with an audit entry (and, when the file changes, a second
+// version stored, activated and applied, and the next scheduling cycle
+// recording the new hash), the scheduler and
 // reclaim scan workflows running, the queue gauges exported, /readyz and
 // /metrics served, a submitted job run to success by the workers (restarted once),
 // and an idempotent graceful Close.
@@ -97,18 +111,23 @@ func TestServiceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	govFile := filepath.Join(t.TempDir(), "governance.yaml")
-	govData, err := os.ReadFile(governanceYAML)
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	policyData, err := os.ReadFile(policyYAML)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(govFile, govData, 0o600); err != nil {
+	if err := os.WriteFile(policyFile, policyData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := policy.Load(policyFile)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := Start(ctx, Config{DatabaseURL: dbURL, TemporalAddress: dev.HostPort, APIAddr: "127.0.0.1:0", Tokens: tokens,
-		Inventory: pools, SimSpeed: 1000, GovernanceFile: govFile, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Inventory: pools, SimSpeed: 1000, PolicyFile: policyFile, CycleInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +135,7 @@ func TestServiceLifecycle(t *testing.T) {
 
 	qs, err := svc.Store().ListQueues(ctx)
 	if err != nil || len(qs) != 4 {
-		t.Errorf("queues %v, %v; want the default queue of each tier", qs, err)
+		t.Errorf("queues %v, %v; want the policy file's queue of each tier", qs, err)
 	}
 	for _, id := range []string{temporalx.SchedulerWorkflowID(temporalx.DefaultShard), temporalx.ReclaimScanWorkflowID} {
 		desc, err := svc.Temporal().DescribeWorkflow(ctx, id, "")
@@ -127,17 +146,24 @@ func TestServiceLifecycle(t *testing.T) {
 		}
 	}
 	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageTrial)
-	// A changed file is applied again and audited (Check is what the watcher's poll runs).
-	changed := strings.Replace(string(govData), "stage: trial", "stage: automate", 1)
-	if err := os.WriteFile(govFile, []byte(changed), 0o600); err != nil {
+	checkPolicyVersion(ctx, t, svc.Store(), dbURL, first.Hash(), policyFile, 1)
+	waitCycleWithPolicy(ctx, t, dbURL, first.Hash())
+	// A changed file is stored, activated and applied again (Check is what
+	// the watcher's poll runs), and the cycles after it run with its hash.
+	changed := strings.Replace(string(policyData), "stage: trial", "stage: automate", 1)
+	if err := os.WriteFile(policyFile, []byte(changed), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc.governance.Check(ctx)
-	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageAutomate)
-	audit, err := svc.Store().AuditFor(ctx, govFile, 0)
-	if err != nil || len(audit) == 0 || audit[0].Action != ActionGovernanceConfigChange || audit[0].Actor != GovernanceActor {
-		t.Errorf("audit of %s: %+v, %v; want a %s entry", govFile, audit, err, ActionGovernanceConfigChange)
+	if !svc.policy.Check(ctx) {
+		t.Fatal("the changed policy file was not loaded")
 	}
+	second := svc.policy.Current()
+	if second.Hash() == first.Hash() {
+		t.Fatal("the changed policy has the first one's hash")
+	}
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageAutomate)
+	checkPolicyVersion(ctx, t, svc.Store(), dbURL, second.Hash(), policyFile, 2)
+	waitCycleWithPolicy(ctx, t, dbURL, second.Hash())
 	base := "http://" + svc.APIAddr()
 	for path, want := range map[string]int{"/readyz": 200, "/healthz": 200, "/metrics": 200} {
 		resp, err := http.Get(base + path)
@@ -202,7 +228,7 @@ func TestServiceLifecycle(t *testing.T) {
 }
 
 // checkGovernanceApplied checks the stored stage of the trace pool against
-// stage and that the standard queue is low-risk, as testdata/governance.yaml
+// stage and that the standard queue is low-risk, as testdata/policy.yaml
 // makes it (the default queues make only experiment low-risk).
 func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, stage vocab.AutomationStage) {
 	t.Helper()
@@ -212,12 +238,66 @@ func checkGovernanceApplied(ctx context.Context, t *testing.T, st *store.Store, 
 	}
 	for _, p := range snap.Pools {
 		if p.Name == "alibaba" && p.Stage != stage {
-			t.Errorf("pool alibaba in stage %s, want the governance file's %s", p.Stage, stage)
+			t.Errorf("pool alibaba in stage %s, want the policy file's %s", p.Stage, stage)
 		}
 	}
 	for _, q := range snap.Queues {
 		if q.Name == "standard" && !q.LowRisk {
-			t.Error("queue standard is not low-risk; the governance file makes it so")
+			t.Error("queue standard is not low-risk; the policy file makes it so")
 		}
+	}
+}
+
+// checkPolicyVersion checks that hash is the active stored policy version,
+// its body the policy's canonical JSON, that versions are stored in all, and
+// that its activation is audited with PolicyActor and reason "loaded from
+// file".
+func checkPolicyVersion(ctx context.Context, t *testing.T, st *store.Store, dbURL, hash, file string, versions int) {
+	t.Helper()
+	active, err := st.ActivePolicyVersion(ctx)
+	if err != nil || active.Hash != hash {
+		t.Fatalf("active policy version %+v, %v; want %s", active, err, hash)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(active.Body, &body); err != nil || body["version"] != policy.FormatV1 {
+		t.Errorf("stored body %s: %v; want the policy's JSON", active.Body, err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM policy_versions`).Scan(&n); err != nil || n != versions {
+		t.Errorf("%d stored policy versions (%v), want %d", n, err, versions)
+	}
+	audit, err := st.AuditFor(ctx, hash, 0)
+	if err != nil || len(audit) != 1 || audit[0].Action != "activate_policy" || audit[0].Actor != PolicyActor ||
+		audit[0].Reason != "loaded from "+file {
+		t.Errorf("audit of policy %s: %+v, %v; want one activate_policy entry by %s, loaded from %s", hash, audit, err, PolicyActor, file)
+	}
+}
+
+// waitCycleWithPolicy waits for a scheduling cycle that ran with policy
+// version hash (the scheduler runs every second in the test).
+func waitCycleWithPolicy(ctx context.Context, t *testing.T, dbURL, hash string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM scheduling_cycles WHERE policy_version = $1`, hash).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no scheduling cycle recorded policy version %s", hash)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

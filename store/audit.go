@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// AuditEntry is one governance action (DESIGN.md invariant 6): who (Actor:
+// AuditEntry is one governance action (docs/design.md invariant 6): who (Actor:
 // "scheduler", a project, an operator), what (Action, e.g. "place", "hold",
 // "preempt"), on what (Subject: a job, allocation, pool or policy ID), why
 // (Reason) and the evidence (Evidence, stored as jsonb).

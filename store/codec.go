@@ -10,7 +10,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
-// The jsonb columns use these snake_case shapes, named after DESIGN.md's
+// The jsonb columns use these snake_case shapes, named after docs/design.md's
 // vocabulary, rather than the Go field names of package scheduling: SQL reports
 // and other tools read them, and renaming a Go field must not change stored data.
 

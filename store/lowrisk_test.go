@@ -10,8 +10,8 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// An empty (nil) low-risk list from a governance file without
-// low_risk_queues clears every flag instead of failing on SQL NULL.
+// An empty (nil) low-risk list (a policy whose queues are none low-risk)
+// clears every flag instead of failing on SQL NULL.
 func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
@@ -22,7 +22,7 @@ func TestSetLowRiskQueuesNilClearsAll(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	changed, err := s.SetLowRiskQueues(ctx, nil, "test", "no low_risk_queues in the file")
+	changed, err := s.SetLowRiskQueues(ctx, nil, "test", "no low-risk queue in the policy")
 	if err != nil {
 		t.Fatalf("SetLowRiskQueues(nil): %v", err)
 	}

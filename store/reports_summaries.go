@@ -48,7 +48,7 @@ const (
 // fault of the data or the store, not of the request.
 var ErrReportRecords = errors.New("the stored records do not make a report")
 
-// SummaryGroupBy is the grouping of stored summaries: DESIGN.md §4's queue ×
+// SummaryGroupBy is the grouping of stored summaries: docs/design.md §6's queue ×
 // tier × job type × pool. A report grouped by project is computed from the
 // records instead, since projects are many and summaries per project would
 // be nearly as large as the records.

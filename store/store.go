@@ -3,7 +3,7 @@
 // preemptions, the audit log and decayed project usage, with the schema as
 // embedded goose migrations.
 //
-// Invariant 1 of DESIGN.md (no GPU granted beyond 1000 milli-GPU, whole GPUs
+// Invariant 1 of docs/design.md (no GPU granted beyond 1000 milli-GPU, whole GPUs
 // exclusive) is enforced twice: ApplyCycle locks the GPU rows it grants in UUID
 // order and refuses a placement that would exceed capacity, and the gpu_usage
 // table, kept by a trigger on allocation_gpus, carries a CHECK that makes any

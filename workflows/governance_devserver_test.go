@@ -15,7 +15,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/executor"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
@@ -69,14 +69,14 @@ func submitGovJob(t *testing.T, st *store.Store, j govJob) *store.Job {
 }
 
 // startGovWorkers runs the service worker with every workflow and activity
-// (the policy pol, the governance config cfg, progress from Temporal) and a
+// (the scheduling policy pol, the policy cfg, progress from Temporal) and a
 // simulated executor, as `serve` must wire them.
-func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol scheduling.Policy, cfg *governance.Config, exec *executor.SimulatedExecutor) {
+func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol scheduling.Policy, cfg *policy.Policy, exec *executor.SimulatedExecutor) {
 	t.Helper()
-	policy := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
+	source := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, Policy: policy,
-		Governance: func() *governance.Config { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
+	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, Policy: source,
+		Governance: func() *policy.Policy { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
 		PollInterval: 100 * time.Millisecond})
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
 	workflows.RegisterSimExecutorWorker(sim, exec)
@@ -139,7 +139,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	st := newGovStore(t, 3, vocab.StageAutomate)
 	pol := scheduling.DefaultPolicy()
 	pol.Preemption.MinRuntimeSeconds, pol.Preemption.RequireVerifiedResume, pol.Preemption.GraceSeconds = 0, false, 10
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Preemption.VerifyResumeTimeoutSeconds, cfg.Preemption.RecomputeTimeoutSeconds = 60, 30
 	startGovWorkers(t, c, st, pol, cfg, &executor.SimulatedExecutor{Checkpoints: st, SpeedFactor: 100, HeartbeatInterval: 100 * time.Millisecond})
 	ctx := context.Background()
@@ -264,13 +264,13 @@ func TestReclaimModesOnDevServer(t *testing.T) {
 	st := newGovStore(t, 5, vocab.StageAutomate)
 	modes := []vocab.ReclaimMode{vocab.ModeReport, vocab.ModeAuto, vocab.ModeNotify, vocab.ModeNotify, vocab.ModeConfirm}
 	names := []string{"q-report", "q-auto", "q-keep", "q-notify", "q-confirm"}
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Reclaim.Enabled, cfg.Reclaim.ScanIntervalSeconds, cfg.Reclaim.NotifyWindowSeconds = true, 1, 3
-	cfg.LowRiskQueues = names
 	var queues []scheduling.Queue
 	for i, n := range names {
 		queues = append(queues, scheduling.Queue{Name: n, Tier: vocab.TierExperiment, ServiceShare: 1})
-		cfg.Reclaim.Rules = append(cfg.Reclaim.Rules, governance.ModeRule{Queue: n, Mode: modes[i]})
+		cfg.Queues = append(cfg.Queues, policy.Queue{Name: n, Tier: "experiment", Share: 1, LowRisk: true})
+		cfg.Reclaim.Rules = append(cfg.Reclaim.Rules, policy.ModeRule{Queue: n, Mode: modes[i]})
 	}
 	if err := st.UpsertQueues(context.Background(), queues); err != nil {
 		t.Fatal(err)

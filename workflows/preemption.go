@@ -44,7 +44,7 @@ type PreemptionResult struct {
 const verifyResumeHeartbeat = 30 * time.Second
 
 // PreemptionWorkflow (ID "preempt/<victim>/<run>") carries out one
-// preemption, one activity per durable step (DESIGN.md §2 step 4):
+// preemption, one activity per durable step (docs/design.md §3 step 4):
 //
 //  1. Notify re-checks the victim (aborting if it became protected or not
 //     checkpointable) and sends it `preempt`; its job workflow cancels the run

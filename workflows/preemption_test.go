@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -116,7 +116,7 @@ func (e *preemptEnv) upserted() map[string]string {
 	return maps.Clone(e.attrs)
 }
 
-func newPreemptEnv(t *testing.T, st activities.ServiceStore, pol scheduling.Policy, cfg *governance.Config) *preemptEnv {
+func newPreemptEnv(t *testing.T, st activities.ServiceStore, pol scheduling.Policy, cfg *policy.Policy) *preemptEnv {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(quietLogger())
 	env := &preemptEnv{TestWorkflowEnvironment: suite.NewTestWorkflowEnvironment(), sig: &recordingSignaler{gone: map[string]bool{}},
@@ -125,7 +125,7 @@ func newPreemptEnv(t *testing.T, st activities.ServiceStore, pol scheduling.Poli
 	workflows.RegisterServiceWorker(env, activities.Deps{
 		Store: st, Temporal: env.sig, PollInterval: 20 * time.Millisecond,
 		Policy:     func(context.Context) (*scheduling.Policy, error) { return &pol, nil },
-		Governance: func() *governance.Config { return cfg },
+		Governance: func() *policy.Policy { return cfg },
 	})
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
@@ -216,7 +216,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-3 }
 // and the record holds every step's time and the loss of the formula.
 func TestPreemptionRunsAllFiveSteps(t *testing.T) {
 	f := newVictimFixture(t)
-	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), governance.Default())
+	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), policy.Default())
 	f.stopVictim(t, env, time.Second, 55, 55, 2)
 	f.resumeVictim(t, env, 30*time.Second, 55, 0)
 
@@ -278,7 +278,7 @@ func TestPreemptionWithoutCheckpointReleasesWhenPolicySays(t *testing.T) {
 	f := newVictimFixture(t)
 	pol := scheduling.DefaultPolicy()
 	pol.Preemption.ReleaseWithoutCheckpoint = true
-	env := newPreemptEnv(t, f.st, pol, governance.Default())
+	env := newPreemptEnv(t, f.st, pol, policy.Default())
 	f.stopVictim(t, env, time.Second, 60, 0, 1)
 	f.resumeVictim(t, env, time.Hour/2, 40, 60)
 
@@ -302,7 +302,7 @@ func TestPreemptionWithoutCheckpointReleasesWhenPolicySays(t *testing.T) {
 // the victim is told to run again on its GPUs.
 func TestPreemptionWithoutCheckpointAbortsWhenPolicySays(t *testing.T) {
 	f := newVictimFixture(t)
-	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), governance.Default())
+	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), policy.Default())
 
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
@@ -328,7 +328,7 @@ func TestPreemptionWithoutCheckpointAbortsWhenPolicySays(t *testing.T) {
 // its first step.
 func TestPreemptionWrongStepResumeDowngrades(t *testing.T) {
 	f := newVictimFixture(t)
-	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), governance.Default())
+	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), policy.Default())
 	f.stopVictim(t, env, time.Second, 55, 55, 1)
 	f.resumeVictim(t, env, 30*time.Second, 0, 0)
 
@@ -357,7 +357,7 @@ func TestPreemptionOfProtectedVictimAbortsAtNotify(t *testing.T) {
 	if _, err := f.st.Pool().Exec(context.Background(), `UPDATE jobs SET protected = true WHERE id = $1`, f.victim.ID); err != nil {
 		t.Fatal(err)
 	}
-	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), governance.Default())
+	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), policy.Default())
 
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
@@ -436,7 +436,7 @@ func (c *crashingStore) FinishPreemption(ctx context.Context, id string, pr stor
 func TestPreemptionStepsRetriedAfterCrashChangeNothingTwice(t *testing.T) {
 	f := newVictimFixture(t)
 	cs := &crashingStore{Store: f.st, crashed: map[string]bool{}}
-	env := newPreemptEnv(t, cs, scheduling.DefaultPolicy(), governance.Default())
+	env := newPreemptEnv(t, cs, scheduling.DefaultPolicy(), policy.Default())
 	f.stopVictim(t, env, time.Second, 55, 55, 1)
 	f.resumeVictim(t, env, time.Minute, 55, 0)
 

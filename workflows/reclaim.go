@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -32,7 +32,7 @@ type ReclaimResult struct {
 }
 
 // ReclaimWorkflow (ID "reclaim/<allocation>") handles one reclaimable
-// allocation (DESIGN.md §2 step 5): AssessReclaim classifies it again with
+// allocation (docs/design.md §3 step 5): AssessReclaim classifies it again with
 // its evidence, decides the mode from config and the pool's stage and
 // records the reclaim; then by mode —
 //
@@ -217,7 +217,7 @@ func ReclaimScanWorkflow(ctx workflow.Context, in *ReclaimScanInput) error {
 		next.ScansBefore++
 		interval := secondsDuration(scan.ScanIntervalSeconds)
 		if interval <= 0 {
-			interval = secondsDuration(governance.DefaultScanIntervalSeconds)
+			interval = secondsDuration(policy.DefaultScanIntervalSeconds)
 		}
 		if err := workflow.Sleep(ctx, interval); err != nil {
 			return err

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -38,9 +38,9 @@ func TestReclaimWorkflowModes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newGovStore(t, 1, tc.stage)
 			alloc := failRunHoldingGPUs(t, st, expQueue, 0, "failed")
-			cfg := governance.Default()
+			cfg := policy.Default()
 			cfg.Reclaim.Enabled = true
-			cfg.Reclaim.Rules = []governance.ModeRule{{Queue: expQueue, Mode: tc.mode}}
+			cfg.Reclaim.Rules = []policy.ModeRule{{Queue: expQueue, Mode: tc.mode}}
 			env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
 			if tc.signal != "" {
 				env.RegisterDelayedCallback(func() { env.SignalWorkflow(tc.signal, tc.arg) }, time.Minute)
@@ -100,7 +100,7 @@ func TestReclaimWorkflowSkipsReleasedAllocation(t *testing.T) {
 	if _, err := st.Pool().Exec(context.Background(), `UPDATE allocations SET released_at = now() WHERE id = $1`, alloc); err != nil {
 		t.Fatal(err)
 	}
-	cfg := governance.Default()
+	cfg := policy.Default()
 	cfg.Reclaim.Enabled = true
 	env := newPreemptEnv(t, st, scheduling.DefaultPolicy(), cfg)
 	env.ExecuteWorkflow(workflows.ReclaimWorkflowName, &workflows.ReclaimInput{AllocationID: alloc})

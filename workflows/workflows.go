@@ -1,5 +1,5 @@
 // Package workflows holds gpugov's Temporal workflows: deterministic
-// orchestration only, every I/O in an activity (DESIGN.md invariant 2).
+// orchestration only, every I/O in an activity (docs/design.md invariant 2).
 //
 //   - SchedulerWorkflow (ID "scheduler/<shard>") is the single writer of
 //     placements: on a signal or a timer it runs one scheduling cycle and signals

@@ -12,7 +12,7 @@ import (
 )
 
 // defaultDatabaseURL is the database used when neither --database-url nor
-// DATABASE_URL is given (DESIGN.md §5).
+// DATABASE_URL is given (docs/design.md §10).
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/gpugov?sslmode=disable"
 
 func init() {

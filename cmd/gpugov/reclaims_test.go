@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -35,11 +36,11 @@ func heldAfterRun(t *testing.T, st *store.Store, gpu, outcome string) string {
 // recordReclaims classifies every active allocation from its stored
 // evidence and records a reclaim of each finding in the mode the rules
 // give, as AssessReclaim does; it returns the reclaims by allocation.
-func recordReclaims(t *testing.T, st *store.Store, cfg *governance.Config) map[string]*store.Reclaim {
+func recordReclaims(t *testing.T, st *store.Store, cfg *policy.Policy) map[string]*store.Reclaim {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	evs, err := st.ReclaimEvidence(ctx, now.Add(-governance.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
+	evs, err := st.ReclaimEvidence(ctx, now.Add(-policy.Seconds(cfg.Reclaim.ObservationWindowSeconds)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func recordReclaims(t *testing.T, st *store.Store, cfg *governance.Config) map[s
 		if !ok {
 			continue
 		}
-		d := cfg.DecideMode(ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
+		d := governance.DecideMode(cfg, ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
 		r, _, err := st.OpenReclaim(ctx, store.NewReclaim{Evidence: *ev, Finding: f, Decision: d,
 			WorkflowID: "reclaim/" + ev.AllocationID, At: now})
 		if err != nil {
@@ -77,8 +78,8 @@ func TestReclaimsCommand(t *testing.T) {
 
 	failedAlloc := heldAfterRun(t, env.store, "GPU-0", "failed")
 	doneAlloc := heldAfterRun(t, env.store, "GPU-1", "succeeded")
-	cfg := governance.Default()
-	cfg.Reclaim.Rules = []governance.ModeRule{{Class: vocab.ClassFailed, Mode: vocab.ModeNotify},
+	cfg := policy.Default()
+	cfg.Reclaim.Rules = []policy.ModeRule{{Class: vocab.ClassFailed, Mode: vocab.ModeNotify},
 		{Class: vocab.ClassCompleted, Mode: vocab.ModeAuto}}
 	rs := recordReclaims(t, env.store, cfg)
 	failed, done := rs[failedAlloc], rs[doneAlloc]

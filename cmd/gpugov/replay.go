@@ -15,7 +15,7 @@ import (
 )
 
 // defaultTraceDir is where the trace lies relative to the repository root
-// (DESIGN.md §6); GPUGOV_TRACE_DIR overrides it.
+// (docs/design.md §9); GPUGOV_TRACE_DIR overrides it.
 const defaultTraceDir = "../shared/traces/alibaba-gpu-v2023"
 
 // replayFlags are the flags of `gpugov replay`.

@@ -12,8 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/governance"
-	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/service"
 )
 
@@ -37,7 +36,6 @@ type serveOptions struct {
 	inventoryFormat   string
 	inventoryPool     string
 	policyFile        string
-	governanceFile    string
 	cycleInterval     time.Duration
 	simSpeed          float64
 	reconcileInterval time.Duration
@@ -58,23 +56,23 @@ starts the scheduler workflow, and serves the API with /metrics until SIGINT or
 SIGTERM, then shuts down gracefully. Pending jobs' workflows are reconciled
 every --reconcile-interval. Node agents' GPU utilisation samples older than
 --gpu-sample-retention are deleted hourly; a retention shorter than the reclaim
-observation window (governance reclaim.observation_window_seconds) is refused.
+observation window (the policy's reclaim.observation_window_s) is refused.
 
 Without --tokens-file (or GPUGOV_TOKENS_FILE) it warns and uses the development
 tokens of ` + devTokensFile + ` (admin token "dev-admin").
 
---policy takes the YAML policy file of internal/simulation: its policy governs
-every scheduling cycle and its queues and quotas are upserted at start. Without
-it the default policy applies and, when no queue exists, one queue per tier is
-created.
-
---governance-file (or GPUGOV_GOVERNANCE_FILE) takes the YAML governance
-configuration: pool automation stages, low-risk queues, protection windows,
-preemption bounds, and the reclaim scan and its modes. Its stages and low-risk
-queues are written to the database at start and whenever the file changes
-(polled every few seconds; a change that does not load keeps the previous
-configuration and is logged). Without it the governance defaults apply: stored
-stages are kept and the reclaim scan records nothing.
+--policy (or GPUGOV_POLICY_FILE) takes the policy file (format gpugov.policy/v1,
+internal/policy; example deploy/gpugov/policy.yaml): the scheduling rules of
+every cycle, queues, quotas, project fair-share weights, pool automation stages,
+protection windows, preemption and its verify-resume bounds, and the reclaim
+scan and its modes. Its simulation section is ignored. The file is re-read
+whenever it changes (polled every few seconds; a change that does not load
+keeps the previous version in force and is logged). Each version loaded is
+stored by its content hash and activated (audited), every scheduling cycle
+records the hash it ran with, and the version's queues, quotas, stages and
+low-risk queues are written to the database. Without it the default policy
+applies (stored the same way): stored stages are kept, the reclaim scan records
+nothing and, when no queue exists, one queue per tier is created.
 
 The simulated executor runs --sim-speed seconds of job work per real second;
 keep it equal to replay's --speed (both default to 600) so that a replay
@@ -91,8 +89,7 @@ compresses runs and arrivals alike.`,
 	f.StringVar(&o.inventoryFile, "inventory-file", "", "inventory to import at start: static YAML or Alibaba node-list CSV")
 	f.StringVar(&o.inventoryFormat, "inventory-format", service.FormatAuto, "format of --inventory-file: auto, yaml or alibaba-csv")
 	f.StringVar(&o.inventoryPool, "pool", "", "with --inventory-file: the pool a CSV's nodes form (default \"alibaba\"), or the one pool of a YAML file to import")
-	f.StringVar(&o.policyFile, "policy", "", "YAML policy file (internal/simulation format); default policy when empty")
-	f.StringVar(&o.governanceFile, "governance-file", os.Getenv("GPUGOV_GOVERNANCE_FILE"), "YAML governance configuration (env GPUGOV_GOVERNANCE_FILE); governance defaults when empty")
+	f.StringVar(&o.policyFile, "policy", os.Getenv("GPUGOV_POLICY_FILE"), "policy file, gpugov.policy/v1 YAML, re-read on change (env GPUGOV_POLICY_FILE); default policy when empty")
 	f.DurationVar(&o.cycleInterval, "cycle-interval", service.DefaultCycleInterval, "longest time between scheduling cycles without a signal (whole seconds)")
 	f.Float64Var(&o.simSpeed, "sim-speed", service.DefaultSimSpeed, "simulated executor speed: seconds of job work per real second")
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
@@ -148,18 +145,11 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		}
 	}
 	if o.policyFile != "" {
-		pc, err := simulation.LoadConfig(o.policyFile)
-		if err != nil {
-			return cfg, usageError{err}
-		}
-		cfg.Policy, cfg.Queues, cfg.Quotas = &pc.Policy, pc.Queues, pc.Quotas
-	}
-	if o.governanceFile != "" {
 		// Checked here for a usage error; the service loads it again to watch it.
-		if _, err := governance.Load(o.governanceFile); err != nil {
+		if _, err := policy.Load(o.policyFile); err != nil {
 			return cfg, usageError{err}
 		}
-		cfg.GovernanceFile = o.governanceFile
+		cfg.PolicyFile = o.policyFile
 	}
 	return cfg, nil
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/inventory/static"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -48,15 +50,13 @@ func TestServeConfig(t *testing.T) {
 	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, reconcileInterval: time.Second, tokensFile: devTokens,
 		sampleRetention: 48 * time.Hour,
 		inventoryFile:   "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
-		policyFile:     "../../internal/simulation/testdata/policy_good.yaml",
-		governanceFile: "../../service/testdata/governance.yaml"}
+		policyFile: "../../deploy/gpugov/policy.yaml"}
 	cfg, err := good.config(logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.Policy == nil || len(cfg.Queues) == 0 ||
-		cfg.GovernanceFile != good.governanceFile || cfg.GPUSampleRetention != 48*time.Hour {
-		t.Errorf("config %+v: want tokens, one pool, the file's policy and queues, the governance file, 48h retention", cfg)
+	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.GPUSampleRetention != 48*time.Hour {
+		t.Errorf("config %+v: want tokens, one pool, the policy file, 48h retention", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
 		"cycle interval":   func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
@@ -68,8 +68,7 @@ func TestServeConfig(t *testing.T) {
 		"inventory file":   func(o *serveOptions) { o.inventoryFile = devTokens },
 		"inventory format": func(o *serveOptions) { o.inventoryFormat = "xml" },
 		"policy file":      func(o *serveOptions) { o.policyFile = devTokens },
-		"governance file":  func(o *serveOptions) { o.governanceFile = devTokens },
-		"no governance":    func(o *serveOptions) { o.governanceFile = "missing.yaml" },
+		"no policy file":   func(o *serveOptions) { o.policyFile = "missing.yaml" },
 	} {
 		o := good
 		mutate(&o)
@@ -129,6 +128,17 @@ func TestServeCommand(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"alibaba"`) {
 		t.Errorf("GET /v1/inventory: %d %s", resp.StatusCode, body)
+	}
+	// Without --policy the default policy is in force, stored and active
+	// like a file's.
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, err := st.ActivePolicyVersion(ctx)
+	st.Close()
+	if err != nil || active.Hash != policy.Default().Hash() {
+		t.Errorf("active policy version %+v, %v; want the default policy's %s", active, err, policy.Default().Hash())
 	}
 	cancel()
 	select {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/simulation"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 )
@@ -27,9 +29,13 @@ through gpugov's scheduling cycle on a virtual clock and reports, per tier, the 
 it would give next to the waits recorded in the trace, the time spent per wait reason,
 preemptions and their effective run loss, GPU utilisation and starved jobs.
 
-The policy file (YAML) overrides the defaults of the scheduling policy, queues, quotas,
-automation stage, seed and recovery-evidence rule; every rule the simulation adds to the
-trace is listed under "assumptions" in the output. Progress goes to stderr.
+The policy file (format gpugov.policy/v1, internal/policy; example
+deploy/gpugov/policy.yaml, the same file serve takes) overrides the defaults of the
+scheduling policy, queues, quotas, project weights and the pool's automation stage; its
+simulation section sets the pool name, projects, seed, cycle interval, starvation factor
+and recovery-evidence rule. The report names the policy hash it ran under (the hash serve
+records for the same rules; the simulation section is not part of it), and every rule
+the simulation adds to the trace is listed under "assumptions". Progress goes to stderr.
 
 Malformed input stops the command with "file:line: what is wrong" and exit code 2;
 --skip-invalid skips and counts bad pod rows instead.`,
@@ -39,10 +45,10 @@ Malformed input stops the command with "file:line: what is wrong" and exit code 
 	fl := cmd.Flags()
 	fl.StringVar(&f.nodes, "nodes", "", "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
 	fl.StringVar(&f.pods, "pods", "", "pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time)")
-	fl.StringVar(&f.policy, "policy", "", "YAML policy file; defaults apply to every field it leaves out")
+	fl.StringVar(&f.policy, "policy", "", "policy file (gpugov.policy/v1 YAML); defaults apply to every field it leaves out")
 	fl.StringVar(&f.format, "format", "text", "output format: text or json")
 	fl.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip and count malformed pod rows instead of stopping")
-	fl.Uint64Var(&f.seed, "seed", 0, "seed of the recovery-evidence draw (overrides the policy file's)")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the recovery-evidence draw (overrides the policy file's simulation.seed)")
 	return cmd
 }
 
@@ -59,12 +65,16 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	case f.format != "text" && f.format != "json":
 		return newUsageError("simulate: --format %q: want text or json", f.format)
 	}
-	cfg := simulation.DefaultConfig()
+	pol := policy.Default()
 	if f.policy != "" {
 		var err error
-		if cfg, err = simulation.LoadConfig(f.policy); err != nil {
+		if pol, err = policy.Load(f.policy); err != nil {
 			return newUsageError("%w", err)
 		}
+	}
+	cfg, err := simulation.FromPolicy(pol)
+	if err != nil {
+		return newUsageError("simulate: policy %s: %w", cmp.Or(f.policy, "(default)"), err)
 	}
 	if cmd.Flags().Changed("seed") {
 		cfg.Seed = f.seed

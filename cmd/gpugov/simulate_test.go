@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpugov/gpugov/internal/policy"
 )
 
 // runSimulateArgs runs a fresh `simulate` command with args and returns its
@@ -69,9 +71,50 @@ func TestSimulateText(t *testing.T) {
 	}
 }
 
+// TestSimulatePolicyFile: --policy governs the run (the file's seed and the
+// stage of its simulation pool) and the report names the hash of the policy
+// it ran under, the hash serve stores for the same rules, in JSON and text.
+func TestSimulatePolicyFile(t *testing.T) {
+	const file = "../../internal/simulation/testdata/policy_good.yaml"
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simPods, "--format", "json", "--policy", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		PolicyVersion string `json:"policy_version"`
+		Seed          uint64 `json:"seed"`
+		Stage         string `json:"stage"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if report.PolicyVersion != p.Hash() || report.Seed != 7 || report.Stage != "observe" {
+		t.Fatalf("report policy %q seed %d stage %s, want policy %s, seed 7 and stage observe from %s",
+			report.PolicyVersion, report.Seed, report.Stage, p.Hash(), file)
+	}
+	text, _, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simPods, "--policy", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "policy "+p.Hash()) {
+		t.Errorf("text output does not name policy %s:\n%s", p.Hash(), text)
+	}
+	def, _, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", simPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "policy "+policy.Default().Hash()) {
+		t.Errorf("without --policy the text output does not name the default policy's hash %s", policy.Default().Hash())
+	}
+}
+
 func TestSimulateBadInput(t *testing.T) {
 	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(badPolicy, []byte("stage: later\n"), 0o644); err != nil {
+	if err := os.WriteFile(badPolicy, []byte("version: gpugov.policy/v1\npools:\n  alibaba: {stage: later}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -85,7 +128,8 @@ func TestSimulateBadInput(t *testing.T) {
 		{"no nodes", []string{"--pods", simPods}, "--nodes is required"},
 		{"no pods", []string{"--nodes", simNodes}, "--pods is required"},
 		{"bad format", []string{"--nodes", simNodes, "--pods", simPods, "--format", "xml"}, `--format "xml"`},
-		{"bad policy", []string{"--nodes", simNodes, "--pods", simPods, "--policy", badPolicy}, `stage: "later"`},
+		{"bad policy", []string{"--nodes", simNodes, "--pods", simPods, "--policy", badPolicy},
+			badPolicy + `:3: pools.alibaba.stage: "later" is not observe, trial or automate`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

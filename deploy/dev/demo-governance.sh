@@ -6,10 +6,10 @@
 # It runs an ISOLATED stack that never touches `make run`'s: database
 # gpugov_demo (dropped and re-created each time), a Temporal dev server on
 # 127.0.0.1:7243 (UI 8243), the API on 127.0.0.1:8091, state and logs under
-# .gpugov/demo/. Governance: deploy/gpugov/governance.yaml (pool sim in stage
-# automate, reclaim scan every 5 s, 40 s observation window); policy:
-# deploy/gpugov/demo-policy.yaml (young, never-resumed checkpointable jobs
-# are preemptible, 40 s grace); inventory: deploy/gpugov/inventory.yaml.
+# .gpugov/demo/. Policy: deploy/gpugov/policy.yaml (pool sim in stage
+# automate, young, never-resumed checkpointable jobs preemptible with a 40 s
+# grace, reclaim scan every 5 s, 40 s observation window); inventory:
+# deploy/gpugov/inventory.yaml.
 #
 # What it shows (about 2.5 minutes, most of it waiting for the reclaim windows):
 #   1. preemption: four checkpointable experiment jobs (2 A100 each, simulated
@@ -57,8 +57,7 @@ temporal="$TEMPORAL_BIN"
 sim_speed=10 # job seconds per real second for the simulated executor
 agent_node=sim-node-1
 inventory=deploy/gpugov/inventory.yaml
-governance=deploy/gpugov/governance.yaml
-policy=deploy/gpugov/demo-policy.yaml
+policy=deploy/gpugov/policy.yaml
 started=$(date +%s)
 
 say() { printf '\n== %s\n' "$*"; }
@@ -116,7 +115,7 @@ log "building bin/gpugov"
 go build -o "$gpugov" ./cmd/gpugov
 
 nohup "$gpugov" serve --api-addr "$GPUGOV_API_ADDR" --database-url "$DATABASE_URL" --temporal-address "$TEMPORAL_ADDRESS" \
-  --tokens-file deploy/gpugov/tokens.yaml --inventory-file "$inventory" --governance-file "$governance" --policy "$policy" \
+  --tokens-file deploy/gpugov/tokens.yaml --inventory-file "$inventory" --policy "$policy" \
   --sim-speed "$sim_speed" --cycle-interval 2s --reconcile-interval 10s >"$GPUGOV_STATE/serve.log" 2>&1 &
 echo $! >"$GPUGOV_STATE/serve.pid"
 serve_ready() { kill -0 "$(cat "$GPUGOV_STATE/serve.pid")" || return 1; "$gpugov" queues --token "$admin" >/dev/null && echo up; }

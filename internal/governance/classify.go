@@ -1,9 +1,16 @@
+// Package governance holds gpugov's pure reclaim decisions: the
+// classification of an allocation from its evidence, and the mode a finding
+// is handled in (the effective-run-loss formula is internal/accounting's).
+// Their configuration (each pool's automation stage, the low-risk queues,
+// protection windows, the reclaim scan and its modes) is the policy's
+// (internal/policy). It imports neither Temporal nor pgx.
 package governance
 
 import (
 	"fmt"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -67,8 +74,8 @@ type Finding struct {
 // the idle threshold; missing samples are no evidence of idleness, and
 // protected jobs, queues and windows are never idle). It returns false when
 // the allocation is not reclaimable.
-func Classify(ev *Evidence, c *Config, now time.Time) (Finding, bool) {
-	window := Seconds(c.Reclaim.ObservationWindowSeconds)
+func Classify(ev *Evidence, c *policy.Policy, now time.Time) (Finding, bool) {
+	window := policy.Seconds(c.Reclaim.ObservationWindowSeconds)
 	switch {
 	case ev.RunOutcome == vocab.RunSucceeded || ev.JobState == vocab.JobSucceeded:
 		return Finding{vocab.ClassCompleted, fmt.Sprintf("run %s succeeded%s but %.3g GPU(s) are still held", orNone(ev.RunID),
@@ -107,7 +114,7 @@ func (ev *Evidence) HeartbeatAge(now time.Time) (time.Duration, bool) {
 }
 
 // idle applies the idle rule; see Classify.
-func idle(ev *Evidence, c *Config, now time.Time, window time.Duration) (string, bool) {
+func idle(ev *Evidence, c *policy.Policy, now time.Time, window time.Duration) (string, bool) {
 	from := now.Add(-window)
 	switch {
 	case ev.RunID == "" || ev.Protected || c.InProtectionWindow(ev.Queue, now) != "":
@@ -170,11 +177,12 @@ type ModeDecision struct {
 	Why        string
 }
 
-// DecideMode gives a finding's mode from the rules and the pool's stage:
-// observe (or an unknown stage) records only (report); trial acts only on
-// low-risk queues and reports the rest; protected work is never released
-// without an operator (confirm) unless it is only reported.
-func (c *Config) DecideMode(stage vocab.AutomationStage, pool, queue string, class vocab.ReclaimClass, protected bool) ModeDecision {
+// DecideMode gives a finding's mode from the policy's reclaim rules and the
+// pool's stage: observe (or an unknown stage) records only (report); trial
+// acts only on the policy's low-risk queues and reports the rest; protected
+// work is never released without an operator (confirm) unless it is only
+// reported.
+func DecideMode(c *policy.Policy, stage vocab.AutomationStage, pool, queue string, class vocab.ReclaimClass, protected bool) ModeDecision {
 	d := ModeDecision{Configured: c.ConfiguredMode(pool, queue, class), Stage: stage}
 	switch {
 	case stage != vocab.StageTrial && stage != vocab.StageAutomate:

@@ -1,111 +1,16 @@
 package governance
 
 import (
-	"context"
-	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-const validYAML = `pools:
-  a100-east: {stage: trial}
-low_risk_queues: [exp]
-protection_windows:
-  - {name: launch, start: 2026-12-01T00:00:00Z, end: 2026-12-02T00:00:00Z, queues: [delivery]}
-reclaim:
-  enabled: true
-  notify_window_seconds: 600
-  rules:
-    - {queue: exp, class: idle, mode: auto}
-    - {pool: a100-east, mode: notify}
-`
-
-func TestParseAppliesDefaultsAndRules(t *testing.T) {
-	c, err := Parse("g.yaml", []byte(validYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Pools["a100-east"].Stage != vocab.StageTrial || c.Reclaim.NotifyWindowSeconds != 600 ||
-		c.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds || c.Reclaim.DefaultMode != vocab.ModeReport {
-		t.Fatalf("config %+v", c)
-	}
-	for _, tc := range []struct {
-		pool, queue string
-		class       vocab.ReclaimClass
-		want        vocab.ReclaimMode
-	}{{"a100-east", "exp", vocab.ClassIdle, vocab.ModeAuto}, {"a100-east", "exp", vocab.ClassFailed, vocab.ModeNotify}, {"other", "exp", vocab.ClassFailed, vocab.ModeReport}} {
-		if got := c.ConfiguredMode(tc.pool, tc.queue, tc.class); got != tc.want {
-			t.Errorf("mode(%s,%s,%s) = %s, want %s", tc.pool, tc.queue, tc.class, got, tc.want)
-		}
-	}
-	in := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	if c.InProtectionWindow("delivery", in) != "launch" || c.InProtectionWindow("exp", in) != "" || c.InProtectionWindow("delivery", in.Add(24*time.Hour)) != "" {
-		t.Fatal("protection window not applied as [start, end) to its queues")
-	}
-}
-
-func TestParseNamesLineAndFieldOfEveryProblem(t *testing.T) {
-	bad := "pools:\n  p1:\n    stage: fast\nreclaim:\n  idle_gpu_percent: 120\n  rules:\n    - {mode: nag}\n"
-	_, err := Parse("g.yaml", []byte(bad))
-	var ve *ValidationError
-	if !errors.As(err, &ve) || len(ve.Problems) != 3 {
-		t.Fatalf("error %v, want three problems", err)
-	}
-	want := []Problem{{Line: 3, Field: "pools.p1.stage"}, {Line: 5, Field: "reclaim.idle_gpu_percent"}, {Line: 7, Field: "reclaim.rules[0].mode"}}
-	for i, w := range want {
-		if ve.Problems[i].Line != w.Line || ve.Problems[i].Field != w.Field {
-			t.Errorf("problem %d = %+v, want line %d field %s", i, ve.Problems[i], w.Line, w.Field)
-		}
-	}
-	if !strings.Contains(err.Error(), "g.yaml:3: pools.p1.stage: \"fast\" is not observe, trial or automate") {
-		t.Fatalf("message %q", err)
-	}
-	if _, err := Parse("g.yaml", []byte("reclaim:\n  enabld: true\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
-		t.Fatalf("unknown field: %v, want a line-numbered error", err)
-	}
-}
-
-func TestWatcherKeepsOldConfigOnBadFileAndReportsChanges(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "g.yaml")
-	write := func(s string, at time.Time) {
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, at, at); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t0 := time.Now().Add(-time.Hour)
-	write(validYAML, t0)
-	w, err := NewWatcher(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var changes []Change
-	var errs []error
-	w.OnChange = func(_ context.Context, c Change) error { changes = append(changes, c); return nil }
-	w.OnError = func(err error) { errs = append(errs, err) }
-	if w.Check(context.Background()) {
-		t.Fatal("unchanged file reported as a change")
-	}
-	write("pools:\n  a100-east: {stage: sideways}\n", t0.Add(time.Minute))
-	if w.Check(context.Background()) || len(errs) != 1 || w.Current().Pools["a100-east"].Stage != vocab.StageTrial {
-		t.Fatalf("bad file: errors %v, stage %s; want the old config kept", errs, w.Current().Pools["a100-east"].Stage)
-	}
-	write("pools:\n  a100-east: {stage: automate}\n", t0.Add(2*time.Minute))
-	if !w.Check(context.Background()) || len(changes) != 1 || changes[0].Old.Pools["a100-east"].Stage != vocab.StageTrial ||
-		w.Current().Pools["a100-east"].Stage != vocab.StageAutomate {
-		t.Fatalf("good file: changes %+v", changes)
-	}
-}
-
 func TestClassify(t *testing.T) {
-	c := Default()
+	c := policy.Default()
 	c.Reclaim.ObservationWindowSeconds, c.Reclaim.IdleGPUPercent = 600, 5
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	ended := now.Add(-time.Minute)
@@ -155,7 +60,7 @@ func TestClassify(t *testing.T) {
 // TestClassifyHeartbeatBasis checks that a run whose executor went silent
 // is failed with the heartbeat's age and time in its basis.
 func TestClassifyHeartbeatBasis(t *testing.T) {
-	c := Default()
+	c := policy.Default()
 	c.Reclaim.ObservationWindowSeconds = 600
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	hb := now.Add(-25 * time.Minute)
@@ -179,9 +84,9 @@ func TestClassifyHeartbeatBasis(t *testing.T) {
 }
 
 func TestDecideModeByStageAndProtection(t *testing.T) {
-	c := Default()
-	c.LowRiskQueues = []string{"exp"}
-	c.Reclaim.Rules = []ModeRule{{Mode: vocab.ModeAuto}}
+	c := policy.Default()
+	c.Queues = []policy.Queue{{Name: "exp", Tier: "experiment", LowRisk: true}, {Name: "train", Tier: "standard"}}
+	c.Reclaim.Rules = []policy.ModeRule{{Mode: vocab.ModeAuto}}
 	for _, tc := range []struct {
 		stage     vocab.AutomationStage
 		queue     string
@@ -194,7 +99,7 @@ func TestDecideModeByStageAndProtection(t *testing.T) {
 		{vocab.StageAutomate, "train", false, vocab.ModeAuto},
 		{vocab.StageAutomate, "train", true, vocab.ModeConfirm},
 	} {
-		if d := c.DecideMode(tc.stage, "p", tc.queue, vocab.ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
+		if d := DecideMode(c, tc.stage, "p", tc.queue, vocab.ClassFailed, tc.protected); d.Mode != tc.want || d.Why == "" {
 			t.Errorf("%s/%s/protected=%v: %+v, want %s", tc.stage, tc.queue, tc.protected, d, tc.want)
 		}
 	}

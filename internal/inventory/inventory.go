@@ -1,5 +1,5 @@
 // Package inventory describes the GPUs of one node as a gpugov node agent reports
-// them (DESIGN.md §1 "inventory"): each GPU's NVML UUID, model, memory (MiB),
+// them (docs/design.md §1 "inventory"): each GPU's NVML UUID, model, memory (MiB),
 // utilisation, NVLink/NVSwitch domain, health and processes. It converts those
 // reports into the scheduling core's pools and nodes, turns them into utilisation
 // samples (the evidence for idle reclaim), and runs the agent's refresh loop.
@@ -85,7 +85,7 @@ type NodeInventory struct {
 }
 
 // UtilizationSample is one measurement of one GPU's use, the evidence the reclaim
-// scan reads to classify an allocation as idle (DESIGN.md §1 "reclaim class").
+// scan reads to classify an allocation as idle (docs/design.md §1 "reclaim class").
 type UtilizationSample struct {
 	GPUUUID       string    `json:"gpu_uuid"`
 	At            time.Time `json:"at"`

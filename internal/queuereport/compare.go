@@ -194,7 +194,7 @@ func metricComparison(name string, b, a *float64) MetricComparison {
 }
 
 // reasonsOf returns the wait reasons with time in either group: the known
-// reasons in DESIGN.md's order, then any others alphabetically.
+// reasons in docs/design.md's order, then any others alphabetically.
 func reasonsOf(gs ...*Group) []string {
 	seen := map[string]bool{}
 	for _, g := range gs {

@@ -268,7 +268,7 @@ func TestWaitReasonSeconds(t *testing.T) {
 	}
 }
 
-// Reasons outside DESIGN.md's table are kept as given, even when two share a
+// Reasons outside docs/design.md's table are kept as given, even when two share a
 // length (the reason lookup keys on length first).
 func TestWaitReasonsOfEqualLength(t *testing.T) {
 	in := Input{

@@ -1,4 +1,4 @@
-// Package queuereport computes gpugov's queue service report (DESIGN.md §4) from
+// Package queuereport computes gpugov's queue service report (docs/design.md §6) from
 // job, run, wait-event and GPU-release records, and compares two reports. It is
 // pure: no I/O, no clock (the window and "now" are inputs) and deterministic
 // output ordering, so the service (records loaded from PostgreSQL) and the trace

@@ -108,7 +108,7 @@ type Run struct {
 	GPUMilli int64      `json:"gpu_milli"`     // total milli-GPU held by the run (2 whole GPUs = 2000)
 }
 
-// WaitEvent is one interval during which a job waited for one reason (DESIGN.md §1).
+// WaitEvent is one interval during which a job waited for one reason (docs/design.md §1).
 type WaitEvent struct {
 	JobID  string           `json:"job_id"`
 	Reason vocab.WaitReason `json:"reason"`
@@ -191,7 +191,7 @@ const (
 // GroupKeys lists every accepted group-by key in canonical order.
 var GroupKeys = []string{KeyQueue, KeyTier, KeyJobType, KeyPool, KeyProject}
 
-// DefaultGroupBy is DESIGN.md §4's grouping: queue × tier × job type × pool.
+// DefaultGroupBy is docs/design.md §6's grouping: queue × tier × job type × pool.
 var DefaultGroupBy = []string{KeyQueue, KeyTier, KeyJobType, KeyPool}
 
 // Default starvation thresholds, used where Options leaves a threshold at 0.

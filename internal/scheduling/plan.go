@@ -1,80 +1,369 @@
 package scheduling
 
 import (
+	"sync"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// Priority is a job's effective priority with every part reported. Score is the
-// sum TierBase + AgingCredit + FairShare; ties are broken by SubmitTime, then ID.
-type Priority struct {
-	Score       float64
-	TierBase    float64
-	AgingCredit float64 // bounded: ≤ Policy.Aging.CapPoints and never reaching the production base
-	AgingCapped bool    // true when the cap or the production ceiling bound the credit
-	FairShare   float64 // points from the fair-share factor
-	FairFactor  float64 // the factor itself, in [0,1]
-	SubmitTime  time.Time
+// Plan runs one scheduling cycle over a snapshot: it ranks the pending jobs by
+// effective priority, places them in rank order by best fit, records exactly
+// one wait reason (with quantities and a re-evaluation condition) for every
+// job it does not place, keeps reservations for the highest-ranked blocked
+// jobs, and proposes preemptions. Plan is pure: no I/O and no clock but now,
+// and no map is iterated unsorted, so the same snapshot, policy and now give
+// the same Result (docs/design.md invariant 4). Plan does not modify s or p.
+// A nil policy means DefaultPolicy; a nil snapshot an empty one.
+//
+// Cost: each request shape (pool, models, memory, count, milli-GPU,
+// topology, CPU, memory) is analysed once per cycle; placements use a
+// free-capacity index (freeindex.go) instead of scanning GPUs; "does not fit"
+// is remembered per shape for the rest of the cycle (free capacity only
+// shrinks within a cycle); and a blocked shape's reason and texts are reused
+// until capacity its GPU classes see changes. So, once a pool is full, a job
+// costs a few map lookups and one status record.
+func Plan(s *Snapshot, p *Policy, now time.Time) *Result {
+	return plan(s, p, now, false)
 }
 
-// Placement is one pending job granted GPUs in this cycle.
-type Placement struct {
-	JobID    string
-	Pool     string
-	Node     string // node of the first GPU
-	GPUs     []GPUShare
-	Borrowed bool // some of the grant is beyond the project's nominal quota
-	Rank     int  // the job's rank in this cycle (1 = first)
-	Priority Priority
+// plan is Plan; slow makes every capacity query use the reference scans
+// instead of the free-capacity index (tests compare the two).
+func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
+	if s == nil {
+		s = &Snapshot{}
+	}
+	if p == nil {
+		d := DefaultPolicy()
+		p = &d
+	}
+	c := newCycle(s, p, now, slow)
+	for r, pos := range c.order {
+		je := &c.jobs[pos]
+		je.rank, je.prevInPool = int32(r+1), -1
+		if ps := je.ps; ps != nil {
+			je.prevInPool, ps.lastRanked = ps.lastRanked, pos
+		}
+		c.decide(je)
+	}
+	return c.res
 }
 
-// WaitStatus is the current wait of one pending job that was not placed.
-type WaitStatus struct {
-	JobID  string
-	Reason vocab.WaitReason
-	// Detail carries the quantities, e.g. "needs 4 × ≥81920 MiB H100|H200 on one
-	// node; 24 match in pool, 6 free, largest free group on one node 3".
-	Detail string
-	// ReEvaluate says what would change the reason, e.g. "when 4 matching GPUs on
-	// one node are free, or at 14:20 when aging lifts rank above job X".
-	ReEvaluate string
-	// BlockingJobID names the higher-ranked job holding a reservation, for
-	// reserved_for_higher_priority; the job a preemption is running for, etc.
-	BlockingJobID string
-	Rank          int
-	Priority      Priority
+// jobEntry is one pending job of the cycle. cycle.jobs is in Snapshot.Pending
+// order (cycle.order lists it by rank); a job's priority is cycle.prios[rank−1].
+type jobEntry struct {
+	job *PendingJob
+	// The fields decide needs, copied in one sequential pass over the
+	// snapshot so that the pass in rank order touches only this entry.
+	id      string
+	project string
+	tier    vocab.Tier
+	flags   jobFlags
+	need    int64      // Request.TotalMilli()
+	ps      *poolState // the requested pool; nil when unknown
+	sh      *shapeInfo // the request's shape in ps; nil when not needed
+	qrow    *quotaRow  // the project's quota in ps; nil when unlimited
+	rank    int32      // 1-based, set when the job is decided
+	pos     int32      // index in cycle.jobs
+	// prevInPool is the entry of the next higher-ranked job of the same pool
+	// (−1 when none), for the "when aging lifts rank above" clause.
+	prevInPool int32
 }
 
-// Victim is one running job a preemption proposal would stop.
-type Victim struct {
-	JobID        string
-	AllocationID string
-	GPUs         int
-	// EstimatedLossGPUSeconds is GPU-seconds since the last checkpoint plus the
-	// save/restore estimate per GPU (DESIGN.md "effective run loss").
-	EstimatedLossGPUSeconds float64
+// jobFlags are the states that decide a reason before capacity is looked at.
+type jobFlags uint8
+
+const (
+	flagHeld jobFlags = 1 << iota
+	flagNotReady
+	flagPreempting
+)
+
+// cycle is the working state of one Plan call.
+type cycle struct {
+	s       *Snapshot
+	p       *Policy
+	now     time.Time
+	cap     *capacityIndex
+	quota   *quotaState
+	queues  map[string]*Queue
+	victims *victimIndex // built beside ranking when preemption is on, else on first need
+	jobs    []jobEntry   // in Snapshot.Pending order
+	prios   []Priority   // by rank
+	aging   []agingRule  // by rank
+	order   []int32      // Snapshot.Pending index by rank
+	res     *Result
+	keyBuf  []byte
+	models  []string
+	freed   []int32
+	scratch []int32
+	textBuf []byte
+	// projects caches project lookups (project); last* remembers the latest.
+	projects        map[string]*projectInfo
+	lastProject     *projectInfo
+	lastProjectName string
 }
 
-// PreemptionProposal is the least-loss victim set on one placement target that
-// frees enough matching GPUs for a blocked higher-tier job.
-type PreemptionProposal struct {
-	ForJobID string
-	Pool     string
-	Node     string
-	Victims  []Victim
-	// Act is true when the pool's automation stage lets the proposal be carried
-	// out; false means it is recorded as a "would preempt".
-	Act                     bool
-	EstimatedLossGPUSeconds float64
-	Reason                  string // why the preemption is proposed, with quantities
+// newCycle indexes the snapshot and ranks the pending jobs. Ranking needs
+// only the pending jobs and the policy, and the victim index only the
+// inventory, so each runs on its own goroutine beside the capacity work and
+// the job entries; they share nothing that is written, and the result does
+// not depend on their timing. slow selects the reference scans (see plan).
+func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
+	c := &cycle{s: s, p: p, now: now, queues: make(map[string]*Queue, len(s.Queues)),
+		projects: make(map[string]*projectInfo)}
+	for i := range s.Queues {
+		if _, dup := c.queues[s.Queues[i].Name]; !dup {
+			c.queues[s.Queues[i].Name] = &s.Queues[i]
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(c.rank)
+	c.cap = buildCapacity(s)
+	for _, ps := range c.cap.sorted {
+		ps.initIndex()
+		ps.slow = slow
+	}
+	var projectOf map[string]string // only quotas need the project of an allocation
+	if len(s.Quotas) > 0 {
+		projectOf = make(map[string]string, len(s.Running))
+		for i := range s.Running {
+			projectOf[s.Running[i].ID] = s.Running[i].Project
+		}
+	}
+	c.quota = newQuotaState(s, c.cap, projectOf)
+	for _, ps := range c.cap.sorted {
+		ps.quota = c.quota.pools[ps.name]
+	}
+	if p.Preemption.Enabled && len(s.Running) > 0 && len(s.Pending) > 0 {
+		wg.Go(func() { c.victims = c.buildVictims() })
+	}
+	c.fillEntries()
+	wg.Wait()
+	c.res = &Result{PolicyVersion: p.Version, At: now,
+		Placements: make([]Placement, 0, min(len(c.jobs), 1024)),
+		Waiting:    make([]WaitStatus, 0, len(c.jobs))}
+	return c
 }
 
-// Result is the outcome of one scheduling cycle.
-type Result struct {
-	PolicyVersion string
-	At            time.Time
-	Placements    []Placement
-	Waiting       []WaitStatus
-	Preemptions   []PreemptionProposal
+// fillEntries builds the job entries in one sequential pass over the pending
+// jobs (beside ranking), resolving pools, shapes and quota rows.
+func (c *cycle) fillEntries() {
+	c.jobs = make([]jobEntry, len(c.s.Pending))
+	var lastPool *poolState
+	for i := range c.s.Pending {
+		j := &c.s.Pending[i]
+		if lastPool == nil || lastPool.name != j.Request.Pool {
+			lastPool = c.cap.pools[j.Request.Pool]
+		}
+		c.fillEntry(&c.jobs[i], j, lastPool)
+		c.jobs[i].pos = int32(i)
+	}
+}
+
+// projectInfo is what a cycle knows about one project: its quota rows by pool.
+type projectInfo struct {
+	quotas []projectQuota
+}
+
+// projectQuota is a project's quota row in one pool.
+type projectQuota struct {
+	pool *poolState
+	row  *quotaRow
+}
+
+// project returns the cycle's information about a project, looked up once.
+func (c *cycle) project(name string) *projectInfo {
+	if c.lastProject != nil && c.lastProjectName == name {
+		return c.lastProject
+	}
+	info, ok := c.projects[name]
+	if !ok {
+		info = &projectInfo{}
+		for _, ps := range c.cap.sorted {
+			if ps.quota != nil {
+				if row, ok := ps.quota.rows[name]; ok {
+					info.quotas = append(info.quotas, projectQuota{ps, row})
+				}
+			}
+		}
+		c.projects[name] = info
+	}
+	c.lastProject, c.lastProjectName = info, name
+	return info
+}
+
+// fillEntry copies what decide needs from a pending job into its entry and
+// resolves its shape and quota row.
+func (c *cycle) fillEntry(je *jobEntry, j *PendingJob, ps *poolState) {
+	je.job, je.id, je.project, je.tier, je.ps = j, j.ID, j.Project, j.Tier, ps
+	je.need = j.Request.TotalMilli()
+	if j.Held {
+		je.flags |= flagHeld
+	}
+	if notReady(j.Prerequisites) {
+		je.flags |= flagNotReady
+	}
+	if len(j.PreemptionInProgress) > 0 {
+		je.flags |= flagPreempting
+	}
+	if ps == nil || !ps.available || ps.schedulable == 0 || je.flags&(flagHeld|flagNotReady) != 0 {
+		return
+	}
+	je.sh = c.shape(ps, &j.Request)
+	if ps.quota == nil {
+		return
+	}
+	for _, q := range c.project(j.Project).quotas {
+		if q.pool == ps {
+			je.qrow = q.row
+		}
+	}
+}
+
+// shape returns the cached shape of a request in a pool.
+func (c *cycle) shape(ps *poolState, r *ResourceRequest) *shapeInfo {
+	c.keyBuf = shapeKeyBytes(c.keyBuf[:0], r, &c.models)
+	if sh, ok := ps.shapes[string(c.keyBuf)]; ok {
+		return sh
+	}
+	sh := ps.newShape(r)
+	ps.shapes[string(c.keyBuf)] = sh
+	return sh
+}
+
+// decide places one job or records its wait reason. Reasons are decided in
+// this precedence: held > pool_unavailable > environment_not_ready >
+// preemption_in_progress > no_matching_capacity > quota_exhausted >
+// reserved_for_higher_priority > fragmented > capacity_busy.
+func (c *cycle) decide(je *jobEntry) {
+	ps, sh := je.ps, je.sh
+	switch {
+	case je.flags&flagHeld != 0:
+		d, re := heldStatus()
+		c.wait(je, vocab.ReasonHeld, d, re, "")
+		return
+	case ps == nil || !ps.available || ps.schedulable == 0:
+		d, re := poolUnavailableStatus(je.job.Request.Pool, ps)
+		c.wait(je, vocab.ReasonPoolUnavailable, d, re, "")
+		return
+	case je.flags&flagNotReady != 0:
+		d, re := environmentStatus(je.job.Prerequisites)
+		c.wait(je, vocab.ReasonEnvironmentNotReady, d, re, "")
+		return
+	case je.flags&flagPreempting != 0:
+		c.reserveInProgress(je, ps, sh)
+		d, re := preemptionStatus(je.job.PreemptionInProgress)
+		c.wait(je, vocab.ReasonPreemptionInProgress, d, re, "")
+		return
+	}
+	if !sh.emptyFit {
+		d, re := noMatchingStatus(ps, sh)
+		c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
+		return
+	}
+	qv := ps.quota.check(je.qrow, je.tier, je.need)
+	if !qv.ok {
+		d, re := quotaStatus(je.project, ps.name, qv)
+		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		return
+	}
+	if !sh.noFitFree {
+		if ch, ok := ps.search(sh, searchFree); ok {
+			c.place(je, ps, sh, ch, qv)
+			return
+		}
+		sh.noFitFree = true
+	}
+	c.blocked(je, ps, sh, qv)
+}
+
+// place grants the choice to the job and charges capacity and quota.
+func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv quotaVerdict) {
+	ps.apply(sh, ch)
+	ps.quota.charge(qv.row, qv.need)
+	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
+		Rank: int(je.rank), Priority: c.prios[je.rank-1]}
+	if len(ch.gpus) > 0 {
+		pl.GPUs = make([]GPUShare, len(ch.gpus))
+		for i, gi := range ch.gpus {
+			pl.GPUs[i] = GPUShare{UUID: ps.gpus[gi].uuid, Milli: int(sh.milli)}
+		}
+	}
+	c.res.Placements = append(c.res.Placements, pl)
+}
+
+// blocked decides the capacity reason of a job that does not fit outside
+// reservations, proposes a preemption for capacity_busy, and reserves.
+func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerdict) {
+	rc := c.capacityReason(ps, sh)
+	detail, reEval, blocking := rc.detail, rc.reEval, rc.blocking
+	above := int(je.prevInPool)
+	if rc.reason == vocab.ReasonReservedForHigherPriority {
+		above = ps.reservations[rc.reservation].entry
+	}
+	acting := false
+	if rc.reason == vocab.ReasonCapacityBusy {
+		if prop, phrase := c.tryPreemption(je, ps, sh, qv.lender); prop != nil {
+			c.res.Preemptions = append(c.res.Preemptions, *prop)
+			detail += phrase
+			acting = prop.Act // an acting proposal already reserved its target
+		}
+	}
+	if !acting && c.p.Reservation.Enabled && ps.heldDepth < c.p.Reservation.Depth {
+		if phrase := ps.reserve(sh, reservation{jobID: je.id, entry: int(je.pos)}); phrase != "" {
+			detail += "; " + phrase
+		}
+	}
+	if above >= 0 && c.p.Aging.Enabled {
+		if at, ok := c.overtakeTime(je, &c.jobs[above]); ok {
+			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
+		}
+	}
+	c.wait(je, rc.reason, detail, reEval, blocking)
+}
+
+// capacityReason returns reserved_for_higher_priority (fits only on reserved
+// GPUs), fragmented (enough matching GPUs free in total, not together as the
+// topology asks) or capacity_busy, with texts. The result is cached on the
+// shape for the capacity version it depends on; when capacity changed but
+// none of the quantities shown did, the texts are kept.
+func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
+	version := sh.version(ps)
+	if sh.hasCached && sh.cachedVersion == version {
+		return &sh.cached
+	}
+	rc := reasonCache{reason: vocab.ReasonCapacityBusy, reservation: -1}
+	rc.free, rc.reserved = ps.freeCounts(sh)
+	switch {
+	case !sh.noFitAll && ps.anyReserved(sh):
+		if ch, ok := ps.search(sh, searchWithReserved); ok {
+			rc.reservation = ps.reservedBy(ch)
+			rc.reason, rc.blocking = vocab.ReasonReservedForHigherPriority, ps.reservations[rc.reservation].jobID
+			break
+		}
+		sh.noFitAll = true
+		fallthrough
+	default:
+		if sh.count > 0 && rc.free >= sh.count {
+			rc.reason = vocab.ReasonFragmented
+			rc.largest = ps.largestGroup(sh, searchWithReserved)
+		}
+	}
+	old := &sh.cached
+	sh.hasCached, sh.cachedVersion = true, version
+	if old.detail != "" && old.reason == rc.reason && old.blocking == rc.blocking && old.free == rc.free &&
+		old.reserved == rc.reserved && old.largest == rc.largest {
+		old.reservation = rc.reservation
+		return old
+	}
+	c.textBuf = capacityStatus(c.textBuf, sh, &rc)
+	sh.cached = rc
+	return &sh.cached
+}
+
+// wait records a job's wait status.
+func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) {
+	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
+		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.rank), Priority: c.prios[je.rank-1]})
 }

@@ -2,7 +2,7 @@ package scheduling
 
 import "github.com/gpugov/gpugov/internal/vocab"
 
-// Policy is one version of the scheduling rules (DESIGN.md §1 "policy version").
+// Policy is one version of the scheduling rules (docs/design.md §1 "policy version").
 // All weights are dimensionless priority points; durations are in seconds.
 type Policy struct {
 	Version string // content hash or name of the policy version
@@ -20,7 +20,7 @@ type Policy struct {
 
 // AgingPolicy is the bounded aging rule: a waiting job gains StepPoints for each
 // full IntervalSeconds of eligible wait, up to CapPoints. Aging never lifts a
-// job's score to or above the production tier's base (DESIGN.md invariant 5).
+// job's score to or above the production tier's base (docs/design.md invariant 5).
 type AgingPolicy struct {
 	Enabled         bool
 	StepPoints      float64

@@ -176,7 +176,7 @@ func (c *cycle) sinceCheckpoint(r *RunningJob) float64 {
 
 // victimGate returns why a running job may never be a victim now, or "" when
 // only the tier (or borrowing) rule remains to be checked. Only jobs with
-// recovery evidence are preempted (DESIGN.md invariant 5), and not while that
+// recovery evidence are preempted (docs/design.md invariant 5), and not while that
 // evidence is downgraded by a wrong-step resume; protected jobs and queues,
 // protection windows, young runs and recently preempted jobs are spared.
 func (c *cycle) victimGate(r *RunningJob) string {

@@ -189,7 +189,7 @@ func (r *priorityRules) fairOf(project string) float64 {
 // Aging gives StepPoints per full IntervalSeconds of eligible wait, bounded
 // by CapPoints (CapPoints ≤ 0 gives no credit) and, for non-production jobs,
 // bounded so the score stays at least one point below TierBase[production]
-// (DESIGN.md invariant 5). A tier missing from TierBase starts from 0 points.
+// (docs/design.md invariant 5). A tier missing from TierBase starts from 0 points.
 func (r *priorityRules) priority(j *PendingJob, fairFactor float64) (Priority, agingRule) {
 	p := r.p
 	pr := Priority{TierBase: r.base(j.Tier), SubmitTime: j.SubmitTime}

@@ -92,7 +92,7 @@ func shuffle[T any](rng *rand.Rand, xs []T) {
 	rng.Shuffle(len(xs), func(i, j int) { xs[i], xs[j] = xs[j], xs[i] })
 }
 
-// TestPlanDeterministic checks DESIGN.md invariant 4: the same snapshot,
+// TestPlanDeterministic checks docs/design.md invariant 4: the same snapshot,
 // policy and time give reflect.DeepEqual results, also when every input list
 // is shuffled, and Plan leaves its input untouched.
 func TestPlanDeterministic(t *testing.T) {

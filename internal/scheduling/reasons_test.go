@@ -20,7 +20,7 @@ func busyNode(pool string, n Node, idx ...int) []RunningJob {
 	return rs
 }
 
-// TestWaitReasons has one scenario per wait reason of DESIGN.md §1 and checks
+// TestWaitReasons has one scenario per wait reason of docs/design.md §1 and checks
 // the reason, the blocking job and the quantities in the texts.
 func TestWaitReasons(t *testing.T) {
 	n1 := mkNode("n1", 8, "H100", 81920, 4)

@@ -3,7 +3,7 @@
 // quantities for every job that does not run, reports each job's effective
 // priority by parts, and proposes preemptions. It does no I/O, reads no clock and
 // imports neither Temporal nor pgx, so the same inputs always give the same plan
-// (DESIGN.md invariant 4).
+// (docs/design.md invariant 4).
 //
 // Units used throughout: GPU shares in milli-GPU (1000 = one whole GPU), memory in
 // MiB, CPU in milli-cores, durations in seconds unless the type is time.Duration.
@@ -55,7 +55,7 @@ type Pool struct {
 	Nodes     []Node
 }
 
-// ResourceRequest is what one job asks for (DESIGN.md §1 "resource request").
+// ResourceRequest is what one job asks for (docs/design.md §1 "resource request").
 type ResourceRequest struct {
 	GPUs         int      // number of GPUs, 0..n
 	GPUMilli     int      // share of one GPU in milli-GPU; only below 1000 with GPUs == 1; 0 or 1000 means whole GPUs
@@ -96,7 +96,7 @@ type Checkpoint struct {
 	Location string
 }
 
-// RecoveryEvidence says whether a job can be saved and resumed (DESIGN.md §1).
+// RecoveryEvidence says whether a job can be saved and resumed (docs/design.md §1).
 type RecoveryEvidence struct {
 	Checkpointable            bool
 	CheckpointIntervalSeconds int64

@@ -69,7 +69,7 @@ type preemptSearch struct {
 // eligible reports whether victim v may be stopped for this job: it passed the
 // gate, is not yet proposed this cycle, and is of a strictly lower tier or
 // (for a lender within nominal quota) borrowed. Aging plays no part:
-// eligibility is by tier (DESIGN.md invariant 5).
+// eligibility is by tier (docs/design.md invariant 5).
 func (s *preemptSearch) eligible(v *victimState) bool {
 	if v.used || v.pool != s.ps || (v.tier >= s.tier && !(s.lender && v.borrowed)) {
 		return false

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/accounting"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
@@ -553,7 +554,7 @@ func (e *engine) preempt(id, forID string, t int64) error {
 	case j == nil || j.state != stRunning:
 		return fmt.Errorf("t=%ds: scheduling.Plan proposed %q as a victim for %s, but it is not running", t, id, forID)
 	case !j.recovery.Checkpointable || j.spec.Protected:
-		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (DESIGN.md invariant 5)",
+		return fmt.Errorf("t=%ds: scheduling.Plan proposed %s (checkpointable %v, protected %v) as a victim for %s (docs/design.md invariant 5)",
 			t, id, j.recovery.Checkpointable, j.spec.Protected, forID)
 	}
 	e.chargeLoss(j, t) // a run preempted before it passed the earlier preemption's step
@@ -730,7 +731,8 @@ func (e *engine) advance(t int64) {
 	e.now = t
 }
 
-// usageAt returns the projects' decayed usage as of now (the clock is there).
+// usageAt returns the projects' decayed usage as of now (the clock is there),
+// their shares set from Config.ProjectWeights.
 func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	if !e.cfg.Policy.FairShare.Enabled {
 		return nil
@@ -739,6 +741,7 @@ func (e *engine) usageAt(now time.Time) []scheduling.ProjectUsage {
 	for i, p := range e.projects {
 		e.usageRows = append(e.usageRows, scheduling.ProjectUsage{Project: p, DecayedGPUSeconds: e.usage[i], AsOf: now})
 	}
+	policy.ApplyProjectWeights(e.usageRows, e.cfg.ProjectWeights)
 	return e.usageRows
 }
 

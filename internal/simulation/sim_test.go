@@ -395,7 +395,7 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-// The real trace lives outside the repository (DESIGN.md §6).
+// The real trace lives outside the repository (docs/design.md §9).
 const traceDir = "../../../shared/traces/alibaba-gpu-v2023/"
 
 // BenchmarkSimulateDefaultTrace simulates the whole default trace (8,152

@@ -14,7 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
-// Prometheus names of the queue service instruments (DESIGN.md §4).
+// Prometheus names of the queue service instruments (docs/design.md §6).
 const (
 	MetricQueueLongestWait     = "gpugov_queue_longest_wait_seconds"    // gauge {queue}
 	MetricQueueStarvingJobs    = "gpugov_queue_starving_jobs"           // gauge {queue}

@@ -1,5 +1,5 @@
 // Package temporalx holds gpugov's shared Temporal wiring: task-queue names, the
-// custom search-attribute keys (DESIGN.md §2), dialing a client with gpugov's
+// custom search-attribute keys (docs/design.md §3), dialing a client with gpugov's
 // logger and interceptors, and registering the search attributes on a namespace.
 // Workflows, activities, the API and the CLI use these names so they agree.
 package temporalx

@@ -1,4 +1,4 @@
--- What the queue service report (store.LoadReportInput, DESIGN.md §4) needs to
+-- What the queue service report (store.LoadReportInput, docs/design.md §6) needs to
 -- read one window [from, end) of history without scanning all of it:
 --
 -- * jobs.ended_at, the instant a job left the system (succeeded, failed or

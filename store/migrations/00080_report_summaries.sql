@@ -1,4 +1,4 @@
--- What lets a queue service report (store.QueueReport, DESIGN.md §4) over a
+-- What lets a queue service report (store.QueueReport, docs/design.md §6) over a
 -- long window answer in about a second instead of reading every record:
 --
 -- * report_summaries holds queuereport.Summary values (binary) of past hours

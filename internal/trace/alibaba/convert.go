@@ -113,7 +113,7 @@ func (o JobOptions) withDefaults() JobOptions {
 	return o
 }
 
-// TierOf maps a QoS class to its tier (DESIGN.md §6): LS → production,
+// TierOf maps a QoS class to its tier (docs/design.md §9): LS → production,
 // Guaranteed → key-project, Burstable → standard, BE → experiment.
 func TierOf(q QoS) vocab.Tier {
 	switch q {

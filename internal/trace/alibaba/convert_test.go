@@ -93,7 +93,7 @@ func TestTierOfAndProjectOf(t *testing.T) {
 	}
 }
 
-// The real trace lives outside the repository (DESIGN.md §6).
+// The real trace lives outside the repository (docs/design.md §9).
 const traceDir = "../../../../shared/traces/alibaba-gpu-v2023/"
 
 func TestRealTraceCounts(t *testing.T) {

@@ -1,4 +1,4 @@
-package governance
+package policy
 
 import (
 	"context"
@@ -13,31 +13,33 @@ import (
 // fine for rules that change by hand).
 const DefaultPollInterval = 3 * time.Second
 
-// Change is one configuration change a Watcher applied, for the audit log.
+// Change is one policy change a Watcher applied, for the policy versions
+// and the audit log.
 type Change struct {
 	Path string
-	Old  *Config
-	New  *Config
+	Old  *Policy
+	New  *Policy
 	At   time.Time
 }
 
-// Watcher holds the current configuration of one file and re-reads it when
-// the file changes. A file that no longer loads (invalid, unreadable) leaves
-// the previous configuration in force and is reported to OnError.
+// Watcher holds the current policy of one file and re-reads it when the
+// file changes. A file that no longer loads (invalid, unreadable) leaves the
+// previous policy in force and is reported to OnError.
 type Watcher struct {
-	// Path is the configuration file.
+	// Path is the policy file.
 	Path string
 	// Interval is the poll period; 0 means DefaultPollInterval.
 	Interval time.Duration
-	// OnChange is called after a changed file was loaded and made current
-	// (audit it, write the pool stages to the store). Its error is passed
-	// to OnError; the new configuration stays current.
+	// OnChange is called when a changed file loaded to a new policy, before
+	// it is made current (store and activate its version, write the pool
+	// stages to the store). Its error is passed to OnError; the new policy
+	// becomes current all the same.
 	OnChange func(ctx context.Context, c Change) error
 	// OnError receives load failures and OnChange errors; nil ignores them.
 	OnError func(error)
 
 	mu      sync.RWMutex
-	current *Config
+	current *Policy
 	modTime time.Time
 	size    int64
 }
@@ -48,7 +50,7 @@ type Watcher struct {
 func NewWatcher(path string) (*Watcher, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("governance config: %w", err)
+		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	cfg, err := Load(path)
 	if err != nil {
@@ -57,8 +59,8 @@ func NewWatcher(path string) (*Watcher, error) {
 	return &Watcher{Path: path, current: cfg, modTime: st.ModTime(), size: st.Size()}, nil
 }
 
-// Current returns the configuration in force; callers must not modify it.
-func (w *Watcher) Current() *Config {
+// Current returns the policy in force; callers must not modify it.
+func (w *Watcher) Current() *Policy {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.current
@@ -83,36 +85,42 @@ func (w *Watcher) Run(ctx context.Context) {
 }
 
 // Check re-reads the file if its modification time or size changed since
-// the last read and reports whether a new configuration became current.
+// the last read and reports whether a new policy became current. A file
+// that loads to the same policy (Hash) as the current one counts as
+// unchanged and calls no OnChange. A changed policy is handed to OnChange
+// first and made current after it returns, error or not, so that what reads
+// Current (the scheduling cycle, which records the hash) sees a version
+// OnChange has stored.
 func (w *Watcher) Check(ctx context.Context) bool {
 	st, err := os.Stat(w.Path)
 	if err != nil {
-		w.fail(fmt.Errorf("governance config: %w (keeping the previous configuration)", err))
+		w.fail(fmt.Errorf("policy file: %w (keeping the previous policy)", err))
 		return false
 	}
-	w.mu.RLock()
+	w.mu.Lock()
 	same := st.ModTime().Equal(w.modTime) && st.Size() == w.size
-	w.mu.RUnlock()
+	w.modTime, w.size = st.ModTime(), st.Size()
+	old := w.current
+	w.mu.Unlock()
 	if same {
 		return false
 	}
-	cfg, err := Load(w.Path)
-	w.mu.Lock()
-	w.modTime, w.size = st.ModTime(), st.Size()
-	old := w.current
-	if err == nil {
-		w.current = cfg
-	}
-	w.mu.Unlock()
+	p, err := Load(w.Path)
 	if err != nil {
-		w.fail(fmt.Errorf("%w (keeping the previous configuration)", err))
+		w.fail(fmt.Errorf("%w (keeping the previous policy)", err))
+		return false
+	}
+	if p.Hash() == old.Hash() {
 		return false
 	}
 	if w.OnChange != nil {
-		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: cfg, At: time.Now()}); err != nil {
-			w.fail(fmt.Errorf("governance config change: %w", err))
+		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: p, At: time.Now()}); err != nil {
+			w.fail(fmt.Errorf("policy change: %w", err))
 		}
 	}
+	w.mu.Lock()
+	w.current = p
+	w.mu.Unlock()
 	return true
 }
 

@@ -1,0 +1,676 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
+
+// Error lists every problem found in a policy file, ordered by line.
+type Error struct {
+	File     string
+	Problems []Problem
+}
+
+// Problem is one invalid field: its line in the file (1-based), its dotted
+// path (e.g. "reclaim.rules[1].mode"; "" for a YAML syntax error) and what
+// is wrong.
+type Problem struct {
+	Line    int
+	Field   string
+	Message string
+}
+
+// Error renders "file:line: field: message", one problem a line.
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if p.Field == "" {
+			fmt.Fprintf(&b, "%s:%d: %s", e.File, p.Line, p.Message)
+		} else {
+			fmt.Fprintf(&b, "%s:%d: %s: %s", e.File, p.Line, p.Field, p.Message)
+		}
+	}
+	return b.String()
+}
+
+// Load reads the policy file at path and resolves it over Default. A file
+// that cannot be read is an error wrapping the os error; an invalid one is
+// an *Error naming the line and field of every problem: a YAML syntax
+// error, a missing or unknown `version:`, an unknown field, a value of the
+// wrong type, an unknown tier, stage, class or mode, a negative duration or
+// count, an empty required name, an out-of-range value or inconsistent
+// fields (an aging interval of 0 with aging on, a window ending before it
+// starts, a repeated queue name or quota).
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load on data already read; name stands for the file in errors.
+func Parse(name string, data []byte) (*Policy, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{File: name, Problems: []Problem{{Line: syntaxLine(err), Message: err.Error()}}}
+	}
+	d := &decoder{at: map[string]*yaml.Node{}}
+	p := Default()
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = deref(root.Content[0])
+	}
+	switch {
+	case root.Kind == yaml.DocumentNode || root.Kind == 0:
+		d.fail(&yaml.Node{Line: 1}, "version", "is required: want %q (the file is empty)", FormatV1)
+	case root.Kind != yaml.MappingNode:
+		d.fail(root, "", "want a mapping of policy sections, got %s", describe(root))
+	default:
+		if d.version(root) {
+			d.decodeRoot(root, p)
+		}
+	}
+	if len(d.probs) > 0 {
+		slices.SortStableFunc(d.probs, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+		return nil, &Error{File: name, Problems: d.probs}
+	}
+	return p, nil
+}
+
+// syntaxLine extracts the line yaml.v3 names in a syntax error ("yaml: line 3: …"), or 1.
+func syntaxLine(err error) int {
+	var line int
+	if i := strings.Index(err.Error(), "line "); i >= 0 {
+		fmt.Sscanf(err.Error()[i:], "line %d", &line)
+	}
+	return max(line, 1)
+}
+
+// decoder walks the YAML node tree, decoding known fields into the policy
+// and collecting a Problem, with the node's line, for each bad one.
+type decoder struct {
+	probs []Problem
+	at    map[string]*yaml.Node // the value node of each decoded field, by path
+}
+
+// fieldFunc decodes the value node n of the field at path.
+type fieldFunc func(n *yaml.Node, path string)
+
+// fields are a mapping's known keys.
+type fields map[string]fieldFunc
+
+func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
+	d.probs = append(d.probs, Problem{Line: n.Line, Field: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// has reports whether the field at path was in the file.
+func (d *decoder) has(path string) bool { _, ok := d.at[path]; return ok }
+
+// lineNode returns the value node of path, or fallback when it was not in the file.
+func (d *decoder) lineNode(path string, fallback *yaml.Node) *yaml.Node {
+	if n, ok := d.at[path]; ok {
+		return n
+	}
+	return fallback
+}
+
+// version checks the required `version:` field; decoding goes on only for
+// a known format.
+func (d *decoder) version(root *yaml.Node) bool {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value != "version" {
+			continue
+		}
+		v := deref(root.Content[i+1])
+		if v.Kind != yaml.ScalarNode || v.Value != FormatV1 {
+			d.fail(v, "version", "%s is not a known policy format: want %q", describe(v), FormatV1)
+			return false
+		}
+		return true
+	}
+	d.fail(root, "version", "is required: want %q", FormatV1)
+	return false
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// describe names a node's value for messages.
+func describe(n *yaml.Node) string {
+	switch {
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		return "no value"
+	default:
+		return fmt.Sprintf("%q", n.Value)
+	}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// mapping decodes a mapping node with the known keys fs; an unknown or
+// repeated key is a problem at the key's line.
+func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "want a mapping, got %s", describe(n))
+		return false
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		at := join(path, k.Value)
+		switch f, ok := fs[k.Value]; {
+		case seen[k.Value]:
+			d.fail(k, at, "repeats an earlier key")
+		case !ok:
+			d.fail(k, at, "unknown field (want one of %s)", strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
+		default:
+			seen[k.Value] = true
+			d.at[at] = v
+			f(v, at)
+		}
+	}
+	return true
+}
+
+// entries decodes a mapping of names to values (pools, tier bases, project
+// weights) in file order; a repeated name is a problem.
+func (d *decoder) entries(n *yaml.Node, path string, each func(key *yaml.Node, v *yaml.Node, path string)) {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "want a mapping, got %s", describe(n))
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		at := join(path, k.Value)
+		if seen[k.Value] {
+			d.fail(k, at, "repeats an earlier key")
+			continue
+		}
+		seen[k.Value] = true
+		d.at[at] = v
+		each(k, v, at)
+	}
+}
+
+// list decodes each item of a sequence node.
+func (d *decoder) list(n *yaml.Node, path string, item fieldFunc) {
+	n = deref(n)
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, path, "want a list, got %s", describe(n))
+		return
+	}
+	for i, c := range n.Content {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		d.at[at] = deref(c)
+		item(deref(c), at)
+	}
+}
+
+// scalar decodes a scalar node into dst; want names the expected kind.
+func (d *decoder) scalar(n *yaml.Node, path, want string, dst any) bool {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || n.Decode(dst) != nil {
+		d.fail(n, path, "want %s, got %s", want, describe(n))
+		return false
+	}
+	return true
+}
+
+func (d *decoder) boolean(dst *bool) fieldFunc {
+	return func(n *yaml.Node, path string) { d.scalar(n, path, "true or false", dst) }
+}
+
+// name decodes a non-empty string.
+func (d *decoder) name(dst *string) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		if d.scalar(n, path, "a name", dst) && *dst == "" {
+			d.fail(n, path, "is empty")
+		}
+	}
+}
+
+// check is a value rule: it returns what is wrong with v, or "".
+type check[T int | int64 | uint64 | float64] func(v T) string
+
+func nonNegative[T int | int64 | uint64 | float64](v T) string {
+	if v < 0 {
+		return fmt.Sprintf("%v is negative", v)
+	}
+	return ""
+}
+
+func positive[T int | int64 | uint64 | float64](v T) string {
+	if !(v > 0) {
+		return fmt.Sprintf("%v, want > 0", v)
+	}
+	return ""
+}
+
+func atLeastOne[T int | int64 | uint64 | float64](v T) string {
+	if v < 1 {
+		return fmt.Sprintf("%v, want at least 1", v)
+	}
+	return ""
+}
+
+func between[T int | int64 | uint64 | float64](lo, hi T) check[T] {
+	return func(v T) string {
+		if v < lo || v > hi {
+			return fmt.Sprintf("%v is outside %v..%v", v, lo, hi)
+		}
+		return ""
+	}
+}
+
+// anyValue accepts every finite value.
+func anyValue[T int | int64 | uint64 | float64](T) string { return "" }
+
+// number decodes a finite number checked by rule.
+func number(d *decoder, dst *float64, rule check[float64]) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		var v float64
+		if !d.scalar(n, path, "a number", &v) {
+			return
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			d.fail(n, path, "want a finite number, got %s", describe(n))
+			return
+		}
+		if msg := rule(v); msg != "" {
+			d.fail(n, path, "%s", msg)
+			return
+		}
+		*dst = v
+	}
+}
+
+// integer decodes a whole number checked by rule.
+func integer[T int | int64 | uint64](d *decoder, dst *T, rule check[T]) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		var v T
+		// yaml.v3 truncates a float decoded into an integer: only !!int is whole.
+		if n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null" {
+			d.fail(n, path, "want a whole number, got %s", describe(n))
+			return
+		}
+		if !d.scalar(n, path, "a whole number", &v) {
+			return
+		}
+		if msg := rule(v); msg != "" {
+			d.fail(n, path, "%s", msg)
+			return
+		}
+		*dst = v
+	}
+}
+
+// enum decodes a string that must be one of allowed; what names the kind
+// ("a tier") in type errors.
+func enum[T ~string](d *decoder, dst *T, what string, allowed []T) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		var s string
+		if !d.scalar(n, path, what, &s) {
+			return
+		}
+		if !slices.Contains(allowed, T(s)) {
+			d.fail(n, path, "%q is not %s", s, orList(allowed))
+			return
+		}
+		*dst = T(s)
+	}
+}
+
+// orList renders values for messages: "a, b or c".
+func orList[T ~string](values []T) string {
+	names := make([]string, len(values))
+	for i, v := range values {
+		names[i] = string(v)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// tierNames are the tiers' names, highest first.
+func tierNames() []string {
+	names := make([]string, len(vocab.Tiers))
+	for i, t := range vocab.Tiers {
+		names[i] = t.String()
+	}
+	return names
+}
+
+func (d *decoder) tier(dst *string) fieldFunc { return enum(d, dst, "a tier", tierNames()) }
+
+func (d *decoder) stage(dst *vocab.AutomationStage) fieldFunc {
+	return enum(d, dst, "a stage", vocab.AutomationStages)
+}
+
+func (d *decoder) mode(dst *vocab.ReclaimMode) fieldFunc {
+	return enum(d, dst, "a mode", vocab.ReclaimModes)
+}
+
+func (d *decoder) class(dst *vocab.ReclaimClass) fieldFunc {
+	return enum(d, dst, "a class", vocab.ReclaimClasses)
+}
+
+// instant decodes an RFC 3339 time.
+func (d *decoder) instant(dst *time.Time) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		var s string
+		if !d.scalar(n, path, "an RFC 3339 time", &s) {
+			return
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			d.fail(n, path, "want an RFC 3339 time (2026-01-02T15:04:05Z), got %q", s)
+			return
+		}
+		*dst = t
+	}
+}
+
+// names decodes a list of non-empty names.
+func (d *decoder) names(dst *[]string) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := []string{}
+		d.list(n, path, func(c *yaml.Node, at string) {
+			var s string
+			d.name(&s)(c, at)
+			out = append(out, s)
+		})
+		*dst = out
+	}
+}
+
+// decodeRoot decodes every top-level section over p.
+func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
+	d.mapping(root, "", fields{
+		"version":            func(*yaml.Node, string) {}, // checked by version
+		"tier_base":          d.numbers(p.TierBase, tierName, anyValue),
+		"aging":              d.aging(root, &p.Aging),
+		"fair_share":         d.fairShare(&p.FairShare),
+		"reservation":        d.reservation(&p.Reservation),
+		"preemption":         d.preemption(&p.Preemption),
+		"queues":             d.queues(&p.Queues),
+		"quotas":             d.quotas(&p.Quotas),
+		"pools":              d.pools(&p.Pools),
+		"protection_windows": d.windows(&p.ProtectionWindows),
+		"reclaim":            d.reclaim(&p.Reclaim),
+		"simulation":         d.simulation(&p.Simulation),
+	})
+}
+
+// numbers decodes a mapping of names to numbers checked by rule into dst
+// (keys already there keep their value unless the file names them); a name
+// that key refuses is a problem at the key.
+func (d *decoder) numbers(dst map[string]float64, key func(string) string, rule check[float64]) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.entries(n, path, func(k, v *yaml.Node, at string) {
+			if msg := key(k.Value); msg != "" {
+				d.fail(k, at, "%s", msg)
+				return
+			}
+			x := math.NaN()
+			number(d, &x, rule)(v, at)
+			if !math.IsNaN(x) {
+				dst[k.Value] = x
+			}
+		})
+	}
+}
+
+// tierName refuses a name that is not a tier's.
+func tierName(name string) string {
+	if !slices.Contains(tierNames(), name) {
+		return fmt.Sprintf("%q is not %s", name, orList(tierNames()))
+	}
+	return ""
+}
+
+// anyName accepts every name.
+func anyName(string) string { return "" }
+
+func (d *decoder) aging(root *yaml.Node, a *Aging) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"enabled":     d.boolean(&a.Enabled),
+			"step_points": number(d, &a.StepPoints, nonNegative),
+			"interval_s":  number(d, &a.IntervalSeconds, nonNegative),
+			"cap_points":  number(d, &a.CapPoints, nonNegative),
+		})
+		if a.Enabled && a.IntervalSeconds == 0 {
+			d.fail(d.lineNode(path+".interval_s", n), path+".interval_s", "is 0 with aging enabled, want > 0")
+		}
+	}
+}
+
+func (d *decoder) fairShare(f *FairShare) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"enabled":     d.boolean(&f.Enabled),
+			"weight":      number(d, &f.Weight, nonNegative),
+			"half_life_s": number(d, &f.HalfLifeSeconds, nonNegative),
+			"project_weights": func(n *yaml.Node, path string) {
+				f.ProjectWeights = map[string]float64{}
+				d.numbers(f.ProjectWeights, anyName, positive)(n, path)
+			},
+		})
+	}
+}
+
+func (d *decoder) reservation(r *Reservation) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"enabled": d.boolean(&r.Enabled),
+			"depth":   integer(d, &r.Depth, nonNegative),
+		})
+	}
+}
+
+func (d *decoder) preemption(p *Preemption) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"enabled":                    d.boolean(&p.Enabled),
+			"min_runtime_s":              number(d, &p.MinRuntimeSeconds, nonNegative),
+			"max_preemptions":            integer(d, &p.MaxPreemptions, nonNegative),
+			"window_s":                   number(d, &p.WindowSeconds, nonNegative),
+			"save_restore_s":             number(d, &p.SaveRestoreSeconds, nonNegative),
+			"grace_s":                    number(d, &p.GraceSeconds, nonNegative),
+			"require_verified_resume":    d.boolean(&p.RequireVerifiedResume),
+			"release_without_checkpoint": d.boolean(&p.ReleaseWithoutCheckpoint),
+			"verify_resume_timeout_s":    number(d, &p.VerifyResumeTimeoutSeconds, positive),
+			"recompute_timeout_s":        number(d, &p.RecomputeTimeoutSeconds, positive),
+		})
+	}
+}
+
+// required reports a problem for each key of item not in the file.
+func (d *decoder) required(item *yaml.Node, path string, keys ...string) {
+	for _, k := range keys {
+		if !d.has(join(path, k)) {
+			d.fail(item, join(path, k), "is required")
+		}
+	}
+}
+
+func (d *decoder) queues(dst *[]Queue) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := []Queue{}
+		first := map[string]string{}
+		d.list(n, path, func(c *yaml.Node, at string) {
+			var q Queue
+			if !d.mapping(c, at, fields{
+				"name":       d.name(&q.Name),
+				"tier":       d.tier(&q.Tier),
+				"share":      number(d, &q.Share, nonNegative),
+				"max_wait_s": integer(d, &q.MaxWaitSeconds, nonNegative),
+				"protected":  d.boolean(&q.Protected),
+				"low_risk":   d.boolean(&q.LowRisk),
+			}) {
+				return
+			}
+			d.required(c, at, "name", "tier")
+			if prev, ok := first[q.Name]; ok && q.Name != "" {
+				d.fail(d.lineNode(at+".name", c), at+".name", "%q repeats %s", q.Name, prev)
+			} else {
+				first[q.Name] = at
+			}
+			out = append(out, q)
+		})
+		*dst = out
+	}
+}
+
+func (d *decoder) quotas(dst *[]Quota) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := []Quota{}
+		first := map[[2]string]string{}
+		d.list(n, path, func(c *yaml.Node, at string) {
+			var q Quota
+			if !d.mapping(c, at, fields{
+				"project":               d.name(&q.Project),
+				"pool":                  d.name(&q.Pool),
+				"nominal_milli":         integer(d, &q.NominalMilli, nonNegative),
+				"borrowing_limit_milli": integer(d, &q.BorrowingLimitMilli, nonNegative),
+			}) {
+				return
+			}
+			d.required(c, at, "project", "pool")
+			key := [2]string{q.Project, q.Pool}
+			if prev, ok := first[key]; ok {
+				d.fail(c, at, "project %q in pool %q repeats %s", q.Project, q.Pool, prev)
+			} else {
+				first[key] = at
+			}
+			out = append(out, q)
+		})
+		*dst = out
+	}
+}
+
+func (d *decoder) pools(dst *map[string]Pool) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := map[string]Pool{}
+		d.entries(n, path, func(k, v *yaml.Node, at string) {
+			var pl Pool
+			if d.mapping(v, at, fields{"stage": d.stage(&pl.Stage)}) {
+				d.required(v, at, "stage")
+			}
+			out[k.Value] = pl
+		})
+		*dst = out
+	}
+}
+
+func (d *decoder) windows(dst *[]Window) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := []Window{}
+		d.list(n, path, func(c *yaml.Node, at string) {
+			var w Window
+			if !d.mapping(c, at, fields{
+				"name":   d.name(&w.Name),
+				"start":  d.instant(&w.Start),
+				"end":    d.instant(&w.End),
+				"queues": d.names(&w.Queues),
+			}) {
+				return
+			}
+			d.required(c, at, "name", "start", "end")
+			if !w.Start.IsZero() && !w.End.IsZero() && !w.End.After(w.Start) {
+				d.fail(d.lineNode(at+".end", c), at+".end", "must be after start (%s)", w.Start.Format(time.RFC3339))
+			}
+			out = append(out, w)
+		})
+		*dst = out
+	}
+}
+
+func (d *decoder) reclaim(r *Reclaim) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"enabled":              d.boolean(&r.Enabled),
+			"scan_interval_s":      number(d, &r.ScanIntervalSeconds, positive),
+			"observation_window_s": number(d, &r.ObservationWindowSeconds, positive),
+			"idle_gpu_percent":     integer(d, &r.IdleGPUPercent, between(0, 100)),
+			"notify_window_s":      number(d, &r.NotifyWindowSeconds, positive),
+			"confirm_window_s":     number(d, &r.ConfirmWindowSeconds, positive),
+			"default_mode":         d.mode(&r.DefaultMode),
+			"rules": func(n *yaml.Node, path string) {
+				rules := []ModeRule{}
+				d.list(n, path, func(c *yaml.Node, at string) {
+					var m ModeRule
+					if d.mapping(c, at, fields{
+						"pool":  d.name(&m.Pool),
+						"queue": d.name(&m.Queue),
+						"class": d.class(&m.Class),
+						"mode":  d.mode(&m.Mode),
+					}) {
+						d.required(c, at, "mode")
+					}
+					rules = append(rules, m)
+				})
+				r.Rules = rules
+			},
+		})
+	}
+}
+
+func (d *decoder) simulation(s *Simulation) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"pool":              d.name(&s.Pool),
+			"projects":          integer(d, &s.Projects, atLeastOne),
+			"seed":              integer(d, &s.Seed, anyValue),
+			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, atLeastOne),
+			"starvation_factor": number(d, &s.StarvationFactor, positive),
+			"recovery": func(n *yaml.Node, path string) {
+				r := &s.Recovery
+				d.mapping(n, path, fields{
+					"tiers": func(n *yaml.Node, path string) {
+						tiers := []string{}
+						d.list(n, path, func(c *yaml.Node, at string) {
+							var t string
+							d.tier(&t)(c, at)
+							tiers = append(tiers, t)
+						})
+						r.Tiers = tiers
+					},
+					"probability":           number(d, &r.Probability, between(0.0, 1.0)),
+					"checkpoint_interval_s": integer(d, &r.CheckpointIntervalSeconds, atLeastOne),
+					"verified_resumes":      integer(d, &r.VerifiedResumes, nonNegative),
+				})
+			},
+		})
+	}
+}

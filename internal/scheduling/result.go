@@ -1,0 +1,80 @@
+package scheduling
+
+import (
+	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
+
+// Priority is a job's effective priority with every part reported. Score is the
+// sum TierBase + AgingCredit + FairShare; ties are broken by SubmitTime, then ID.
+type Priority struct {
+	Score       float64
+	TierBase    float64
+	AgingCredit float64 // bounded: ≤ Policy.Aging.CapPoints and never reaching the production base
+	AgingCapped bool    // true when the cap or the production ceiling bound the credit
+	FairShare   float64 // points from the fair-share factor
+	FairFactor  float64 // the factor itself, in [0,1]
+	SubmitTime  time.Time
+}
+
+// Placement is one pending job granted GPUs in this cycle.
+type Placement struct {
+	JobID    string
+	Pool     string
+	Node     string // node of the first GPU
+	GPUs     []GPUShare
+	Borrowed bool // some of the grant is beyond the project's nominal quota
+	Rank     int  // the job's rank in this cycle (1 = first)
+	Priority Priority
+}
+
+// WaitStatus is the current wait of one pending job that was not placed.
+type WaitStatus struct {
+	JobID  string
+	Reason vocab.WaitReason
+	// Detail carries the quantities, e.g. "needs 4 × ≥81920 MiB H100|H200 on one
+	// node; 24 match in pool, 6 free, largest free group on one node 3".
+	Detail string
+	// ReEvaluate says what would change the reason, e.g. "when 4 matching GPUs on
+	// one node are free, or at 14:20 when aging lifts rank above job X".
+	ReEvaluate string
+	// BlockingJobID names the higher-ranked job holding a reservation, for
+	// reserved_for_higher_priority; the job a preemption is running for, etc.
+	BlockingJobID string
+	Rank          int
+	Priority      Priority
+}
+
+// Victim is one running job a preemption proposal would stop.
+type Victim struct {
+	JobID        string
+	AllocationID string
+	GPUs         int
+	// EstimatedLossGPUSeconds is GPU-seconds since the last checkpoint plus the
+	// save/restore estimate per GPU (docs/design.md "effective run loss").
+	EstimatedLossGPUSeconds float64
+}
+
+// PreemptionProposal is the least-loss victim set on one placement target that
+// frees enough matching GPUs for a blocked higher-tier job.
+type PreemptionProposal struct {
+	ForJobID string
+	Pool     string
+	Node     string
+	Victims  []Victim
+	// Act is true when the pool's automation stage lets the proposal be carried
+	// out; false means it is recorded as a "would preempt".
+	Act                     bool
+	EstimatedLossGPUSeconds float64
+	Reason                  string // why the preemption is proposed, with quantities
+}
+
+// Result is the outcome of one scheduling cycle.
+type Result struct {
+	PolicyVersion string
+	At            time.Time
+	Placements    []Placement
+	Waiting       []WaitStatus
+	Preemptions   []PreemptionProposal
+}

@@ -1,0 +1,120 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/scheduling"
+)
+
+// PolicyActor is the audit actor of what the service does with the policy
+// it loads: the policy version switch (activate_policy), pool stages
+// (set_pool_stage) and low-risk queues.
+const PolicyActor = "serve"
+
+// loadPolicy loads Config.PolicyFile into a watcher when one is configured
+// (a file that does not load fails the start with Load's error, which names
+// the file and the line and field of each problem), or takes Config.Policy.
+func (s *Service) loadPolicy() error {
+	if s.cfg.PolicyFile == "" {
+		s.static = s.cfg.Policy
+		if s.static == nil {
+			s.static = policy.Default()
+		}
+		return nil
+	}
+	if s.cfg.Policy != nil {
+		return errors.New("service: both a policy file and a policy are configured")
+	}
+	w, err := policy.NewWatcher(s.cfg.PolicyFile)
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	w.OnChange = func(ctx context.Context, ch policy.Change) error {
+		return s.applyPolicy(ctx, ch.New, "loaded from "+ch.Path, false)
+	}
+	w.OnError = func(err error) { s.cfg.Logger.Warn("policy file", "file", w.Path, "err", err) }
+	s.policy = w
+	return nil
+}
+
+// currentPolicy returns the policy in force: the watcher's, or the static one.
+func (s *Service) currentPolicy() *policy.Policy {
+	if s.policy != nil {
+		return s.policy.Current()
+	}
+	return s.static
+}
+
+// schedulingPolicy is the scheduler's policy source: the policy in force,
+// its Version the policy's hash, which every cycle records.
+func (s *Service) schedulingPolicy(context.Context) (*scheduling.Policy, error) {
+	return s.currentPolicy().Scheduling(), nil
+}
+
+// applyStartPolicy stores and applies the policy in force at start. It runs
+// after the inventory is imported, because UpsertInventory rewrites
+// pools.stage.
+func (s *Service) applyStartPolicy(ctx context.Context) error {
+	reason := "default policy (no policy file)"
+	if s.policy != nil {
+		reason = "loaded from " + s.policy.Path
+	}
+	if err := s.applyPolicy(ctx, s.currentPolicy(), reason, true); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	return nil
+}
+
+// applyPolicy makes p the stored active policy version and writes what it
+// sets to the store, auditing each real change with PolicyActor and
+// reason: the version (store.SavePolicyVersion of Hash and Canonical, then
+// ActivatePolicyVersion, which audits the switch), the low-risk flags and
+// the queues (when p names queues; at start, without any, the default
+// queues are created in an empty store), the quotas, and the pool stages.
+// It returns the first store error.
+func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
+	hash := p.Hash()
+	if err := s.store.SavePolicyVersion(ctx, hash, p.Canonical()); err != nil {
+		return fmt.Errorf("policy version: %w", err)
+	}
+	if err := s.store.ActivatePolicyVersion(ctx, hash, PolicyActor, reason); err != nil {
+		return fmt.Errorf("policy version: %w", err)
+	}
+	var lowRisk []string
+	if len(p.Queues) > 0 {
+		queues, err := policy.SchedulingQueues(p.Queues)
+		if err != nil {
+			return err
+		}
+		// The flags first, so that each flip is audited; the upsert then
+		// creates missing queues with their flags.
+		if lowRisk, err = s.store.SetLowRiskQueues(ctx, p.LowRiskQueues(), PolicyActor, reason); err != nil {
+			return fmt.Errorf("low-risk queues: %w", err)
+		}
+		if err := s.store.UpsertQueues(ctx, queues); err != nil {
+			return err
+		}
+	} else if atStart {
+		created, err := EnsureDefaultQueues(ctx, s.store)
+		if err != nil {
+			return err
+		}
+		if created {
+			s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
+		}
+	}
+	if len(p.Quotas) > 0 {
+		if err := s.store.UpsertQuotas(ctx, p.SchedulingQuotas()); err != nil {
+			return err
+		}
+	}
+	pools, err := s.store.SetPoolStages(ctx, p.Stages(), PolicyActor, reason)
+	if err != nil {
+		return fmt.Errorf("pool stages: %w", err)
+	}
+	s.cfg.Logger.Info("policy applied", "hash", hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
+	return nil
+}
