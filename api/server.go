@@ -173,6 +173,7 @@ func (s *Server) routes() *gin.Engine {
 	}))
 	e.Use(s.middleware...)
 	e.Use(s.logServerErrors)
+	e.Use(rejectNUL)
 	e.NoRoute(func(c *gin.Context) {
 		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -121,6 +121,9 @@ func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return newError(http.StatusBadRequest, CodeMalformed, "", "unexpected data after the JSON object")
 	}
+	if f := nulField(data); f != "" {
+		return newError(http.StatusUnprocessableEntity, CodeInvalid, f, "contains a NUL character, which cannot be stored")
+	}
 	return nil
 }
 

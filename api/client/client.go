@@ -59,8 +59,16 @@ func AddFlags(fs *pflag.FlagSet) func() (*Client, error) {
 		base = DefaultAPI
 	}
 	api := fs.String("api", base, "gpugov API address (env "+EnvAPI+")")
-	token := fs.String("token", os.Getenv(EnvToken), "bearer token (env "+EnvToken+")")
-	return func() (*Client, error) { return New(*api, *token) }
+	// The token's default is read when the command runs, not shown as the
+	// flag's default: --help must never print a secret.
+	token := fs.String("token", "", "bearer token (default: env "+EnvToken+")")
+	return func() (*Client, error) {
+		t := *token
+		if t == "" {
+			t = os.Getenv(EnvToken)
+		}
+		return New(*api, t)
+	}
 }
 
 // Error is a non-2xx answer of the API. Error() is "field: message", or the

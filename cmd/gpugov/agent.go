@@ -112,7 +112,7 @@ an explanation.`,
 	f.StringVar(&opts.temporalAddress, "temporal-address", cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
 	f.StringVar(&opts.namespace, "temporal-namespace", cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	f.StringVar(&opts.apiURL, "api", os.Getenv("GPUGOV_API"), "gpugov API address, e.g. http://gpugov:8080 (env GPUGOV_API); empty: only log reports")
-	f.StringVar(&opts.token, "token", os.Getenv("GPUGOV_TOKEN"), "API bearer token with the agent role (env GPUGOV_TOKEN)")
+	f.StringVar(&opts.token, "token", "", "API bearer token with the agent role (default: env GPUGOV_TOKEN; never shown here)")
 	f.StringVar(&opts.checkpointRoot, "checkpoint-root", cmp.Or(os.Getenv("GPUGOV_CHECKPOINT_ROOT"), defaultCheckpointRoot),
 		"directory of the jobs' checkpoints and run files; must survive agent restarts (env GPUGOV_CHECKPOINT_ROOT)")
 	f.DurationVar(&opts.grace, "grace", process.DefaultGracePeriod, "time a stopped job gets between SIGTERM and SIGKILL")
@@ -224,7 +224,11 @@ func (o *agentOptions) reporter(logger *slog.Logger) (inventory.Reporter, *httpr
 		logger.Warn("no --api: inventory and samples are only logged")
 		return inventory.LogReporter{Logger: logger}, nil, nil
 	}
-	c, err := httpreport.New(o.apiURL, o.token)
+	token := o.token
+	if token == "" {
+		token = os.Getenv("GPUGOV_TOKEN")
+	}
+	c, err := httpreport.New(o.apiURL, token)
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("--api/--token: %w", err)}
 	}

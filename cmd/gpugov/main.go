@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 )
@@ -32,12 +34,39 @@ func newUsageError(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-func main() {
+func init() {
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Initializers run after flag parsing and before the positional
+	// arguments are checked, and after every file's init has added its
+	// command, so every command is covered.
+	cobra.OnInitialize(func() { wrapArgsOnce.Do(func() { wrapArgs(rootCmd) }) })
+}
+
+// wrapArgsOnce guards wrapArgs: tests execute rootCmd many times.
+var wrapArgsOnce sync.Once
+
+// wrapArgs makes a wrong number of positional arguments a usage error (exit
+// code 2) on cmd and every command below it, whatever check it declares.
+func wrapArgs(cmd *cobra.Command) {
+	if cmd.Args != nil {
+		cmd.Args = usageArgs(cmd.Args)
+	}
+	for _, c := range cmd.Commands() {
+		wrapArgs(c)
+	}
+}
+
+// isUsage reports whether err is a usage error: a usageError, or cobra's
+// "unknown command" (found before any command runs, so it cannot be wrapped).
+func isUsage(err error) bool {
+	var ue usageError
+	return errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command ")
+}
+
+func main() {
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gpugov:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
+		if isUsage(err) {
 			os.Exit(2)
 		}
 		os.Exit(1)
