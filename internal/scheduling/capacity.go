@@ -211,6 +211,10 @@ func (ci *capacityIndex) charge(a *Allocation) {
 	}
 }
 
+// noLabelSets is the label sets of a pool when no pending job has a node
+// selector: one empty set shared by every node. It is never written.
+var noLabelSets = []map[string]string{nil}
+
 // selectorKeys returns the sorted distinct label keys named by the node
 // selectors of the snapshot's pending jobs (nil when none has one). Node
 // labels are seen only through these keys, so labels no job asks for never
@@ -267,7 +271,7 @@ func newPoolState(p *Pool, keys []string) *poolState {
 	if len(keys) > 0 {
 		labelByKey = make(map[string]int32)
 	} else {
-		ps.labelSets = []map[string]string{nil}
+		ps.labelSets = noLabelSets
 	}
 	for ni, n := range nodes {
 		ns := nodeState{name: n.Name, schedulable: n.Schedulable, cpuCap: n.CPUMilli, memCap: n.MemoryMiB,
