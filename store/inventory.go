@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -469,30 +469,19 @@ func quotasQuery(out *[]scheduling.Quota) rowQuery {
 		}}
 }
 
-// MaxNodeLabels bounds the labels of one node; MaxLabelLength bounds each
-// label key and value, in bytes.
-const (
-	MaxNodeLabels  = 64
-	MaxLabelLength = 253
-)
-
-// CheckNodeLabels checks a node's labels: at most MaxNodeLabels, keys and
-// values non-empty and at most MaxLabelLength bytes. It returns a
-// *ValidationError (ErrInvalid) naming field + "." + key, or nil.
+// CheckNodeLabels checks a node's labels (inventory.CheckLabels: at most
+// inventory.MaxLabels, keys and values 1..inventory.MaxLabelLength bytes). It
+// returns a *ValidationError (ErrInvalid) naming field, or field + "." + key
+// for a bad value, or nil.
 func CheckNodeLabels(field string, labels map[string]string) error {
-	if len(labels) > MaxNodeLabels {
-		return invalidf(field, "%d labels, at most %d allowed", len(labels), MaxNodeLabels)
+	key, err := inventory.CheckLabels(labels)
+	if err == nil {
+		return nil
 	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		v := labels[k]
-		switch {
-		case k == "" || len(k) > MaxLabelLength:
-			return invalidf(field, "label key %q must be 1..%d bytes", k, MaxLabelLength)
-		case v == "" || len(v) > MaxLabelLength:
-			return invalidf(field+"."+k, "label value %q must be 1..%d bytes", v, MaxLabelLength)
-		}
+	if key != "" {
+		field += "." + key
 	}
-	return nil
+	return invalidf(field, "%s", err.Error())
 }
 
 // labelsJSON checks a node's labels (CheckNodeLabels) and encodes them as a

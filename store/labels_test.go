@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -118,7 +119,7 @@ func TestNodeLabelsRejected(t *testing.T) {
 	}{
 		{map[string]string{"network": ""}, "node.labels.network"},
 		{map[string]string{"": "x"}, "node.labels"},
-		{map[string]string{"k": strings.Repeat("v", store.MaxLabelLength+1)}, "node.labels.k"},
+		{map[string]string{"k": strings.Repeat("v", inventory.MaxLabelLength+1)}, "node.labels.k"},
 	} {
 		n := agentNode("gpu-01", []string{"GPU-a"})
 		n.Labels = tc.labels
