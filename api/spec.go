@@ -44,14 +44,14 @@ type JobSpec struct {
 
 // ResourceSpec is the resource request of a job (docs/design.md "resource request").
 type ResourceSpec struct {
-	GPUs         int               `json:"gpus" yaml:"gpus"`
-	GPUMilli     int               `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
-	GPUMemoryMiB int64             `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
-	GPUModels    []string          `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
-	Pool         string            `json:"pool" yaml:"pool"`
-	Topology     string            `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
-	CPUMilli     int64             `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
-	MemoryMiB    int64             `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
+	GPUs         int      `json:"gpus" yaml:"gpus"`
+	GPUMilli     int      `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
+	GPUMemoryMiB int64    `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
+	GPUModels    []string `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
+	Pool         string   `json:"pool" yaml:"pool"`
+	Topology     string   `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
+	CPUMilli     int64    `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
+	MemoryMiB    int64    `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
 	// Labels are descriptive (store.JobTypeLabel "job_type" names the
 	// report's job type); they never constrain placement.
 	Labels map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`

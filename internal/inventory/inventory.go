@@ -74,20 +74,20 @@ func (g GPUInfo) Supports(signal string) bool {
 
 // NodeInventory is everything one node agent reports about its node at one instant.
 type NodeInventory struct {
-	Node          string    `json:"node"`
-	Pool          string    `json:"pool"`
-	Source        string    `json:"source"`                   // SourceNVML or SourceStatic
-	DriverVersion string    `json:"driver_version,omitempty"` // e.g. "550.54.15"; empty for static inventories
-	NVMLVersion   string    `json:"nvml_version,omitempty"`   // e.g. "12.550.54.15"; empty for static inventories
-	CUDAVersion   string    `json:"cuda_version,omitempty"`   // highest CUDA version the driver supports, e.g. "12.4"
-	CPUMilli      int64     `json:"cpu_milli"`                // allocatable host CPU in milli-cores; 0 means not tracked
-	MemoryMiB     int64     `json:"memory_mib"`               // host memory in MiB; 0 means not tracked
+	Node          string `json:"node"`
+	Pool          string `json:"pool"`
+	Source        string `json:"source"`                   // SourceNVML or SourceStatic
+	DriverVersion string `json:"driver_version,omitempty"` // e.g. "550.54.15"; empty for static inventories
+	NVMLVersion   string `json:"nvml_version,omitempty"`   // e.g. "12.550.54.15"; empty for static inventories
+	CUDAVersion   string `json:"cuda_version,omitempty"`   // highest CUDA version the driver supports, e.g. "12.4"
+	CPUMilli      int64  `json:"cpu_milli"`                // allocatable host CPU in milli-cores; 0 means not tracked
+	MemoryMiB     int64  `json:"memory_mib"`               // host memory in MiB; 0 means not tracked
 	// Labels describe the node's storage, network and other properties
 	// (e.g. "network": "infiniband"), from the static inventory or the
 	// agent's --label flags; a job's resources.node_selector must match them.
 	Labels      map[string]string `json:"labels,omitempty"`
 	GPUs        []GPUInfo         `json:"gpus"`
-	CollectedAt   time.Time `json:"collected_at"`
+	CollectedAt time.Time         `json:"collected_at"`
 }
 
 // UtilizationSample is one measurement of one GPU's use, the evidence the reclaim

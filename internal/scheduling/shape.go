@@ -14,19 +14,19 @@ import (
 // capacity never grows (placements and reservations only take), so "does not
 // fit" learned once stays true for the rest of the cycle.
 type shapeInfo struct {
-	req      ResourceRequest // the first request seen with this shape (labels ignored)
-	topo     Topology
-	count    int
-	milli    int32
-	match    []bool     // per pool class
+	req   ResourceRequest // the first request seen with this shape (labels ignored)
+	topo  Topology
+	count int
+	milli int32
+	match []bool // per pool class
 	// labelOK says per pool label set whether the request's node selector
 	// matches it; nil when the request has no selector (every node matches).
 	labelOK []bool
 	// selectorNodes counts the schedulable nodes the selector matches (all
 	// schedulable nodes when there is no selector).
 	selectorNodes int
-	mi       *maskIndex // the free-capacity index of match; nil when the pool is not indexed
-	matching int        // usable matching GPUs in the pool
+	mi            *maskIndex // the free-capacity index of match; nil when the pool is not indexed
+	matching      int        // usable matching GPUs in the pool
 	// emptyFit: the shape fits the pool with no allocations (model, memory,
 	// count, topology, node CPU and memory); emptyLargest is the largest group
 	// the topology allows on the empty pool.
