@@ -19,7 +19,8 @@ import (
 )
 
 // Node-agent routes: what `gpugov agent` calls. They need an agent, operator
-// or admin token; an agent token may call nothing else (see agentRoutes).
+// or admin token; an agent token may call nothing else (see agentRoutes) but
+// PUT /v1/jobs/{id}/prerequisites/{name} (actions.go).
 //
 //	POST /v1/nodes/{name}/inventory           the node's inventory (inventory.NodeInventory), every refresh
 //	POST /v1/nodes/{name}/samples             GPU utilisation samples, the evidence for idle reclaim
@@ -33,7 +34,7 @@ const (
 )
 
 // agentRoutes are the only routes (gin full paths) an agent token may call.
-var agentRoutes = []string{routeNodeInventory, routeNodeSamples, routeNodeRun, routeRunCheckpoints}
+var agentRoutes = []string{routeNodeInventory, routeNodeSamples, routeNodeRun, routeRunCheckpoints, routePrerequisite}
 
 // agentRoute reports whether an agent token may call the route with gin full
 // path fullPath.

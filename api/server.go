@@ -19,7 +19,7 @@
 // When PostgreSQL cannot be reached it answers 503 store_unavailable and never
 // a 2xx.
 //
-// Audit: cancel, hold and release are audited by the store with the token's
+// Audit: cancel, hold, release, prerequisite changes and amendments are audited by the store with the token's
 // name as actor; the submit entry is written by store.CreateJob in the job's
 // transaction, with the project as actor.
 package api
@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -48,6 +49,8 @@ type Store interface {
 	LastRun(ctx context.Context, jobID string) (*store.RunSummary, error)
 	SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
+	SetPrerequisite(ctx context.Context, jobID, name string, ready bool, message, actor string) (bool, error)
+	AmendJob(ctx context.Context, jobID string, req scheduling.ResourceRequest, actor, reason string) (bool, error)
 	ListQueues(ctx context.Context) ([]scheduling.Queue, error)
 	GetInventory(ctx context.Context) ([]scheduling.Pool, error)
 	// Ping checks that PostgreSQL answers; /readyz uses it.
@@ -79,7 +82,7 @@ type Workflows interface {
 	// who cancelled and why.
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
 	// NotifySubmitted asks the scheduler for a scheduling cycle now because
-	// the job was submitted or its hold changed.
+	// the job was submitted, or its hold, a prerequisite or its request changed.
 	NotifySubmitted(ctx context.Context, jobID string) error
 }
 
@@ -188,6 +191,8 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/jobs", s.submitJob)
 	v1.GET("/jobs", s.listJobs)
 	v1.GET("/jobs/:id", s.getJob)
+	v1.PATCH("/jobs/:id", s.amendJob)
+	v1.PUT(strings.TrimPrefix(routePrerequisite, "/v1"), s.setPrerequisite)
 	v1.GET("/jobs/:id/events", s.jobEvents)
 	v1.POST("/jobs/:id/cancel", s.cancelJob)
 	v1.POST("/jobs/:id/hold", s.holdJob)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -111,6 +112,9 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 			return err
 		}
 	}
+	// Usage decays as the policy's fair share says, in the store's charges
+	// and snapshot as in the planner (docs/design.md §5).
+	s.store.SetUsageHalfLife(time.Duration(p.FairShare.HalfLifeSeconds * float64(time.Second)))
 	pools, err := s.store.SetPoolStages(ctx, p.Stages(), PolicyActor, reason)
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)

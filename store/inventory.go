@@ -441,23 +441,6 @@ func (s *Store) UpsertQuotas(ctx context.Context, quotas []scheduling.Quota) err
 	return nil
 }
 
-// ListQuotas returns every quota ordered by project and pool. Errors are
-// wrapped with "list quotas".
-func (s *Store) ListQuotas(ctx context.Context) ([]scheduling.Quota, error) {
-	qs, err := loadQuotas(ctx, s.pool)
-	if err != nil {
-		return nil, fmt.Errorf("store: list quotas: %w", err)
-	}
-	return qs, nil
-}
-
-func loadQuotas(ctx context.Context, q querier) ([]scheduling.Quota, error) {
-	var out []scheduling.Quota
-	qq := quotasQuery(&out)
-	err := forEachRow(ctx, q, qq.sql, nil, qq.fn)
-	return out, err
-}
-
 // quotasQuery reads every quota into *out, ordered by project then pool.
 func quotasQuery(out *[]scheduling.Quota) rowQuery {
 	return rowQuery{sql: `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas ORDER BY project COLLATE "C", pool COLLATE "C"`,

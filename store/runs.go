@@ -235,7 +235,8 @@ func (s *Store) ReleasePlacement(ctx context.Context, jobID, allocationID string
 }
 
 // chargeUsage adds to the project's decayed usage the GPU-seconds of gpus GPUs
-// held for d, decayed to at with the store's half-life h: the constant load's
+// held for d, decayed to at with the store's half-life h (SetUsageHalfLife;
+// h ≤ 0 means no decay, so the SQL's decay factor is then 1): the constant load's
 // contribution is scheduling.AccrueUsage (the continuous form of Slurm's
 // PriorityDecayHalfLife decay, so a long run's early hours count less than its
 // last ones). The stored total is decayed to the later of its as_of and at
@@ -245,14 +246,14 @@ func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus
 	if d <= 0 || gpus <= 0 {
 		return nil
 	}
-	h := s.usageHalfLife.Seconds()
+	h := s.usageHalfLifeSeconds()
 	add := scheduling.AccrueUsage(gpus, d.Seconds(), h)
 	_, err := tx.Exec(ctx, `
 		INSERT INTO project_usage AS u (project, decayed_gpu_seconds, as_of) VALUES ($1, $2, $3)
 		ON CONFLICT (project) DO UPDATE SET
 			decayed_gpu_seconds =
-				u.decayed_gpu_seconds * power(0.5::float8, greatest(0, extract(epoch FROM EXCLUDED.as_of - u.as_of))::float8 / $4)
-				+ EXCLUDED.decayed_gpu_seconds * power(0.5::float8, greatest(0, extract(epoch FROM u.as_of - EXCLUDED.as_of))::float8 / $4),
+				u.decayed_gpu_seconds * CASE WHEN $4::float8 > 0 THEN power(0.5::float8, greatest(0, extract(epoch FROM EXCLUDED.as_of - u.as_of))::float8 / $4::float8) ELSE 1 END
+				+ EXCLUDED.decayed_gpu_seconds * CASE WHEN $4::float8 > 0 THEN power(0.5::float8, greatest(0, extract(epoch FROM u.as_of - EXCLUDED.as_of))::float8 / $4::float8) ELSE 1 END,
 			as_of = greatest(u.as_of, EXCLUDED.as_of)`, project, add, at, h)
 	if err != nil {
 		return fmt.Errorf("charge usage of %s: %w", project, err)

@@ -32,8 +32,9 @@ import (
 // checkpoints. What cannot change is read once: the inventory is reused until
 // inventory_version moves, and each live job's ID, project, queue, tier,
 // request and submit time are cached, keyed by job_queue.seq, from the load
-// that first sees the job (they are immutable after submission) until it
-// finishes. Calls are serialised per Store, which keeps that cache simple; the
+// that first sees the job until it finishes (they are immutable after
+// submission, except the request, which AmendJob changes together with the
+// job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple; the
 // scheduler is the single caller anyway. The returned snapshot is the
 // caller's own, except that request GPU-model slices and label maps are
 // shared with the cache: treat them as read-only (scheduling.Plan does).
@@ -80,7 +81,9 @@ type snapshotCache struct {
 	lastCounts rowCounts
 }
 
-// jobStatic is the part of a job that never changes after submission.
+// jobStatic is the part of a job that never changes after submission, but
+// for the request AmendJob replaces (it gives the job a new seq, so its old
+// entry is pruned and the new one loaded).
 type jobStatic struct {
 	id, project string
 	queue       string
@@ -493,7 +496,7 @@ func decodeCheckpoint(raw []byte) (*scheduling.Checkpoint, error) {
 // project: the stored total decayed from its as_of, plus the running
 // allocations' usage so far.
 func (s *Store) usageAt(stored []scheduling.ProjectUsage, running []scheduling.RunningJob, now time.Time) []scheduling.ProjectUsage {
-	h := s.usageHalfLife.Seconds()
+	h := s.usageHalfLifeSeconds()
 	index := make(map[string]int, len(stored))
 	var out []scheduling.ProjectUsage
 	for _, u := range stored {

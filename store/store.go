@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,10 +59,12 @@ const maxTxAttempts = 5
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
-	pool          *pgxpool.Pool
-	usageHalfLife time.Duration
-	cache         snapshotCache   // what LoadSnapshot reuses between calls
-	tracer        pgx.QueryTracer // set on the pool's connections at Open
+	pool *pgxpool.Pool
+	// usageHalfLifeNS is the half-life of project usage decay in
+	// nanoseconds (SetUsageHalfLife); ≤ 0 means no decay.
+	usageHalfLifeNS atomic.Int64
+	cache           snapshotCache   // what LoadSnapshot reuses between calls
+	tracer          pgx.QueryTracer // set on the pool's connections at Open
 }
 
 // Option configures a Store at Open.
@@ -72,15 +75,18 @@ type Option func(*Store)
 // traces); nil leaves queries untraced.
 func WithQueryTracer(t pgx.QueryTracer) Option { return func(s *Store) { s.tracer = t } }
 
-// WithUsageHalfLife sets the half-life used to decay project GPU-seconds in
-// FinishRun and LoadSnapshot (default DefaultUsageHalfLife). Values ≤ 0 are
-// ignored.
-func WithUsageHalfLife(d time.Duration) Option {
-	return func(s *Store) {
-		if d > 0 {
-			s.usageHalfLife = d
-		}
-	}
+// SetUsageHalfLife sets the half-life with which FinishRun charges and
+// LoadSnapshot decays project GPU-seconds: the policy's fair_share.half_life_s
+// (docs/design.md §4), which serve applies at start and on every reload, so
+// the usage the store keeps decays as the policy in force says and the
+// planner's fair-share factor reads it so. A value ≤ 0 means no decay, as in
+// scheduling.DecayUsage. A store starts with DefaultUsageHalfLife. Safe for
+// concurrent use.
+func (s *Store) SetUsageHalfLife(d time.Duration) { s.usageHalfLifeNS.Store(int64(d)) }
+
+// usageHalfLifeSeconds returns the usage half-life in seconds (≤ 0: no decay).
+func (s *Store) usageHalfLifeSeconds() float64 {
+	return time.Duration(s.usageHalfLifeNS.Load()).Seconds()
 }
 
 // Open connects a pgxpool to databaseURL (a postgres:// URL or key=value DSN)
@@ -92,7 +98,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: open: parse database URL: %w", err)
 	}
-	s := &Store{usageHalfLife: DefaultUsageHalfLife}
+	s := &Store{}
+	s.usageHalfLifeNS.Store(int64(DefaultUsageHalfLife))
 	for _, o := range opts {
 		o(s)
 	}

@@ -100,7 +100,29 @@ func explainWait(b *strings.Builder, j *api.Job) {
 	if w.NextAction != "" {
 		fmt.Fprintf(b, "next action: %s\n", w.NextAction)
 	}
+	if cmd := actionCommand(j, vocab.WaitReason(w.Reason)); cmd != "" {
+		fmt.Fprintf(b, "to act: %s\n", cmd)
+	}
 	if j.Held {
 		fmt.Fprintf(b, "held: it waits until its owner or an operator releases it (POST /v1/jobs/%s/release)\n", j.ID)
 	}
+}
+
+// actionCommand is the gpugov command that takes the next action of reason,
+// for the reasons whose action has a route (docs/design.md §3, "Act on a
+// wait"), or "".
+func actionCommand(j *api.Job, reason vocab.WaitReason) string {
+	switch reason {
+	case vocab.ReasonEnvironmentNotReady:
+		var cmds []string
+		for _, p := range j.Prerequisites {
+			if !p.Ready {
+				cmds = append(cmds, fmt.Sprintf("gpugov prereq %s %s --ready -m MESSAGE", j.ID, p.Name))
+			}
+		}
+		return strings.Join(cmds, "; ")
+	case vocab.ReasonNoMatchingCapacity, vocab.ReasonFragmented:
+		return fmt.Sprintf("gpugov amend %s -f resources.yaml (with a request the pool's nodes can hold; GET /v1/inventory lists them)", j.ID)
+	}
+	return ""
 }
