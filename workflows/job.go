@@ -125,6 +125,11 @@ func JobWorkflow(ctx workflow.Context, in *JobInput) (*JobResult, error) {
 	}
 	var job activities.LoadJobResult
 	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: in.JobID}).Get(ctx, &job); err != nil {
+		if j.interruptedByCancel(ctx, err) {
+			// Cancelled before the job was read: cancel it in the store and
+			// release an allocation a cycle may already have granted.
+			return j.cancelBeforePlacement(ctx, temporalCancel())
+		}
 		return nil, err
 	}
 	j.job = &job
@@ -203,6 +208,16 @@ func (j *jobFlow) storeCtx(ctx workflow.Context) workflow.Context {
 // version DefaultVersion (store steps as activities, the scheduler signalled
 // from the workflow) replay unchanged.
 const versionLocalStoreSteps = "local-store-steps"
+
+// versionCancelReleases is the workflow.GetVersion change ID of job
+// workflows that, cancelled through Temporal while a store step runs
+// (LoadJob, MarkRunning, a cleanup step), still release the allocation and
+// end the job cancelled in the store (version 1; docs/design.md §3: the
+// allocation is released on every exit path). Before it (DefaultVersion)
+// such a workflow ended cancelled with the step's error, leaving the
+// allocation held. The version is asked for only once a store step has been
+// interrupted, so executions that are never cancelled there record no marker.
+const versionCancelReleases = "cancel-releases-allocation"
 
 // Names of the store activities (the methods of activities.Jobs).
 const (
@@ -292,22 +307,27 @@ func (j *jobFlow) cancelBeforePlacement(ctx workflow.Context, c *temporalx.Cance
 	ctx = cleanupCtx(ctx)
 	detail := cancelDetail(c)
 	var cr activities.CancelJobResult
-	err := j.storeStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, &cr)
+	ctx, err := j.cleanupStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}, &cr)
 	if err != nil {
 		return nil, err
 	}
 	var job activities.LoadJobResult
-	if err := j.storeStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: j.in.JobID}).Get(ctx, &job); err != nil {
+	if ctx, err = j.cleanupStep(ctx, actLoadJob, &activities.LoadJobInput{JobID: j.in.JobID}, &job); err != nil {
 		return nil, err
 	}
 	if job.State == vocab.JobPlaced {
 		var p temporalx.PlacedSignal
 		ok, _ := j.placedCh.ReceiveWithTimeout(ctx, placedSignalWait, &p)
+		if !ok && ctx.Err() != nil && j.cancelReleases(ctx) {
+			// Temporal cancelled the wait itself: wait on, disconnected.
+			ctx = cleanupCtx(ctx)
+			ok, _ = j.placedCh.ReceiveWithTimeout(ctx, placedSignalWait, &p)
+		}
 		if !ok {
 			return nil, fmt.Errorf("job %s is placed in the store but no `placed` signal came within %s", j.in.JobID, placedSignalWait)
 		}
 		j.allocID, j.status.AllocationID = p.AllocationID, p.AllocationID
-		if err := j.releasePlacement(ctx, detail); err != nil {
+		if ctx, err = j.releasePlacement(ctx, detail); err != nil {
 			return nil, err
 		}
 	}
@@ -334,16 +354,16 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 	j.setWaitReason(ctx, "")
 	j.setState(ctx, vocab.JobPlaced)
 	if c := j.pendingCancel(ctx); c != nil {
-		ctx = cleanupCtx(ctx)
-		if err := j.releasePlacement(ctx, cancelDetail(c)); err != nil {
-			return nil, nil, err
-		}
-		res, err := j.end(ctx, vocab.JobCancelled, cancelDetail(c))
+		res, err := j.cancelPlaced(ctx, c)
 		return nil, res, err
 	}
 	var mr activities.MarkRunningResult
-	err := j.storeStep(ctx, actMarkRunning, &activities.MarkRunningInput{JobID: j.in.JobID, AllocationID: p.AllocationID, StartStep: j.job.ResumeStep}).Get(ctx, &mr)
-	if err != nil {
+	mrIn := &activities.MarkRunningInput{JobID: j.in.JobID, AllocationID: p.AllocationID, StartStep: j.job.ResumeStep}
+	if err := j.storeStep(ctx, actMarkRunning, mrIn).Get(ctx, &mr); err != nil {
+		if j.interruptedByCancel(ctx, err) {
+			res, err := j.cancelWhileMarkingRunning(ctx, mrIn)
+			return nil, res, err
+		}
 		return nil, nil, err
 	}
 	j.runID, j.status.RunID = mr.RunID, mr.RunID
@@ -364,6 +384,12 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 		case w.placed != nil:
 			j.resumeFor, j.preempt = j.preempt, nil
 			if err := j.reloadJob(ctx); err != nil {
+				if j.interruptedByCancel(ctx, err) {
+					// The new allocation never got a run: release it.
+					j.allocID, j.status.AllocationID = w.placed.AllocationID, w.placed.AllocationID
+					res, err := j.cancelPlaced(ctx, temporalCancel())
+					return nil, res, err
+				}
 				return nil, nil, err
 			}
 			return w.placed, nil, nil
@@ -372,6 +398,11 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 		// from the job's last checkpoint.
 		j.preempt = nil
 		if err := j.reloadJob(ctx); err != nil {
+			if j.interruptedByCancel(ctx, err) {
+				// The stopped run still holds the allocation: end it cancelled.
+				res, err := j.finishRun(ctx, vocab.RunCancelled, cancelDetail(temporalCancel()))
+				return nil, res, err
+			}
 			return nil, nil, err
 		}
 		j.setWaitReason(ctx, "")
@@ -384,8 +415,9 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 // ends the job.
 func (j *jobFlow) finishRun(ctx workflow.Context, outcome vocab.RunOutcome, detail string) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
-	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome,
-		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
+	ctx, err := j.cleanupStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome,
+		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}, nil)
+	if err != nil {
 		return nil, err
 	}
 	if j.preempt != nil {
@@ -464,11 +496,12 @@ func (j *jobFlow) awaitAfterPreemption(ctx workflow.Context) afterPreemption {
 func (j *jobFlow) cancelPreempted(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
 	detail := cancelDetail(c)
-	if err := j.storeStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: vocab.RunCancelled,
-		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}).Get(ctx, nil); err != nil {
+	ctx, err := j.cleanupStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: vocab.RunCancelled,
+		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}, nil)
+	if err != nil {
 		return nil, err
 	}
-	if err := j.storeStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}).Get(ctx, nil); err != nil {
+	if ctx, err = j.cleanupStep(ctx, actCancelJob, &activities.CancelJobInput{JobID: j.in.JobID, Actor: c.Actor, Reason: c.Reason}, nil); err != nil {
 		return nil, err
 	}
 	return j.end(ctx, vocab.JobCancelled, detail)
@@ -672,16 +705,78 @@ func (j *jobFlow) pendingCancel(ctx workflow.Context) *temporalx.CancelSignal {
 		return &c
 	}
 	if ctx.Err() != nil {
-		return &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}
+		return temporalCancel()
 	}
 	return nil
 }
 
-// releasePlacement releases the held allocation that never got a run.
-func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) error {
-	return j.storeStep(ctx, actReleasePlacement, &activities.ReleasePlacementInput{
+// temporalCancel is the cancellation a Temporal cancellation request stands for.
+func temporalCancel() *temporalx.CancelSignal {
+	return &temporalx.CancelSignal{Actor: "temporal", Reason: "job workflow cancelled"}
+}
+
+// releasePlacement releases the held allocation that never got a run. A
+// Temporal cancellation that interrupts it is handled as cleanupStep does.
+func (j *jobFlow) releasePlacement(ctx workflow.Context, detail string) (workflow.Context, error) {
+	return j.cleanupStep(ctx, actReleasePlacement, &activities.ReleasePlacementInput{
 		JobID: j.in.JobID, AllocationID: j.allocID, Outcome: vocab.RunCancelled, Detail: detail, SchedulerWorkflowID: j.wakeScheduler(),
-	}).Get(ctx, nil)
+	}, nil)
+}
+
+// cancelPlaced ends a job cancelled (c) while it held allocation j.allocID
+// without a run: the allocation is released (which ends the job cancelled in
+// the store) and the job ends cancelled.
+func (j *jobFlow) cancelPlaced(ctx workflow.Context, c *temporalx.CancelSignal) (*JobResult, error) {
+	ctx, err := j.releasePlacement(cleanupCtx(ctx), cancelDetail(c))
+	if err != nil {
+		return nil, err
+	}
+	return j.end(ctx, vocab.JobCancelled, cancelDetail(c))
+}
+
+// cancelWhileMarkingRunning ends a job whose MarkRunning (in) Temporal's
+// cancellation interrupted. Whether the interrupted step created the run is
+// unknown (a cancelled local activity's transaction may still commit), so
+// MarkRunning runs again, disconnected: it is idempotent per allocation and
+// returns the run either way. FinishRun then ends that run cancelled, which
+// releases the allocation and cancels the job in the store.
+func (j *jobFlow) cancelWhileMarkingRunning(ctx workflow.Context, in *activities.MarkRunningInput) (*JobResult, error) {
+	ctx = cleanupCtx(ctx)
+	var mr activities.MarkRunningResult
+	if err := j.storeStep(ctx, actMarkRunning, in).Get(ctx, &mr); err != nil {
+		return nil, err
+	}
+	j.runID, j.status.RunID = mr.RunID, mr.RunID
+	return j.finishRun(ctx, vocab.RunCancelled, cancelDetail(temporalCancel()))
+}
+
+// cancelReleases reports whether this execution handles a Temporal
+// cancellation that interrupts a store step by releasing what the job holds
+// (version 1 of versionCancelReleases). Call it only once a step has been
+// interrupted: it records the version marker on its first call.
+func (j *jobFlow) cancelReleases(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionCancelReleases, workflow.DefaultVersion, 1) >= 1
+}
+
+// interruptedByCancel reports whether err is a store step's cancellation by
+// a Temporal cancellation of the workflow, to be handled by releasing what the
+// job holds (from version 1 of versionCancelReleases).
+func (j *jobFlow) interruptedByCancel(ctx workflow.Context, err error) bool {
+	return temporal.IsCanceledError(err) && ctx.Err() != nil && j.cancelReleases(ctx)
+}
+
+// cleanupStep runs the store step name (in, its result into out when out is
+// not nil) on a cleanup path. When a Temporal cancellation interrupts it
+// there, it runs again on a disconnected context (every store step is
+// idempotent), so that releasing the allocation is not given up. It returns
+// the context to go on with: ctx, or the disconnected one.
+func (j *jobFlow) cleanupStep(ctx workflow.Context, name string, in, out any) (workflow.Context, error) {
+	err := j.storeStep(ctx, name, in).Get(ctx, out)
+	if err == nil || !j.interruptedByCancel(ctx, err) {
+		return ctx, err
+	}
+	ctx = cleanupCtx(ctx)
+	return ctx, j.storeStep(ctx, name, in).Get(ctx, out)
 }
 
 // end records the final state, tells the scheduler that the allocation (if

@@ -64,6 +64,13 @@ type mockedJob struct {
 	done    chan struct{}            // closed at cleanup: blocked mocks return
 	// markRunningGate, when set, holds MarkRunning until it is closed.
 	markRunningGate chan struct{}
+	// loadGate, when set, holds the LoadJob call numbered loadGateCall
+	// (0-based) until it is closed.
+	loadGate     chan struct{}
+	loadGateCall int
+	loadCalls    int
+	// finishRunGate, when set, holds the first FinishRun until it is closed.
+	finishRunGate chan struct{}
 }
 
 // Run results the tests end runs with.
@@ -88,6 +95,16 @@ func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
 
 	mockActivity(m, "LoadJob", func(*activities.LoadJobInput) *activities.LoadJobResult {
 		m.mu.Lock()
+		n := m.loadCalls
+		m.loadCalls++
+		m.mu.Unlock()
+		if g := m.loadGate; g != nil && n == m.loadGateCall {
+			select {
+			case <-g:
+			case <-m.done:
+			}
+		}
+		m.mu.Lock()
 		defer m.mu.Unlock()
 		r := m.loads[0]
 		if len(m.loads) > 1 {
@@ -105,7 +122,19 @@ func newMockedJob(t *testing.T, loads ...activities.LoadJobResult) *mockedJob {
 		}
 		return &activities.MarkRunningResult{RunID: mockRunID, StartedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	})
-	mockActivity(m, "FinishRun", func(*activities.FinishRunInput) *activities.FinishRunResult { return &activities.FinishRunResult{} })
+	mockActivity(m, "FinishRun", func(*activities.FinishRunInput) *activities.FinishRunResult {
+		m.mu.Lock()
+		g := m.finishRunGate
+		m.finishRunGate = nil // only the first call is held
+		m.mu.Unlock()
+		if g != nil {
+			select {
+			case <-g:
+			case <-m.done:
+			}
+		}
+		return &activities.FinishRunResult{}
+	})
 	mockActivity(m, "ReleasePlacement", func(*activities.ReleasePlacementInput) *activities.ReleasePlacementResult {
 		return &activities.ReleasePlacementResult{}
 	})
@@ -469,5 +498,172 @@ func TestJobWorkflowMockedRunFailureFailsWorkflowWithResult(t *testing.T) {
 	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun")
 	if in := m.call("FinishRun", 0).(activities.FinishRunInput); in.Outcome != vocab.RunFailed {
 		t.Fatalf("FinishRun input %s", fmt.Sprint(in))
+	}
+}
+
+// cancelledResult returns the JobResult of a workflow that Temporal
+// cancelled, failing the test unless the workflow ended with a cancellation
+// carrying it.
+func (m *mockedJob) cancelledResult() *workflows.JobResult {
+	m.t.Helper()
+	if !m.IsWorkflowCompleted() {
+		m.t.Fatal("workflow did not complete")
+	}
+	var cerr *temporal.CanceledError
+	if err := m.GetWorkflowError(); !errors.As(err, &cerr) {
+		m.t.Fatalf("workflow error %v, want a cancellation", err)
+	}
+	// The test environment hands the details back as the workflow gave
+	// them: a *JobResult.
+	var res *workflows.JobResult
+	decodeDetails(m.t, cerr, &res)
+	if res == nil {
+		m.t.Fatal("cancellation carries no JobResult")
+	}
+	return res
+}
+
+// wantCancelledRun fails the test unless FinishRun call i ended run mockRunID
+// cancelled by the Temporal cancellation, waking the scheduler.
+func (m *mockedJob) wantCancelledRun(i int) {
+	m.t.Helper()
+	in := m.call("FinishRun", i).(activities.FinishRunInput)
+	if in.JobID != mockJobID || in.RunID != mockRunID || in.Outcome != vocab.RunCancelled ||
+		in.Detail != "cancelled by temporal: job workflow cancelled" || in.SchedulerWorkflowID != schedulerID {
+		m.t.Fatalf("FinishRun input %+v, want run %s cancelled by temporal", in, mockRunID)
+	}
+}
+
+func TestJobWorkflowMockedTemporalCancelDuringMarkRunningReleasesAllocation(t *testing.T) {
+	// Temporal cancels the workflow while MarkRunning runs: whether the
+	// interrupted step created the run or not, MarkRunning runs again
+	// (disconnected; idempotent per allocation) and FinishRun ends that run
+	// cancelled, releasing the allocation and cancelling the job in the store.
+	m := newMockedJob(t, waitingJob())
+	m.markRunningGate = make(chan struct{})
+	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
+	m.RegisterDelayedCallback(func() {
+		m.CancelWorkflow()
+		close(m.markRunningGate)
+	}, time.Minute+runWallTime)
+	m.execute()
+
+	res := m.cancelledResult()
+	if res.State != vocab.JobCancelled || res.AllocationID != mockAllocID || res.RunID != mockRunID ||
+		res.Detail != "cancelled by temporal: job workflow cancelled" {
+		t.Fatalf("result %+v, want cancelled on %s", res, mockAllocID)
+	}
+	m.wantCalls("LoadJob", "MarkRunning", "MarkRunning", "FinishRun")
+	for i := range 2 {
+		if in := m.call("MarkRunning", i).(activities.MarkRunningInput); in.JobID != mockJobID || in.AllocationID != mockAllocID {
+			t.Fatalf("MarkRunning call %d input %+v", i, in)
+		}
+	}
+	m.wantCancelledRun(0)
+}
+
+func TestJobWorkflowMockedTemporalCancelDuringReloadReleasesNewAllocation(t *testing.T) {
+	// A preemption stops the run and the scheduler grants a new allocation;
+	// Temporal cancels the workflow while the job is reloaded for the next
+	// run: the new allocation, which never got a run, is released
+	// (cancelled, which cancels the job in the store).
+	m := newMockedJob(t, waitingJob())
+	m.loadGate, m.loadGateCall = make(chan struct{}), 1
+	second := mockPlaced
+	second.AllocationID = "alloc-2"
+	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
+	m.signalAndEndRun(time.Minute+runWallTime, temporalx.SignalPreempt, notice)
+	m.signalAt(time.Hour, temporalx.SignalPlaced, second)
+	m.RegisterDelayedCallback(func() {
+		m.CancelWorkflow()
+		close(m.loadGate)
+	}, time.Hour+runWallTime)
+	m.execute()
+
+	res := m.cancelledResult()
+	if res.State != vocab.JobCancelled || res.AllocationID != "alloc-2" {
+		t.Fatalf("result %+v, want cancelled holding alloc-2", res)
+	}
+	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "LoadJob", "ReleasePlacement")
+	in := m.call("ReleasePlacement", 0).(activities.ReleasePlacementInput)
+	if in.JobID != mockJobID || in.AllocationID != "alloc-2" || in.Outcome != vocab.RunCancelled ||
+		in.Detail != "cancelled by temporal: job workflow cancelled" || in.SchedulerWorkflowID != schedulerID {
+		t.Fatalf("ReleasePlacement input %+v, want alloc-2 released cancelled", in)
+	}
+}
+
+func TestJobWorkflowMockedTemporalCancelDuringReloadAfterAbortFinishesRun(t *testing.T) {
+	// A preemption stops the run and is aborted: the job keeps its
+	// allocation and is reloaded to run again. Temporal cancels the workflow
+	// during that reload: the stopped run, which still holds the allocation,
+	// ends cancelled (FinishRun releases it).
+	m := newMockedJob(t, waitingJob())
+	m.loadGate, m.loadGateCall = make(chan struct{}), 1
+	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
+	m.signalAndEndRun(time.Minute+runWallTime, temporalx.SignalPreempt, notice)
+	m.signalAt(time.Hour, temporalx.SignalPreemptAborted, temporalx.PreemptAbortedSignal{PreemptionID: "pre-1"})
+	m.RegisterDelayedCallback(func() {
+		m.CancelWorkflow()
+		close(m.loadGate)
+	}, time.Hour+runWallTime)
+	m.execute()
+
+	res := m.cancelledResult()
+	if res.State != vocab.JobCancelled || res.AllocationID != mockAllocID || res.RunID != mockRunID {
+		t.Fatalf("result %+v, want cancelled run on %s", res, mockAllocID)
+	}
+	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "LoadJob", "FinishRun")
+	m.wantCancelledRun(0)
+}
+
+func TestJobWorkflowMockedTemporalCancelDuringFirstLoadCancelsJob(t *testing.T) {
+	// Temporal cancels the workflow while it first reads its job: the job is
+	// cancelled in the store and read again; a cycle had placed it, so the
+	// workflow waits for the `placed` signal and releases that allocation.
+	m := newMockedJob(t, waitingJob(), placedJob())
+	m.loadGate, m.loadGateCall = make(chan struct{}), 0
+	m.RegisterDelayedCallback(func() {
+		m.CancelWorkflow()
+		close(m.loadGate)
+	}, runWallTime)
+	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
+	m.execute()
+
+	res := m.cancelledResult()
+	if res.State != vocab.JobCancelled || res.AllocationID != mockAllocID || res.RunID != "" {
+		t.Fatalf("result %+v, want cancelled holding %s without a run", res, mockAllocID)
+	}
+	m.wantCalls("LoadJob", "CancelJob", "LoadJob", "ReleasePlacement")
+	if in := m.call("CancelJob", 0).(activities.CancelJobInput); in.JobID != mockJobID || in.Actor != "temporal" {
+		t.Fatalf("CancelJob input %+v", in)
+	}
+	if in := m.call("ReleasePlacement", 0).(activities.ReleasePlacementInput); in.AllocationID != mockAllocID || in.Outcome != vocab.RunCancelled {
+		t.Fatalf("ReleasePlacement input %+v", in)
+	}
+}
+
+func TestJobWorkflowMockedTemporalCancelDuringFinishRunRetriesIt(t *testing.T) {
+	// The run succeeded; Temporal cancels the workflow while FinishRun
+	// records it: FinishRun runs again, disconnected (a no-op when the first
+	// one committed), so the allocation is released.
+	m := newMockedJob(t, waitingJob())
+	gate := make(chan struct{})
+	m.finishRunGate = gate
+	m.signalAt(time.Minute, temporalx.SignalPlaced, mockPlaced)
+	m.RegisterDelayedCallback(func() { m.endRun(succeededRun) }, time.Minute+runWallTime)
+	m.RegisterDelayedCallback(func() {
+		m.CancelWorkflow()
+		close(gate)
+	}, time.Minute+3*runWallTime)
+	m.execute()
+
+	if res := m.jobResult(t); res.State != vocab.JobSucceeded || res.Step != 60 {
+		t.Fatalf("result %+v, want succeeded at step 60", res)
+	}
+	m.wantCalls("LoadJob", "MarkRunning", executor.RunActivityName, "FinishRun", "FinishRun")
+	for i := range 2 {
+		if in := m.call("FinishRun", i).(activities.FinishRunInput); in.RunID != mockRunID || in.Outcome != vocab.RunSucceeded {
+			t.Fatalf("FinishRun call %d input %+v, want run %s succeeded", i, in, mockRunID)
+		}
 	}
 }
