@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -157,6 +158,7 @@ func sameSubmission(nj *store.NewJob, j *store.Job) (field string, differs bool)
 		{"resources.gpu_memory_mib", a.GPUMemoryMiB == b.GPUMemoryMiB},
 		{"resources.gpu_models", slices.Equal(a.GPUModels, b.GPUModels)},
 		{"resources.topology", normTopology(a.Topology) == normTopology(b.Topology)},
+		{"resources.node_selector", maps.Equal(a.NodeSelector, b.NodeSelector)},
 		{"command", slices.Equal(nj.Command, j.Command)},
 		{"run_seconds", nj.RunSeconds == j.RunSeconds},
 	}

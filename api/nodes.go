@@ -80,6 +80,7 @@ type NodeReportResult struct {
 	Updated         []string `json:"updated,omitempty"`
 	BecameHealthy   []string `json:"became_healthy,omitempty"`
 	BecameUnhealthy []string `json:"became_unhealthy,omitempty"`
+	LabelsChanged   bool     `json:"labels_changed,omitempty"` // the node's labels differ from the stored ones
 }
 
 // SamplesReport is the body of POST /v1/nodes/{name}/samples.
@@ -212,6 +213,9 @@ func ValidateNodeInventory(name string, inv *inventory.NodeInventory) []FieldErr
 	if inv.MemoryMiB < 0 {
 		add("memory_mib", "must be ≥ 0 (0 = not tracked)")
 	}
+	if key, err := inventory.CheckLabels(inv.Labels); err != nil {
+		add(strings.TrimSuffix("labels."+key, "."), "%v", err)
+	}
 	uuids := map[string]int{}
 	indexes := map[int]int{}
 	for i, g := range inv.GPUs {
@@ -270,7 +274,7 @@ func nodeReportResult(c *store.NodeChange, gpus int) NodeReportResult {
 		Node: c.Node, Pool: c.Pool, GPUs: gpus, Changed: c.Changed(),
 		PoolCreated: c.PoolCreated, NodeCreated: c.NodeCreated, PreviousPool: c.PreviousPool,
 		Added: c.Added, Removed: c.Removed, Retained: c.Retained, Updated: c.Updated,
-		BecameHealthy: c.BecameHealthy, BecameUnhealthy: c.BecameUnhealthy,
+		BecameHealthy: c.BecameHealthy, BecameUnhealthy: c.BecameUnhealthy, LabelsChanged: c.LabelsChanged,
 	}
 }
 

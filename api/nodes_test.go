@@ -107,6 +107,8 @@ func TestReportInventoryRejectsBadReportsNamingFields(t *testing.T) {
 		{"zero memory", "", func(n *inventory.NodeInventory) { n.GPUs[0].MemoryTotalMiB = 0 }, 422, "gpus[0].memory_total_mib"},
 		{"utilisation over 100", "", func(n *inventory.NodeInventory) { n.GPUs[0].UtilizationGPUPercent = 101 }, 422, "gpus[0].utilization_gpu_percent"},
 		{"negative host memory", "", func(n *inventory.NodeInventory) { n.MemoryMiB = -1 }, 422, "memory_mib"},
+		{"empty label value", "", func(n *inventory.NodeInventory) { n.Labels = map[string]string{"network": ""} }, 422, "labels.network"},
+		{"empty label key", "", func(n *inventory.NodeInventory) { n.Labels = map[string]string{"": "x"} }, 422, "labels"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

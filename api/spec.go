@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
@@ -43,16 +44,26 @@ type JobSpec struct {
 
 // ResourceSpec is the resource request of a job (docs/design.md "resource request").
 type ResourceSpec struct {
-	GPUs         int               `json:"gpus" yaml:"gpus"`
-	GPUMilli     int               `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
-	GPUMemoryMiB int64             `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
-	GPUModels    []string          `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
-	Pool         string            `json:"pool" yaml:"pool"`
-	Topology     string            `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
-	CPUMilli     int64             `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
-	MemoryMiB    int64             `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	GPUs         int      `json:"gpus" yaml:"gpus"`
+	GPUMilli     int      `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`           // share of one GPU, 1..1000, only with gpus == 1
+	GPUMemoryMiB int64    `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
+	GPUModels    []string `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
+	Pool         string   `json:"pool" yaml:"pool"`
+	Topology     string   `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
+	CPUMilli     int64    `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
+	MemoryMiB    int64    `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
+	// Labels are descriptive (store.JobTypeLabel "job_type" names the
+	// report's job type); they never constrain placement.
+	Labels map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	// NodeSelector is the node labels the job requires (Kubernetes
+	// nodeSelector): every pair must equal a node's label exactly, e.g.
+	// {"network": "infiniband"}. At most MaxNodeSelectorPairs pairs.
+	NodeSelector map[string]string `json:"node_selector,omitempty" yaml:"node_selector,omitempty"`
 }
+
+// MaxNodeSelectorPairs bounds resources.node_selector; each key and value is
+// 1..inventory.MaxLabelLength bytes, like a node label.
+const MaxNodeSelectorPairs = 16
 
 // RecoverySpec is what the submitter declares about saving and resuming.
 type RecoverySpec struct {
@@ -77,7 +88,7 @@ func (r ResourceSpec) Request() scheduling.ResourceRequest {
 	return scheduling.ResourceRequest{
 		GPUs: r.GPUs, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB,
 		GPUModels: r.GPUModels, Pool: r.Pool, Topology: topo,
-		CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels,
+		CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels, NodeSelector: r.NodeSelector,
 	}
 }
 
@@ -250,6 +261,17 @@ func validateResources(r ResourceSpec) []FieldError {
 	}
 	if r.MemoryMiB < 0 {
 		add("memory_mib", "must be ≥ 0 MiB, got %d", r.MemoryMiB)
+	}
+	if len(r.NodeSelector) > MaxNodeSelectorPairs {
+		add("node_selector", "%d pairs, at most %d allowed", len(r.NodeSelector), MaxNodeSelectorPairs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.NodeSelector)) {
+		switch v := r.NodeSelector[k]; {
+		case strings.TrimSpace(k) == "" || len(k) > inventory.MaxLabelLength:
+			add("node_selector", "key %q must be a non-blank string of at most %d bytes", k, inventory.MaxLabelLength)
+		case strings.TrimSpace(v) == "" || len(v) > inventory.MaxLabelLength:
+			add("node_selector."+k, "value %q must be a non-blank string of at most %d bytes", v, inventory.MaxLabelLength)
+		}
 	}
 	return errs
 }

@@ -191,6 +191,9 @@ type Node struct {
 	MemoryMiB   int64  `json:"memory_mib"`
 	Schedulable bool   `json:"schedulable"`
 	GPUs        []GPU  `json:"gpus"`
+	// Labels are the node's labels (storage, network, ...) that jobs'
+	// resources.node_selector match.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // GPU is one device; memory in MiB.
@@ -250,6 +253,7 @@ func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {
 	return ResourceSpec{
 		GPUs: r.GPUs, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB, GPUModels: r.GPUModels, Pool: r.Pool,
 		Topology: string(r.Topology), CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels,
+		NodeSelector: r.NodeSelector,
 	}
 }
 
@@ -310,7 +314,7 @@ func inventoryFromScheduling(pools []scheduling.Pool) Inventory {
 		op := Pool{Name: p.Name, Available: p.Available, Stage: string(p.Stage), Nodes: make([]Node, 0, len(p.Nodes))}
 		for _, n := range p.Nodes {
 			on := Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Schedulable: n.Schedulable,
-				GPUs: make([]GPU, 0, len(n.GPUs))}
+				GPUs: make([]GPU, 0, len(n.GPUs)), Labels: n.Labels}
 			for _, g := range n.GPUs {
 				on.GPUs = append(on.GPUs, GPU{UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
 					NVLinkDomain: g.NVLinkDomain, Healthy: g.Healthy})

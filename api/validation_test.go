@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -46,6 +47,21 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 		{"topology unknown", tokAlice, with(func(s map[string]any) { res(s)["topology"] = "ring" }), "", 422, CodeInvalid, "resources.topology"},
 		{"cpu_milli negative", tokAlice, with(func(s map[string]any) { res(s)["cpu_milli"] = -1 }), "", 422, CodeInvalid, "resources.cpu_milli"},
 		{"memory_mib negative", tokAlice, with(func(s map[string]any) { res(s)["memory_mib"] = -1 }), "", 422, CodeInvalid, "resources.memory_mib"},
+		{"node_selector empty value", tokAlice, with(func(s map[string]any) {
+			res(s)["node_selector"] = map[string]string{"network": "", "storage": "local-nvme"}
+		}), "", 422, CodeInvalid, "resources.node_selector.network"},
+		{"node_selector blank key", tokAlice, with(func(s map[string]any) { res(s)["node_selector"] = map[string]string{" ": "x"} }), "", 422, CodeInvalid, "resources.node_selector"},
+		{"node_selector value too long", tokAlice, with(func(s map[string]any) {
+			res(s)["node_selector"] = map[string]string{"rack": strings.Repeat("r", 254)}
+		}), "", 422, CodeInvalid, "resources.node_selector.rack"},
+		{"node_selector too many pairs", tokAlice, with(func(s map[string]any) {
+			sel := map[string]string{}
+			for i := range MaxNodeSelectorPairs + 1 {
+				sel[fmt.Sprintf("k%02d", i)] = "v"
+			}
+			res(s)["node_selector"] = sel
+		}), "", 422, CodeInvalid, "resources.node_selector"},
+		{"node_selector value not a string", tokAlice, with(func(s map[string]any) { res(s)["node_selector"] = map[string]any{"network": 1} }), "", 400, CodeMalformed, "resources.node_selector"},
 		{"simulated without run_seconds", tokAlice, with(func(s map[string]any) { delete(s, "run_seconds") }), "", 422, CodeInvalid, "run_seconds"},
 		{"run_seconds negative with command", tokAlice, with(func(s map[string]any) { s["command"] = []string{"python"}; s["run_seconds"] = -1 }), "", 422, CodeInvalid, "run_seconds"},
 		{"empty program", tokAlice, with(func(s map[string]any) { s["command"] = []string{"", "x"} }), "", 422, CodeInvalid, "command[0]"},

@@ -25,12 +25,14 @@ type requestDoc struct {
 	CPUMilli     int64             `json:"cpu_milli,omitempty"`
 	MemoryMiB    int64             `json:"memory_mib,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
 
 func toRequestDoc(r scheduling.ResourceRequest) requestDoc {
 	return requestDoc{
 		GPUs: r.GPUs, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB, GPUModels: r.GPUModels,
 		Pool: r.Pool, Topology: string(r.Topology), CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, Labels: r.Labels,
+		NodeSelector: r.NodeSelector,
 	}
 }
 
@@ -38,6 +40,7 @@ func (d requestDoc) request() scheduling.ResourceRequest {
 	return scheduling.ResourceRequest{
 		GPUs: d.GPUs, GPUMilli: d.GPUMilli, GPUMemoryMiB: d.GPUMemoryMiB, GPUModels: d.GPUModels,
 		Pool: d.Pool, Topology: scheduling.Topology(d.Topology), CPUMilli: d.CPUMilli, MemoryMiB: d.MemoryMiB, Labels: d.Labels,
+		NodeSelector: d.NodeSelector,
 	}
 }
 

@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -43,6 +45,7 @@ type flatInventory struct {
 	nodeNames, nodePools       []string
 	nodeCPU, nodeMem           []int64
 	nodeSched                  []bool
+	nodeLabels                 []string // JSON objects
 	gpuUUIDs, gpuNodes, models []string
 	domains                    []string
 	gpuIndex                   []int32
@@ -88,6 +91,11 @@ func flattenInventory(pools []scheduling.Pool) (*flatInventory, error) {
 			inv.nodeCPU = append(inv.nodeCPU, n.CPUMilli)
 			inv.nodeMem = append(inv.nodeMem, n.MemoryMiB)
 			inv.nodeSched = append(inv.nodeSched, n.Schedulable)
+			labels, err := labelsJSON(fmt.Sprintf("pools[%d].nodes[%d].labels", pi, ni), n.Labels)
+			if err != nil {
+				return nil, err
+			}
+			inv.nodeLabels = append(inv.nodeLabels, labels)
 			for i, g := range n.GPUs {
 				if g.UUID == "" || seenGPU[g.UUID] {
 					return nil, invalidf(fmt.Sprintf("pools[%d].nodes[%d].gpus[%d].uuid", pi, ni, i),
@@ -140,13 +148,15 @@ func upsertInventoryTx(ctx context.Context, tx pgx.Tx, inv *flatInventory) error
 		return fmt.Errorf("lock GPUs: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO nodes (name, pool, cpu_milli, memory_mib, schedulable, updated_at)
-		SELECT u.*, now() FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bool[])
-			AS u(name, pool, cpu_milli, memory_mib, schedulable)
+		INSERT INTO nodes (name, pool, cpu_milli, memory_mib, schedulable, labels, updated_at)
+		SELECT u.name, u.pool, u.cpu_milli, u.memory_mib, u.schedulable, u.labels::jsonb, now()
+		FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::text[])
+			AS u(name, pool, cpu_milli, memory_mib, schedulable, labels)
 		ORDER BY u.name
 		ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool, cpu_milli = EXCLUDED.cpu_milli,
-			memory_mib = EXCLUDED.memory_mib, schedulable = EXCLUDED.schedulable, updated_at = now()`,
-		inv.nodeNames, inv.nodePools, inv.nodeCPU, inv.nodeMem, inv.nodeSched); err != nil {
+			memory_mib = EXCLUDED.memory_mib, schedulable = EXCLUDED.schedulable, labels = EXCLUDED.labels,
+			updated_at = now()`,
+		inv.nodeNames, inv.nodePools, inv.nodeCPU, inv.nodeMem, inv.nodeSched, inv.nodeLabels); err != nil {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
@@ -248,9 +258,12 @@ func (l *inventoryLoader) queries() []rowQuery {
 			l.poolRows = append(l.poolRows, p)
 			return err
 		}},
-		{sql: `SELECT name, pool, cpu_milli, memory_mib, schedulable FROM nodes`, fn: func(rows pgx.Rows) error {
+		{sql: `SELECT name, pool, cpu_milli, memory_mib, schedulable, labels FROM nodes`, fn: func(rows pgx.Rows) error {
 			var r nodeRow
-			err := rows.Scan(&r.node.Name, &r.pool, &r.node.CPUMilli, &r.node.MemoryMiB, &r.node.Schedulable)
+			err := rows.Scan(&r.node.Name, &r.pool, &r.node.CPUMilli, &r.node.MemoryMiB, &r.node.Schedulable, &r.node.Labels)
+			if len(r.node.Labels) == 0 {
+				r.node.Labels = nil // '{}' reads as no labels
+			}
 			l.nodeRows = append(l.nodeRows, r)
 			return err
 		}},
@@ -437,4 +450,35 @@ func quotasQuery(out *[]scheduling.Quota) rowQuery {
 			*out = append(*out, qu)
 			return err
 		}}
+}
+
+// CheckNodeLabels checks a node's labels (inventory.CheckLabels: at most
+// inventory.MaxLabels, keys and values 1..inventory.MaxLabelLength bytes). It
+// returns a *ValidationError (ErrInvalid) naming field, or field + "." + key
+// for a bad value, or nil.
+func CheckNodeLabels(field string, labels map[string]string) error {
+	key, err := inventory.CheckLabels(labels)
+	if err == nil {
+		return nil
+	}
+	if key != "" {
+		field += "." + key
+	}
+	return invalidf(field, "%s", err.Error())
+}
+
+// labelsJSON checks a node's labels (CheckNodeLabels) and encodes them as a
+// JSON object ("{}" for none) for the nodes.labels column.
+func labelsJSON(field string, labels map[string]string) (string, error) {
+	if err := CheckNodeLabels(field, labels); err != nil {
+		return "", err
+	}
+	if len(labels) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(labels)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", field, err)
+	}
+	return string(b), nil
 }

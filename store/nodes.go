@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -35,12 +36,15 @@ type NodeChange struct {
 	BecameUnhealthy []string // GPUs that turned unhealthy (Retained ones included)
 	// HostChanged is true when the node's CPU or host memory changed.
 	HostChanged bool
+	// LabelsChanged is true when the node's labels changed (a new node with
+	// labels included).
+	LabelsChanged bool
 }
 
 // Changed reports whether the call changed the stored inventory (beyond the
 // node's last-report time).
 func (c *NodeChange) Changed() bool {
-	return c.PoolCreated || c.NodeCreated || c.PreviousPool != "" || c.HostChanged ||
+	return c.PoolCreated || c.NodeCreated || c.PreviousPool != "" || c.HostChanged || c.LabelsChanged ||
 		len(c.Added)+len(c.Removed)+len(c.Updated)+len(c.BecameHealthy)+len(c.BecameUnhealthy) > 0
 }
 
@@ -107,6 +111,9 @@ func checkNodeInput(pool string, node scheduling.Node) error {
 	if err := required("pool", pool, "node.name", node.Name); err != nil {
 		return err
 	}
+	if err := CheckNodeLabels("node.labels", node.Labels); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(node.GPUs))
 	for i, g := range node.GPUs {
 		if g.UUID == "" || seen[g.UUID] {
@@ -170,11 +177,17 @@ func lockNodeGPUs(ctx context.Context, tx pgx.Tx, node string, reported []string
 func upsertNodeRow(ctx context.Context, tx pgx.Tx, pool string, node scheduling.Node, change *NodeChange) error {
 	var oldPool string
 	var oldCPU, oldMem int64
-	err := tx.QueryRow(ctx, `SELECT pool, cpu_milli, memory_mib FROM nodes WHERE name = $1 FOR UPDATE`, node.Name).
-		Scan(&oldPool, &oldCPU, &oldMem)
+	var oldLabels map[string]string
+	labels, err := labelsJSON("node.labels", node.Labels)
+	if err != nil {
+		return err
+	}
+	err = tx.QueryRow(ctx, `SELECT pool, cpu_milli, memory_mib, labels FROM nodes WHERE name = $1 FOR UPDATE`, node.Name).
+		Scan(&oldPool, &oldCPU, &oldMem, &oldLabels)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		change.NodeCreated = true
+		change.LabelsChanged = len(node.Labels) > 0
 	case err != nil:
 		return fmt.Errorf("read node: %w", err)
 	default:
@@ -182,13 +195,15 @@ func upsertNodeRow(ctx context.Context, tx pgx.Tx, pool string, node scheduling.
 			change.PreviousPool = oldPool
 		}
 		change.HostChanged = oldCPU != node.CPUMilli || oldMem != node.MemoryMiB
+		change.LabelsChanged = !maps.Equal(oldLabels, node.Labels)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO nodes (name, pool, cpu_milli, memory_mib, schedulable, updated_at)
-		VALUES ($1, $2, $3, $4, $5, now())
+		INSERT INTO nodes (name, pool, cpu_milli, memory_mib, schedulable, labels, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, now())
 		ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool, cpu_milli = EXCLUDED.cpu_milli,
-			memory_mib = EXCLUDED.memory_mib, schedulable = EXCLUDED.schedulable, updated_at = now()`,
-		node.Name, pool, node.CPUMilli, node.MemoryMiB, node.Schedulable); err != nil {
+			memory_mib = EXCLUDED.memory_mib, schedulable = EXCLUDED.schedulable, labels = EXCLUDED.labels,
+			updated_at = now()`,
+		node.Name, pool, node.CPUMilli, node.MemoryMiB, node.Schedulable, labels); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	return nil
@@ -296,7 +311,8 @@ func removeVanishedFromNode(ctx context.Context, tx pgx.Tx, before map[string]st
 // evidence is the change as audit evidence; empty lists are left out.
 func (c *NodeChange) evidence() map[string]any {
 	ev := map[string]any{"node": c.Node, "pool": c.Pool}
-	flags := map[string]bool{"pool_created": c.PoolCreated, "node_created": c.NodeCreated, "host_changed": c.HostChanged}
+	flags := map[string]bool{"pool_created": c.PoolCreated, "node_created": c.NodeCreated, "host_changed": c.HostChanged,
+		"labels_changed": c.LabelsChanged}
 	for k, v := range flags {
 		if v {
 			ev[k] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -311,30 +312,39 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 // requestColumns is the select list of job_queue's request columns;
 // requestCols scans it.
 const requestColumns = `req_gpus, req_gpu_milli, req_gpu_memory_mib, req_gpu_models, req_pool,
-	req_topology, req_cpu_milli, req_memory_mib, req_labels`
+	req_topology, req_cpu_milli, req_memory_mib, req_labels, req_node_selector`
 
 // requestCols holds the scan targets of requestColumns.
 type requestCols struct {
 	gpus, milli      int32
 	gpuMem, cpu, mem int64
 	models, labels   []string // labels as key, value pairs
+	selector         []string // node selector as key, value pairs
 	pool, topology   string
 }
 
 func (c *requestCols) targets() []any {
-	return []any{&c.gpus, &c.milli, &c.gpuMem, &c.models, &c.pool, &c.topology, &c.cpu, &c.mem, &c.labels}
+	return []any{&c.gpus, &c.milli, &c.gpuMem, &c.models, &c.pool, &c.topology, &c.cpu, &c.mem, &c.labels, &c.selector}
 }
 
 func (c *requestCols) request() scheduling.ResourceRequest {
 	r := scheduling.ResourceRequest{GPUs: int(c.gpus), GPUMilli: int(c.milli), GPUMemoryMiB: c.gpuMem, GPUModels: c.models,
 		Pool: c.pool, Topology: scheduling.Topology(c.topology), CPUMilli: c.cpu, MemoryMiB: c.mem}
-	if len(c.labels) >= 2 {
-		r.Labels = make(map[string]string, len(c.labels)/2)
-		for i := 0; i+1 < len(c.labels); i += 2 {
-			r.Labels[c.labels[i]] = c.labels[i+1]
-		}
-	}
+	r.Labels = pairMap(c.labels)
+	r.NodeSelector = pairMap(c.selector)
 	return r
+}
+
+// pairMap turns key, value pairs into a map; nil when there are none.
+func pairMap(pairs []string) map[string]string {
+	if len(pairs) < 2 {
+		return nil
+	}
+	m := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		m[pairs[i]] = pairs[i+1]
+	}
+	return m
 }
 
 // tiers maps stored tier names to tiers.
@@ -464,6 +474,7 @@ func clonePools(pools []scheduling.Pool) []scheduling.Pool {
 		out[i].Nodes = slices.Clone(out[i].Nodes)
 		for j := range out[i].Nodes {
 			out[i].Nodes[j].GPUs = slices.Clone(out[i].Nodes[j].GPUs)
+			out[i].Nodes[j].Labels = maps.Clone(out[i].Nodes[j].Labels)
 		}
 	}
 	return out

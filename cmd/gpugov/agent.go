@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,21 +47,23 @@ var newNVMLCollector = nvmlinv.New
 
 // agentOptions are the flags of `gpugov agent`.
 type agentOptions struct {
-	node            string        // node name; the host name by default
-	nodeSet         bool          // --node was given (selects one node of a static file)
-	pool            string        // pool of this node (NVML); a filter for a static file
-	refresh         time.Duration // time between inventory refreshes
-	inventoryFile   string        // static inventory file used instead of NVML
-	probe           bool          // print the inventory as JSON and exit
-	logLevel        string        // slog level name
-	executor        string        // agentExecutorProcess, agentExecutorSimulated or agentExecutorNone
-	temporalAddress string        // Temporal frontend host:port
-	namespace       string        // Temporal namespace
-	apiURL          string        // gpugov API base URL; "" logs reports instead of sending them
-	token           string        // bearer token for the API (an agent-role token)
-	checkpointRoot  string        // the process executor's directory of job checkpoints and run files
-	grace           time.Duration // SIGTERM → SIGKILL grace period of stopped jobs
-	simSpeed        float64       // the simulated executor's seconds of job work per real second
+	node            string            // node name; the host name by default
+	nodeSet         bool              // --node was given (selects one node of a static file)
+	pool            string            // pool of this node (NVML); a filter for a static file
+	refresh         time.Duration     // time between inventory refreshes
+	inventoryFile   string            // static inventory file used instead of NVML
+	probe           bool              // print the inventory as JSON and exit
+	logLevel        string            // slog level name
+	executor        string            // agentExecutorProcess, agentExecutorSimulated or agentExecutorNone
+	temporalAddress string            // Temporal frontend host:port
+	namespace       string            // Temporal namespace
+	apiURL          string            // gpugov API base URL; "" logs reports instead of sending them
+	token           string            // bearer token for the API (an agent-role token)
+	checkpointRoot  string            // the process executor's directory of job checkpoints and run files
+	grace           time.Duration     // SIGTERM → SIGKILL grace period of stopped jobs
+	simSpeed        float64           // the simulated executor's seconds of job work per real second
+	labelFlags      []string          // --label key=value, as given
+	labels          map[string]string // labelFlags parsed by validate: reported with every served node
 }
 
 func init() {
@@ -117,6 +120,8 @@ an explanation.`,
 		"directory of the jobs' checkpoints and run files; must survive agent restarts (env GPUGOV_CHECKPOINT_ROOT)")
 	f.DurationVar(&opts.grace, "grace", process.DefaultGracePeriod, "time a stopped job gets between SIGTERM and SIGKILL")
 	f.Float64Var(&opts.simSpeed, "sim-speed", 1, "with --executor simulated: seconds of job work per real second")
+	f.StringArrayVar(&opts.labelFlags, "label", nil, "node label key=value reported with every served node, matched by jobs' resources.node_selector "+
+		"(repeatable, e.g. --label network=infiniband --label storage=local-nvme; overrides a static file's label of the same key)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -158,6 +163,11 @@ func (o *agentOptions) validate() error {
 	if err := o.validateExecutor(); err != nil {
 		return err
 	}
+	labels, err := parseLabelFlags(o.labelFlags)
+	if err != nil {
+		return err
+	}
+	o.labels = labels
 	if o.inventoryFile != "" {
 		return nil
 	}
@@ -168,6 +178,34 @@ func (o *agentOptions) validate() error {
 		return newUsageError("--pool is required: name the pool this node belongs to")
 	}
 	return nil
+}
+
+// parseLabelFlags parses --label key=value flags into labels (nil when none).
+// A flag without "=", with an empty key or value, a key given twice, or
+// labels beyond inventory.CheckLabels' limits are usage errors naming --label.
+func parseLabelFlags(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	labels := make(map[string]string, len(flags))
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok || k == "" || v == "":
+			return nil, newUsageError("--label %q: want key=value with a non-empty key and value, e.g. --label network=infiniband", f)
+		case labels[k] != "":
+			return nil, newUsageError("--label %q: key %q is already given as %q", f, k, labels[k])
+		}
+		labels[k] = v
+	}
+	if key, err := inventory.CheckLabels(labels); err != nil {
+		if key != "" {
+			return nil, newUsageError("--label %s: %v", key, err)
+		}
+		return nil, newUsageError("--label: %v", err)
+	}
+	return labels, nil
 }
 
 // validateExecutor checks --executor and what it needs.
@@ -195,8 +233,18 @@ func (o *agentOptions) validateExecutor() error {
 }
 
 // source returns the static file source, after checking the file (a bad file is
-// bad input), or the NVML collector for this node.
+// bad input), or the NVML collector for this node, labelling every node with
+// --label.
 func (o *agentOptions) source(logger *slog.Logger) (inventory.Source, error) {
+	src, err := o.baseSource(logger)
+	if err != nil || len(o.labels) == 0 {
+		return src, err
+	}
+	return inventory.LabelledSource{Source: src, Labels: o.labels}, nil
+}
+
+// baseSource returns the inventory source before --label is applied.
+func (o *agentOptions) baseSource(logger *slog.Logger) (inventory.Source, error) {
 	if o.inventoryFile != "" {
 		if _, err := static.Load(o.inventoryFile); err != nil {
 			return nil, usageError{err}

@@ -13,6 +13,8 @@ package inventory
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -72,16 +74,20 @@ func (g GPUInfo) Supports(signal string) bool {
 
 // NodeInventory is everything one node agent reports about its node at one instant.
 type NodeInventory struct {
-	Node          string    `json:"node"`
-	Pool          string    `json:"pool"`
-	Source        string    `json:"source"`                   // SourceNVML or SourceStatic
-	DriverVersion string    `json:"driver_version,omitempty"` // e.g. "550.54.15"; empty for static inventories
-	NVMLVersion   string    `json:"nvml_version,omitempty"`   // e.g. "12.550.54.15"; empty for static inventories
-	CUDAVersion   string    `json:"cuda_version,omitempty"`   // highest CUDA version the driver supports, e.g. "12.4"
-	CPUMilli      int64     `json:"cpu_milli"`                // allocatable host CPU in milli-cores; 0 means not tracked
-	MemoryMiB     int64     `json:"memory_mib"`               // host memory in MiB; 0 means not tracked
-	GPUs          []GPUInfo `json:"gpus"`
-	CollectedAt   time.Time `json:"collected_at"`
+	Node          string `json:"node"`
+	Pool          string `json:"pool"`
+	Source        string `json:"source"`                   // SourceNVML or SourceStatic
+	DriverVersion string `json:"driver_version,omitempty"` // e.g. "550.54.15"; empty for static inventories
+	NVMLVersion   string `json:"nvml_version,omitempty"`   // e.g. "12.550.54.15"; empty for static inventories
+	CUDAVersion   string `json:"cuda_version,omitempty"`   // highest CUDA version the driver supports, e.g. "12.4"
+	CPUMilli      int64  `json:"cpu_milli"`                // allocatable host CPU in milli-cores; 0 means not tracked
+	MemoryMiB     int64  `json:"memory_mib"`               // host memory in MiB; 0 means not tracked
+	// Labels describe the node's storage, network and other properties
+	// (e.g. "network": "infiniband"), from the static inventory or the
+	// agent's --label flags; a job's resources.node_selector must match them.
+	Labels      map[string]string `json:"labels,omitempty"`
+	GPUs        []GPUInfo         `json:"gpus"`
+	CollectedAt time.Time         `json:"collected_at"`
 }
 
 // UtilizationSample is one measurement of one GPU's use, the evidence the reclaim
@@ -140,7 +146,33 @@ func (n NodeInventory) SchedulingNode() scheduling.Node {
 		MemoryMiB:   n.MemoryMiB,
 		Schedulable: true,
 		GPUs:        gpus,
+		Labels:      maps.Clone(n.Labels),
 	}
+}
+
+// Limits of node labels: at most MaxLabels per node, each key and value
+// 1..MaxLabelLength bytes.
+const (
+	MaxLabels      = 64
+	MaxLabelLength = 253
+)
+
+// CheckLabels checks node labels against the limits, keys in sorted order.
+// On a problem it returns the key concerned ("" when the number of labels is
+// the problem, or the key itself is) and an error saying what is wrong.
+func CheckLabels(labels map[string]string) (key string, err error) {
+	if len(labels) > MaxLabels {
+		return "", fmt.Errorf("%d labels, at most %d allowed", len(labels), MaxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		switch v := labels[k]; {
+		case k == "" || len(k) > MaxLabelLength:
+			return "", fmt.Errorf("label key %q must be 1..%d bytes", k, MaxLabelLength)
+		case v == "" || len(v) > MaxLabelLength:
+			return k, fmt.Errorf("label value %q must be 1..%d bytes", v, MaxLabelLength)
+		}
+	}
+	return "", nil
 }
 
 // Pools groups node inventories by pool into the scheduling core's pools, sorted

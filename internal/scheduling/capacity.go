@@ -7,11 +7,13 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// gpuClass is one kind of GPU in a pool, (model, memory). Requests match whole
-// classes, so matching is computed once per class rather than once per GPU.
+// gpuClass is one kind of GPU in a pool, (model, memory, node label set).
+// Requests match whole classes, so matching (node selector included) is
+// computed once per class rather than once per GPU.
 type gpuClass struct {
 	model     string
 	memoryMiB int64
+	labels    int32 // index into poolState.labelSets of the GPU's node
 }
 
 // gpuState is one GPU during a cycle.
@@ -33,6 +35,7 @@ func (g *gpuState) free() int32 { return MilliPerGPU - g.used }
 type nodeState struct {
 	name             string
 	schedulable      bool
+	labels           int32 // index into poolState.labelSets
 	cpuCap, memCap   int64 // 0 = not tracked
 	cpuUsed, memUsed int64
 	first, end       int32
@@ -71,6 +74,11 @@ type poolState struct {
 	domains   []domainState
 	gpus      []gpuState
 	classes   []gpuClass
+	// labelSets are the distinct node labels of the pool as the cycle's node
+	// selectors see them (projected onto selectorKeys); each entry is the
+	// labels of the first node with that projection. One entry (nil) when no
+	// pending job has a selector, so labels then add no classes.
+	labelSets []map[string]string
 	// version counts capacity changes (placements, reservations) in this cycle;
 	// cached reason details are valid only for the version they were built at.
 	version      uint32
@@ -120,11 +128,12 @@ type capacityIndex struct {
 // input order never matters) and charges every allocation to it.
 func buildCapacity(s *Snapshot) *capacityIndex {
 	ci := &capacityIndex{pools: make(map[string]*poolState, len(s.Pools))}
+	keys := selectorKeys(s)
 	for i := range s.Pools {
 		if _, dup := ci.pools[s.Pools[i].Name]; dup {
 			continue // a pool name is unique; a duplicate row is ignored
 		}
-		ps := newPoolState(&s.Pools[i])
+		ps := newPoolState(&s.Pools[i], keys)
 		ci.pools[ps.name] = ps
 		ci.sorted = append(ci.sorted, ps)
 	}
@@ -202,8 +211,50 @@ func (ci *capacityIndex) charge(a *Allocation) {
 	}
 }
 
-// newPoolState builds the sorted node/domain/GPU arrays of one pool.
-func newPoolState(p *Pool) *poolState {
+// noLabelSets is the label sets of a pool when no pending job has a node
+// selector: one empty set shared by every node. It is never written.
+var noLabelSets = []map[string]string{nil}
+
+// selectorKeys returns the sorted distinct label keys named by the node
+// selectors of the snapshot's pending jobs (nil when none has one). Node
+// labels are seen only through these keys, so labels no job asks for never
+// split GPU classes.
+func selectorKeys(s *Snapshot) []string {
+	var keys []string
+	for i := range s.Pending {
+		for k := range s.Pending[i].Request.NodeSelector {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// labelSetIndex returns the index in ps.labelSets of node n's labels
+// projected onto keys, adding it when new. byKey maps projections to indices.
+func (ps *poolState) labelSetIndex(n *Node, keys []string, byKey map[string]int32, buf []byte) (int32, []byte) {
+	buf = buf[:0]
+	for _, k := range keys {
+		if v, ok := n.Labels[k]; ok {
+			buf = append(buf, 1)
+			buf = append(buf, v...)
+		}
+		buf = append(buf, 0)
+	}
+	if li, ok := byKey[string(buf)]; ok {
+		return li, buf
+	}
+	li := int32(len(ps.labelSets))
+	byKey[string(buf)] = li
+	ps.labelSets = append(ps.labelSets, n.Labels)
+	return li, buf
+}
+
+// newPoolState builds the sorted node/domain/GPU arrays of one pool; keys are
+// the snapshot's selector keys (selectorKeys).
+func newPoolState(p *Pool, keys []string) *poolState {
 	ps := &poolState{name: p.Name, available: p.Available, stage: p.Stage, shapes: make(map[string]*shapeInfo), lastRanked: -1}
 	nodes := make([]*Node, 0, len(p.Nodes))
 	for i := range p.Nodes {
@@ -215,9 +266,19 @@ func newPoolState(p *Pool) *poolState {
 	ps.gpus = make([]gpuState, 0, 8*len(nodes))
 	ps.domains = make([]domainState, 0, 2*len(nodes))
 	classIdx := make(map[gpuClass]int32)
+	var labelByKey map[string]int32
+	var labelBuf []byte
+	if len(keys) > 0 {
+		labelByKey = make(map[string]int32)
+	} else {
+		ps.labelSets = noLabelSets
+	}
 	for ni, n := range nodes {
 		ns := nodeState{name: n.Name, schedulable: n.Schedulable, cpuCap: n.CPUMilli, memCap: n.MemoryMiB,
 			first: int32(len(ps.gpus)), domFirst: int32(len(ps.domains))}
+		if labelByKey != nil {
+			ns.labels, labelBuf = ps.labelSetIndex(n, keys, labelByKey, labelBuf)
+		}
 		if n.Schedulable {
 			ps.schedulable++
 		}
@@ -228,7 +289,7 @@ func newPoolState(p *Pool) *poolState {
 		}
 		for gi := range gpus {
 			g := &gpus[gi]
-			cls := gpuClass{model: g.Model, memoryMiB: g.MemoryMiB}
+			cls := gpuClass{model: g.Model, memoryMiB: g.MemoryMiB, labels: ns.labels}
 			ci, ok := classIdx[cls]
 			if !ok {
 				ci = int32(len(ps.classes))

@@ -35,9 +35,11 @@ func (sh *shapeInfo) candidate(g *gpuState, mode searchMode) bool {
 	return g.free() >= sh.milli
 }
 
-// hostOK reports whether node n can host the shape's CPU and memory in mode.
+// hostOK reports whether node n matches the shape's node selector and can
+// host its CPU and memory in mode.
 func (sh *shapeInfo) hostOK(n *nodeState, mode searchMode) bool {
-	return n.schedulable && n.fitsHost(sh.req.CPUMilli, sh.req.MemoryMiB, mode == searchEmpty)
+	return n.schedulable && (sh.labelOK == nil || sh.labelOK[n.labels]) &&
+		n.fitsHost(sh.req.CPUMilli, sh.req.MemoryMiB, mode == searchEmpty)
 }
 
 // search places shape sh by best fit in mode, through the free-capacity index

@@ -40,6 +40,7 @@ func randomSnapshot(rng *rand.Rand) *Snapshot {
 	if rng.Intn(2) == 0 {
 		s.ProtectionWindows = []ProtectionWindow{{Name: "w", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour), Queues: []string{"q1", "q3"}}}
 	}
+	randomLabels(rng, s)
 	for i := range s.Running {
 		if rng.Intn(10) == 0 {
 			s.Running[i].Protected = true
@@ -49,6 +50,37 @@ func randomSnapshot(rng *rand.Rand) *Snapshot {
 		}
 	}
 	return s
+}
+
+// randomLabels gives every node a hostname label and random network and
+// storage labels, and about one pending job in five a node selector on them
+// (sometimes one no node matches).
+func randomLabels(rng *rand.Rand, s *Snapshot) {
+	networks := []string{"infiniband", "ethernet", ""}
+	for pi := range s.Pools {
+		for ni := range s.Pools[pi].Nodes {
+			n := &s.Pools[pi].Nodes[ni]
+			n.Labels = map[string]string{"hostname": n.Name}
+			if v := networks[rng.Intn(len(networks))]; v != "" {
+				n.Labels["network"] = v
+			}
+			if rng.Intn(2) == 0 {
+				n.Labels["storage"] = "local-nvme"
+			}
+		}
+	}
+	for i := range s.Pending {
+		switch rng.Intn(10) {
+		case 0:
+			s.Pending[i].Request.NodeSelector = map[string]string{"network": networks[rng.Intn(2)]}
+		case 1:
+			s.Pending[i].Request.NodeSelector = map[string]string{"network": "infiniband", "storage": "local-nvme"}
+		case 2:
+			if rng.Intn(4) == 0 {
+				s.Pending[i].Request.NodeSelector = map[string]string{"network": "omni-path"}
+			}
+		}
+	}
 }
 
 // randomPolicy varies the rules a little around DefaultPolicy.
@@ -262,6 +294,8 @@ func checkPlacement(j *PendingJob, pl Placement, gpus map[string]gpuInfo) error 
 			return fmt.Errorf("placement %s: GPU %s does not match", j.ID, g.UUID)
 		case i == 0 && info.node.Name != pl.Node:
 			return fmt.Errorf("placement %s: node %s is not the first GPU's", j.ID, pl.Node)
+		case !selectorMatches(r.NodeSelector, info.node.Labels):
+			return fmt.Errorf("placement %s: node %s does not match node_selector %v", j.ID, info.node.Name, r.NodeSelector)
 		case r.Topology == TopologySameNode && info.node.Name != pl.Node:
 			return fmt.Errorf("placement %s: not on one node", j.ID)
 		}

@@ -153,6 +153,8 @@ func noMatchingStatus(ps *poolState, sh *shapeInfo) (string, string) {
 		b = append(b, ", but the topology is not one of any, same-node, nvlink-domain"...)
 	case sh.count < 0:
 		b = append(b, ", but the GPU count is negative"...)
+	case sh.selectorNodes == 0:
+		b = append(b, ", but no schedulable node matches the node selector"...)
 	case sh.count > 0 && sh.emptyLargest < sh.count:
 		b = append(b, ", largest group "...)
 		b = append(b, groupName(sh.topo)...)

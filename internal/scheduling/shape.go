@@ -3,6 +3,7 @@ package scheduling
 import (
 	"encoding/binary"
 	"slices"
+	"strconv"
 
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -13,13 +14,19 @@ import (
 // capacity never grows (placements and reservations only take), so "does not
 // fit" learned once stays true for the rest of the cycle.
 type shapeInfo struct {
-	req      ResourceRequest // the first request seen with this shape (labels ignored)
-	topo     Topology
-	count    int
-	milli    int32
-	match    []bool     // per pool class
-	mi       *maskIndex // the free-capacity index of match; nil when the pool is not indexed
-	matching int        // usable matching GPUs in the pool
+	req   ResourceRequest // the first request seen with this shape (labels ignored)
+	topo  Topology
+	count int
+	milli int32
+	match []bool // per pool class
+	// labelOK says per pool label set whether the request's node selector
+	// matches it; nil when the request has no selector (every node matches).
+	labelOK []bool
+	// selectorNodes counts the schedulable nodes the selector matches (all
+	// schedulable nodes when there is no selector).
+	selectorNodes int
+	mi            *maskIndex // the free-capacity index of match; nil when the pool is not indexed
+	matching      int        // usable matching GPUs in the pool
 	// emptyFit: the shape fits the pool with no allocations (model, memory,
 	// count, topology, node CPU and memory); emptyLargest is the largest group
 	// the topology allows on the empty pool.
@@ -64,8 +71,9 @@ func normalTopology(t Topology) Topology {
 }
 
 // shapeKeyBytes encodes the request's shape (models sorted, memory, count,
-// milli, topology, CPU, memory) into buf. Labels are not part of the shape.
-// scratch is reused to sort models without allocating.
+// milli, topology, CPU, memory, node selector pairs sorted by key) into buf.
+// Labels are not part of the shape. scratch is reused to sort models and
+// selector keys without allocating.
 func shapeKeyBytes(buf []byte, r *ResourceRequest, scratch *[]string) []byte {
 	models := r.GPUModels
 	if len(models) > 1 && !slices.IsSorted(models) {
@@ -87,18 +95,94 @@ func shapeKeyBytes(buf []byte, r *ResourceRequest, scratch *[]string) []byte {
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(r.CPUMilli))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(r.MemoryMiB))
 	buf = append(buf, normalTopology(r.Topology)...)
+	if len(r.NodeSelector) > 0 {
+		buf = append(buf, 0)
+		*scratch = (*scratch)[:0]
+		for k := range r.NodeSelector {
+			*scratch = append(*scratch, k)
+		}
+		slices.Sort(*scratch)
+		for _, k := range *scratch {
+			buf = append(buf, k...)
+			buf = append(buf, 0)
+			buf = append(buf, r.NodeSelector[k]...)
+			buf = append(buf, 0)
+		}
+	}
 	return buf
+}
+
+// selectorMatches reports whether labels hold every pair of sel exactly.
+func selectorMatches(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// selectorText renders a node selector as "network=infiniband,storage=local-nvme"
+// (keys sorted).
+func selectorText(sel map[string]string) string {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, 64)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, sel[k]...)
+	}
+	return string(b)
+}
+
+// applySelector evaluates the request's node selector once per label set of
+// the pool, sets labelOK, and returns the selector's note for the shape's
+// description: "node_selector network=infiniband rules out 3 of 4 schedulable
+// nodes" ("" when the selector is empty or rules out no schedulable node).
+func (ps *poolState) applySelector(sh *shapeInfo, sel map[string]string) string {
+	if len(sel) == 0 {
+		sh.selectorNodes = ps.schedulable
+		return ""
+	}
+	sh.labelOK = make([]bool, len(ps.labelSets))
+	for li, ls := range ps.labelSets {
+		sh.labelOK[li] = selectorMatches(sel, ls)
+	}
+	out := 0
+	for ni := range ps.nodes {
+		if n := &ps.nodes[ni]; n.schedulable && !sh.labelOK[n.labels] {
+			out++
+		}
+	}
+	sh.selectorNodes = ps.schedulable - out
+	if out == 0 {
+		return ""
+	}
+	return "node_selector " + selectorText(sel) + " rules out " + strconv.Itoa(out) + " of " +
+		strconv.Itoa(ps.schedulable) + " schedulable nodes"
 }
 
 // newShape computes the static facts of a shape in a pool.
 func (ps *poolState) newShape(r *ResourceRequest) *shapeInfo {
 	sh := &shapeInfo{req: *r, topo: normalTopology(r.Topology), count: r.GPUs, milli: int32(r.MilliPerDevice())}
 	sh.req.Labels = nil
+	note := ps.applySelector(sh, r.NodeSelector)
 	sh.match = make([]bool, len(ps.classes))
 	for ci, c := range ps.classes {
-		sh.match[ci] = c.memoryMiB >= r.GPUMemoryMiB && (len(r.GPUModels) == 0 || slices.Contains(r.GPUModels, c.model))
+		sh.match[ci] = c.memoryMiB >= r.GPUMemoryMiB && (len(r.GPUModels) == 0 || slices.Contains(r.GPUModels, c.model)) &&
+			(sh.labelOK == nil || sh.labelOK[c.labels])
 	}
 	sh.desc = describeRequest(r, sh.topo)
+	if note != "" {
+		sh.desc += "; " + note
+	}
 	sh.mi = ps.maskOf(sh.match)
 	if !validTopology(sh.topo) || r.GPUs < 0 {
 		return sh

@@ -45,6 +45,9 @@ type Node struct {
 	MemoryMiB   int64 // allocatable host memory in MiB; 0 means not tracked
 	Schedulable bool  // false when cordoned or drained
 	GPUs        []GPU
+	// Labels describe the node's storage, network and other properties
+	// (e.g. "network": "infiniband"); a request's NodeSelector must match them.
+	Labels map[string]string
 }
 
 // Pool is a named group of nodes; quotas and automation stages are per pool.
@@ -65,7 +68,13 @@ type ResourceRequest struct {
 	Topology     Topology // "" is treated as TopologyAny
 	CPUMilli     int64    // CPU per job in milli-cores (placed on the node of the first GPU)
 	MemoryMiB    int64    // host memory in MiB (placed on the node of the first GPU)
-	Labels       map[string]string
+	// Labels are descriptive (the report's job type reads "job_type"); they
+	// never constrain placement.
+	Labels map[string]string
+	// NodeSelector is the required node labels (Kubernetes nodeSelector): a
+	// node is a candidate only when every pair equals its label exactly; empty
+	// means any node.
+	NodeSelector map[string]string
 }
 
 // MilliPerDevice returns the milli-GPU the request needs on each of its GPUs.

@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -200,7 +201,7 @@ func (p *parser) parsePool(n *yaml.Node, path string) scheduling.Pool {
 
 func (p *parser) parseNode(n *yaml.Node, path string) scheduling.Node {
 	node := scheduling.Node{Schedulable: true}
-	fields := p.mapping(n, path, "name", "cpu_milli", "memory_mib", "gpus")
+	fields := p.mapping(n, path, "name", "cpu_milli", "memory_mib", "labels", "gpus")
 	if fields == nil {
 		return node
 	}
@@ -210,6 +211,9 @@ func (p *parser) parseNode(n *yaml.Node, path string) scheduling.Node {
 	}
 	node.CPUMilli = p.integer(fields, "cpu_milli", path+".cpu_milli", 0, false, n)
 	node.MemoryMiB = p.integer(fields, "memory_mib", path+".memory_mib", 0, false, n)
+	if v, ok := fields["labels"]; ok {
+		node.Labels = p.labels(v, path+".labels")
+	}
 	for i, item := range p.sequence(n, fields, "gpus", path+".gpus") {
 		node.GPUs = append(node.GPUs, p.parseGPU(item, fmt.Sprintf("%s.gpus[%d]", path, i)))
 	}
@@ -233,6 +237,46 @@ func (p *parser) parseGPU(n *yaml.Node, path string) scheduling.GPU {
 	}
 	gpu.Healthy = p.boolean(fields, "healthy", path+".healthy", true)
 	return gpu
+}
+
+// labels returns the node labels under n: a mapping of non-empty string keys
+// to non-empty string values within inventory.CheckLabels' limits. A value
+// YAML would read as another type (true, 10) must be quoted.
+func (p *parser) labels(n *yaml.Node, path string) map[string]string {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "must be a mapping of label names to string values, e.g. {network: infiniband}")
+		return nil
+	}
+	out := make(map[string]string, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if key.Kind != yaml.ScalarNode || key.Tag != "!!str" {
+			p.errorf(key, path, "has a key that is not a string: %q", key.Value)
+			continue
+		}
+		kp := path + "." + key.Value
+		if _, dup := out[key.Value]; dup {
+			p.errorf(key, kp, "is listed twice")
+			continue
+		}
+		if value.Kind != yaml.ScalarNode || value.Tag != "!!str" {
+			p.errorf(value, kp, "must be a string (quote values such as \"true\" or \"10\"), got %q", value.Value)
+			continue
+		}
+		out[key.Value] = value.Value
+	}
+	if k, err := inventory.CheckLabels(out); err != nil {
+		at := path
+		if k != "" {
+			at += "." + k
+		}
+		p.errorf(n, at, "%v", err)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // resolve follows YAML aliases (*name) to the node they refer to.

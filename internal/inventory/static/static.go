@@ -9,6 +9,9 @@
 //	      - name: a100-east-01      # required, unique in the file
 //	        cpu_milli: 128000       # optional, host CPU in milli-cores, >= 0 (0 = not tracked)
 //	        memory_mib: 1048576     # optional, host memory in MiB, >= 0 (0 = not tracked)
+//	        labels:                 # optional node labels that jobs' resources.node_selector match;
+//	          network: infiniband   #   string keys and values, 1..253 bytes each, at most 64 labels
+//	          storage: local-nvme
 //	        gpus:                   # one or more GPUs
 //	          - uuid: GPU-…         # required, NVML UUID, unique in the file
 //	            model: A100-SXM4-80GB  # required, as in job requests' gpu_models
@@ -24,6 +27,7 @@ package static
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -85,7 +89,7 @@ func nodeInventory(pool string, n scheduling.Node, at time.Time) inventory.NodeI
 	}
 	return inventory.NodeInventory{
 		Node: n.Name, Pool: pool, Source: inventory.SourceStatic,
-		CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB,
+		CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Labels: maps.Clone(n.Labels),
 		GPUs: gpus, CollectedAt: at.UTC(),
 	}
 }

@@ -3,6 +3,7 @@ package static_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -45,6 +46,15 @@ func TestLoadExample(t *testing.T) {
 	if dgx.GPUs[7].Healthy {
 		t.Errorf("GPU 7 is marked healthy: false in the file but loaded healthy")
 	}
+	if want := map[string]string{"network": "infiniband", "storage": "local-nvme"}; !maps.Equal(dgx.Labels, want) {
+		t.Errorf("a100-east-01 labels = %v, want %v", dgx.Labels, want)
+	}
+	if l := east.Nodes[1].Labels; !maps.Equal(l, map[string]string{"network": "ethernet"}) {
+		t.Errorf("a100-east-02 labels = %v", l)
+	}
+	if l := inv.Pools[1].Nodes[0].Labels; l != nil {
+		t.Errorf("t4-west-01 has no labels in the file but got %v", l)
+	}
 	if n := east.Nodes[1]; n.CPUMilli != 0 || n.MemoryMiB != 0 || n.GPUs[2].NVLinkDomain != "bridge1" {
 		t.Errorf("a100-east-02 = %+v", n)
 	}
@@ -79,6 +89,9 @@ func TestNodes(t *testing.T) {
 	if peers := nodes[2].GPUs[0].NVLinkPeers; len(peers) != 0 {
 		t.Errorf("T4 peers = %q, want none", peers)
 	}
+	if dgx.Labels["network"] != "infiniband" || nodes[2].Labels != nil {
+		t.Errorf("node labels = %v, %v", dgx.Labels, nodes[2].Labels)
+	}
 	if s := dgx.Samples(); s != nil {
 		t.Errorf("static inventory gave utilisation samples: %+v", s)
 	}
@@ -100,6 +113,13 @@ func gpuDoc(gpus string) string {
         gpus:
           - {uuid: GPU-n2, model: T4, memory_mib: 15360}
 `
+}
+
+// labelDoc returns an inventory whose only node has labels (YAML flow text)
+// on line 5.
+func labelDoc(labels string) string {
+	return "pools:\n  - name: p\n    nodes:\n      - name: n1\n        labels: " + labels +
+		"\n        gpus: [{uuid: G1, model: T4, memory_mib: 1}]\n"
 }
 
 func TestParseErrors(t *testing.T) {
@@ -148,6 +168,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level a list", "- name: p\n", "bad.yaml:1: (top level) must be a mapping with keys [pools]"},
 		{"syntax error", "pools:\n  - name: p\n\tnodes: []\n", "bad.yaml:2: found a tab character that violates indentation"}, // the line is yaml.v3's
 		{"empty file", "", "bad.yaml: the file is empty; want a mapping with a pools list"},
+		{"labels not a mapping", labelDoc("[infiniband]"), "bad.yaml:5: pools[0].nodes[0].labels must be a mapping of label names to string values, e.g. {network: infiniband}"},
+		{"label value not a string", labelDoc("{network: infiniband, nvme: true}"),
+			`bad.yaml:5: pools[0].nodes[0].labels.nvme must be a string (quote values such as "true" or "10"), got "true"`},
+		{"label value empty", labelDoc("{network: ''}"), `bad.yaml:5: pools[0].nodes[0].labels.network label value "" must be 1..253 bytes`},
+		{"label value a list", labelDoc("{network: [a, b]}"), `bad.yaml:5: pools[0].nodes[0].labels.network must be a string (quote values such as "true" or "10"), got ""`},
+		{"label key duplicate", labelDoc("{network: a, network: b}"), "bad.yaml:5: pools[0].nodes[0].labels.network is listed twice"},
 		{"several problems", gpuDoc("          - {uuid: GPU-a, model: T4, memory_mib: -5}\n          - {uuid: '', model: T4, memory_mib: 1}\n"),
 			"bad.yaml:6: pools[0].nodes[0].gpus[0].memory_mib must be > 0, got -5\nbad.yaml:7: pools[0].nodes[0].gpus[1].uuid must not be empty"},
 	}
