@@ -2,16 +2,13 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
@@ -51,12 +48,9 @@ is named), 1 server or network failure.`,
 		if ready == notReady {
 			return newUsageError("prereq: give exactly one of --ready and --not-ready")
 		}
-		if err := checkFormat(format, "text", "json"); err != nil {
-			return err
-		}
-		client, err := newClient()
+		client, err := connect(newClient, format, "text", "json")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		job, err := client.SetPrerequisite(cmd.Context(), args[0], args[1], ready, message)
 		if err != nil {
@@ -135,16 +129,13 @@ Exit codes: 0 done, 2 bad arguments, a bad file or a request the API refused
 		if file == "" {
 			return newUsageError("amend: -f RESOURCES.yaml is required")
 		}
-		if err := checkFormat(format, "text", "json"); err != nil {
+		client, err := connect(newClient, format, "text", "json")
+		if err != nil {
 			return err
 		}
 		res, err := readResources(cmd.InOrStdin(), file)
 		if err != nil {
 			return err
-		}
-		client, err := newClient()
-		if err != nil {
-			return newUsageError("%w", err)
 		}
 		job, err := client.Amend(cmd.Context(), args[0], *res, reason)
 		if err != nil {
@@ -165,26 +156,9 @@ Exit codes: 0 done, 2 bad arguments, a bad file or a request the API refused
 // (api.DecodeAmendRequest), so an unknown field or a wrong type is a usage
 // error naming the field path (e.g. "resources.gpu_mili") as the API would.
 func readResources(stdin io.Reader, path string) (*api.ResourceSpec, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(path)
-	}
+	body, err := readDocument(stdin, path, "amend", func(doc any) any { return map[string]any{"resources": doc} })
 	if err != nil {
-		return nil, newUsageError("amend: %w", err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, newUsageError("amend: %s: %w", path, err)
-	}
-	if doc == nil {
-		return nil, newUsageError("amend: %s is empty", path)
-	}
-	body, err := json.Marshal(map[string]any{"resources": doc})
-	if err != nil {
-		return nil, newUsageError("amend: %s: %w", path, err)
+		return nil, err
 	}
 	req, apiErr := api.DecodeAmendRequest(bytes.NewReader(body))
 	if apiErr != nil {
@@ -207,12 +181,9 @@ long it lasted, the reason, its detail and the next action the reason implies.`,
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkFormat(format, "table", "json"); err != nil {
-			return err
-		}
-		client, err := newClient()
+		client, err := connect(newClient, format, "table", "json")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		list, err := client.JobEvents(cmd.Context(), args[0])
 		if err != nil {

@@ -41,12 +41,9 @@ jobs (a submitter token sees only its project's jobs); --cursor pages on.`,
 	f.IntVar(&list.Limit, "limit", 0, "list: page size (server default 100)")
 	f.StringVar(&list.Cursor, "cursor", "", "list: the next-page cursor printed by the previous page")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkFormat(format, "table", "json"); err != nil {
-			return err
-		}
-		client, err := newClient()
+		client, err := connect(newClient, format, "table", "json")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		out := cmd.OutOrStdout()
 		if len(args) == 0 {

@@ -49,12 +49,9 @@ a job in a state that does not allow it), 1 server or network failure.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json (the job)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkFormat(format, "text", "json"); err != nil {
-			return err
-		}
-		client, err := newClient()
+		client, err := connect(newClient, format, "text", "json")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		job, err := act(client, cmd.Context(), args[0], reason)
 		if err != nil {

@@ -22,12 +22,9 @@ func init() {
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkFormat(format, "table", "json"); err != nil {
-			return err
-		}
-		client, err := newClient()
+		client, err := connect(newClient, format, "table", "json")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		qs, err := client.Queues(cmd.Context())
 		if err != nil {

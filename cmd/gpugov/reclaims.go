@@ -45,9 +45,9 @@ func reclaimDecisionCmd(verb, short string, call func(*apiclient.Client, context
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why (goes to the audit log)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		client, err := newClient()
+		client, err := connect(newClient, "")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		r, err := call(client, cmd.Context(), args[0], reason)
 		if err != nil {

@@ -78,9 +78,9 @@ trace cluster's size printed in the header.`,
 	fl.IntVar(&f.concurrency, "concurrency", replay.DefaultConcurrency, "submissions in flight")
 	fl.StringVar(&f.format, "format", "table", "report format: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		client, err := newClient()
+		client, err := connect(newClient, "")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		return runReplay(cmd, client, f)
 	}

@@ -60,9 +60,9 @@ or token).`,
 		if err != nil {
 			return err
 		}
-		client, err := newClient()
+		client, err := connect(newClient, "")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		if f.compare != "" || f.before != "" || f.after != "" {
 			return runCompare(cmd, client, f, opts)

@@ -51,16 +51,13 @@ network failure.`,
 		if file == "" {
 			return newUsageError("submit: -f JOB.yaml is required")
 		}
-		if err := checkFormat(format, "text", "json"); err != nil {
+		client, err := connect(newClient, format, "text", "json")
+		if err != nil {
 			return err
 		}
 		spec, err := readJobSpec(cmd.InOrStdin(), file)
 		if err != nil {
 			return err
-		}
-		client, err := newClient()
-		if err != nil {
-			return newUsageError("%w", err)
 		}
 		job, status, err := client.Submit(cmd.Context(), spec, key)
 		if err != nil {
@@ -85,6 +82,21 @@ network failure.`,
 // JSON decoder, so an unknown field or a wrong type is a usage error naming the
 // field path (e.g. "resources.gpu_mili"), exactly as the API would answer.
 func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
+	body, err := readDocument(stdin, path, "submit", func(doc any) any { return doc })
+	if err != nil {
+		return nil, err
+	}
+	spec, apiErr := api.DecodeJobSpec(bytes.NewReader(body))
+	if apiErr != nil {
+		return nil, newUsageError("submit: %s: %w", path, apiErr)
+	}
+	return spec, nil
+}
+
+// readDocument reads a YAML or JSON document from path ("-" is stdin) and
+// returns wrap(document) as JSON, for the API's strict decoders. Every
+// failure is a usage error prefixed with the command's name.
+func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]byte, error) {
 	var data []byte
 	var err error
 	if path == "-" {
@@ -93,24 +105,20 @@ func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, newUsageError("submit: %w", err)
+		return nil, newUsageError("%s: %w", command, err)
 	}
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, newUsageError("submit: %s: %w", path, err)
+		return nil, newUsageError("%s: %s: %w", command, path, err)
 	}
 	if doc == nil {
-		return nil, newUsageError("submit: %s is empty", path)
+		return nil, newUsageError("%s: %s is empty", command, path)
 	}
-	body, err := json.Marshal(doc)
+	body, err := json.Marshal(wrap(doc))
 	if err != nil {
-		return nil, newUsageError("submit: %s: %w", path, err)
+		return nil, newUsageError("%s: %s: %w", command, path, err)
 	}
-	spec, apiErr := api.DecodeJobSpec(bytes.NewReader(body))
-	if apiErr != nil {
-		return nil, newUsageError("submit: %s: %w", path, apiErr)
-	}
-	return spec, nil
+	return body, nil
 }
 
 // apiFailure maps a client error to the CLI's exit codes: a 4xx from the API
@@ -131,6 +139,23 @@ func checkFormat(format string, allowed ...string) error {
 		}
 	}
 	return newUsageError("--format %q: want one of %v", format, allowed)
+}
+
+// connect checks --format against allowed (no check when allowed is empty)
+// and returns the API client the command's --api and --token flags give
+// (newClient, from apiclient.AddFlags); either failure is a usage error (exit
+// code 2).
+func connect(newClient func() (*apiclient.Client, error), format string, allowed ...string) (*apiclient.Client, error) {
+	if len(allowed) > 0 {
+		if err := checkFormat(format, allowed...); err != nil {
+			return nil, err
+		}
+	}
+	client, err := newClient()
+	if err != nil {
+		return nil, newUsageError("%w", err)
+	}
+	return client, nil
 }
 
 // printJSON writes v as indented JSON.

@@ -25,9 +25,9 @@ change the reason and the next action the reason implies.`,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		client, err := newClient()
+		client, err := connect(newClient, "")
 		if err != nil {
-			return newUsageError("%w", err)
+			return err
 		}
 		job, err := client.GetJob(cmd.Context(), args[0])
 		if err != nil {
