@@ -296,6 +296,25 @@ func TestWatcherKeepsLastGoodPolicyAndReportsChanges(t *testing.T) {
 		w.Current().Pools["a100"].Stage != vocab.StageAutomate || changes[0].New != w.Current() {
 		t.Fatalf("good file: changes %+v", changes)
 	}
+	// OnChange fails (the store is unreachable): the old policy stays
+	// current, and the unchanged file is tried again at the next check.
+	failing := true
+	w.OnChange = func(_ context.Context, c Change) error {
+		if failing {
+			return errors.New("store unreachable")
+		}
+		changes = append(changes, c)
+		return nil
+	}
+	write(v+"pools:\n  a100: {stage: observe}\n", t0.Add(4*time.Minute))
+	if w.Check(ctx) || w.Current().Pools["a100"].Stage != vocab.StageAutomate {
+		t.Fatalf("failed OnChange: stage %s is current; want the previous policy kept", w.Current().Pools["a100"].Stage)
+	}
+	failing = false
+	if !w.Check(ctx) || w.Current().Pools["a100"].Stage != vocab.StageObserve || len(changes) != 2 {
+		t.Fatalf("after a failed OnChange the same file was not retried: stage %s, %d changes",
+			w.Current().Pools["a100"].Stage, len(changes))
+	}
 	if _, err := NewWatcher(filepath.Join(t.TempDir(), "absent.yaml")); err == nil {
 		t.Error("a watcher started on a missing file")
 	}

@@ -88,9 +88,10 @@ func (w *Watcher) Run(ctx context.Context) {
 // the last read and reports whether a new policy became current. A file
 // that loads to the same policy (Hash) as the current one counts as
 // unchanged and calls no OnChange. A changed policy is handed to OnChange
-// first and made current after it returns, error or not, so that what reads
-// Current (the scheduling cycle, which records the hash) sees a version
-// OnChange has stored.
+// first and made current only when it succeeds, so that what reads Current
+// (the scheduling cycle, which records the hash) sees a version OnChange has
+// stored; when OnChange fails (e.g. PostgreSQL unreachable) the previous
+// policy stays current and the next Check tries the same file again.
 func (w *Watcher) Check(ctx context.Context) bool {
 	st, err := os.Stat(w.Path)
 	if err != nil {
@@ -115,7 +116,11 @@ func (w *Watcher) Check(ctx context.Context) bool {
 	}
 	if w.OnChange != nil {
 		if err := w.OnChange(ctx, Change{Path: w.Path, Old: old, New: p, At: time.Now()}); err != nil {
-			w.fail(fmt.Errorf("policy change: %w", err))
+			w.fail(fmt.Errorf("policy change: %w (keeping the previous policy; retried at the next check)", err))
+			w.mu.Lock()
+			w.modTime, w.size = time.Time{}, -1 // the next Check reads the file again
+			w.mu.Unlock()
+			return false
 		}
 	}
 	w.mu.Lock()
