@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestAmendJob(t *testing.T) {
 	if err != nil || snap.Pending[0].Request.GPUs != 4 {
 		t.Fatalf("snapshot before: %v", err)
 	}
-	agingSince := snap.Pending[0].AgingSince
+	agingSince, oldVersion := snap.Pending[0].AgingSince, snap.Pending[0].RequestVersion
 	req := scheduling.ResourceRequest{GPUs: 2, Pool: "p", Topology: scheduling.TopologySameNode, CPUMilli: 4000, MemoryMiB: 16384}
 	changed, err := s.AmendJob(ctx, j.ID, req, "alice", "fit one node")
 	if err != nil || !changed {
@@ -125,14 +126,23 @@ func TestAmendJob(t *testing.T) {
 		t.Fatalf("pool change: %v", err)
 	}
 
-	// A cycle planned on the snapshot before the amendment (4 GPUs) cannot grant them now.
-	out, err := s.ApplyCycle(ctx, "c-stale", &scheduling.Result{At: t0, Placements: []scheduling.Placement{
-		place(j.ID, "p", "p-n0000", 1000, "GPU-p-0000-0", "GPU-p-0000-1", "GPU-p-0000-2", "GPU-p-0000-3")}}, t0)
-	if err != nil || len(out.Placed) != 0 {
-		t.Fatalf("stale placement: %v %+v", err, out)
+	// A cycle planned on the snapshot before the amendment cannot grant what
+	// it planned, whether the shape it planned differs in count (4 GPUs) or
+	// not (2 GPUs planned on the old request).
+	if pj.RequestVersion == oldVersion || oldVersion == 0 {
+		t.Fatalf("request version %d before the amendment, %d after: want a new one", oldVersion, pj.RequestVersion)
 	}
-	out, err = s.ApplyCycle(ctx, "c-ok", &scheduling.Result{At: t0, Placements: []scheduling.Placement{
-		place(j.ID, "p", "p-n0000", 1000, "GPU-p-0000-0", "GPU-p-0000-1")}}, t0)
+	for i, gpus := range [][]string{{"GPU-p-0000-0", "GPU-p-0000-1", "GPU-p-0000-2", "GPU-p-0000-3"}, {"GPU-p-0000-0", "GPU-p-0000-1"}} {
+		stale := place(j.ID, "p", "p-n0000", 1000, gpus...)
+		stale.RequestVersion = oldVersion
+		out, err := s.ApplyCycle(ctx, fmt.Sprintf("c-stale-%d", i), &scheduling.Result{At: t0, Placements: []scheduling.Placement{stale}}, t0)
+		if err != nil || len(out.Placed) != 0 || len(out.Conflicts) != 1 {
+			t.Fatalf("stale placement of %d GPUs: %v %+v", len(gpus), err, out)
+		}
+	}
+	ok := place(j.ID, "p", "p-n0000", 1000, "GPU-p-0000-0", "GPU-p-0000-1")
+	ok.RequestVersion = pj.RequestVersion
+	out, err := s.ApplyCycle(ctx, "c-ok", &scheduling.Result{At: t0, Placements: []scheduling.Placement{ok}}, t0)
 	if err != nil || len(out.Placed) != 1 {
 		t.Fatalf("placement: %v %+v", err, out)
 	}

@@ -120,9 +120,9 @@ type cycleJob struct {
 	held, cancelled bool
 	pool            string
 	cpuMilli, memMi int64
-	// gpus is the request's GPU count now (AmendJob may have changed it
-	// since the cycle's snapshot).
-	gpus int
+	// seq is the job's job_queue.seq now: the version of its request, which
+	// AmendJob renews (0 when the job is not live).
+	seq int64
 }
 
 func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
@@ -197,11 +197,11 @@ func lockCycleJobs(ctx context.Context, tx pgx.Tx, res *scheduling.Result) (map[
 	err := forEachRow(ctx, tx, `
 		SELECT id, state, held, cancel_requested, coalesce(request->>'pool', ''),
 			coalesce((request->>'cpu_milli')::int8, 0), coalesce((request->>'memory_mib')::int8, 0),
-			coalesce((request->>'gpus')::int4, 0)
+			coalesce((SELECT q.seq FROM job_queue q WHERE q.job_id = jobs.id), 0)
 		FROM jobs WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`, []any{ids}, func(rows pgx.Rows) error {
 		var id string
 		var j cycleJob
-		if err := rows.Scan(&id, &j.state, &j.held, &j.cancelled, &j.pool, &j.cpuMilli, &j.memMi, &j.gpus); err != nil {
+		if err := rows.Scan(&id, &j.state, &j.held, &j.cancelled, &j.pool, &j.cpuMilli, &j.memMi, &j.seq); err != nil {
 			return err
 		}
 		jobs[id] = j
@@ -347,9 +347,10 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 		return "job has a cancel requested"
 	case j.pool != p.Pool:
 		return fmt.Sprintf("job asks for pool %q, placement is in %q", j.pool, p.Pool)
-	case len(p.GPUs) != j.gpus:
-		// The request was amended after the cycle's snapshot (AmendJob).
-		return fmt.Sprintf("job asks for %d GPUs now, placement has %d", j.gpus, len(p.GPUs))
+	case p.RequestVersion != 0 && p.RequestVersion != j.seq:
+		// AmendJob changed the request after the cycle's snapshot: the
+		// placement was planned on the old one, whatever field changed.
+		return "the job's request was amended since the cycle's snapshot"
 	}
 	if why := accounting.CheckShapes(p.GPUs); why != "" {
 		return why

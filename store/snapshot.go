@@ -288,7 +288,7 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint); err != nil {
 		return err
 	}
-	pj.Recovery, pj.WaitingSince = c.recovery(), pj.WaitingSince.UTC()
+	pj.Recovery, pj.WaitingSince, pj.RequestVersion = c.recovery(), pj.WaitingSince.UTC(), seq
 	// A NULL aging_since is a paused clock (accounting.AgingClock): the job's
 	// current reason earns no aging.
 	if agingSince != nil {

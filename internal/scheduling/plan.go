@@ -283,7 +283,7 @@ func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv 
 	ps.apply(sh, ch)
 	ps.quota.charge(qv.row, qv.need)
 	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
-		Rank: int(je.rank), Priority: c.prios[je.rank-1]}
+		Rank: int(je.rank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
 	if len(ch.gpus) > 0 {
 		pl.GPUs = make([]GPUShare, len(ch.gpus))
 		for i, gi := range ch.gpus {

@@ -27,6 +27,9 @@ type Placement struct {
 	Borrowed bool // some of the grant is beyond the project's nominal quota
 	Rank     int  // the job's rank in this cycle (1 = first)
 	Priority Priority
+	// RequestVersion is the job's PendingJob.RequestVersion: the version of
+	// the request this placement was planned on (0: unknown).
+	RequestVersion int64
 }
 
 // WaitStatus is the current wait of one pending job that was not placed.

@@ -118,14 +118,19 @@ type RecoveryEvidence struct {
 
 // PendingJob is a job waiting for an allocation.
 type PendingJob struct {
-	ID            string
-	Project       string
-	Queue         string
-	Tier          vocab.Tier
-	Request       ResourceRequest
-	SubmitTime    time.Time // original submit time; kept across preemption requeues
-	WaitingSince  time.Time // start of the current wait (submit, or requeue after preemption)
-	AccruedAgingS float64   // eligible wait seconds of closed stretches: earlier waits (kept on requeue) and this wait's paused-off parts
+	ID      string
+	Project string
+	Queue   string
+	Tier    vocab.Tier
+	Request ResourceRequest
+	// RequestVersion identifies the version of Request the snapshot read
+	// (the store's job_queue.seq, which an amendment renews); Plan copies it
+	// to the job's Placement so that applying the cycle can refuse a
+	// placement planned on a request amended since. 0 means unknown.
+	RequestVersion int64
+	SubmitTime     time.Time // original submit time; kept across preemption requeues
+	WaitingSince   time.Time // start of the current wait (submit, or requeue after preemption)
+	AccruedAgingS  float64   // eligible wait seconds of closed stretches: earlier waits (kept on requeue) and this wait's paused-off parts
 	// AgingSince is the start of the current stretch of wait that earns aging
 	// credit (waiting for GPUs: vocab.WaitReason.EarnsAging); the zero time
 	// means WaitingSince. AgingPaused is true while the job's current reason
