@@ -67,6 +67,11 @@ func waitPlacedNextCycle(t *testing.T, e *env, id, action string) {
 		n := e.queryInt(t, `SELECT count(*) FROM allocations WHERE job_id = $1`, id)
 		return n == 1, fmt.Sprintf("%d allocations", n)
 	})
+	// The action must be in the audit log: without it the count below
+	// compares with NULL and would pass whatever happened.
+	if n := e.queryInt(t, `SELECT count(*) FROM audit_log WHERE subject = $1 AND action = $2`, id, action); n == 0 {
+		t.Fatalf("no %s audit entry for job %s", action, id)
+	}
 	between := e.queryInt(t, `
 		SELECT count(*) FROM scheduling_cycles c
 		WHERE c.at > (SELECT max(at) FROM audit_log WHERE subject = $1 AND action = $2)
