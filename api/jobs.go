@@ -220,7 +220,7 @@ func (s *Server) getJob(c *gin.Context) {
 
 // currentWait returns the open wait event of a pending job, or nil.
 func (s *Server) currentWait(ctx context.Context, job *store.Job) (*store.WaitEvent, error) {
-	if !pending(job.State) {
+	if !job.State.Pending() {
 		return nil, nil
 	}
 	events, err := s.store.JobWaitEvents(ctx, job.ID)

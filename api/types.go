@@ -228,7 +228,7 @@ func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
 	for _, p := range j.Prerequisites {
 		out.Prerequisites = append(out.Prerequisites, PrerequisiteSpec{Name: p.Name, Ready: p.Ready, Message: p.Message})
 	}
-	if pending(j.State) {
+	if j.State.Pending() {
 		since := j.WaitingSince
 		out.WaitingSince = &since
 	}
@@ -242,11 +242,6 @@ func jobFromStore(j *store.Job, wait *store.WaitEvent) Job {
 		out.Explanation = explanationFromStore(j.Explanation, j.Request.Pool)
 	}
 	return out
-}
-
-// pending reports whether a job in state s is waiting for an allocation.
-func pending(s vocab.JobState) bool {
-	return s == vocab.JobSubmitted || s == vocab.JobWaiting
 }
 
 func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {

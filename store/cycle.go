@@ -339,7 +339,7 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 		return "job not found"
 	case placed[p.JobID]:
 		return "job placed twice in one cycle"
-	case j.state != vocab.JobSubmitted && j.state != vocab.JobWaiting:
+	case !j.state.Pending():
 		return fmt.Sprintf("job is %s, not pending", j.state)
 	case j.held:
 		return "job is held"

@@ -436,7 +436,7 @@ func (s *Store) CancelJob(ctx context.Context, jobID, actor, reason string) erro
 			return nil
 		case state.Final():
 			return fmt.Errorf("job already %s: %w", state, ErrConflict)
-		case state == vocab.JobSubmitted || state == vocab.JobWaiting:
+		case state.Pending():
 			if _, err := tx.Exec(ctx, `
 				UPDATE jobs SET state = 'cancelled', reason = NULL, updated_at = $2 WHERE id = $1`, jobID, now); err != nil {
 				return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -36,8 +35,9 @@ import (
 // submission, except the request, which AmendJob changes together with the
 // job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple; the
 // scheduler is the single caller anyway. The returned snapshot is the
-// caller's own, except that request GPU-model slices and label maps are
-// shared with the cache: treat them as read-only (scheduling.Plan does).
+// caller's own, except that request GPU-model slices, request label maps and
+// node label maps are shared with the cache: treat them as read-only
+// (scheduling.Plan does).
 //
 // Usage is each project's stored decayed GPU-seconds decayed to now, plus the
 // decayed GPU-seconds of its running allocations so far (same formula as
@@ -474,7 +474,6 @@ func clonePools(pools []scheduling.Pool) []scheduling.Pool {
 		out[i].Nodes = slices.Clone(out[i].Nodes)
 		for j := range out[i].Nodes {
 			out[i].Nodes[j].GPUs = slices.Clone(out[i].Nodes[j].GPUs)
-			out[i].Nodes[j].Labels = maps.Clone(out[i].Nodes[j].Labels)
 		}
 	}
 	return out

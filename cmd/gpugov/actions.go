@@ -37,7 +37,7 @@ by this call, evaluates the job on its next cycle. The job's project, an agent,
 an operator or an admin may call it; it is audited with who, before and after.
 Exit codes: 0 done, 2 bad arguments or a request the API refused (the field
 is named), 1 server or network failure.`,
-		Args: usageArgs(cobra.ExactArgs(2)),
+		Args: cobra.ExactArgs(2),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&ready, "ready", false, "the prerequisite is ready")
@@ -119,7 +119,7 @@ keeps its submit time and the aging credit it has earned (see the README,
 it is audited with who, before and after.
 Exit codes: 0 done, 2 bad arguments, a bad file or a request the API refused
 (the field is named), 1 server or network failure.`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&file, "file", "f", "", "resources file (YAML or JSON); - for standard input")
@@ -176,7 +176,7 @@ func eventsCmd() *cobra.Command {
 		Long: `events lists the job's wait events, oldest first: one row per continuous wait
 for one reason, with when it started and ended ("now" for the current one), how
 long it lasted, the reason, its detail and the next action the reason implies.`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")

@@ -43,7 +43,7 @@ func jobActionCmd(verb, short, long string, act func(*apiclient.Client, context.
 		Long: long + `
 Exit codes: 0 done, 2 bad arguments or a request the API refused (e.g. 409 for
 a job in a state that does not allow it), 1 server or network failure.`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")

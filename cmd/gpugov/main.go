@@ -56,6 +56,16 @@ func wrapArgs(cmd *cobra.Command) {
 	}
 }
 
+// usageArgs makes a wrong number of arguments a usage error (exit code 2).
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
 // isUsage reports whether err is a usage error: a usageError, or cobra's
 // "unknown command" (found before any command runs, so it cannot be wrapped).
 func isUsage(err error) bool {

@@ -18,7 +18,7 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "preemptions [ID]",
 		Short: "List preemptions (or show one): steps, checkpoints, resume check, effective run loss",
-		Args:  usageArgs(cobra.MaximumNArgs(1)),
+		Args:  cobra.MaximumNArgs(1),
 	}
 	l := addListFlags(cmd, &o.Limit)
 	cmd.Flags().StringVar(&o.State, "state", "", "only this state: in_progress, released, aborted, observed")
@@ -71,16 +71,6 @@ func (l *listCmd) client() (*apiclient.Client, error) {
 		return nil, newUsageError("%w", err)
 	}
 	return c, nil
-}
-
-// usageArgs makes a wrong number of arguments a usage error (exit code 2).
-func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
 }
 
 // show prints what the API answered: v as JSON with --format json, else

@@ -18,7 +18,7 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "reclaims",
 		Short: "The reclaim report: failed, idle and completed allocations, modes, notices, GPUs released, disputes",
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  cobra.NoArgs,
 	}
 	l := addListFlags(cmd, &o.Limit)
 	cmd.Flags().StringVar(&o.Class, "class", "", "only this class: failed, idle, completed")
@@ -41,7 +41,7 @@ func init() {
 // reclaimDecisionCmd is `gpugov reclaims confirm|keep ID --reason …`.
 func reclaimDecisionCmd(verb, short string, call func(*apiclient.Client, context.Context, string, string) (*api.Reclaim, error)) *cobra.Command {
 	var reason string
-	cmd := &cobra.Command{Use: verb + " ID", Short: short, Args: usageArgs(cobra.ExactArgs(1))}
+	cmd := &cobra.Command{Use: verb + " ID", Short: short, Args: cobra.ExactArgs(1)}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why (goes to the audit log)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

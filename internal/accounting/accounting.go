@@ -8,10 +8,12 @@
 //     GPU is granted more than 1000 milli in all. The store checks every
 //     placement with them before it writes the allocation (its gpu_usage
 //     CHECK constraint stays the backstop); the simulator checks every grant.
-//   - wait-event segmentation (WaitChanged, NotYetEvaluatedSince,
-//     WaitTransition, CloseAt): which wait event a cycle's outcome closes and
-//     which it opens, including the closed vocab.ReasonNotYetEvaluated event
-//     from submit or requeue to a job's first evaluation.
+//   - wait-event segmentation: WaitChanged (a new event when the reason or
+//     detail changes) and NotYetEvaluatedSince (the closed
+//     vocab.ReasonNotYetEvaluated event from submit or requeue to a job's
+//     first evaluation). The store calls the two where it holds the rows
+//     (store/cycle.go); the simulator calls WaitTransition, which combines
+//     them for one job.
 //   - effective run loss (EffectiveRunLoss): lost since checkpoint +
 //     save/restore + recompute, per GPU held.
 //

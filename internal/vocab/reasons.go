@@ -102,15 +102,21 @@ func reasonCodes(historyOnly bool) []WaitReason {
 	return out
 }
 
+// reasonIndex is Reasons by code, built once: the store and the simulator
+// look a reason up for every waiting job of every cycle.
+var reasonIndex = func() map[WaitReason]ReasonInfo {
+	m := make(map[WaitReason]ReasonInfo, len(Reasons))
+	for _, ri := range Reasons {
+		m[ri.Code] = ri
+	}
+	return m
+}()
+
 // LookupReason returns the catalogue row of a code; ok is false for a code
 // the catalogue lacks.
 func LookupReason(r WaitReason) (info ReasonInfo, ok bool) {
-	for _, ri := range Reasons {
-		if ri.Code == r {
-			return ri, true
-		}
-	}
-	return ReasonInfo{}, false
+	info, ok = reasonIndex[r]
+	return info, ok
 }
 
 // Known reports whether the catalogue has the code.
