@@ -28,7 +28,7 @@ to the gpugov API. It prints the job ID. Unknown fields are rejected.
 
 Example job.yaml:
 
-  queue: train
+  queue: standard
   resources:
     gpus: 4
     gpu_memory_mib: 81920
