@@ -267,6 +267,19 @@ func allocOf(as []scheduling.Allocation, jobID string) scheduling.Allocation {
 // compareSnapshots reports the first differing part of two snapshots.
 func compareSnapshots(t *testing.T, got, want *scheduling.Snapshot) {
 	t.Helper()
+	// Request versions are the store's job_queue.seq: each pending job has
+	// its own, non-zero; a want without one takes the loaded value, which
+	// later loads must then repeat (it moves only on an amendment).
+	seen := map[int64]bool{}
+	for i, pj := range got.Pending {
+		if pj.RequestVersion == 0 || seen[pj.RequestVersion] {
+			t.Errorf("pending job %s: request version %d, want a non-zero one of its own", pj.ID, pj.RequestVersion)
+		}
+		seen[pj.RequestVersion] = true
+		if i < len(want.Pending) && want.Pending[i].ID == pj.ID && want.Pending[i].RequestVersion == 0 {
+			want.Pending[i].RequestVersion = pj.RequestVersion
+		}
+	}
 	parts := []struct {
 		name      string
 		got, want any
