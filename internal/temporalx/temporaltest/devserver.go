@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -72,26 +73,58 @@ func Start(t testing.TB) *DevServer {
 		}
 		t.Skipf("Temporal CLI not found (%q); run `make temporal` or set TEMPORAL_BIN", bin)
 	}
+	// The port is free when chosen but may be taken before the server binds
+	// it (other test packages start dev servers whose internal services pick
+	// random ports): a start that fails on "address already in use" is
+	// retried on a new port, up to startAttempts times.
+	var (
+		c        client.Client
+		hostPort string
+	)
+	for attempt := 1; ; attempt++ {
+		var out *lockedBuffer
+		var err error
+		hostPort, out, c, err = startOnce(t, bin)
+		if err == nil {
+			break
+		}
+		if attempt < startAttempts && strings.Contains(out.String(), "address already in use") {
+			t.Logf("temporal dev server at %s lost its port (attempt %d): retrying on a new one", hostPort, attempt)
+			continue
+		}
+		t.Fatalf("temporal dev server at %s: %v\n%s", hostPort, err, out.String())
+	}
+	t.Cleanup(c.Close)
+	return &DevServer{HostPort: hostPort, Client: c}
+}
+
+// startAttempts bounds the port-collision retries of Start.
+const startAttempts = 5
+
+// startOnce starts one dev server process on a newly chosen port and waits
+// for it to answer. On failure the process has been stopped and its output is
+// returned for the caller to inspect; on success it is stopped by t's cleanup.
+func startOnce(t testing.TB, bin string) (string, *lockedBuffer, client.Client, error) {
+	t.Helper()
 	port := freePort(t)
 	hostPort := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
 		"--port", strconv.Itoa(port), "--log-level", "error"}, temporalx.DevServerSearchAttributeArgs()...)
 	cmd := exec.Command(bin, args...)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { stop(cmd, exited) })
-
 	c, err := dialUntilReady(hostPort, exited, 60*time.Second)
 	if err != nil {
-		t.Fatalf("temporal dev server at %s: %v\n%s", hostPort, err, out.String())
+		stop(cmd, exited)
+		return hostPort, out, nil, err
 	}
-	t.Cleanup(c.Close)
-	return &DevServer{HostPort: hostPort, Client: c}
+	t.Cleanup(func() { stop(cmd, exited) })
+	return hostPort, out, c, nil
 }
 
 // SkipShort skips t under `go test -short`: the test needs a Temporal dev
