@@ -367,6 +367,11 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 	correct := run.StartStep == saved
 	r.ResumedRunID, r.ResumedFromStep, r.ResumedAt, r.ResumedCorrectly = run.RunID, &run.StartStep, &started, &correct
 	li.ResumedAt = started
+	// The victim's submitter learns its job runs again (docs/design.md §3, notifications).
+	if err := a.d.Store.NotifyResumed(ctx, store.ResumeObserved{PreemptionID: rec.ID, JobID: rec.VictimJobID, RunID: run.RunID,
+		FromStep: run.StartStep, SavedStep: saved, Correct: correct, At: started}); err != nil {
+		return err
+	}
 	if !correct {
 		r.Outcome = vocab.PreemptionResumeFailed
 		r.Failures = append(r.Failures, fmt.Sprintf("resumed from step %d, but the saved checkpoint is at step %d", run.StartStep, saved))
