@@ -207,7 +207,11 @@ func (a *Notifications) post(ctx context.Context, hook policy.Webhook, n *store.
 	if resp.StatusCode/100 == 2 {
 		return resp.StatusCode, ""
 	}
-	return resp.StatusCode, fmt.Sprintf("webhook answered %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
+	msg := fmt.Sprintf("webhook answered %d", resp.StatusCode)
+	if s := bytes.TrimSpace(snippet); len(s) > 0 {
+		msg += ": " + string(s)
+	}
+	return resp.StatusCode, msg
 }
 
 // DeadLetterInput names the notification whose last attempt failed.

@@ -193,11 +193,12 @@ func deliveryActivityCtx(ctx workflow.Context, d activities.DeliverySettings) wo
 }
 
 // lastAttemptError is the message of the last attempt's failure inside an
-// activity error.
+// activity error (what the activity recorded, for a failed HTTP attempt),
+// or the whole error (a timeout, which the activity could not record).
 func lastAttemptError(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
-		return app.Error()
+		return app.Message()
 	}
 	return err.Error()
 }
