@@ -304,9 +304,10 @@ type VerifyResumeResult struct {
 }
 
 // VerifyResume is the fifth step: the victim's next run resumed correctly
-// only if it started from the saved checkpoint's step; it then waits
-// (bounded) until that run passes the step reached at the notice — seen in
-// its heartbeats, a checkpoint at or beyond it, or its success — to measure
+// only if it started from the saved checkpoint's step (the victim's
+// submitter gets its job.resumed notification then, store.NotifyResumed);
+// it then waits (bounded) until that run passes the step reached at the
+// notice — seen in its heartbeats, a checkpoint at or beyond it, or its success — to measure
 // the recompute time, computes the effective run loss
 // (accounting.EffectiveRunLoss) and records it all. A wrong-step resume is a
 // failure that downgrades the job's recovery evidence (store.FinishPreemption).

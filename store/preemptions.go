@@ -233,8 +233,10 @@ func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*Preemption
 // NoticePreemption records the notice of preemption id, sent by workflow
 // workflowID at at: the victim's run and its start, the GPUs held, the
 // victim's aging credit and its last valid checkpoint at that moment, and
-// the queues of both jobs. The first call's values are kept, so retries are
-// safe and return the same record. Errors wrap ErrNotFound or database errors.
+// the queues of both jobs; in the same transaction, the victim submitter's
+// job.preemption_notice notification (docs/design.md §3 step 7). The first
+// call's values are kept, so retries are safe and return the same record
+// (and write no second notification). Errors wrap ErrNotFound or database errors.
 func (s *Store) NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*PreemptionRecord, error) {
 	err := s.inTx(ctx, "notice preemption "+id, func(tx pgx.Tx) error {
 		var victim, forJob, reason string

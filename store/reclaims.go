@@ -262,7 +262,9 @@ func (s *Store) SetReclaimState(ctx context.Context, id string, state vocab.Recl
 // notice time and the deadline by which the owner may keep the GPUs, state
 // notified, and an audit entry on the job (actor reclaim) with the class,
 // basis and deadline — the notice the owner sees with `gpugov reclaims` and
-// the job's audit. The first notice is kept, so retries are safe.
+// the job's audit — and, in the notice's transaction, the owner's
+// job.reclaim_notice notification with the deadline (docs/design.md §3
+// step 7). The first notice is kept, so retries are safe.
 func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.Time) (*Reclaim, error) {
 	var noticed bool
 	err := s.inTx(ctx, "notice reclaim "+id, func(tx pgx.Tx) error {
