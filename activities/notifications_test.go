@@ -162,8 +162,7 @@ func TestNotificationActivities(t *testing.T) {
 	if len(recv.requests()) != 2 {
 		t.Fatal("a delivery without a secret must send nothing")
 	}
-	val, err = env.ExecuteActivity("DeadLetterNotification", &activities.DeadLetterInput{ID: second})
-	if err != nil {
+	if _, err := env.ExecuteActivity("DeadLetterNotification", &activities.DeadLetterInput{ID: second}); err != nil {
 		t.Fatal(err)
 	}
 	n, _ = st.GetNotification(ctx, second)
