@@ -270,14 +270,22 @@ func ratioOf(a, b secAcc) *float64 {
 func pctText(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" }
 
 // RenderReasonShares writes the reason shares of a report over window,
-// observed until end: per pool its verdict line, then each verdict group
-// and its reasons with time, job-seconds and GPU-seconds and their shares,
-// then the service latency apart (its shares are of all waiting). It
-// returns the writer's error.
+// observed until end: the window, then RenderPoolShares. It returns the
+// writer's error.
 func RenderReasonShares(w io.Writer, window Window, end time.Time, pools []PoolReasons) error {
 	ew := &errWriter{w: w}
 	ew.printf("Wait-reason shares per pool\n")
 	ew.printf("window     %s – %s (observed until %s)\n", stamp(window.From), stamp(window.To), stamp(end))
+	return firstErr(ew.err, RenderPoolShares(ew, pools))
+}
+
+// RenderPoolShares writes what the shares are of, then per pool its
+// verdict line, each verdict group and its reasons with time, job-seconds
+// and GPU-seconds and their shares, and the service latency apart (its
+// shares are of all waiting). The service's report and the simulator's
+// write their shares with it. It returns the writer's error.
+func RenderPoolShares(w io.Writer, pools []PoolReasons) error {
+	ew := &errWriter{w: w}
 	ew.printf("shares of the waiting in the reasons scheduling cycles found, in job-seconds and GPU-seconds (× GPUs requested);\n")
 	ew.printf("not_yet_evaluated (until a job's first evaluation) is service latency: outside the shares and the verdict, its share is of all waiting\n")
 	if len(pools) == 0 {
