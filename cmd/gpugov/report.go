@@ -30,7 +30,7 @@ the longest continuous wait, jobs over the queue's wait objective, cancellation 
 waiting, delivered vs target service share, time per wait reason and starvation signals,
 then the starving jobs, then the jobs stuck, needing action: still waiting in a reason that
 earns no aging (held, environment_not_ready, pool_unavailable, no_matching_capacity), with
-their owner and the action.
+their owner and the action, then each pool's main problem in one line.
 
 --reasons prints instead, per pool, each wait reason's and reason group's share of the
 waiting job-seconds and GPU-seconds (waits × requested GPUs) — capacity, fragmentation

@@ -219,3 +219,19 @@ func TestRenderReasonShares(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderReportNamesMainProblems checks that the full text report ends
+// with each pool's verdict line.
+func TestRenderReportNamesMainProblems(t *testing.T) {
+	f := loadFixture(t)
+	var b strings.Builder
+	if err := RenderReport(&b, mustCompute(t, f.Input, f.Options)); err != nil {
+		t.Fatal(err)
+	}
+	want := "\nMain problem per pool (details: gpugov report --reasons)\n" +
+		"pool p1: main problem is fragmentation and spec — 66.7% of waiting GPU-seconds (fragmented 66.7%)\n" +
+		"pool p2: main problem is environment and operator — 100.0% of waiting GPU-seconds (environment_not_ready 100.0%)\n"
+	if !strings.HasSuffix(b.String(), want) {
+		t.Errorf("report does not end with the verdicts:\n%s", b.String())
+	}
+}
