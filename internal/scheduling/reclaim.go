@@ -35,6 +35,18 @@ type poolReclaim struct {
 	// ends caches returnAsTheyEnd's text for the cycle (endsDone: computed).
 	ends     string
 	endsDone bool
+	// lentTo caches lentOutPhrase's list of borrowers, valid while the
+	// pool's usage is lentToUsed (usage only grows within a cycle, so an
+	// unchanged total means no charge since); lentToSet: computed once.
+	lentTo     string
+	lentToUsed int64
+	lentToSet  bool
+	// waitTail caches the default ending of lentOutPhrase (no reclaim
+	// proposed), which depends only on the cycle's gates and borrowers' runs.
+	waitTail string
+	// refusal caches borrowRefusal's claim texts for refusalClaims claims.
+	refusalWhy, refusalReEval string
+	refusalClaims             int
 }
 
 // lenderClaim is a lender project's claim on its lent quota: the first of
@@ -194,10 +206,15 @@ func (c *cycle) borrowRefusal(je *jobEntry, ps *poolState) (why, reEval string) 
 			return why, reEval
 		}
 	}
-	claims := ps.quota.reclaim.claims
+	rc := ps.quota.reclaim
+	claims := rc.claims
 	if len(claims) == 0 {
 		return "", ""
 	}
+	if rc.refusalClaims == len(claims) {
+		return rc.refusalWhy, rc.refusalReEval
+	}
+	defer func() { rc.refusalWhy, rc.refusalReEval, rc.refusalClaims = why, reEval, len(claims) }()
 	sorted := slices.Clone(claims)
 	slices.SortFunc(sorted, func(a, b lenderClaim) int { return strings.Compare(a.project, b.project) })
 	projects, jobs := make([]string, len(sorted)), make([]string, len(sorted))
@@ -241,23 +258,12 @@ func thrashLimit(times []time.Time, now time.Time, windowS float64, limit int) (
 // borrows in the pool): by the grace end of a preemption in progress or
 // proposed to act, else as the borrowers' jobs end.
 func (c *cycle) lentOutPhrase(je *jobEntry, ps *poolState, prop *PreemptionProposal, inProgress bool) string {
-	var b strings.Builder
-	n := 0
-	for _, br := range ps.quota.borrowers() {
-		if br.project == je.project {
-			continue
-		}
-		if n == 0 {
-			b.WriteString("; quota of project " + je.project + " is lent out to ")
-		} else {
-			b.WriteString(", ")
-		}
-		b.WriteString(br.project + " (" + strconv.FormatInt(br.milli, 10) + " milli-GPU)")
-		n++
-	}
-	if n == 0 {
+	lentTo := c.lentTo(ps)
+	if lentTo == "" {
 		return ""
 	}
+	var b strings.Builder
+	b.WriteString("; quota of project " + je.project + " is lent out to " + lentTo)
 	grace := c.p.Preemption.GraceSeconds
 	graceText := strconv.FormatFloat(grace, 'f', -1, 64)
 	switch {
@@ -273,10 +279,32 @@ func (c *cycle) lentOutPhrase(je *jobEntry, ps *poolState, prop *PreemptionPropo
 		b.WriteString("; the preemption is only recorded (pool stage " + string(ps.stage) + "): it comes back as the borrowers' jobs end")
 		b.WriteString(c.returnAsTheyEnd(ps))
 	default:
-		b.WriteString("; " + c.noReclaimWhy(ps) + ": it comes back as the borrowers' jobs end")
-		b.WriteString(c.returnAsTheyEnd(ps))
+		rc := ps.quota.reclaim
+		if rc.waitTail == "" {
+			rc.waitTail = "; " + c.noReclaimWhy(ps) + ": it comes back as the borrowers' jobs end" + c.returnAsTheyEnd(ps)
+		}
+		b.WriteString(rc.waitTail)
 	}
 	return b.String()
+}
+
+// lentTo lists the pool's borrowers with what each borrows now ("" when
+// none). A lender is within its nominal quota, so it is never among them.
+func (c *cycle) lentTo(ps *poolState) string {
+	pq := ps.quota
+	rc := pq.reclaim
+	if rc.lentToSet && rc.lentToUsed == pq.used {
+		return rc.lentTo
+	}
+	var b strings.Builder
+	for i, br := range pq.borrowers() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(br.project + " (" + strconv.FormatInt(br.milli, 10) + " milli-GPU)")
+	}
+	rc.lentTo, rc.lentToUsed, rc.lentToSet = b.String(), pq.used, true
+	return rc.lentTo
 }
 
 // noReclaimWhy says why no reclaim was proposed for a lender: preemption is
