@@ -109,6 +109,7 @@ func withinNominal(je *jobEntry) bool {
 // projects borrow. Found before ranking matters, a claim refuses borrowing
 // to jobs ranked above the lender as well.
 func (c *cycle) findClaims() {
+	var fits map[*shapeInfo]bool // shapes that fit the free GPUs at the start
 	for i := range c.jobs {
 		je := &c.jobs[i]
 		if je.sh == nil || !je.sh.emptyFit || je.flags&(flagHeld|flagNotReady) != 0 || !withinNominal(je) {
@@ -117,7 +118,14 @@ func (c *cycle) findClaims() {
 		rc := je.ps.quota.reclaim
 		switch {
 		case je.flags&flagPreempting != 0, !je.job.VictimsReleasedAt.IsZero():
-		case rc.othersBorrowedAtStart(je.project) && !c.fitsFreeNow(je.ps, je.sh):
+		case rc.othersBorrowedAtStart(je.project) && !fits[je.sh]:
+			if c.fitsFreeNow(je.ps, je.sh) {
+				if fits == nil {
+					fits = make(map[*shapeInfo]bool)
+				}
+				fits[je.sh] = true
+				continue
+			}
 		default:
 			continue
 		}
