@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -410,4 +412,94 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 	}
 	out = out.utc()
 	return &out, change, nil
+}
+
+// SyncQuotas makes the stored quotas exactly quotas (the active policy
+// version's, docs/design.md §4): it deletes the stored quotas the list
+// leaves out, inserts or updates the others, and audits each quota that
+// changed (AuditSetQuota, actor and reason as given, before and after; after
+// null for a removed quota, which leaves the project unlimited in the pool),
+// in one transaction. It returns the changed pairs as "pool/project",
+// sorted. Repeating the call changes nothing. A duplicate (project, pool)
+// pair keeps its first entry, as the scheduler does. Errors are wrapped
+// with "sync quotas".
+func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor, reason string) ([]string, error) {
+	if err := required("actor", actor); err != nil {
+		return nil, fmt.Errorf("store: sync quotas: %w", err)
+	}
+	var changed []string
+	err := s.inTx(ctx, "sync quotas", func(tx pgx.Tx) error {
+		changed = nil
+		rows, err := tx.Query(ctx, `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas
+			ORDER BY project COLLATE "C", pool COLLATE "C" FOR UPDATE`)
+		if err != nil {
+			return err
+		}
+		stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (scheduling.Quota, error) {
+			var q scheduling.Quota
+			err := r.Scan(&q.Project, &q.Pool, &q.NominalMilli, &q.BorrowingLimitMilli)
+			return q, err
+		})
+		if err != nil {
+			return err
+		}
+		type key struct{ pool, project string }
+		old := make(map[key]scheduling.Quota, len(stored))
+		for _, q := range stored {
+			old[key{q.Pool, q.Project}] = q
+		}
+		want := make(map[key]scheduling.Quota, len(quotas))
+		var order []key
+		for _, q := range quotas {
+			k := key{q.Pool, q.Project}
+			if _, dup := want[k]; !dup {
+				want[k] = q
+				order = append(order, k)
+			}
+		}
+		for _, q := range stored {
+			k := key{q.Pool, q.Project}
+			if _, ok := want[k]; !ok {
+				order = append(order, k)
+			}
+		}
+		slices.SortFunc(order, func(a, b key) int { return cmp.Or(cmp.Compare(a.pool, b.pool), cmp.Compare(a.project, b.project)) })
+		now := time.Now()
+		for _, k := range order {
+			before, had := old[k]
+			after, keep := want[k]
+			var beforeDoc, afterDoc map[string]any
+			switch {
+			case had && keep && before == after:
+				continue
+			case keep:
+				if _, err := tx.Exec(ctx, `INSERT INTO quotas (project, pool, nominal_milli, borrowing_limit_milli, updated_at)
+					VALUES ($1, $2, $3, $4, $5)
+					ON CONFLICT (project, pool) DO UPDATE SET nominal_milli = EXCLUDED.nominal_milli,
+						borrowing_limit_milli = EXCLUDED.borrowing_limit_milli, updated_at = EXCLUDED.updated_at`,
+					k.project, k.pool, after.NominalMilli, after.BorrowingLimitMilli, now); err != nil {
+					return err
+				}
+				afterDoc = quotaDoc(&after)
+			default:
+				if _, err := tx.Exec(ctx, `DELETE FROM quotas WHERE project = $1 AND pool = $2`, k.project, k.pool); err != nil {
+					return err
+				}
+			}
+			if had {
+				beforeDoc = quotaDoc(&before)
+			}
+			subject := k.pool + "/" + k.project
+			changed = append(changed, subject)
+			if err := appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: AuditSetQuota, Subject: subject, Reason: reason,
+				Evidence: map[string]any{"pool": k.pool, "project": k.project, "before": beforeDoc, "after": afterDoc}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return changed, nil
 }

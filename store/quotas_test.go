@@ -181,3 +181,32 @@ func TestQuotaRequests(t *testing.T) {
 		t.Fatalf("denied list %+v", got)
 	}
 }
+
+// TestSyncQuotas: the stored quotas become exactly the list, each change
+// audited with before and after (after null for a removed quota); a repeat
+// changes nothing.
+func TestSyncQuotas(t *testing.T) {
+	t.Parallel()
+	s, _ := quotaStore(t) // vision 1000 in p
+	ctx := context.Background()
+	if err := s.UpsertQuotas(ctx, []scheduling.Quota{{Project: "audio", Pool: "p", NominalMilli: 500}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []scheduling.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}, {Project: "text", Pool: "p", NominalMilli: 100},
+		{Project: "text", Pool: "p", NominalMilli: 999}} // a duplicate: the first entry wins
+	changed, err := s.SyncQuotas(ctx, want, "serve", "loaded from policy.yaml")
+	if err != nil || len(changed) != 3 || changed[0] != "p/audio" || changed[1] != "p/text" || changed[2] != "p/vision" {
+		t.Fatalf("sync: %v %v", changed, err)
+	}
+	snap, _ := s.LoadSnapshot(ctx, time.Now())
+	if len(snap.Quotas) != 2 || snap.Quotas[0] != want[1] || snap.Quotas[1] != want[0] {
+		t.Fatalf("stored quotas %+v", snap.Quotas)
+	}
+	removed, _ := s.AuditFor(ctx, "p/audio", 0)
+	if len(removed) != 1 || removed[0].Evidence["after"] != nil || removed[0].Evidence["before"].(map[string]any)["nominal_milli"] != float64(500) {
+		t.Fatalf("removal audit %+v", removed)
+	}
+	if changed, err := s.SyncQuotas(ctx, want, "serve", "again"); err != nil || len(changed) != 0 {
+		t.Fatalf("repeat: %v %v", changed, err)
+	}
+}
