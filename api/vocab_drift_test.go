@@ -111,6 +111,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("Reclaim", "stage"), withEmpty(names(vocab.AutomationStages))},
 		{prop("Reclaim", "state"), names(vocab.ReclaimStates)},
 		{param("/v1/reclaims", "state"), names(vocab.ReclaimStates)},
+		{schema("QuotaRequestState"), names(vocab.QuotaRequestStates)},
+		{prop("QuotaRequest", "state"), names(vocab.QuotaRequestStates)},
+		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")
