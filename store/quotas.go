@@ -144,6 +144,10 @@ func quotaDoc(q *scheduling.Quota) map[string]any {
 	return map[string]any{"nominal_milli": q.NominalMilli, "borrowing_limit_milli": q.BorrowingLimitMilli}
 }
 
+// maxActiveLockAttempts bounds how often setQuotaTx retries locking the
+// active policy version that concurrent switches keep moving.
+const maxActiveLockAttempts = 32
+
 // setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
 func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
 	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
@@ -151,8 +155,24 @@ func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]
 	}
 	var activeHash, base string
 	var body []byte
-	err := tx.QueryRow(ctx, `SELECT hash, body, coalesce(base_hash, hash) FROM policy_versions WHERE active FOR UPDATE`).
-		Scan(&activeHash, &body, &base)
+	var err error
+	// A concurrent switch (another quota change, a reload) that commits
+	// while this lock waits leaves the locked row inactive, and the
+	// statement then returns no row: a fresh statement sees the new active
+	// version, unless there is none at all.
+	for range maxActiveLockAttempts {
+		err = tx.QueryRow(ctx, `SELECT hash, body, coalesce(base_hash, hash) FROM policy_versions WHERE active FOR UPDATE`).
+			Scan(&activeHash, &body, &base)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+		var exists bool
+		if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM policy_versions WHERE active)`).Scan(&exists); qerr != nil {
+			return nil, qerr
+		} else if !exists {
+			break
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("no active policy version to derive the quota change from (serve stores one at start): %w", ErrConflict)
 	}

@@ -133,3 +133,12 @@ func TestQuotaCommands(t *testing.T) {
 		t.Fatalf("requests: %v %s", err, out)
 	}
 }
+
+// TestWhyNamesTheQuotaCommand: a quota_exhausted wait names the command that
+// asks for more quota.
+func TestWhyNamesTheQuotaCommand(t *testing.T) {
+	j := &api.Job{ID: "j-1", Project: "vision", Resources: api.ResourceSpec{Pool: "a100-east", GPUs: 1}}
+	if got := actionCommand(j, vocab.ReasonQuotaExhausted); !strings.HasPrefix(got, "gpugov quota request a100-east vision --nominal-milli N --reason TEXT") {
+		t.Fatalf("action %q", got)
+	}
+}
