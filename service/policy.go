@@ -50,6 +50,12 @@ func (s *Service) currentPolicy() *policy.Policy {
 	if p := s.inForce.Load(); p != nil {
 		return p
 	}
+	return s.filePolicy()
+}
+
+// filePolicy is the policy the file (or Config.Policy, or the default)
+// gives: what a decoded version takes its unhashed fields from.
+func (s *Service) filePolicy() *policy.Policy {
 	if s.policy != nil {
 		return s.policy.Current()
 	}
@@ -90,6 +96,7 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if p.Hash() != v.Hash {
 		return fmt.Errorf("active policy version %s decodes to %s", v.Hash, p.Hash())
 	}
+	p.KeepUnhashed(s.filePolicy())
 	s.inForce.Store(p)
 	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom)
 	return nil
@@ -107,7 +114,7 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 	if s.policy != nil {
 		reason = "loaded from " + s.policy.Path
 	}
-	p := s.currentPolicy()
+	p := s.filePolicy()
 	active, err := s.store.ActivePolicyVersion(ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -118,6 +125,7 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 		if err != nil || derived.Hash() != active.Hash {
 			return fmt.Errorf("service: active policy version %s cannot be decoded: %v", active.Hash, err)
 		}
+		derived.KeepUnhashed(p)
 		p, reason = derived, reason+"; kept the version derived from it by quota changes"
 	}
 	if err := s.applyPolicy(ctx, p, reason, true); err != nil {

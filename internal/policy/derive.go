@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 )
 
@@ -48,7 +49,10 @@ func ValidateQuota(q Quota) (field, message string) {
 // FromCanonical decodes a stored policy version's body (Canonical, possibly
 // re-encoded by PostgreSQL's jsonb, which reorders keys) back into the
 // policy it was made from, with the default Simulation section (which the
-// body leaves out; serve does not read it). It returns an error for a body
+// body leaves out; KeepUnhashed takes such fields from the file's policy).
+// Serve's policy in force is the decoded active version (docs/design.md §4),
+// so a field serve reads must be in the body: only top-level fields tagged
+// json:"-" are restored by KeepUnhashed; a nested one would be lost. It returns an error for a body
 // that is not such a document (unknown fields included). The decoded policy
 // has the body's Hash when the body was made by Canonical; callers that must
 // know (deriving a version) compare.
@@ -87,4 +91,20 @@ func (p *Policy) WithQuota(q Quota) (*Policy, *Quota) {
 	}
 	c.Quotas = append(c.Quotas, q)
 	return &c, nil
+}
+
+// KeepUnhashed sets every top-level field of p that Canonical leaves out
+// (tagged json:"-", e.g. Simulation) to from's value: those fields are not
+// part of the version, so a decoded version takes them from the policy file
+// that is loaded. A nil from changes nothing.
+func (p *Policy) KeepUnhashed(from *Policy) {
+	if from == nil {
+		return
+	}
+	dst, src := reflect.ValueOf(p).Elem(), reflect.ValueOf(from).Elem()
+	for i := range dst.NumField() {
+		if dst.Type().Field(i).Tag.Get("json") == "-" {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
 }

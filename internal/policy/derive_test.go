@@ -68,3 +68,21 @@ func TestWithQuota(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepUnhashed: the fields Canonical leaves out come from the file's
+// policy; the hashed ones stay the version's.
+func TestKeepUnhashed(t *testing.T) {
+	file := mustLoad(t, "testdata/good.yaml")
+	v, err := FromCanonical(Default().Canonical())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.KeepUnhashed(file)
+	if !reflect.DeepEqual(v.Simulation, file.Simulation) || v.Hash() != Default().Hash() {
+		t.Fatalf("simulation %+v, hash %s", v.Simulation, v.Hash())
+	}
+	v.KeepUnhashed(nil)
+	if !reflect.DeepEqual(v.Simulation, file.Simulation) {
+		t.Fatal("a nil source changed the policy")
+	}
+}
