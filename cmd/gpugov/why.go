@@ -121,6 +121,9 @@ func actionCommand(j *api.Job, reason vocab.WaitReason) string {
 			}
 		}
 		return strings.Join(cmds, "; ")
+	case vocab.ReasonQuotaExhausted:
+		return fmt.Sprintf("gpugov quota request %s %s --nominal-milli N --reason TEXT (an admin approves it; gpugov quota list --pool %s shows who uses the pool's quota)",
+			j.Resources.Pool, j.Project, j.Resources.Pool)
 	case vocab.ReasonNoMatchingCapacity, vocab.ReasonFragmented:
 		return fmt.Sprintf("gpugov amend %s -f resources.yaml (with a request the pool's nodes can hold; GET /v1/inventory lists them)", j.ID)
 	}

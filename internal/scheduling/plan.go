@@ -124,14 +124,7 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 		ps.initIndex()
 		ps.slow = slow
 	}
-	var projectOf map[string]string // only quotas need the project of an allocation
-	if len(s.Quotas) > 0 {
-		projectOf = make(map[string]string, len(s.Running))
-		for i := range s.Running {
-			projectOf[s.Running[i].ID] = s.Running[i].Project
-		}
-	}
-	c.quota = newQuotaState(s, c.cap, projectOf)
+	c.quota = newQuotaState(s, c.cap, runningProjects(s))
 	for _, ps := range c.cap.sorted {
 		ps.quota = c.quota.pools[ps.name]
 	}
