@@ -90,6 +90,7 @@ type jobStatic struct {
 	tier        vocab.Tier
 	request     scheduling.ResourceRequest
 	submitTime  time.Time
+	runSeconds  int64  // the spec's declared run_seconds, rounded up (0: none)
 	seen        uint64 // generation of the last load that saw the job live
 }
 
@@ -363,13 +364,18 @@ func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error
 	if len(l.missing) == 0 {
 		return nil
 	}
-	return forEachRow(ctx, tx, `SELECT seq, job_id, project, queue, tier, submit_time, `+requestColumns+`
+	// The declared run time is in the job's spec document, read from jobs
+	// once per live job (the cache keeps it), not mirrored in job_queue.
+	return forEachRow(ctx, tx, `SELECT seq, job_id, project, queue, tier, submit_time,
+			(SELECT coalesce(ceil((j.spec->>'run_seconds')::float8), 0)::bigint FROM jobs j WHERE j.id = job_queue.job_id),
+			`+requestColumns+`
 		FROM job_queue WHERE seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
 		var seq int64
 		var tier string
 		st := &jobStatic{seen: l.cache.generation}
 		var c requestCols
-		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime}, c.targets()...)...); err != nil {
+		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds},
+			c.targets()...)...); err != nil {
 			return err
 		}
 		var ok bool
@@ -401,6 +407,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		a := &l.allocs[l.runningAlloc[i]]
 		a.JobID = st.id
 		rj.ID, rj.Project, rj.Queue, rj.Tier, rj.Request, rj.Allocation = st.id, st.project, st.queue, st.tier, st.request, *a
+		rj.RunSeconds = st.runSeconds
 		cp, err := decodeCheckpoint(l.runningCheckpoint[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", rj.ID, err)

@@ -10,6 +10,8 @@ import (
 type quotaRow struct {
 	q    Quota
 	used int64
+	// releases caches quotaReleases by need (shifted left, bit 0: may borrow).
+	releases map[int64][]ExpectedRelease
 }
 
 // poolQuota is the Kueue-style quota accounting of one pool. The cohort is

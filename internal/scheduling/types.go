@@ -175,6 +175,7 @@ type RunningJob struct {
 	Request    ResourceRequest
 	Allocation Allocation
 	StartedAt  time.Time // start of the current run
+	RunSeconds int64     // the job's declared run time in seconds (0: unknown)
 	Recovery   RecoveryEvidence
 	Protected  bool
 	// RecentPreemptions holds the times this job was preempted, for the anti-thrash rule.
