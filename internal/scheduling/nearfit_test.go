@@ -344,3 +344,29 @@ func TestQuotaShortfall(t *testing.T) {
 		t.Fatalf("borrowing: shortfall %d, want 2000 (limit and cohort both need 2000)", got)
 	}
 }
+
+// TestFragmentedReleases checks that a fragmented wait lists the releases
+// that would complete a group on one node: the earliest matching release on
+// a node that then holds enough, after earlier ones that do not suffice.
+func TestFragmentedReleases(t *testing.T) {
+	n1, n2 := mkNode("n1", 4, "H100", 81920, 0), mkNode("n2", 4, "H100", 81920, 0)
+	run := func(id string, n Node, gpu int, runFor time.Duration) RunningJob {
+		r := mkRunning(id, vocab.TierStandard, "p", n.Name, time.Hour, n.GPUs[gpu].UUID)
+		r.Recovery.Checkpointable, r.RunSeconds = false, int64(runFor/time.Second)
+		return r
+	}
+	j := mkJob("j", vocab.TierStandard, 3, "p", 0)
+	j.Request.Topology = TopologySameNode
+	s := &Snapshot{Pools: []Pool{mkPool("p", n1, n2)}, Pending: []PendingJob{j}}
+	// n1 and n2 have 2 free each (4 in total, 2 together): fragmented.
+	withRunning(s, run("n1-a", n1, 0, 90*time.Minute), run("n1-b", n1, 1, 4*time.Hour),
+		run("n2-a", n2, 0, 2*time.Hour), run("n2-b", n2, 1, 3*time.Hour))
+	r, _ := planBoth(t, s, "j")
+	w := waitOf(r, "j")
+	if w == nil || w.Reason != vocab.ReasonFragmented {
+		t.Fatalf("wait = %+v, want fragmented", w)
+	}
+	if len(w.Releases) != 1 || w.Releases[0].JobID != "n1-a" || !w.Releases[0].ExpectedEnd.Equal(t0.Add(30*time.Minute)) {
+		t.Fatalf("releases %+v, want n1-a alone (3 free on n1 after it)", w.Releases)
+	}
+}

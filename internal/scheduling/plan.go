@@ -22,7 +22,10 @@ import (
 // is remembered per shape for the rest of the cycle (free capacity only
 // shrinks within a cycle); and a blocked shape's reason and texts are reused
 // until capacity its GPU classes see changes. So, once a pool is full, a job
-// costs a few map lookups and one status record.
+// costs a few map lookups and one status record. The nearest-fit suggestions
+// and expected releases of a wait (docs/design.md §1 "What would change it")
+// are computed once per shape per cycle, and the running jobs' expected ends
+// are indexed only when some wait needs them.
 func Plan(s *Snapshot, p *Policy, now time.Time) *Result {
 	return plan(s, p, now, false)
 }
@@ -306,6 +309,7 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 	switch rc.reason {
 	case vocab.ReasonFragmented: // before this job's own reservation takes free GPUs
 		suggest = ps.suggestionsFor(sh, rc.reason)
+		releases = c.capacityReleases(ps, sh)
 	case vocab.ReasonCapacityBusy:
 		releases = c.capacityReleases(ps, sh)
 	}

@@ -83,13 +83,14 @@ func (c *cycle) release(e *runEnd, milli int64) ExpectedRelease {
 	return ExpectedRelease{JobID: c.s.Running[e.run].ID, Milli: milli, ExpectedEnd: time.Unix(0, e.end).UTC()}
 }
 
-// capacityReleases lists, for a shape waiting with capacity_busy, the running
-// jobs holding GPUs it matches, earliest expected end first, until the GPUs
-// their ends free together with the free ones would give the request as many
-// GPUs as it asks for in one unit of its topology (a node for same-node, an
-// NVLink domain for nvlink-domain, the pool for any); at most MaxReleases.
-// Reservations and host CPU/memory are not considered: the list is the
-// earliest chance, not a promise. Computed once per shape per cycle.
+// capacityReleases lists, for a shape waiting with capacity_busy or
+// fragmented, the running jobs holding GPUs it matches, earliest expected end
+// first, until the GPUs their ends free together with the free ones would
+// give the request as many GPUs as it asks for in one unit of its topology
+// (a node for same-node, an NVLink domain for nvlink-domain, the pool for
+// any); at most MaxReleases. Reservations and host CPU/memory are not
+// considered: the list is the earliest chance, not a promise. Computed once
+// per shape per cycle, at its first job that needs it.
 func (c *cycle) capacityReleases(ps *poolState, sh *shapeInfo) []ExpectedRelease {
 	if sh.releasesDone {
 		return sh.releases
