@@ -144,7 +144,7 @@ func (ps *poolState) existingMask(match []bool) *maskIndex {
 // free-capacity index when its class set has one, else by the reference
 // scans (the same rule either way).
 func (ps *poolState) fits(sh *shapeInfo, mode searchMode) bool {
-	if !validTopology(sh.topo) || sh.count < 0 {
+	if !validTopology(sh.topo) || sh.count < 0 || (sh.count > 0 && !slices.Contains(sh.match, true)) {
 		return false
 	}
 	if mode == searchEmpty && sh.mi != nil {
@@ -173,15 +173,23 @@ func (ps *poolState) probeCounts(sh *shapeInfo) (matching, free int) {
 	return matching, free
 }
 
-// better reports whether probe a is a better suggestion than b in target:
-// more GPUs free now (searchFree) or more matching GPUs (searchEmpty).
-func (ps *poolState) better(a, b *shapeInfo, target searchMode) bool {
-	am, af := ps.probeCounts(a)
-	bm, bf := ps.probeCounts(b)
-	if target == searchFree {
-		return af > bf || (af == bf && am > bm)
+// probeCapacity is a fitting probe with its counts (probeCounts).
+type probeCapacity struct {
+	sh             *shapeInfo
+	matching, free int
+}
+
+// better reports whether probe a is a better suggestion than b (nil: none
+// yet) in target: more GPUs free now (searchFree) or more matching GPUs
+// (searchEmpty).
+func better(a probeCapacity, b *probeCapacity, target searchMode) bool {
+	if b == nil {
+		return true
 	}
-	return am > bm || (am == bm && af > bf)
+	if target == searchFree {
+		return a.free > b.free || (a.free == b.free && a.matching > b.matching)
+	}
+	return a.matching > b.matching || (a.matching == b.matching && a.free > b.free)
 }
 
 // widenModels tries the request with one more GPU model of the pool allowed,
@@ -195,8 +203,7 @@ func (ps *poolState) widenModels(r *ResourceRequest, target searchMode) (string,
 		}
 	}
 	slices.Sort(models)
-	var best *shapeInfo
-	var bestList []string
+	var best *probeCapacity
 	for _, m := range models {
 		q := *r
 		q.GPUModels = append(slices.Clone(r.GPUModels), m)
@@ -204,14 +211,16 @@ func (ps *poolState) widenModels(r *ResourceRequest, target searchMode) (string,
 		if !ps.fits(probe, target) {
 			continue
 		}
-		if best == nil || ps.better(probe, best, target) {
-			best, bestList = probe, q.GPUModels
+		pc := probeCapacity{sh: probe}
+		pc.matching, pc.free = ps.probeCounts(probe)
+		if better(pc, best, target) {
+			best = &pc
 		}
 	}
 	if best == nil {
 		return "", nil
 	}
-	return strings.Join(bestList, ","), best
+	return strings.Join(best.sh.req.GPUModels, ","), best.sh
 }
 
 // lowerMemory tries the request's memory minimum lowered to each smaller GPU
@@ -288,7 +297,7 @@ func (ps *poolState) dropSelectorPair(r *ResourceRequest, target searchMode) (st
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var best *shapeInfo
+	var best *probeCapacity
 	for _, k := range keys {
 		q := *r
 		q.NodeSelector = make(map[string]string, len(r.NodeSelector)-1)
@@ -301,14 +310,16 @@ func (ps *poolState) dropSelectorPair(r *ResourceRequest, target searchMode) (st
 		if !ps.fits(probe, target) {
 			continue
 		}
-		if best == nil || ps.better(probe, best, target) {
-			best = probe
+		pc := probeCapacity{sh: probe}
+		pc.matching, pc.free = ps.probeCounts(probe)
+		if better(pc, best, target) {
+			best = &pc
 		}
 	}
 	if best == nil {
 		return "", nil
 	}
-	return selectorText(best.req.NodeSelector), best
+	return selectorText(best.sh.req.NodeSelector), best.sh
 }
 
 // suggestionText renders a suggestion: "fits now if gpu_models also allows
