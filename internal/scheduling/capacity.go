@@ -111,7 +111,6 @@ type poolState struct {
 	// −1 unset) and the touched lists are capacityReleases' scratch.
 	ends                       []runEnd
 	endShares                  []endShare
-	endsByProject              map[string][]int32 // indices into ends, for quota releases
 	relFreed, relUnit          []int32
 	relTouched, relTouchedUnit []int32
 }

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -368,5 +369,28 @@ func TestFragmentedReleases(t *testing.T) {
 	}
 	if len(w.Releases) != 1 || w.Releases[0].JobID != "n1-a" || !w.Releases[0].ExpectedEnd.Equal(t0.Add(30*time.Minute)) {
 		t.Fatalf("releases %+v, want n1-a alone (3 free on n1 after it)", w.Releases)
+	}
+}
+
+// TestSortEndsPacked checks that the packed-key sort of expected ends gives
+// the order of the comparison sort (end, then run index) on ends with many
+// ties, and refuses ends that are not whole microseconds.
+func TestSortEndsPacked(t *testing.T) {
+	var ends []runEnd
+	for i := range 500 {
+		ends = append(ends, runEnd{end: t0.UnixNano() + int64(i*7919%97)*int64(time.Second), run: int32(i)})
+	}
+	want := slices.Clone(ends)
+	slices.SortFunc(want, func(a, b runEnd) int {
+		if a.end != b.end {
+			return compareInt64(a.end, b.end)
+		}
+		return int(a.run - b.run)
+	})
+	if !sortEndsPacked(ends) || !slices.Equal(ends, want) {
+		t.Fatal("packed sort differs from the comparison sort")
+	}
+	if sortEndsPacked([]runEnd{{end: 1500}, {end: 1000}}) {
+		t.Fatal("packed sort accepted ends that are not whole microseconds")
 	}
 }

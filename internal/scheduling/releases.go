@@ -16,7 +16,8 @@ type runEnd struct {
 	end         int64
 	run         int32
 	first, last int32
-	total       int64 // milli-GPU of the whole allocation
+	total       int64  // milli-GPU of the whole allocation
+	project     string // the running job's project
 }
 
 // endShare is one GPU share of a runEnd: the GPU's pool index and milli-GPU.
@@ -41,8 +42,12 @@ func (c *cycle) buildEnds() {
 	}
 	c.endsBuilt = true
 	var last *poolState
+	byID := true // Snapshot.Running in job ID order (the store's): index order is ID order
 	for i := range c.s.Running {
 		rj := &c.s.Running[i]
+		if i > 0 && byID && c.s.Running[i-1].ID > rj.ID {
+			byID = false
+		}
 		end, ok := expectedEnd(rj)
 		if !ok {
 			continue
@@ -59,7 +64,8 @@ func (c *cycle) buildEnds() {
 			ps.ends = make([]runEnd, 0, len(c.s.Running))
 			ps.endShares = make([]endShare, 0, len(c.s.Running))
 		}
-		e := runEnd{end: end.UnixNano(), run: int32(i), total: allocationMilli(a), first: int32(len(ps.endShares))}
+		e := runEnd{end: end.UnixNano(), run: int32(i), total: allocationMilli(a), first: int32(len(ps.endShares)),
+			project: rj.Project}
 		for _, sh := range a.GPUs {
 			if ref, ok := c.cap.locate(a.Pool, a.Node, sh.UUID); ok && ref.pool == ps {
 				ps.endShares = append(ps.endShares, endShare{ref.idx, int32(max(sh.Milli, 0))})
@@ -69,13 +75,50 @@ func (c *cycle) buildEnds() {
 		ps.ends = append(ps.ends, e)
 	}
 	for _, ps := range c.cap.sorted {
-		slices.SortFunc(ps.ends, func(a, b runEnd) int {
-			if a.end != b.end {
-				return compareInt64(a.end, b.end)
-			}
-			return strings.Compare(c.s.Running[a.run].ID, c.s.Running[b.run].ID)
-		})
+		if !byID || !sortEndsPacked(ps.ends) {
+			slices.SortFunc(ps.ends, func(a, b runEnd) int {
+				if a.end != b.end {
+					return compareInt64(a.end, b.end)
+				}
+				return strings.Compare(c.s.Running[a.run].ID, c.s.Running[b.run].ID)
+			})
+		}
 	}
+}
+
+// sortEndsPacked sorts ends by expected end, then running-job index, through
+// one packed integer key each (microseconds since the earliest end << 24 |
+// position), which is exact when every end is a whole microsecond (times
+// from PostgreSQL and the simulator are) and the span and count fit; it
+// returns false, sorting nothing, otherwise. With Snapshot.Running in job ID
+// order, index order is ID order.
+func sortEndsPacked(ends []runEnd) bool {
+	const idxBits = 24
+	if len(ends) < 2 {
+		return true
+	}
+	if len(ends) >= 1<<idxBits {
+		return false
+	}
+	lo := ends[0].end
+	for i := range ends {
+		lo = min(lo, ends[i].end)
+	}
+	keys := make([]uint64, len(ends))
+	for i := range ends {
+		d := ends[i].end - lo
+		if d%1000 != 0 || d/1000 >= 1<<(64-idxBits) {
+			return false
+		}
+		keys[i] = uint64(d/1000)<<idxBits | uint64(i)
+	}
+	slices.Sort(keys) // ties of the end by position: buildEnds appends in run order
+	sorted := make([]runEnd, len(ends))
+	for i, k := range keys {
+		sorted[i] = ends[k&(1<<idxBits-1)]
+	}
+	copy(ends, sorted)
+	return true
 }
 
 // release is the ExpectedRelease of e freeing milli.
@@ -198,19 +241,18 @@ func (c *cycle) quotaReleases(ps *poolState, row *quotaRow, borrow bool, need in
 		return rel
 	}
 	c.buildEnds()
-	if ps.endsByProject == nil {
-		ps.endsByProject = map[string][]int32{}
+	if !row.endsDone {
+		row.endsDone = true
 		for i := range ps.ends {
-			if e := &ps.ends[i]; e.total > 0 {
-				p := c.s.Running[e.run].Project
-				ps.endsByProject[p] = append(ps.endsByProject[p], int32(i))
+			if e := &ps.ends[i]; e.total > 0 && e.project == row.q.Project {
+				row.ends = append(row.ends, int32(i))
 			}
 		}
 	}
 	short := ps.quota.shortfall(row, borrow, need)
 	var out []ExpectedRelease
 	var freed int64
-	for _, i := range ps.endsByProject[row.q.Project] {
+	for _, i := range row.ends {
 		e := &ps.ends[i]
 		out = append(out, c.release(e, e.total))
 		freed += e.total
