@@ -116,6 +116,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("Reclaim", "stage"), withEmpty(names(vocab.AutomationStages))},
 		{prop("Reclaim", "state"), names(vocab.ReclaimStates)},
 		{param("/v1/reclaims", "state"), names(vocab.ReclaimStates)},
+		{prop("Notification", "type"), names(vocab.NotificationKinds)},
+		{prop("Notification", "state"), names(vocab.NotificationStates)},
+		{param("/v1/notifications", "state"), names(vocab.NotificationStates)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")
