@@ -22,7 +22,10 @@ import (
 // is remembered per shape for the rest of the cycle (free capacity only
 // shrinks within a cycle); and a blocked shape's reason and texts are reused
 // until capacity its GPU classes see changes. So, once a pool is full, a job
-// costs a few map lookups and one status record.
+// costs a few map lookups and one status record. The nearest-fit suggestions
+// and expected releases of a wait (docs/design.md §1 "What would change it")
+// are computed once per shape per cycle, and the running jobs' expected ends
+// are indexed only when some wait needs them.
 func Plan(s *Snapshot, p *Policy, now time.Time) *Result {
 	return plan(s, p, now, false)
 }
@@ -102,6 +105,7 @@ type cycle struct {
 	projects        map[string]*projectInfo
 	lastProject     *projectInfo
 	lastProjectName string
+	endsBuilt       bool // poolState.ends are built (buildEnds)
 }
 
 // newCycle indexes the snapshot and ranks the pending jobs. Ranking needs
@@ -257,7 +261,8 @@ func (c *cycle) decide(je *jobEntry) {
 	}
 	if !sh.emptyFit {
 		d, re := noMatchingStatus(ps, sh)
-		c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
+		w := c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
+		w.Suggestions = ps.suggestionsFor(sh, vocab.ReasonNoMatchingCapacity)
 		return
 	}
 	qv := ps.quota.check(je.qrow, je.tier, je.need)
@@ -271,7 +276,8 @@ func (c *cycle) decide(je *jobEntry) {
 	}
 	if !qv.ok {
 		d, re := quotaStatus(je.project, ps.name, qv)
-		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		w := c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		w.Releases = c.quotaReleases(ps, qv.row, canBorrow(je.tier), je.need)
 		return
 	}
 	if !sh.noFitFree {
@@ -304,6 +310,15 @@ func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv 
 func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerdict) {
 	rc := c.capacityReason(ps, sh)
 	detail, reEval, blocking := rc.detail, rc.reEval, rc.blocking
+	var suggest []Suggestion
+	var releases []ExpectedRelease
+	switch rc.reason {
+	case vocab.ReasonFragmented: // before this job's own reservation takes free GPUs
+		suggest = ps.suggestionsFor(sh, rc.reason)
+		releases = c.capacityReleases(ps, sh)
+	case vocab.ReasonCapacityBusy:
+		releases = c.capacityReleases(ps, sh)
+	}
 	above := int(je.prevInPool)
 	if rc.reason == vocab.ReasonReservedForHigherPriority {
 		above = ps.reservations[rc.reservation].entry
@@ -334,7 +349,8 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
 		}
 	}
-	c.wait(je, rc.reason, detail, reEval, blocking)
+	w := c.wait(je, rc.reason, detail, reEval, blocking)
+	w.Suggestions, w.Releases = suggest, releases
 }
 
 // capacityReason returns reserved_for_higher_priority (fits only on reserved
@@ -376,8 +392,10 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 	return &sh.cached
 }
 
-// wait records a job's wait status.
-func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) {
+// wait records a job's wait status and returns it for the reason's extras
+// (suggestions, releases).
+func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) *WaitStatus {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
 		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.rank), Priority: c.prios[je.rank-1]})
+	return &c.res.Waiting[len(c.res.Waiting)-1]
 }

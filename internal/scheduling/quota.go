@@ -12,6 +12,12 @@ import (
 type quotaRow struct {
 	q    Quota
 	used int64
+	// releases caches quotaReleases by need (shifted left, bit 0: may
+	// borrow); ends are the indices in the pool's ends of the project's
+	// running jobs there, listed on first need (endsDone).
+	releases map[int64][]ExpectedRelease
+	ends     []int32
+	endsDone bool
 }
 
 // poolQuota is the Kueue-style quota accounting of one pool. The cohort is
