@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,6 +193,28 @@ func better(a probeCapacity, b *probeCapacity, target searchMode) bool {
 	return a.matching > b.matching || (a.matching == b.matching && a.free > b.free)
 }
 
+// bestProbe returns the probe of the variant of a request that fits in
+// target with the most capacity (better), or nil when none fits; of equal
+// ones the first in variants wins.
+func (ps *poolState) bestProbe(variants []ResourceRequest, target searchMode) *shapeInfo {
+	var best *probeCapacity
+	for i := range variants {
+		probe := ps.probeShape(&variants[i])
+		if !ps.fits(probe, target) {
+			continue
+		}
+		pc := probeCapacity{sh: probe}
+		pc.matching, pc.free = ps.probeCounts(probe)
+		if better(pc, best, target) {
+			best = &pc
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.sh
+}
+
 // widenModels tries the request with one more GPU model of the pool allowed,
 // for each model it does not allow (by name), and returns the widened list of
 // the one that fits with the most capacity.
@@ -203,24 +226,16 @@ func (ps *poolState) widenModels(r *ResourceRequest, target searchMode) (string,
 		}
 	}
 	slices.Sort(models)
-	var best *probeCapacity
-	for _, m := range models {
-		q := *r
-		q.GPUModels = append(slices.Clone(r.GPUModels), m)
-		probe := ps.probeShape(&q)
-		if !ps.fits(probe, target) {
-			continue
-		}
-		pc := probeCapacity{sh: probe}
-		pc.matching, pc.free = ps.probeCounts(probe)
-		if better(pc, best, target) {
-			best = &pc
-		}
+	variants := make([]ResourceRequest, len(models))
+	for i, m := range models {
+		variants[i] = *r
+		variants[i].GPUModels = append(slices.Clone(r.GPUModels), m)
 	}
+	best := ps.bestProbe(variants, target)
 	if best == nil {
 		return "", nil
 	}
-	return strings.Join(best.sh.req.GPUModels, ","), best.sh
+	return strings.Join(best.req.GPUModels, ","), best
 }
 
 // lowerMemory tries the request's memory minimum lowered to each smaller GPU
@@ -235,7 +250,7 @@ func (ps *poolState) lowerMemory(sh *shapeInfo, target searchMode) (string, *sha
 			mems = append(mems, c.memoryMiB)
 		}
 	}
-	slices.SortFunc(mems, func(a, b int64) int { return compareInt64(b, a) })
+	slices.SortFunc(mems, func(a, b int64) int { return cmp.Compare(b, a) })
 	for _, m := range mems {
 		q := *r
 		q.GPUMemoryMiB = m
@@ -244,17 +259,6 @@ func (ps *poolState) lowerMemory(sh *shapeInfo, target searchMode) (string, *sha
 		}
 	}
 	return "", nil
-}
-
-// compareInt64 orders int64 ascending.
-func compareInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // fewerGPUs returns the largest GPU count below the request's that fits,
@@ -297,29 +301,21 @@ func (ps *poolState) dropSelectorPair(r *ResourceRequest, target searchMode) (st
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var best *probeCapacity
-	for _, k := range keys {
-		q := *r
-		q.NodeSelector = make(map[string]string, len(r.NodeSelector)-1)
+	variants := make([]ResourceRequest, len(keys))
+	for i, k := range keys {
+		variants[i] = *r
+		variants[i].NodeSelector = make(map[string]string, len(r.NodeSelector)-1)
 		for kk, v := range r.NodeSelector {
 			if kk != k {
-				q.NodeSelector[kk] = v
+				variants[i].NodeSelector[kk] = v
 			}
 		}
-		probe := ps.probeShape(&q)
-		if !ps.fits(probe, target) {
-			continue
-		}
-		pc := probeCapacity{sh: probe}
-		pc.matching, pc.free = ps.probeCounts(probe)
-		if better(pc, best, target) {
-			best = &pc
-		}
 	}
+	best := ps.bestProbe(variants, target)
 	if best == nil {
 		return "", nil
 	}
-	return selectorText(best.sh.req.NodeSelector), best.sh
+	return selectorText(best.req.NodeSelector), best
 }
 
 // suggestionText renders a suggestion: "fits now if gpu_models also allows

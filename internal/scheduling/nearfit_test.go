@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -383,7 +384,7 @@ func TestSortEndsPacked(t *testing.T) {
 	want := slices.Clone(ends)
 	slices.SortFunc(want, func(a, b runEnd) int {
 		if a.end != b.end {
-			return compareInt64(a.end, b.end)
+			return cmp.Compare(a.end, b.end)
 		}
 		return int(a.run - b.run)
 	})

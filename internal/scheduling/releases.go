@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -78,7 +79,7 @@ func (c *cycle) buildEnds() {
 		if !byID || !sortEndsPacked(ps.ends) {
 			slices.SortFunc(ps.ends, func(a, b runEnd) int {
 				if a.end != b.end {
-					return compareInt64(a.end, b.end)
+					return cmp.Compare(a.end, b.end)
 				}
 				return strings.Compare(c.s.Running[a.run].ID, c.s.Running[b.run].ID)
 			})
