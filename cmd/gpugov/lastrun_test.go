@@ -15,16 +15,7 @@ import (
 func TestWhyAndGetShowTheLastRun(t *testing.T) {
 	env := newCLIEnv(t)
 	ctx := context.Background()
-	pool := scheduling.Pool{Name: "a100-east", Available: true, Nodes: []scheduling.Node{{
-		Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
-		GPUs: []scheduling.GPU{
-			{UUID: "GPU-aaaa", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-bbbb", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-		},
-	}}}
-	if err := env.store.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	env.addA100Pool(t, "", "GPU-aaaa", "GPU-bbbb")
 	out, _, err := env.run(t, "submit", "-f", writeFile(t, jobYAML))
 	if err != nil {
 		t.Fatal(err)

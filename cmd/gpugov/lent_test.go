@@ -18,14 +18,7 @@ import (
 func TestWhyShowsLentOutQuota(t *testing.T) {
 	env := newCLIEnv(t)
 	ctx := context.Background()
-	node := scheduling.Node{Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true}
-	for _, u := range []string{"GPU-aaaa", "GPU-bbbb", "GPU-cccc", "GPU-dddd"} {
-		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: u, Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true})
-	}
-	pool := scheduling.Pool{Name: "a100-east", Available: true, Stage: vocab.StageAutomate, Nodes: []scheduling.Node{node}}
-	if err := env.store.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	env.addA100Pool(t, vocab.StageAutomate, "GPU-aaaa", "GPU-bbbb", "GPU-cccc", "GPU-dddd")
 	if err := env.store.UpsertQuotas(ctx, []scheduling.Quota{
 		{Project: "vision", Pool: "a100-east", NominalMilli: 2000},
 		{Project: "nlp", Pool: "a100-east", NominalMilli: 2000, BorrowingLimitMilli: 2000},
@@ -35,23 +28,12 @@ func TestWhyShowsLentOutQuota(t *testing.T) {
 	policy := scheduling.DefaultPolicy()
 	policy.Preemption.RequireVerifiedResume = false
 	start := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
-	cycle := func(id string, at time.Time) *store.CycleOutcome {
-		snap, err := env.store.LoadSnapshot(ctx, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := env.store.ApplyCycle(ctx, id, scheduling.Plan(snap, &policy, at), at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	for range 2 {
 		storetest.Submit(t, env.store, &store.NewJob{Project: "nlp", Queue: "train", Tier: vocab.TierStandard,
 			SubmitTime: start, RunSeconds: 3600, Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 60},
 			Request: scheduling.ResourceRequest{GPUs: 2, Pool: "a100-east"}})
 	}
-	placed := cycle("c-borrow", start)
+	placed := env.planCycle(t, "c-borrow", &policy, start)
 	if len(placed.Placed) != 2 {
 		t.Fatalf("nlp's jobs placed: %+v", placed)
 	}
@@ -66,7 +48,7 @@ func TestWhyShowsLentOutQuota(t *testing.T) {
 	}
 	id := strings.TrimSpace(out)
 	now := start.Add(30 * time.Second)
-	if got := cycle("c-lend", now); len(got.Preemptions) != 1 || got.Preemptions[0].ForJobID != id {
+	if got := env.planCycle(t, "c-lend", &policy, now); len(got.Preemptions) != 1 || got.Preemptions[0].ForJobID != id {
 		t.Fatalf("cycle: %+v, want one preemption for %s", got, id)
 	}
 	out, _, err = env.run(t, "why", id)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/store"
 )
 
 // TestWhyShowsSuggestionsAndReleases runs two real scheduling cycles (store
@@ -18,41 +17,20 @@ import (
 func TestWhyShowsSuggestionsAndReleases(t *testing.T) {
 	env := newCLIEnv(t)
 	ctx := context.Background()
-	pool := scheduling.Pool{Name: "a100-east", Available: true, Nodes: []scheduling.Node{{
-		Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
-		GPUs: []scheduling.GPU{
-			{UUID: "GPU-aaaa", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-bbbb", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-		},
-	}}}
-	if err := env.store.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	env.addA100Pool(t, "", "GPU-aaaa", "GPU-bbbb")
 	runner := env.submitCLI(t, jobYAML) // 2 GPUs, run_seconds 3600
 	busy := env.submitCLI(t, jobYAML)
 	tooBig := env.submitCLI(t, strings.Replace(jobYAML, "gpus: 2", "gpus: 4", 1))
 	policy := scheduling.DefaultPolicy()
-	cycle := func(id string, at time.Time) *store.CycleOutcome {
-		t.Helper()
-		snap, err := env.store.LoadSnapshot(ctx, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := env.store.ApplyCycle(ctx, id, scheduling.Plan(snap, &policy, at), at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	start := time.Now().UTC().Truncate(time.Second)
-	placed := cycle("c1", start)
+	placed := env.planCycle(t, "c1", &policy, start)
 	if len(placed.Placed) != 1 || placed.Placed[0].JobID != runner {
 		t.Fatalf("first cycle placed %+v, want %s", placed.Placed, runner)
 	}
 	if _, err := env.store.MarkRunning(ctx, runner, placed.Placed[0].AllocationID, 0, start); err != nil {
 		t.Fatal(err)
 	}
-	cycle("c2", start.Add(time.Second))
+	env.planCycle(t, "c2", &policy, start.Add(time.Second))
 	displayLocation = time.UTC
 	clientNow = func() time.Time { return start.Add(2 * time.Second) }
 	t.Cleanup(func() { displayLocation, clientNow = time.Local, time.Now })

@@ -71,6 +71,38 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	return &cliEnv{store: st, url: hs.URL}
 }
 
+// addA100Pool stores the inventory of pool a100-east (available, at stage
+// stage; "" the default): one schedulable node "node-1" (64 cores, 500 GiB)
+// holding one healthy A100-SXM4-80GB (80 GiB, NVLink domain nv0) per UUID.
+func (e *cliEnv) addA100Pool(t *testing.T, stage vocab.AutomationStage, uuids ...string) {
+	t.Helper()
+	node := scheduling.Node{Name: "node-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true}
+	for _, u := range uuids {
+		node.GPUs = append(node.GPUs, scheduling.GPU{UUID: u, Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true})
+	}
+	pool := scheduling.Pool{Name: "a100-east", Available: true, Stage: stage, Nodes: []scheduling.Node{node}}
+	if err := e.store.UpsertInventory(context.Background(), []scheduling.Pool{pool}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// planCycle runs a real scheduling cycle id at `at` (store snapshot →
+// scheduling.Plan under pol → ApplyCycle) and returns its outcome; an error
+// fails the test.
+func (e *cliEnv) planCycle(t *testing.T, id string, pol *scheduling.Policy, at time.Time) *store.CycleOutcome {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := e.store.LoadSnapshot(ctx, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.store.ApplyCycle(ctx, id, scheduling.Plan(snap, pol, at), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // run executes the gpugov command line args against the env's API and
 // returns stdout, stderr and the command's error. Flags of every subcommand
 // are reset first, because rootCmd is shared between runs.
