@@ -44,24 +44,17 @@ func NotificationDispatchWorkflow(ctx workflow.Context, in *NotificationDispatch
 	if in != nil {
 		next = *in
 	}
-	iters := next.IterationsPerRun
-	if iters <= 0 {
-		iters = defaultDispatchIterations
-	}
 	var acts *activities.Notifications
-	for range iters {
+	err := runPasses(ctx, next.IterationsPerRun, defaultDispatchIterations, policy.DefaultNotifyPollIntervalS, func() float64 {
 		var sw activities.SweepResult
 		if err := workflow.ExecuteActivity(governanceActivityCtx(ctx), acts.SweepNotifications, &activities.SweepInput{}).Get(ctx, &sw); err != nil {
 			workflow.GetLogger(ctx).Error("notification sweep failed; retried at the next pass", "error", err)
 		}
 		startProjectDeliveries(ctx, sw.Projects)
-		poll := secondsDuration(sw.Delivery.PollIntervalSeconds)
-		if poll <= 0 {
-			poll = secondsDuration(policy.DefaultNotifyPollIntervalS)
-		}
-		if err := workflow.Sleep(ctx, poll); err != nil {
-			return err
-		}
+		return sw.Delivery.PollIntervalSeconds
+	})
+	if err != nil {
+		return err
 	}
 	return workflow.NewContinueAsNewError(ctx, NotificationDispatchWorkflowName, &next)
 }
@@ -70,12 +63,7 @@ func NotificationDispatchWorkflow(ctx workflow.Context, in *NotificationDispatch
 // "notify/<project>", abandoned when the dispatcher continues as new, and
 // refused while one for the project runs.
 func notifyChildOptions(project string) workflow.ChildWorkflowOptions {
-	return workflow.ChildWorkflowOptions{
-		WorkflowID:            temporalx.NotifyProjectWorkflowID(project),
-		TaskQueue:             temporalx.ServiceTaskQueue,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	}
+	return abandonedChildOptions(temporalx.NotifyProjectWorkflowID(project), enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE)
 }
 
 // startProjectDeliveries starts a NotifyProjectWorkflow per project and
@@ -86,11 +74,7 @@ func startProjectDeliveries(ctx workflow.Context, projects []string) {
 		futs[i] = workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, notifyChildOptions(p)),
 			NotifyProjectWorkflowName, &NotifyProjectInput{Project: p})
 	}
-	for i, f := range futs {
-		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			workflow.GetLogger(ctx).Error("project delivery not started", "project", projects[i], "error", err)
-		}
-	}
+	awaitChildStarts(ctx, futs, "project delivery not started", "project", func(i int) string { return projects[i] })
 }
 
 // NotifyProjectInput names the project whose notifications to deliver.

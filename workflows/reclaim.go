@@ -185,12 +185,7 @@ const defaultScanIterations = 100
 // new, and rejected when that allocation was reclaimed before (one reclaim
 // per allocation).
 func reclaimChildOptions(allocationID string) workflow.ChildWorkflowOptions {
-	return workflow.ChildWorkflowOptions{
-		WorkflowID:            temporalx.ReclaimWorkflowID(allocationID),
-		TaskQueue:             temporalx.ServiceTaskQueue,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}
+	return abandonedChildOptions(temporalx.ReclaimWorkflowID(allocationID), enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE)
 }
 
 // ReclaimScanWorkflow (ID "reclaim-scan") scans the active allocations
@@ -202,12 +197,8 @@ func ReclaimScanWorkflow(ctx workflow.Context, in *ReclaimScanInput) error {
 	if in != nil {
 		next = *in
 	}
-	iters := next.IterationsPerRun
-	if iters <= 0 {
-		iters = defaultScanIterations
-	}
 	var acts *activities.Reclaims
-	for range iters {
+	err := runPasses(ctx, next.IterationsPerRun, defaultScanIterations, policy.DefaultScanIntervalSeconds, func() float64 {
 		var scan activities.ScanResult
 		err := workflow.ExecuteActivity(governanceActivityCtx(ctx), acts.ScanReclaims, &activities.ScanInput{}).Get(ctx, &scan)
 		if err != nil {
@@ -215,13 +206,10 @@ func ReclaimScanWorkflow(ctx workflow.Context, in *ReclaimScanInput) error {
 		}
 		startReclaims(ctx, scan.Findings)
 		next.ScansBefore++
-		interval := secondsDuration(scan.ScanIntervalSeconds)
-		if interval <= 0 {
-			interval = secondsDuration(policy.DefaultScanIntervalSeconds)
-		}
-		if err := workflow.Sleep(ctx, interval); err != nil {
-			return err
-		}
+		return scan.ScanIntervalSeconds
+	})
+	if err != nil {
+		return err
 	}
 	return workflow.NewContinueAsNewError(ctx, ReclaimScanWorkflowName, &next)
 }
@@ -234,9 +222,5 @@ func startReclaims(ctx workflow.Context, fs []activities.ReclaimFinding) {
 		futs[i] = workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, reclaimChildOptions(f.AllocationID)),
 			ReclaimWorkflowName, &ReclaimInput{AllocationID: f.AllocationID, Class: f.Class, Basis: f.Basis})
 	}
-	for i, f := range futs {
-		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			workflow.GetLogger(ctx).Error("reclaim workflow not started", "allocation", fs[i].AllocationID, "error", err)
-		}
-	}
+	awaitChildStarts(ctx, futs, "reclaim workflow not started", "allocation", func(i int) string { return fs[i].AllocationID })
 }

@@ -218,20 +218,12 @@ func (s *schedulerFlow) startPreemptions(ctx workflow.Context, ps []activities.S
 		if run == "" {
 			run = p.AllocationID
 		}
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            temporalx.PreemptionWorkflowID(p.VictimJobID, run),
-			TaskQueue:             temporalx.ServiceTaskQueue,
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		})
+		cctx := workflow.WithChildOptions(ctx, abandonedChildOptions(temporalx.PreemptionWorkflowID(p.VictimJobID, run),
+			enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE))
 		futs[i] = workflow.ExecuteChildWorkflow(cctx, PreemptionWorkflowName, &PreemptionInput{PreemptionID: p.PreemptionID,
 			ForJobID: p.ForJobID, VictimJobID: p.VictimJobID, AllocationID: p.AllocationID, RunID: p.RunID})
 	}
-	for i, f := range futs {
-		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			workflow.GetLogger(ctx).Error("preemption workflow not started", "preemption", ps[i].PreemptionID, "error", err)
-		}
-	}
+	awaitChildStarts(ctx, futs, "preemption workflow not started", "preemption", func(i int) string { return ps[i].PreemptionID })
 }
 
 // signalPlacements sends `placed` to every placed job's workflow at once, then
