@@ -150,14 +150,18 @@ func (s *Server) quotaRoutes(v1 *gin.RouterGroup) {
 	v1.POST("/quota-requests/:id/deny", func(c *gin.Context) { s.decideQuotaRequest(c, false) })
 }
 
-// quotaStore returns the store as a QuotaStore, or answers 500.
-func (s *Server) quotaStore(c *gin.Context) (QuotaStore, bool) {
-	qs, ok := s.store.(QuotaStore)
+// quotaStore returns the store as a QuotaStore with the request's store
+// context (storeCtx; the caller defers cancel), or answers 500 (ok false,
+// cancel a no-op).
+func (s *Server) quotaStore(c *gin.Context) (qs QuotaStore, ctx context.Context, cancel context.CancelFunc, ok bool) {
+	qs, ok = s.store.(QuotaStore)
 	if !ok {
 		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
 		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement QuotaStore", s.store))
+		return nil, nil, func() {}, false
 	}
-	return qs, ok
+	ctx, cancel = s.storeCtx(c)
+	return qs, ctx, cancel, true
 }
 
 // requireAdmin answers 403 unless the caller is an admin.
@@ -174,12 +178,11 @@ func requireAdmin(c *gin.Context, what string) bool {
 // over the scheduler's own snapshot). Every person's role may read it: a
 // project sees whom its quota is lent to, and who lends to it.
 func (s *Server) listQuotas(c *gin.Context) {
-	qs, ok := s.quotaStore(c)
+	qs, ctx, cancel, ok := s.quotaStore(c)
+	defer cancel()
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	hash, err := qs.ActivePolicyHash(ctx)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		writeError(c, err)
@@ -229,12 +232,11 @@ func (s *Server) setQuota(c *gin.Context) {
 		writeError(c, newError(http.StatusBadRequest, CodeMalformed, "reason", "required: why, for the audit log"))
 		return
 	}
-	qs, ok := s.quotaStore(c)
+	qs, ctx, cancel, ok := s.quotaStore(c)
+	defer cancel()
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	pool, project := c.Param("pool"), c.Param("project")
 	res, err := qs.SetQuota(ctx, store.QuotaChange{Pool: pool, Project: project, NominalMilli: *body.NominalMilli,
 		BorrowingLimitMilli: *body.BorrowingLimitMilli, Actor: principal(c).Name, Reason: body.Reason})
@@ -316,12 +318,11 @@ func (s *Server) createQuotaRequest(c *gin.Context) {
 			"a %s token of project %q may not ask for project %q's quota", p.Role, p.Project, body.Project))
 		return
 	}
-	qs, ok := s.quotaStore(c)
+	qs, ctx, cancel, ok := s.quotaStore(c)
+	defer cancel()
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	r, err := qs.CreateQuotaRequest(ctx, store.NewQuotaRequest{Pool: body.Pool, Project: body.Project,
 		NominalMilli: *body.NominalMilli, BorrowingLimitMilli: body.BorrowingLimitMilli, Reason: body.Reason, Actor: p.Name})
 	if err != nil {
@@ -353,12 +354,11 @@ func (s *Server) listQuotaRequests(c *gin.Context) {
 		}
 		project = p.Project
 	}
-	qs, ok := s.quotaStore(c)
+	qs, ctx, cancel, ok := s.quotaStore(c)
+	defer cancel()
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	rs, err := qs.ListQuotaRequests(ctx, store.QuotaRequestFilter{State: vocab.QuotaRequestState(vals["state"]),
 		Project: project, Pool: c.Query("pool"), Limit: limit})
 	if err != nil {
@@ -393,12 +393,11 @@ func (s *Server) decideQuotaRequest(c *gin.Context, approve bool) {
 		writeError(c, newError(http.StatusBadRequest, CodeMalformed, "comment", "required: the decision's comment, for the requester and the audit log"))
 		return
 	}
-	qs, ok := s.quotaStore(c)
+	qs, ctx, cancel, ok := s.quotaStore(c)
+	defer cancel()
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	id := c.Param("id")
 	r, change, err := qs.DecideQuotaRequest(ctx, id, approve, principal(c).Name, body.Comment)
 	switch {
