@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,41 +19,10 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/internal/webhook"
+	"github.com/gpugov/gpugov/internal/webhook/webhooktest"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
-
-// hookReceiver is a loopback webhook that answers the scripted statuses in
-// turn (200 once they run out) and keeps every request it got.
-type hookReceiver struct {
-	mu       sync.Mutex
-	statuses []int
-	got      []receivedHook
-}
-
-type receivedHook struct {
-	header http.Header
-	body   []byte
-}
-
-func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.got = append(h.got, receivedHook{header: r.Header.Clone(), body: body})
-	status := http.StatusOK
-	if len(h.statuses) > 0 {
-		status, h.statuses = h.statuses[0], h.statuses[1:]
-	}
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, http.StatusText(status))
-}
-
-func (h *hookReceiver) requests() []receivedHook {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]receivedHook(nil), h.got...)
-}
 
 // TestNotificationActivities runs the notification activities on a real
 // store against a loopback receiver: the sweep routes vision (webhook) and
@@ -81,7 +49,7 @@ func TestNotificationActivities(t *testing.T) {
 	}
 	storetest.Place(t, st, "c1", time.Now(), placements...)
 
-	recv := &hookReceiver{statuses: []int{http.StatusInternalServerError}}
+	recv := &webhooktest.Receiver{Statuses: []int{http.StatusInternalServerError}}
 	srv := httptest.NewServer(recv)
 	defer srv.Close()
 	cfg := policy.Default()
@@ -130,27 +98,27 @@ func TestNotificationActivities(t *testing.T) {
 	if out, err := deliver(first); err != nil || out.State != vocab.NotificationDelivered || out.Status != 200 {
 		t.Fatalf("second attempt: %+v, %v", out, err)
 	}
-	reqs := recv.requests()
+	reqs := recv.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("receiver got %d requests, want 2", len(reqs))
 	}
 	for _, r := range reqs {
-		if err := webhook.Verify([]byte("s3cret"), r.header, r.body, 0, time.Now()); err != nil {
+		if err := webhook.Verify([]byte("s3cret"), r.Header, r.Body, 0, time.Now()); err != nil {
 			t.Fatalf("receiver's check: %v", err)
 		}
-		if r.header.Get(webhook.HeaderEventID) != first || r.header.Get(webhook.HeaderEvent) != "job.placed" {
-			t.Fatalf("headers %v", r.header)
+		if r.Header.Get(webhook.HeaderEventID) != first || r.Header.Get(webhook.HeaderEvent) != "job.placed" {
+			t.Fatalf("headers %v", r.Header)
 		}
 	}
 	var body map[string]any
-	if err := json.Unmarshal(reqs[1].body, &body); err != nil {
+	if err := json.Unmarshal(reqs[1].Body, &body); err != nil {
 		t.Fatal(err)
 	}
 	if body["id"] != first || body["type"] != "job.placed" || body["project"] != "vision" ||
 		body["job_id"] != visionJobs[0] || body["created_at"] == nil || body["data"].(map[string]any)["node"] == nil {
-		t.Fatalf("body = %s", reqs[1].body)
+		t.Fatalf("body = %s", reqs[1].Body)
 	}
-	if string(reqs[0].body) != string(reqs[1].body) {
+	if string(reqs[0].Body) != string(reqs[1].Body) {
 		t.Fatal("a retry must send the same body")
 	}
 
@@ -159,7 +127,7 @@ func TestNotificationActivities(t *testing.T) {
 	if _, err := deliver(second); err == nil || !strings.Contains(err.Error(), "GPUGOV_TEST_VISION_SECRET") {
 		t.Fatalf("unset secret: %v", err)
 	}
-	if len(recv.requests()) != 2 {
+	if len(recv.Requests()) != 2 {
 		t.Fatal("a delivery without a secret must send nothing")
 	}
 	if _, err := env.ExecuteActivity("DeadLetterNotification", &activities.DeadLetterInput{ID: second}); err != nil {
@@ -169,14 +137,14 @@ func TestNotificationActivities(t *testing.T) {
 	if n.State != vocab.NotificationDead || !strings.Contains(n.LastError, "GPUGOV_TEST_VISION_SECRET") || n.FinishedAt == nil {
 		t.Fatalf("dead letter = %+v", n)
 	}
-	if out, err := deliver(second); err != nil || out.State != vocab.NotificationDead || len(recv.requests()) != 2 {
+	if out, err := deliver(second); err != nil || out.State != vocab.NotificationDead || len(recv.Requests()) != 2 {
 		t.Fatalf("delivering a dead notification: %+v, %v", out, err)
 	}
 
 	mu.Lock()
 	current = policy.Default()
 	mu.Unlock()
-	if out, err := deliver(batch.IDs[2]); err != nil || out.State != vocab.NotificationUnrouted || len(recv.requests()) != 2 {
+	if out, err := deliver(batch.IDs[2]); err != nil || out.State != vocab.NotificationUnrouted || len(recv.Requests()) != 2 {
 		t.Fatalf("webhook removed: %+v, %v", out, err)
 	}
 }

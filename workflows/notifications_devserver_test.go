@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/webhook/webhooktest"
 	"github.com/gpugov/gpugov/workflows"
 )
 
@@ -27,7 +28,7 @@ func TestNotificationDeliveryOnDevServer(t *testing.T) {
 	temporaltest.SkipShort(t)
 	dev := temporaltest.Start(t)
 	c := dev.Client
-	hook := &scriptedHook{t: t, secret: []byte("wf-secret"), statuses: []int{500, 500, 500}}
+	hook := &webhooktest.Receiver{T: t, Secret: []byte("wf-secret"), Statuses: []int{500, 500, 500}}
 	st, ids, cfg := notifyFixture(t, 2, 2, hook)
 	cfg.Notifications.Delivery.InitialIntervalSeconds, cfg.Notifications.Delivery.MaxIntervalSeconds = 0.2, 0.2
 	w := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
@@ -59,7 +60,7 @@ func TestNotificationDeliveryOnDevServer(t *testing.T) {
 		t.Fatalf("project result %+v", res)
 	}
 	want := []string{ids[0], ids[0], ids[1], ids[1]}
-	if got := hook.received(); strings.Join(got, ",") != strings.Join(want, ",") {
+	if got := hook.EventIDs(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("receiver got %q, want %q", got, want)
 	}
 	if n, _ := st.GetNotification(ctx, ids[0]); n.State != vocab.NotificationDead || n.LastError != "webhook answered 500" {

@@ -3,11 +3,9 @@ package workflows_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,45 +17,11 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
-	"github.com/gpugov/gpugov/internal/webhook"
+	"github.com/gpugov/gpugov/internal/webhook/webhooktest"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 	"github.com/gpugov/gpugov/workflows"
 )
-
-// scriptedHook answers each request with the next status of its script
-// (200 once it runs out), checking every signature, and keeps the event IDs
-// in arrival order.
-type scriptedHook struct {
-	t        *testing.T
-	secret   []byte
-	mu       sync.Mutex
-	statuses []int
-	events   []string // event ID per request
-}
-
-func (h *scriptedHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	if err := webhook.Verify(h.secret, r.Header, body, 0, time.Now()); err != nil {
-		h.t.Errorf("receiver: %v", err)
-		w.WriteHeader(http.StatusUnauthorized)
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, r.Header.Get(webhook.HeaderEventID))
-	status := http.StatusOK
-	if len(h.statuses) > 0 {
-		status, h.statuses = h.statuses[0], h.statuses[1:]
-	}
-	w.WriteHeader(status)
-}
-
-func (h *scriptedHook) received() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.events...)
-}
 
 // notifyFixture stores n placed jobs of project vision (n job.placed
 // notifications, in job order) and returns the store, the notification IDs
@@ -104,7 +68,7 @@ func notifyEnv(st *store.Store, cfg *policy.Policy) *testEnv {
 // answered 500 once and delivered on its retry; the third at once. The
 // receiver sees them in outbox order, each signed.
 func TestNotifyProjectRetriesThenDeadLetters(t *testing.T) {
-	hook := &scriptedHook{t: t, secret: []byte("wf-secret"), statuses: []int{500, 500, 500, 500, 200}}
+	hook := &webhooktest.Receiver{T: t, Secret: []byte("wf-secret"), Statuses: []int{500, 500, 500, 500, 200}}
 	st, ids, cfg := notifyFixture(t, 3, 3, hook)
 	env := notifyEnv(st, cfg)
 	env.ExecuteWorkflow(workflows.NotifyProjectWorkflowName, &workflows.NotifyProjectInput{Project: "vision"})
@@ -116,7 +80,7 @@ func TestNotifyProjectRetriesThenDeadLetters(t *testing.T) {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	want := []string{ids[0], ids[0], ids[0], ids[1], ids[1], ids[2]}
-	if got := hook.received(); strings.Join(got, ",") != strings.Join(want, ",") {
+	if got := hook.EventIDs(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("receiver got %q, want %q", got, want)
 	}
 	ctx := context.Background()
@@ -136,7 +100,7 @@ func TestNotifyProjectRetriesThenDeadLetters(t *testing.T) {
 // and leaves the notification pending for the next run (nothing is lost);
 // a failing load fails the workflow too.
 func TestNotifyProjectFailurePaths(t *testing.T) {
-	hook := &scriptedHook{t: t, secret: []byte("wf-secret"), statuses: []int{500}}
+	hook := &webhooktest.Receiver{T: t, Secret: []byte("wf-secret"), Statuses: []int{500}}
 	st, ids, cfg := notifyFixture(t, 1, 1, hook)
 
 	env := notifyEnv(st, cfg)
@@ -172,7 +136,7 @@ func TestNotifyProjectFailurePaths(t *testing.T) {
 // continues as new; a failing sweep is logged and the pass still sleeps
 // and continues (nothing delivered, nothing lost).
 func TestNotificationDispatchStartsProjectDeliveries(t *testing.T) {
-	hook := &scriptedHook{t: t, secret: []byte("wf-secret")}
+	hook := &webhooktest.Receiver{T: t, Secret: []byte("wf-secret")}
 	st, ids, cfg := notifyFixture(t, 1, 2, hook)
 
 	env := notifyEnv(st, cfg)
@@ -181,7 +145,7 @@ func TestNotificationDispatchStartsProjectDeliveries(t *testing.T) {
 	if err := env.GetWorkflowError(); !workflowContinuedAsNew(err) {
 		t.Fatalf("dispatcher with a failing sweep: %v, want continue-as-new", err)
 	}
-	if n, _ := st.GetNotification(context.Background(), ids[0]); n.State != vocab.NotificationPending || len(hook.received()) != 0 {
+	if n, _ := st.GetNotification(context.Background(), ids[0]); n.State != vocab.NotificationPending || len(hook.EventIDs()) != 0 {
 		t.Fatalf("after a failed sweep: %+v", n)
 	}
 
