@@ -15,12 +15,9 @@ import (
 // at placement leave the hold out (docs/design.md §1, wait reasons).
 func TestHeldTimeEarnsNoAging(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 1)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	j := submit(t, s, "vision", "p", 1, 0) // submitted at t0
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
 	wait := func(cycle string, m int, reason vocab.WaitReason) {

@@ -95,15 +95,12 @@ func BenchmarkApplyCycleWaiting(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		res := &scheduling.Result{}
-		for k, id := range pending {
-			detail := "0 of 8 free"
+		res := waitingResult(pending, i, func(k int) (vocab.WaitReason, string) {
 			if k%10 == i%10 {
-				detail = fmt.Sprintf("0 of 8 free, cycle %d", i)
+				return vocab.ReasonCapacityBusy, fmt.Sprintf("0 of 8 free, cycle %d", i)
 			}
-			res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: vocab.ReasonCapacityBusy,
-				Detail: detail, Rank: k + 1, Priority: scheduling.Priority{Score: float64(10000 + i)}})
-		}
+			return vocab.ReasonCapacityBusy, "0 of 8 free"
+		})
 		out, err := s.ApplyCycle(ctx, fmt.Sprintf("bench-%d", i), res, t0.Add(time.Duration(i)*time.Second))
 		if err != nil {
 			b.Fatal(err)
@@ -126,15 +123,12 @@ func BenchmarkApplyCycleNotifying(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		res := &scheduling.Result{}
-		for k, id := range pending {
-			reason := vocab.ReasonCapacityBusy
+		res := waitingResult(pending, i, func(k int) (vocab.WaitReason, string) {
 			if k%10 == (i/2)%10 && i%2 == 1 {
-				reason = vocab.ReasonQuotaExhausted
+				return vocab.ReasonQuotaExhausted, "0 of 8 free"
 			}
-			res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: reason,
-				Detail: "0 of 8 free", Rank: k + 1, Priority: scheduling.Priority{Score: float64(10000 + i)}})
-		}
+			return vocab.ReasonCapacityBusy, "0 of 8 free"
+		})
 		if _, err := s.ApplyCycle(ctx, fmt.Sprintf("bench-%d", i), res, t0.Add(time.Duration(i)*time.Second)); err != nil {
 			b.Fatal(err)
 		}
@@ -142,6 +136,18 @@ func BenchmarkApplyCycleNotifying(b *testing.B) {
 	if n := queryInt(b, s, `SELECT count(*) FROM notifications`); n == 0 && i > 1 {
 		b.Fatal("no notifications written")
 	}
+}
+
+// waitingResult is cycle i's result explaining every pending job in rank
+// order with the reason and detail status gives its index.
+func waitingResult(pending []string, i int, status func(k int) (vocab.WaitReason, string)) *scheduling.Result {
+	res := &scheduling.Result{}
+	for k, id := range pending {
+		reason, detail := status(k)
+		res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: reason,
+			Detail: detail, Rank: k + 1, Priority: scheduling.Priority{Score: float64(10000 + i)}})
+	}
+	return res
 }
 
 // seedLargeSnapshot writes the benchmark state and returns the pending job IDs.

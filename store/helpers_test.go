@@ -20,6 +20,14 @@ func newStore(t testing.TB) (*store.Store, string) {
 	return storetest.NewStore(t, storetest.Fixture{})
 }
 
+// newStoreWith opens a store on a fresh database holding the inventory of
+// pools; closed at cleanup.
+func newStoreWith(t testing.TB, pools ...scheduling.Pool) *store.Store {
+	t.Helper()
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: pools})
+	return s
+}
+
 // testPool is storetest.Pool at stage automate.
 func testPool(name string, nodes, gpusPerNode int) scheduling.Pool {
 	return storetest.Pool(name, vocab.StageAutomate, nodes, gpusPerNode)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,18 +31,6 @@ func jobNotes(t *testing.T, s *store.Store, jobID string) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCycleWritesNotificationsWithItsTransitions: the cycle's transaction
@@ -76,11 +65,11 @@ func TestCycleWritesNotificationsWithItsTransitions(t *testing.T) {
 	if _, err := s.ApplyCycle(ctx, "c0", cycles[0], t0); err != nil { // a retried activity
 		t.Fatal(err)
 	}
-	if got, want := jobNotes(t, s, a.ID), []string{"job.placed"}; !equal(got, want) {
+	if got, want := jobNotes(t, s, a.ID), []string{"job.placed"}; !slices.Equal(got, want) {
 		t.Errorf("job a: %q, want %q", got, want)
 	}
 	want := []string{"job.wait_reason:quota_exhausted", "job.wait_reason:no_matching_capacity", "job.wait_reason:environment_not_ready"}
-	if got := jobNotes(t, s, b.ID); !equal(got, want) {
+	if got := jobNotes(t, s, b.ID); !slices.Equal(got, want) {
 		t.Errorf("job b: %q, want %q", got, want)
 	}
 	ns, err := s.ListNotifications(ctx, store.NotificationFilter{Project: "vision"})
@@ -123,7 +112,7 @@ func TestNotificationDeliveryStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw, err := s.SweepNotifications(ctx, []string{"vision", "nlp"}, t0.Add(-time.Hour), t0)
-	if err != nil || !equal(sw.Projects, []string{"vision"}) || sw.Unrouted != 1 || sw.Pruned != 0 {
+	if err != nil || !slices.Equal(sw.Projects, []string{"vision"}) || sw.Unrouted != 1 || sw.Pruned != 0 {
 		t.Fatalf("sweep = %+v, %v", sw, err)
 	}
 	drill, _ := s.ListNotifications(ctx, store.NotificationFilter{Project: "drill"})
@@ -235,7 +224,7 @@ func TestGovernanceNoticesWriteNotificationsOnce(t *testing.T) {
 		}
 	}
 	want := []string{"job.placed", "job.preemption_notice", "job.resumed", "job.reclaim_notice"}
-	if got := jobNotes(t, s, victim.ID); !equal(got, want) {
+	if got := jobNotes(t, s, victim.ID); !slices.Equal(got, want) {
 		t.Fatalf("victim notifications %q, want %q", got, want)
 	}
 	ns, _ := s.ListNotifications(ctx, store.NotificationFilter{JobID: victim.ID})

@@ -16,12 +16,9 @@ import (
 // (still pending) carries the release and the requeued victim its preemption.
 func TestSnapshotReclaimFields(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 2)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	n := pool.Nodes[0]
 	victim := submit(t, s, "nlp", "p", 2, 0)
 	lender := submit(t, s, "vision", "p", 2, 0)

@@ -168,12 +168,9 @@ func TestCreateJobsBulkDeduplicates(t *testing.T) {
 
 func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 4)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	a := submit(t, s, "vision", "p", 2, 0)
 	b := submit(t, s, "vision", "p", 1, 0)
 	node := pool.Nodes[0]
@@ -247,12 +244,9 @@ func TestApplyCycleIsIdempotentByCycleID(t *testing.T) {
 
 func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 1)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	j := submit(t, s, "vision", "p", 1, 0)
 	wait := func(cycle string, at time.Time, reason vocab.WaitReason, detail string, rank int) {
 		t.Helper()
@@ -321,12 +315,9 @@ func TestWaitEventsOnlyOnTransitions(t *testing.T) {
 
 func TestPlacementConflictsAreReportedNotGranted(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 2)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	n := pool.Nodes[0]
 	a, b, c := submit(t, s, "x", "p", 1, 600), submit(t, s, "x", "p", 1, 500), submit(t, s, "x", "p", 1, 400)
 	held := submit(t, s, "x", "p", 1, 100)
@@ -357,12 +348,9 @@ func TestPlacementConflictsAreReportedNotGranted(t *testing.T) {
 
 func TestBackstopRefusesOverGrantByAnyWriter(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 1)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	gpu := pool.Nodes[0].GPUs[0].UUID
 	a, b := submit(t, s, "x", "p", 1, 0), submit(t, s, "x", "p", 1, 0)
 	if _, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{Placements: []scheduling.Placement{
@@ -389,12 +377,9 @@ func TestBackstopRefusesOverGrantByAnyWriter(t *testing.T) {
 
 func TestFinishRunReleasesCapacityOnce(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 2)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	n := pool.Nodes[0]
 	a, b := submit(t, s, "vision", "p", 2, 0), submit(t, s, "nlp", "p", 1, 0)
 	out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{Placements: []scheduling.Placement{
@@ -453,12 +438,9 @@ func TestFinishRunReleasesCapacityOnce(t *testing.T) {
 
 func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 1)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	n := pool.Nodes[0]
 	victim, winner := submit(t, s, "x", "p", 1, 0), submit(t, s, "y", "p", 1, 0)
 	out, _ := s.ApplyCycle(ctx, "c1", &scheduling.Result{Placements: []scheduling.Placement{
@@ -541,12 +523,9 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 
 func TestCancelAndHold(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
 	pool := testPool("p", 1, 1)
-	if err := s.UpsertInventory(ctx, []scheduling.Pool{pool}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
 	waiting, running := submit(t, s, "x", "p", 1, 0), submit(t, s, "x", "p", 1, 0)
 	out, _ := s.ApplyCycle(ctx, "c1", &scheduling.Result{
 		Placements: []scheduling.Placement{place(running.ID, "p", pool.Nodes[0].Name, 1000, pool.Nodes[0].GPUs[0].UUID)},
