@@ -16,16 +16,19 @@ import (
 )
 
 // actionPool is one node with two A100s: a 4-GPU request never fits it.
-var actionPool = []scheduling.Pool{{
-	Name: "actions", Available: true, Stage: vocab.StageObserve,
-	Nodes: []scheduling.Node{{
-		Name: "act-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
-		GPUs: []scheduling.GPU{
-			{UUID: "GPU-act-0", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-act-1", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-		},
-	}},
-}}
+var actionPool = a100Pool("actions", "act-1", "act", vocab.StageObserve, 2)
+
+// a100Pool is an available pool name at stage stage with one schedulable
+// node (64 cores, 500 GiB) of n healthy A100-SXM4-80GB GPUs (80 GiB, NVLink
+// domain nv0) named "GPU-<gpuPrefix>-<i>".
+func a100Pool(name, node, gpuPrefix string, stage vocab.AutomationStage, n int) []scheduling.Pool {
+	nd := scheduling.Node{Name: node, CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true}
+	for i := range n {
+		nd.GPUs = append(nd.GPUs, scheduling.GPU{UUID: fmt.Sprintf("GPU-%s-%d", gpuPrefix, i), Model: "A100-SXM4-80GB",
+			MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true})
+	}
+	return []scheduling.Pool{{Name: name, Available: true, Stage: stage, Nodes: []scheduling.Node{nd}}}
+}
 
 // submitAction submits one simulated job to the actions pool and returns it.
 func submitAction(t *testing.T, c *apiclient.Client, gpus int, prereqs []api.PrerequisiteSpec) *api.Job {

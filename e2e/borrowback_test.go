@@ -10,23 +10,11 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/policy"
-	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // lendPool is one node with four A100s, in the automate stage.
-var lendPool = []scheduling.Pool{{
-	Name: "lend", Available: true, Stage: vocab.StageAutomate,
-	Nodes: []scheduling.Node{{
-		Name: "lend-1", CPUMilli: 64000, MemoryMiB: 512000, Schedulable: true,
-		GPUs: []scheduling.GPU{
-			{UUID: "GPU-lend-0", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-lend-1", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-lend-2", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-			{UUID: "GPU-lend-3", Model: "A100-SXM4-80GB", MemoryMiB: 81920, NVLinkDomain: "nv0", Healthy: true},
-		},
-	}},
-}}
+var lendPool = a100Pool("lend", "lend-1", "lend", vocab.StageAutomate, 4)
 
 // lendPolicy gives vision and nlp 2 GPUs of nominal quota each in pool lend,
 // nlp may borrow 2 more. The minimum run time (10 min) would shield a young
