@@ -141,12 +141,7 @@ func requireAgentRole(c *gin.Context) {
 // nodeStore returns the server's store as a NodeStore, or answers 500 and
 // returns false when it is not one (a wiring bug, logged with its cause).
 func (s *Server) nodeStore(c *gin.Context) (NodeStore, bool) {
-	ns, ok := s.store.(NodeStore)
-	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement NodeStore", s.store))
-	}
-	return ns, ok
+	return implements[NodeStore](c, s.store)
 }
 
 // nodeName returns the path's node name, or writes a 422 and returns false.

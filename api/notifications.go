@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -67,10 +66,8 @@ func (s *Server) listNotifications(c *gin.Context) {
 	case !p.Role.SeesAllProjects():
 		f.Project = p.Project
 	}
-	ns, ok := s.store.(NotificationStore)
+	ns, ok := implements[NotificationStore](c, s.store)
 	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement NotificationStore", s.store))
 		return
 	}
 	ctx, cancel := s.storeCtx(c)

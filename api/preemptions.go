@@ -85,12 +85,7 @@ func (s *Server) governanceRoutes(v1 *gin.RouterGroup) {
 
 // governanceStore returns the store as a GovernanceStore, or answers 500.
 func (s *Server) governanceStore(c *gin.Context) (GovernanceStore, bool) {
-	gs, ok := s.store.(GovernanceStore)
-	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement GovernanceStore", s.store))
-	}
-	return gs, ok
+	return implements[GovernanceStore](c, s.store)
 }
 
 // listLimit parses the limit query parameter (0 when absent), or writes a 422.

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -154,10 +153,7 @@ func (s *Server) quotaRoutes(v1 *gin.RouterGroup) {
 // context (storeCtx; the caller defers cancel), or answers 500 (ok false,
 // cancel a no-op).
 func (s *Server) quotaStore(c *gin.Context) (qs QuotaStore, ctx context.Context, cancel context.CancelFunc, ok bool) {
-	qs, ok = s.store.(QuotaStore)
-	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement QuotaStore", s.store))
+	if qs, ok = implements[QuotaStore](c, s.store); !ok {
 		return nil, nil, func() {}, false
 	}
 	ctx, cancel = s.storeCtx(c)

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -142,10 +141,8 @@ func (s *Server) decideReclaim(c *gin.Context, signal, verb string) {
 	if !ok {
 		return
 	}
-	wf, ok := s.workflows.(GovernanceWorkflows)
+	wf, ok := implements[GovernanceWorkflows](c, s.workflows)
 	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the workflows (%T) do not implement GovernanceWorkflows", s.workflows))
 		return
 	}
 	ctx, cancel := s.storeCtx(c)

@@ -241,10 +241,8 @@ func scopeParams(c *gin.Context, prior *Error) ([]string, string, *Error) {
 // project's jobs when project is set; on failure it has answered and
 // returns false.
 func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []string, project string, now time.Time) (queuereport.Report, bool) {
-	rs, ok := s.store.(ReportStore)
+	rs, ok := implements[ReportStore](c, s.store)
 	if !ok {
-		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-		_ = c.Error(fmt.Errorf("api: the store (%T) does not implement ReportStore", s.store))
 		return queuereport.Report{}, false
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), max(s.storeTimeout, ReportTimeout))

@@ -27,9 +27,11 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -219,6 +221,18 @@ func (s *Server) logServerErrors(c *gin.Context) {
 		s.log.Error("api: request failed", "method", c.Request.Method, "path", c.FullPath(),
 			"status", c.Writer.Status(), "err", err.Err)
 	}
+}
+
+// implements returns v (the server's store or workflows) as the optional
+// interface T, or answers 500 and records the wiring bug with its cause
+// (logged by the error middleware).
+func implements[T any](c *gin.Context, v any) (T, bool) {
+	t, ok := v.(T)
+	if !ok {
+		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+		_ = c.Error(fmt.Errorf("api: %T does not implement %s", v, reflect.TypeFor[T]().Name()))
+	}
+	return t, ok
 }
 
 // storeCtx bounds a request's PostgreSQL calls.
