@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -20,7 +19,7 @@ import (
 // state, printed as JSON; bad flags and another project exit 2.
 func TestNotificationsCommand(t *testing.T) {
 	ctx := context.Background()
-	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter})
+	env := newGovCLIEnv(t, alice)
 	out, _, err := env.run(t, "notifications")
 	if err != nil || !strings.HasPrefix(out, "no notifications") {
 		t.Fatalf("empty: %v\n%s", err, out)

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,15 +60,8 @@ func newGovCLIEnv(t *testing.T, who api.Principal) *govCLIEnv {
 		Queues: []scheduling.Queue{{Name: govQueue, Tier: vocab.TierStandard, ServiceShare: 1},
 			{Name: "serve", Tier: vocab.TierProduction, ServiceShare: 1}},
 	})
-	toks, err := api.NewTokens(map[string]api.Principal{cliToken: who})
-	if err != nil {
-		t.Fatal(err)
-	}
 	wf := &decidingWorkflows{}
-	srv := api.New(api.StoreFrom(st), wf, toks, api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &govCLIEnv{cliEnv: &cliEnv{store: st, url: hs.URL}, wf: wf}
+	return &govCLIEnv{cliEnv: serveCLIEnv(t, st, wf, map[string]api.Principal{cliToken: who}), wf: wf}
 }
 
 // placeAndRun stores a placement of job on gpus at `at` and starts its run
@@ -175,7 +165,7 @@ func writeCLIArtifact(t *testing.T, name, out string) {
 // the list, one record step by step with its loss by parts, JSON, filters,
 // and the errors (bad flags and values exit 2, an unknown ID too).
 func TestPreemptionsCommand(t *testing.T) {
-	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter})
+	env := newGovCLIEnv(t, alice)
 	out, _, err := env.run(t, "preemptions")
 	if err != nil || !strings.HasPrefix(out, "no preemptions") || strings.Contains(out, "VICTIM") {
 		t.Fatalf("preemptions with none: %v\n%s", err, out)

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -37,17 +34,8 @@ func newQuotaCLIEnv(t *testing.T) *cliEnv {
 	if _, err := st.SyncQuotas(ctx, p.SchedulingQuotas(), "serve", "test"); err != nil {
 		t.Fatal(err)
 	}
-	toks, err := api.NewTokens(map[string]api.Principal{
-		cliToken:        {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
-		quotaAdminToken: {Name: "root", Project: "platform", Role: vocab.RoleAdmin},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := api.New(api.StoreFrom(st), startedWorkflows{}, toks, api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &cliEnv{store: st, url: hs.URL}
+	return serveCLIEnv(t, st, startedWorkflows{}, map[string]api.Principal{
+		cliToken: alice, quotaAdminToken: {Name: "root", Project: "platform", Role: vocab.RoleAdmin}})
 }
 
 // TestQuotaCommands: list, request, requests, approve, set and deny through

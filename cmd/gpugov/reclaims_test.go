@@ -70,7 +70,7 @@ func recordReclaims(t *testing.T, st *store.Store, cfg *policy.Policy) map[strin
 // exit 2.
 func TestReclaimsCommand(t *testing.T) {
 	ctx := context.Background()
-	env := newGovCLIEnv(t, api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter})
+	env := newGovCLIEnv(t, alice)
 	out, _, err := env.run(t, "reclaims")
 	if err != nil || !strings.HasPrefix(out, "no reclaims") || strings.Contains(out, "BASIS") {
 		t.Fatalf("reclaims with none: %v\n%s", err, out)

@@ -61,11 +61,21 @@ const cliToken = "tok-cli"
 func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
-	toks, err := api.NewTokens(map[string]api.Principal{cliToken: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter}})
+	return serveCLIEnv(t, st, startedWorkflows{}, map[string]api.Principal{cliToken: alice})
+}
+
+// alice is cliToken's principal in most CLI tests: a submitter of vision.
+var alice = api.Principal{Name: "alice", Project: "vision", Role: vocab.RoleSubmitter}
+
+// serveCLIEnv serves the real API on st with workflows wf and the given
+// tokens, closed when the test ends.
+func serveCLIEnv(t *testing.T, st *store.Store, wf api.Workflows, tokens map[string]api.Principal) *cliEnv {
+	t.Helper()
+	toks, err := api.NewTokens(tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.StoreFrom(st), startedWorkflows{}, toks, api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	srv := api.New(api.StoreFrom(st), wf, toks, api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &cliEnv{store: st, url: hs.URL}
