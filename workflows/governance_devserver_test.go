@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -203,7 +204,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	}
 	wfID := temporalx.PreemptionWorkflowID(exp.ID, rec.RunID)
 	names := activityNames(t, c, wfID, "")
-	if !equalStrings(names, []string{"Notify", "Checkpoint", "Release", "Reschedule", "VerifyResume"}) {
+	if !slices.Equal(names, []string{"Notify", "Checkpoint", "Release", "Reschedule", "VerifyResume"}) {
 		t.Fatalf("preemption activities %v", names)
 	}
 	for _, j := range []*store.Job{noCkpt, prot} {
@@ -215,7 +216,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	waitForVisible(t, c, fmt.Sprintf("WorkflowType = '%s' AND GpugovQueue = '%s' AND GpugovTier = 'experiment' AND GpugovPool = '%s'",
 		workflows.PreemptionWorkflowName, expQueue, testPool), 1)
 	// The victim's submitter was told through the outbox: the notice, then the resume.
-	if kinds := outboxKinds(t, st, exp.ID); !equalStrings(kinds, []string{"job.placed", "job.preemption_notice", "job.placed", "job.resumed"}) {
+	if kinds := outboxKinds(t, st, exp.ID); !slices.Equal(kinds, []string{"job.placed", "job.preemption_notice", "job.placed", "job.resumed"}) {
 		t.Fatalf("victim's notifications %v", kinds)
 	}
 	writeArtifact(t, "preemption-record.json", rec)

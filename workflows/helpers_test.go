@@ -235,18 +235,6 @@ func (e *testEnv) signalAt(d time.Duration, name string, arg any) {
 	e.RegisterDelayedCallback(func() { e.SignalWorkflow(name, arg) }, d)
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // decodeDetails reads an error's details into v.
 func decodeDetails(t *testing.T, d interface{ Details(...any) error }, v any) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,7 +216,7 @@ func (m *mockedJob) execute() {
 // wantCalls fails the test unless the activities called are want, in order.
 func (m *mockedJob) wantCalls(want ...string) {
 	m.t.Helper()
-	if got := m.names(); !equalStrings(got, want) {
+	if got := m.names(); !slices.Equal(got, want) {
 		m.t.Fatalf("activities called %v, want %v", got, want)
 	}
 }
@@ -325,7 +326,7 @@ func TestJobWorkflowMockedCancelWhilePlacedFinishesRunCancelled(t *testing.T) {
 			store = append(store, n)
 		}
 	}
-	if want := []string{"LoadJob", "MarkRunning", "FinishRun"}; !equalStrings(store, want) {
+	if want := []string{"LoadJob", "MarkRunning", "FinishRun"}; !slices.Equal(store, want) {
 		t.Fatalf("store activities called %v, want %v", store, want)
 	}
 	in := m.call("FinishRun", 0).(activities.FinishRunInput)
@@ -353,7 +354,7 @@ func TestJobWorkflowMockedCancelWhileRunning(t *testing.T) {
 		t.Fatalf("FinishRun input %+v", in)
 	}
 	states, _ := m.upserted()
-	if want := []string{"waiting", "placed", "running", "cancelled"}; !equalStrings(states, want) {
+	if want := []string{"waiting", "placed", "running", "cancelled"}; !slices.Equal(states, want) {
 		t.Fatalf("job states upserted %v, want %v", states, want)
 	}
 }
@@ -382,7 +383,7 @@ func TestJobWorkflowMockedPreemptedThenCancelledWhileWaiting(t *testing.T) {
 		t.Fatalf("run-stopped signals %+v, want one: preempted, step unknown", stopped)
 	}
 	states, _ := m.upserted()
-	if want := []string{"waiting", "placed", "running", "waiting", "cancelled"}; !equalStrings(states, want) {
+	if want := []string{"waiting", "placed", "running", "waiting", "cancelled"}; !slices.Equal(states, want) {
 		t.Fatalf("job states upserted %v, want %v", states, want)
 	}
 }

@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,10 +64,10 @@ func TestJobWorkflowRunsToSuccessAndReleases(t *testing.T) {
 		t.Fatalf("allocation-released signals %+v", rel)
 	}
 	states, reasons := env.upserted()
-	if want := []string{"submitted", "waiting", "placed", "running", "succeeded"}; !equalStrings(states, want) {
+	if want := []string{"submitted", "waiting", "placed", "running", "succeeded"}; !slices.Equal(states, want) {
 		t.Fatalf("job states upserted %v, want %v", states, want)
 	}
-	if want := []string{"capacity_busy", ""}; !equalStrings(reasons, want) {
+	if want := []string{"capacity_busy", ""}; !slices.Equal(reasons, want) {
 		t.Fatalf("wait reasons upserted %v, want %v", reasons, want)
 	}
 }

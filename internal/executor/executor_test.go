@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,18 +87,6 @@ func (env *runEnv) run(t *testing.T, in *RunInput) (*RunResult, error) {
 	return &res, nil
 }
 
-func equalSteps(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestRunCompletesWritingCheckpointsAndHeartbeats(t *testing.T) {
 	log := &checkpointLog{}
 	env := newRunEnv(t, fastExecutor(log), worker.Options{})
@@ -108,7 +97,7 @@ func TestRunCompletesWritingCheckpointsAndHeartbeats(t *testing.T) {
 	if res.Outcome != vocab.RunSucceeded || res.Step != 100 || res.StartStep != 0 || res.ResumedAfterCrash {
 		t.Fatalf("result = %+v, want succeeded at step 100 from 0", res)
 	}
-	if got := log.Steps(); !equalSteps(got, []int64{30, 60, 90}) {
+	if got := log.Steps(); !slices.Equal(got, []int64{30, 60, 90}) {
 		t.Fatalf("checkpoints at %v, want [30 60 90]", got)
 	}
 	if res.LastCheckpoint == nil || res.LastCheckpoint.Step != 90 {
@@ -126,7 +115,7 @@ func TestRunHonoursStartStep(t *testing.T) {
 	if res.Outcome != vocab.RunSucceeded || res.StartStep != 60 || res.Step != 100 {
 		t.Fatalf("result = %+v, want succeeded 60→100", res)
 	}
-	if got := log.Steps(); !equalSteps(got, []int64{90}) {
+	if got := log.Steps(); !slices.Equal(got, []int64{90}) {
 		t.Fatalf("checkpoints at %v, want only [90]", got)
 	}
 }
@@ -143,7 +132,7 @@ func TestRunResumesFromHeartbeatCheckpointAfterCrash(t *testing.T) {
 	if !res.ResumedAfterCrash || res.StartStep != 60 || res.RecomputeSteps != 15 || res.Outcome != vocab.RunSucceeded {
 		t.Fatalf("result = %+v, want resumed at 60 with 15 steps recomputed", res)
 	}
-	if got := log.Steps(); !equalSteps(got, []int64{90}) {
+	if got := log.Steps(); !slices.Equal(got, []int64{90}) {
 		t.Fatalf("checkpoints at %v, want only [90]", got)
 	}
 }
