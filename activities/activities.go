@@ -110,6 +110,10 @@ type Deps struct {
 	// Metrics records final preemption outcomes and reclaims
 	// (*telemetry.GovernanceMetrics); nil records nothing.
 	Metrics GovernanceRecorder
+	// CycleIntervalSeconds is the scheduler workflow's timer period
+	// (SchedulerInput.CycleIntervalSeconds): every cycle's snapshot carries
+	// it to date the "timer" next re-evaluation; 0 dates none.
+	CycleIntervalSeconds int64
 }
 
 // Register registers every activity of the service task queue on w, on d:

@@ -236,6 +236,7 @@ func (s *Service) StartWorkers() error {
 	workflows.RegisterServiceWorker(svc, activities.Deps{
 		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
+		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds,
 	})
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default

@@ -110,7 +110,12 @@ func printJob(w io.Writer, j *api.Job) error {
 		if p := e.Placed; p != nil {
 			row("PLACED ON", describePlacement(p))
 		}
+		if j.State.Pending() {
+			row("NEXT EVAL", describeNextEvaluation(e))
+			row("AGING", describeOvertake(e.Overtake))
+		}
 	}
+	row("LAST ACTION", describeLastDecision(j.LastDecision))
 	row("NOTE", j.Note)
 	return tw.Flush()
 }

@@ -38,14 +38,25 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 		p = &d
 	}
 	c := newCycle(s, p, now, slow)
+	var unknownPools map[string]int32 // pool ranks of pools the inventory lacks
 	for r, pos := range c.order {
 		je := &c.jobs[pos]
 		je.rank, je.prevInPool = int32(r+1), -1
 		if ps := je.ps; ps != nil {
 			je.prevInPool, ps.lastRanked = ps.lastRanked, pos
+			ps.ranked++
+			je.poolRank = ps.ranked
+		} else {
+			if unknownPools == nil {
+				unknownPools = make(map[string]int32)
+			}
+			name := je.job.Request.Pool
+			unknownPools[name]++
+			je.poolRank = unknownPools[name]
 		}
 		c.decide(je)
 	}
+	c.nextEvaluations()
 	return c.res
 }
 
@@ -63,8 +74,10 @@ type jobEntry struct {
 	ps      *poolState // the requested pool; nil when unknown
 	sh      *shapeInfo // the request's shape in ps; nil when not needed
 	qrow    *quotaRow  // the project's quota in ps; nil when unlimited
-	rank    int32      // 1-based, set when the job is decided
-	pos     int32      // index in cycle.jobs
+	rank    int32      // 1-based over all pools, set when the job is decided
+	// poolRank is the job's 1-based rank among the jobs of its pool.
+	poolRank int32
+	pos      int32 // index in cycle.jobs
 	// prevInPool is the entry of the next higher-ranked job of the same pool
 	// (−1 when none), for the "when aging lifts rank above" clause.
 	prevInPool int32
@@ -283,7 +296,7 @@ func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv 
 	ps.apply(sh, ch)
 	ps.quota.charge(qv.row, qv.need)
 	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
-		Rank: int(je.rank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
+		Rank: int(je.poolRank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
 	if len(ch.gpus) > 0 {
 		pl.GPUs = make([]GPUShare, len(ch.gpus))
 		for i, gi := range ch.gpus {
@@ -315,12 +328,17 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 			detail += "; " + phrase
 		}
 	}
+	var ot *Overtake
 	if above >= 0 && c.p.Aging.Enabled {
-		if at, ok := c.overtakeTime(je, &c.jobs[above]); ok {
-			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
+		ot = c.overtake(je, &c.jobs[above])
+		if ot.Never {
+			reEval = appendNeverClause(reEval, ot)
+		} else {
+			reEval = appendAgingClause(reEval, ot.At, ot.AheadJobID)
 		}
 	}
 	c.wait(je, rc.reason, detail, reEval, blocking)
+	c.res.Waiting[len(c.res.Waiting)-1].Overtake = ot
 }
 
 // capacityReason returns reserved_for_higher_priority (fits only on reserved
@@ -365,5 +383,41 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 // wait records a job's wait status.
 func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
-		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.rank), Priority: c.prios[je.rank-1]})
+		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.poolRank), Priority: c.prios[je.rank-1]})
+}
+
+// nextEvaluations dates every wait status's next re-evaluation once the
+// cycle has decided all jobs (so that every part of a status, its expected
+// releases included, is known): the earliest of its aging overtake and its
+// earliest expected release still in the future, else the next timer cycle
+// (Snapshot.CycleIntervalSeconds after now; left zero when that is 0).
+func (c *cycle) nextEvaluations() {
+	var timer time.Time
+	if iv := c.s.CycleIntervalSeconds; iv > 0 {
+		timer = c.now.Add(time.Duration(iv * float64(time.Second)))
+	}
+	for i := range c.res.Waiting {
+		c.res.Waiting[i].Next = nextEvaluation(&c.res.Waiting[i], c.now, timer)
+	}
+}
+
+// nextEvaluation is one status's next re-evaluation (see nextEvaluations);
+// timer is the next timer cycle, zero when unknown.
+func nextEvaluation(w *WaitStatus, now, timer time.Time) NextEvaluation {
+	var next NextEvaluation
+	if ot := w.Overtake; ot != nil && !ot.Never && ot.At.After(now) {
+		next = NextEvaluation{At: ot.At, Kind: vocab.NextEvalAgingOvertake}
+	}
+	for _, r := range w.Releases { // earliest first: the first future one
+		if r.ExpectedEnd.After(now) {
+			if next.At.IsZero() || r.ExpectedEnd.Before(next.At) {
+				next = NextEvaluation{At: r.ExpectedEnd, Kind: vocab.NextEvalReleaseEstimate, Estimate: true}
+			}
+			break
+		}
+	}
+	if next.At.IsZero() && !timer.IsZero() {
+		next = NextEvaluation{At: timer, Kind: vocab.NextEvalTimer}
+	}
+	return next
 }

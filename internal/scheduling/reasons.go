@@ -253,3 +253,21 @@ func appendAgingClause(reEval string, at time.Time, above string) string {
 	b = append(b, above...)
 	return string(b)
 }
+
+// appendNeverClause adds "; aging never lifts rank above job X: …" with the
+// numbers of ot (Overtake.Never): the gap and what each job can still gain.
+func appendNeverClause(reEval string, ot *Overtake) string {
+	b := make([]byte, 0, len(reEval)+160)
+	b = append(b, reEval...)
+	b = append(b, "; aging never lifts rank above job "...)
+	b = append(b, ot.AheadJobID...)
+	b = append(b, ": it is "...)
+	b = strconv.AppendFloat(b, ot.GapPoints, 'f', -1, 64)
+	b = append(b, " points ahead, this job's credit can still grow "...)
+	b = strconv.AppendFloat(b, ot.HeadroomPoints, 'f', -1, 64)
+	b = append(b, " (bound "...)
+	b = strconv.AppendFloat(b, ot.BoundPoints, 'f', -1, 64)
+	b = append(b, "), its own "...)
+	b = strconv.AppendFloat(b, ot.AheadHeadroomPoints, 'f', -1, 64)
+	return string(b)
+}

@@ -179,6 +179,7 @@ type RunningJob struct {
 	Protected  bool
 	// RecentPreemptions holds the times this job was preempted, for the anti-thrash rule.
 	RecentPreemptions []time.Time
+	RunSeconds        int64 // the job's declared run time in seconds (0: unknown)
 }
 
 // Quota is a project's GPU quota in one pool, in milli-GPU (Kueue ClusterQueue
@@ -227,4 +228,8 @@ type Snapshot struct {
 	Queues            []Queue
 	Usage             []ProjectUsage
 	ProtectionWindows []ProtectionWindow
+	// CycleIntervalSeconds is the scheduler's timer period: a cycle runs at
+	// the latest this long after the snapshot's instant without a signal.
+	// It dates the "timer" next re-evaluation; 0 means unknown (none given).
+	CycleIntervalSeconds float64
 }

@@ -29,7 +29,7 @@ func TestFromPolicyGood(t *testing.T) {
 	}
 	// Fields the file leaves out keep their defaults.
 	if c.Policy.Preemption.MaxPreemptions != d.Policy.Preemption.MaxPreemptions ||
-		!c.Policy.Preemption.RequireVerifiedResume || c.Policy.Aging != d.Policy.Aging ||
+		!c.Policy.Preemption.RequireVerifiedResume || !reflect.DeepEqual(c.Policy.Aging, d.Policy.Aging) ||
 		!reflect.DeepEqual(c.Policy.TierBase, d.Policy.TierBase) || c.Projects != d.Projects ||
 		c.CycleIntervalSeconds != d.CycleIntervalSeconds || c.Recovery.VerifiedResumes != 1 {
 		t.Errorf("defaults not kept: %+v", c)
