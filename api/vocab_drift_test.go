@@ -110,6 +110,12 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("Reclaim", "configured_mode"), withEmpty(names(vocab.ReclaimModes))},
 		{prop("Reclaim", "stage"), withEmpty(names(vocab.AutomationStages))},
 		{prop("Reclaim", "state"), names(vocab.ReclaimStates)},
+		{schema("NextEvalKind"), names(vocab.NextEvalKinds)},
+		{prop("NextEvaluation", "kind"), names(vocab.NextEvalKinds)},
+		{schema("SchedulingAction"), names(vocab.SchedulingActions)},
+		{prop("LastDecision", "action"), names(vocab.SchedulingActions)},
+		{prop("LastDecision", "reason"), names(vocab.RecordedReasons)},
+		{prop("WaitEventList", "state"), names(vocab.JobStates)},
 		{param("/v1/reclaims", "state"), names(vocab.ReclaimStates)},
 	}
 	for _, tc := range cases {

@@ -91,6 +91,8 @@ func validate(cfg Config) error {
 		return errors.New("service: at least one API token is required")
 	case cfg.GPUSampleRetention < 0:
 		return fmt.Errorf("service: GPU sample retention (--gpu-sample-retention) is %s; want a positive duration", cfg.GPUSampleRetention)
+	case cfg.DecisionRetention < 0:
+		return fmt.Errorf("service: decision retention (--decision-retention) is %s; want a positive duration", cfg.DecisionRetention)
 	}
 	return nil
 }
