@@ -179,7 +179,6 @@ type RunningJob struct {
 	Protected  bool
 	// RecentPreemptions holds the times this job was preempted, for the anti-thrash rule.
 	RecentPreemptions []time.Time
-	RunSeconds        int64 // the job's declared run time in seconds (0: unknown)
 }
 
 // Quota is a project's GPU quota in one pool, in milli-GPU (Kueue ClusterQueue
