@@ -94,3 +94,24 @@ func TestRunRejectsInvalidConfig(t *testing.T) {
 		t.Fatalf("error %v, want the missing experiment queue", err)
 	}
 }
+
+// TestFromPolicyQueueAging checks that a queue's aging ceiling and cap reach
+// the simulator's scheduling policy as they reach serve's (Policy.Scheduling),
+// so both plan with the same rule.
+func TestFromPolicyQueueAging(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte("version: gpugov.policy/v1\nqueues:\n"+
+		"  - {name: production, tier: production}\n  - {name: key-project, tier: key-project}\n"+
+		"  - {name: standard, tier: standard, aging_ceiling_tier: key-project, aging_cap_points: 15000}\n"+
+		"  - {name: experiment, tier: experiment}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromPolicy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]scheduling.QueueAging{"standard": {HasCap: true, CapPoints: 15000, HasCeiling: true, CeilingTier: vocab.TierKeyProject}}
+	if !reflect.DeepEqual(c.Policy.Aging.Queues, want) || !reflect.DeepEqual(c.Policy.Aging, p.Scheduling().Aging) {
+		t.Fatalf("simulator aging %+v, want serve's %+v", c.Policy.Aging, p.Scheduling().Aging)
+	}
+}
