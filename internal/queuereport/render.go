@@ -11,8 +11,9 @@ import (
 )
 
 // RenderReport writes r as readable aligned tables: one row per group and the
-// total, the time per wait reason, the starving jobs and the jobs stuck,
-// needing action (with their owner and the action). Durations are shown
+// total, the time per wait reason, the starving jobs, the jobs stuck,
+// needing action (with their owner and the action), and each pool's verdict
+// line (ReasonShares). Durations are shown
 // as 45s, 12m30s, 3h04m or 2d03h; "-" marks an undefined value. It returns the
 // writer's error.
 func RenderReport(w io.Writer, r Report) error {
@@ -28,6 +29,12 @@ func RenderReport(w io.Writer, r Report) error {
 	renderReasons(ew, o.GroupBy, rows)
 	renderStarving(ew, r)
 	renderStuck(ew, r)
+	if len(r.ReasonShares) > 0 {
+		ew.printf("\nMain problem per pool (details: gpugov report --reasons)\n")
+		for _, p := range r.ReasonShares {
+			ew.printf("%s\n", p.Verdict)
+		}
+	}
 	return ew.err
 }
 
