@@ -203,6 +203,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/inventory", s.inventory)
 	s.nodeRoutes(v1)
 	s.governanceRoutes(v1)
+	v1.GET("/notifications", s.listNotifications)
 	s.reportRoutes(v1)
 	return e
 }

@@ -122,6 +122,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("LastDecision", "reason"), names(vocab.RecordedReasons)},
 		{prop("WaitEventList", "state"), names(vocab.JobStates)},
 		{param("/v1/reclaims", "state"), names(vocab.ReclaimStates)},
+		{prop("Notification", "type"), names(vocab.NotificationKinds)},
+		{prop("Notification", "state"), names(vocab.NotificationStates)},
+		{param("/v1/notifications", "state"), names(vocab.NotificationStates)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")

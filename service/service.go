@@ -134,6 +134,9 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.startReclaimScan(ctx); err != nil {
 		return err
 	}
+	if err := s.startNotificationDispatch(ctx); err != nil {
+		return err
+	}
 	if err := s.serveHTTP(); err != nil {
 		return err
 	}

@@ -99,6 +99,10 @@ type StartedPreemption struct {
 //     differs from the open event's (the scheduler's action for the job
 //     changed; LastDecision reads them); placements and proposals also go to
 //     the audit log (actor "scheduler"); proposals with Act start preemptions.
+//   - the submitter's notifications (docs/design.md §3, notifications) go
+//     into the outbox in the same transaction: job.placed per granted
+//     placement, job.wait_reason per wait transition whose reason changed to
+//     one that asks the submitter to act (vocab.WaitReason.NotifiesSubmitter).
 //
 // It is idempotent by cycleID: when the cycle was already applied (a retried
 // activity), it changes nothing and returns the stored outcome with Replayed
@@ -153,17 +157,22 @@ func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *schedulin
 	for _, p := range res.Placements {
 		inPlacements[p.JobID] = true
 	}
-	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out); err != nil {
+	var notes []noteRow
+	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out, &notes); err != nil {
 		return nil, err
 	}
 	jobs, err := lockCycleJobs(ctx, tx, res)
 	if err != nil {
 		return nil, err
 	}
-	if err := applyPlacements(ctx, tx, cycleID, res.Placements, jobs, now, out); err != nil {
+	if err := applyPlacements(ctx, tx, cycleID, res.Placements, jobs, now, out, &notes); err != nil {
 		return nil, err
 	}
 	if err := applyPreemptions(ctx, tx, cycleID, res.Preemptions, now, out); err != nil {
+		return nil, err
+	}
+	// Last: insertNotifications' per-project locks come after every row lock.
+	if err := insertNotifications(ctx, tx, notes, now); err != nil {
 		return nil, err
 	}
 	stats := map[string]int{
@@ -286,7 +295,7 @@ type placementRows struct {
 // applyPlacements admits each placement in order against the locked GPU
 // capacity, then writes the granted ones in bulk.
 func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []scheduling.Placement,
-	jobs map[string]cycleJob, now time.Time, out *CycleOutcome) error {
+	jobs map[string]cycleJob, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
 	placed := make(map[string]bool, len(ps)) // jobs already seen in this result
 	if len(ps) == 0 {
 		return nil
@@ -321,6 +330,8 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
 			"borrowed": p.Borrowed, "rank": p.Rank, "priority": priorityParts(p.Priority)}
 		decisions = append(decisions, decisionRow{p.JobID, "place", mustJSON(body)})
+		*notes = append(*notes, noteRow{jobID: p.JobID, kind: vocab.NotifyPlaced, data: map[string]any{
+			"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs)}})
 		audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: "place", Subject: p.JobID,
 			Reason: fmt.Sprintf("rank %d, score %.1f: granted %s on node %s", p.Rank, p.Priority.Score,
 				describeShares(p.GPUs), p.Node), Evidence: body})
@@ -521,7 +532,7 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 // wait event. Every pending job's row is rewritten each cycle: its
 // explanation names the cycle and dates the next re-evaluation.
 func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.WaitStatus,
-	placed map[string]bool, now time.Time, out *CycleOutcome) error {
+	placed map[string]bool, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
 	ws = pendingWaits(ws, placed, out)
 	if len(ws) == 0 {
 		return nil
@@ -603,6 +614,10 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		}
 		if transition[w.JobID] {
 			tr.add(w)
+			if prev := vocab.WaitReason(cur[w.JobID].reason); prev != w.Reason && w.Reason.NotifiesSubmitter() {
+				*notes = append(*notes, noteRow{jobID: w.JobID, kind: vocab.NotifyWaitReason, data: map[string]any{
+					"reason": w.Reason, "previous_reason": prev, "detail": w.Detail, "next_action": w.Reason.NextAction()}})
+			}
 		} else {
 			rf.add(w)
 		}

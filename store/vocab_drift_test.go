@@ -121,6 +121,8 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"reclaims", "configured_mode", strs(vocab.ReclaimModes, "")},
 		{"reclaims", "stage", strs(vocab.AutomationStages, "")},
 		{"reclaims", "state", strs(vocab.ReclaimStates)},
+		{"notifications", "kind", strs(vocab.NotificationKinds)},
+		{"notifications", "state", strs(vocab.NotificationStates)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

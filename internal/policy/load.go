@@ -427,6 +427,7 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"pools":              d.pools(&p.Pools),
 		"protection_windows": d.windows(&p.ProtectionWindows),
 		"reclaim":            d.reclaim(&p.Reclaim),
+		"notifications":      d.notifications(&p.Notifications),
 		"simulation":         d.simulation(&p.Simulation),
 	})
 }

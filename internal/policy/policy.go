@@ -65,6 +65,8 @@ type Policy struct {
 	// when none are named) are neither preempted nor reclaimed.
 	ProtectionWindows []Window `json:"protection_windows"`
 	Reclaim           Reclaim  `json:"reclaim"`
+	// Notifications are the projects' webhooks and their delivery schedule.
+	Notifications Notifications `json:"notifications"`
 	// Simulation holds what only `gpugov simulate` reads; serve ignores it
 	// and it is not part of Hash.
 	Simulation Simulation `json:"-"`
@@ -281,6 +283,7 @@ func Default() *Policy {
 		Reclaim: Reclaim{ScanIntervalSeconds: DefaultScanIntervalSeconds, ObservationWindowSeconds: DefaultObservationWindowSeconds,
 			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
 			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
+		Notifications: Notifications{Delivery: DefaultDelivery()},
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
 			CycleIntervalSeconds: 600, StarvationFactor: 4,
 			Recovery: Recovery{Tiers: []string{"standard", "experiment"}, Probability: 0.5,

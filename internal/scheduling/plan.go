@@ -148,11 +148,13 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 	for _, ps := range c.cap.sorted {
 		ps.quota = c.quota.pools[ps.name]
 	}
+	c.startReclaim()
 	if p.Preemption.Enabled && len(s.Running) > 0 && len(s.Pending) > 0 {
 		wg.Go(func() { c.victims = c.buildVictims() })
 	}
 	c.fillEntries()
 	wg.Wait()
+	c.findClaims()
 	c.res = &Result{PolicyVersion: p.Version, At: now,
 		Placements: make([]Placement, 0, min(len(c.jobs), 1024)),
 		Waiting:    make([]WaitStatus, 0, len(c.jobs))}
@@ -267,6 +269,9 @@ func (c *cycle) decide(je *jobEntry) {
 	case je.flags&flagPreempting != 0:
 		c.reserveInProgress(je, ps, sh)
 		d, re := preemptionStatus(je.job.PreemptionInProgress)
+		if withinNominal(je) {
+			d += c.lentOutPhrase(je, ps, nil, true)
+		}
 		c.wait(je, vocab.ReasonPreemptionInProgress, d, re, "")
 		return
 	}
@@ -276,6 +281,14 @@ func (c *cycle) decide(je *jobEntry) {
 		return
 	}
 	qv := ps.quota.check(je.qrow, je.tier, je.need)
+	if qv.ok && qv.borrowed {
+		if why, re := c.borrowRefusal(je, ps); why != "" {
+			qv.ok, qv.borrowed, qv.why = false, false, why
+			d, _ := quotaStatus(je.project, ps.name, qv)
+			c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+			return
+		}
+	}
 	if !qv.ok {
 		d, re := quotaStatus(je.project, ps.name, qv)
 		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
@@ -316,11 +329,19 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 		above = ps.reservations[rc.reservation].entry
 	}
 	acting := false
+	var proposed *PreemptionProposal
 	if rc.reason == vocab.ReasonCapacityBusy {
 		if prop, phrase := c.tryPreemption(je, ps, sh, qv.lender); prop != nil {
 			c.res.Preemptions = append(c.res.Preemptions, *prop)
 			detail += phrase
 			acting = prop.Act // an acting proposal already reserved its target
+			proposed = prop
+		}
+	}
+	if qv.lender {
+		if phrase := c.lentOutPhrase(je, ps, proposed, false); phrase != "" {
+			detail += phrase
+			ps.quota.reclaim.addClaim(je.project, je.id)
 		}
 	}
 	if !acting && c.p.Reservation.Enabled && ps.heldDepth < c.p.Reservation.Depth {

@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -17,6 +19,7 @@ type quotaRow struct {
 type poolQuota struct {
 	rows          map[string]*quotaRow // by project
 	nominal, used int64
+	reclaim       *poolReclaim // borrowing that gives back (reclaim.go); set by newCycle
 }
 
 // quotaState holds every pool's quota accounting for one cycle. A project's
@@ -137,4 +140,22 @@ func (pq *poolQuota) check(r *quotaRow, tier vocab.Tier, need int64) quotaVerdic
 		v.ok, v.borrowed = true, true
 	}
 	return v
+}
+
+// borrowing is one project's use beyond its nominal quota in a pool, in milli-GPU.
+type borrowing struct {
+	project string
+	milli   int64
+}
+
+// borrowers lists the projects of the pool using more than their nominal quota, by project name.
+func (pq *poolQuota) borrowers() []borrowing {
+	var out []borrowing
+	for project, r := range pq.rows {
+		if r.used > r.q.NominalMilli {
+			out = append(out, borrowing{project: project, milli: r.used - r.q.NominalMilli})
+		}
+	}
+	slices.SortFunc(out, func(a, b borrowing) int { return cmp.Compare(a.project, b.project) })
+	return out
 }

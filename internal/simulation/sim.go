@@ -489,7 +489,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 	j.runIdx = len(e.running)
 	e.running = append(e.running, scheduling.RunningJob{
 		ID: j.spec.ID, Project: j.spec.Project, Queue: j.spec.Queue, Tier: j.spec.Tier, Request: req,
-		Allocation: alloc, StartedAt: now, Recovery: j.recovery, Protected: j.spec.Protected,
+		Allocation: alloc, StartedAt: now, RunSeconds: j.runEnd - t, Recovery: j.recovery, Protected: j.spec.Protected,
 		RecentPreemptions: e.recentPreemptions(j, now),
 	})
 	e.allocs = append(e.allocs, alloc)
@@ -528,6 +528,11 @@ func (e *engine) applyPreemptions(props []scheduling.PreemptionProposal, t int64
 				return stopped, err
 			}
 			stopped = true
+		}
+		// The store's record of victims released for the job in its
+		// current wait (scheduling.PendingJob.VictimsReleasedAt).
+		if j := e.byID[pr.ForJobID]; j != nil && j.state == stWaiting && j.pendIdx >= 0 {
+			e.pending[j.pendIdx].VictimsReleasedAt = e.at(t)
 		}
 	}
 	return stopped, nil
@@ -634,6 +639,7 @@ func (e *engine) addPending(j *simJob, t int64) {
 	pj.WaitingSince = e.at(t)
 	j.aging = j.aging.Start(e.at(t))
 	pj.Recovery = j.recovery
+	pj.RecentPreemptions = e.recentPreemptions(j, e.at(t))
 	j.pendIdx = len(e.pending)
 	e.pending = append(e.pending, pj)
 	e.pendJobs = append(e.pendJobs, j)
