@@ -656,7 +656,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Explanation {
 	e := Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
 		ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority),
-		CycleID: cycleID, EvaluatedAt: &at}
+		CycleID: cycleID, EvaluatedAt: &at, Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases)}
 	if n := w.Next; !n.At.IsZero() {
 		e.NextEvaluation = &NextEvaluation{At: n.At.UTC(), Kind: n.Kind, Estimate: n.Estimate}
 	}

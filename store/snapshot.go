@@ -429,6 +429,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		a := &l.allocs[l.runningAlloc[i]]
 		a.JobID = st.id
 		rj.ID, rj.Project, rj.Queue, rj.Tier, rj.Request, rj.Allocation = st.id, st.project, st.queue, st.tier, st.request, *a
+		rj.RunSeconds = st.runSeconds
 		cp, err := decodeCheckpoint(l.runningCheckpoint[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", rj.ID, err)

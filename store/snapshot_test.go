@@ -110,7 +110,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 			Request: scheduling.ResourceRequest{GPUs: 2, Pool: "q", Topology: scheduling.TopologySameNode}},
 	}
 	runningIn := []store.NewJob{
-		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(-3 * time.Hour), RunSeconds: 7199.5,
+		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(-3 * time.Hour), RunSeconds: 7200.5,
 			Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 600},
 			Request:  scheduling.ResourceRequest{GPUs: 2, Pool: "p", CPUMilli: 8000, MemoryMiB: 65536}},
 		{Project: "vision", Queue: "infer", Tier: vocab.TierProduction, SubmitTime: t0.Add(-2 * time.Hour), Protected: true,
@@ -183,8 +183,8 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	withCP.LastCheckpoint = &cp
 	want.Running = []scheduling.RunningJob{
 		{ID: runningIDs[0], Project: "nlp", Queue: "train", Tier: vocab.TierStandard, Request: runningIn[0].Request,
-			Allocation: allocOf(want.Allocations, runningIDs[0]), StartedAt: startedAt, RunSeconds: 7200, Recovery: withCP,
-			RecentPreemptions: []time.Time{preemptedAt}},
+			Allocation: allocOf(want.Allocations, runningIDs[0]), StartedAt: startedAt, Recovery: withCP,
+			RecentPreemptions: []time.Time{preemptedAt}, RunSeconds: 7201}, // the declared run_seconds, rounded up
 		{ID: runningIDs[1], Project: "vision", Queue: "infer", Tier: vocab.TierProduction, Request: runningIn[1].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[1]), StartedAt: t0.Add(-time.Hour), Protected: true},
 	}

@@ -118,6 +118,7 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"preemptions", "outcome", strs(vocab.PreemptionOutcomes)},
 		{"reclaims", "class", strs(vocab.ReclaimClasses)},
 		{"reclaims", "mode", strs(vocab.ReclaimModes)},
+		{"quota_requests", "state", strs(vocab.QuotaRequestStates)},
 		{"reclaims", "configured_mode", strs(vocab.ReclaimModes, "")},
 		{"reclaims", "stage", strs(vocab.AutomationStages, "")},
 		{"reclaims", "state", strs(vocab.ReclaimStates)},

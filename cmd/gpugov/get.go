@@ -113,6 +113,12 @@ func printJob(w io.Writer, j *api.Job) error {
 		if j.State.Pending() {
 			row("NEXT EVAL", describeNextEvaluation(e))
 			row("AGING", describeOvertake(e.Overtake))
+			for _, sg := range e.Suggestions {
+				row("WOULD FIT", sg.Text)
+			}
+			for _, r := range e.Releases {
+				row("RELEASE", describeRelease(r, clientNow()))
+			}
 		}
 	}
 	row("LAST ACTION", describeLastDecision(j.LastDecision))

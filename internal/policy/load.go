@@ -587,8 +587,8 @@ func (d *decoder) quotas(dst *[]Quota) fieldFunc {
 			if !d.mapping(c, at, fields{
 				"project":               d.name(&q.Project),
 				"pool":                  d.name(&q.Pool),
-				"nominal_milli":         integer(d, &q.NominalMilli, nonNegative),
-				"borrowing_limit_milli": integer(d, &q.BorrowingLimitMilli, nonNegative),
+				"nominal_milli":         integer(d, &q.NominalMilli, quotaMilli),
+				"borrowing_limit_milli": integer(d, &q.BorrowingLimitMilli, quotaMilli),
 			}) {
 				return
 			}

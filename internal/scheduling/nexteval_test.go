@@ -205,3 +205,27 @@ func TestAgingCeilingOvertakesStream(t *testing.T) {
 			placedAt, last.Overtake)
 	}
 }
+
+// TestNextEvaluationFromRelease checks the release estimate through Plan: a
+// capacity_busy job behind no one, whose GPU a running job with a declared
+// run time holds, is next re-evaluated at that job's expected end, marked as
+// an estimate; with the end past (overdue), at the next timer cycle.
+func TestNextEvaluationFromRelease(t *testing.T) {
+	p := testPolicy()
+	p.Preemption.Enabled = false
+	n := mkNode("n1", 1, "H100", 81920, 0)
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, CycleIntervalSeconds: 5,
+		Pending: []PendingJob{mkJob("me", vocab.TierStandard, 1, "p", 0)}}
+	r := mkRunning("holder", vocab.TierStandard, "p", "n1", 10*time.Minute, "n1-gpu0")
+	r.RunSeconds = 3600
+	withRunning(s, r)
+	w := waitOf(Plan(s, p, t0), "me")
+	want := NextEvaluation{At: t0.Add(50 * time.Minute), Kind: vocab.NextEvalReleaseEstimate, Estimate: true}
+	if w == nil || w.Reason != vocab.ReasonCapacityBusy || len(w.Releases) == 0 || w.Next != want {
+		t.Fatalf("status %+v, want next %+v", w, want)
+	}
+	s.Running[0].RunSeconds = 300 // ended 5 minutes ago by its declared run time
+	if w := waitOf(Plan(s, p, t0), "me"); w.Next != (NextEvaluation{At: t0.Add(5 * time.Second), Kind: vocab.NextEvalTimer}) {
+		t.Fatalf("overdue release: next %+v, want the timer", w.Next)
+	}
+}
