@@ -528,6 +528,8 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		out := []Queue{}
 		first := map[string]string{}
+		var minSum float64
+		var minAt []string // the queues with a min_share, for the sum's message
 		d.list(n, path, func(c *yaml.Node, at string) {
 			var q Queue
 			if !d.mapping(c, at, fields{
@@ -537,6 +539,8 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 				"max_wait_s": integer(d, &q.MaxWaitSeconds, nonNegative),
 				"protected":  d.boolean(&q.Protected),
 				"low_risk":   d.boolean(&q.LowRisk),
+				"min_share":  number(d, &q.MinShare, between(0.0, 1.0)),
+				"max_share":  number(d, &q.MaxShare, maxShare),
 			}) {
 				return
 			}
@@ -546,10 +550,32 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 			} else {
 				first[q.Name] = at
 			}
+			if q.MaxShare > 0 && q.MinShare > q.MaxShare {
+				d.fail(d.lineNode(at+".max_share", c), at+".max_share", "%v is below min_share %v, want min_share ≤ max_share", q.MaxShare, q.MinShare)
+			}
+			if q.MinShare > 0 {
+				minSum += q.MinShare
+				minAt = append(minAt, fmt.Sprintf("%s %v", q.Name, q.MinShare))
+				// A sum past 1 promises more than a pool holds; the queue
+				// that passes it is named (every queue's share applies in
+				// every pool). The small tolerance absorbs decimal rounding.
+				if minSum > 1+1e-9 {
+					d.fail(d.lineNode(at+".min_share", c), at+".min_share", "the queues' min_share add up to %v (%s), want at most 1: each is a fraction of every pool's GPUs",
+						math.Round(minSum*1e6)/1e6, strings.Join(minAt, " + "))
+				}
+			}
 			out = append(out, q)
 		})
 		*dst = out
 	}
+}
+
+// maxShare accepts a queue cap: a fraction above 0, at most 1.
+func maxShare(v float64) string {
+	if v <= 0 || v > 1 {
+		return fmt.Sprintf("%v is outside (0, 1]: a cap is a fraction of the pool above 0 (leave max_share out for no cap)", v)
+	}
+	return ""
 }
 
 func (d *decoder) quotas(dst *[]Quota) fieldFunc {

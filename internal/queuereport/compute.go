@@ -120,5 +120,7 @@ func Compute(in Input, opts Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return c.report(), nil
+	r := c.report()
+	setPoolShares(&r, in.Targets, in.Capacity)
+	return r, nil
 }

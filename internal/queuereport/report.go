@@ -54,6 +54,13 @@ type Group struct {
 	ServiceShare  *float64 `json:"service_share"`   // delivered share of the pool's (or the report's) GPU-seconds
 	TargetShare   *float64 `json:"target_share"`    // the queue's normalised ServiceShare (grouped by queue only)
 	ShareVsTarget *float64 `json:"share_vs_target"` // the whole queue's delivered share in the same scope / target_share
+	// PoolShare is the whole queue's time-averaged share of the pools' GPUs
+	// in the same scope (its GPU-seconds over capacity GPUs × observed
+	// window seconds), to hold against MinShare and MaxShare (grouped by
+	// queue, with the pools' capacity known).
+	PoolShare *float64 `json:"pool_share,omitempty"`
+	MinShare  *float64 `json:"min_share,omitempty"` // the queue's guaranteed fraction of each pool's GPUs, when it has one
+	MaxShare  *float64 `json:"max_share,omitempty"` // the queue's cap as a fraction of each pool's GPUs, when it has one
 
 	// WaitReasonSeconds maps a wait reason to the seconds of wait events clipped
 	// to the window; reasons with no time are left out.

@@ -537,7 +537,7 @@ type DetailFunc func(jobIDs []string) (map[string]JobDetail, error)
 // that do not cover the window, are not grouped by every key opts.GroupBy
 // names, or list waits only from longer than RequiredMinWait, bad targets,
 // or details' error.
-func Assemble(opts Options, targets []QueueTarget, parts []*Summary, details DetailFunc) (Report, error) {
+func Assemble(opts Options, targets []QueueTarget, capacity []PoolCapacity, parts []*Summary, details DetailFunc) (Report, error) {
 	o, err := opts.normalized()
 	if err != nil {
 		return Report{}, err
@@ -570,7 +570,11 @@ func Assemble(opts Options, targets []QueueTarget, parts []*Summary, details Det
 	}
 	a.addGroups(m)
 	a.addWaits(parts)
-	return a.report(details)
+	r, err := a.report(details)
+	if err == nil {
+		setPoolShares(&r, targets, capacity)
+	}
+	return r, err
 }
 
 // mergeShallow merges the parts' groups, leaving the waits to a waitCursor.
@@ -647,6 +651,9 @@ func newAssembler(o Options, targets []QueueTarget, end int64) (*assembler, erro
 		}
 		if t.MaxWait < 0 {
 			return nil, fmt.Errorf("targets: queue %q: max_wait must not be negative", t.Queue)
+		}
+		if err := t.checkShares(); err != nil {
+			return nil, err
 		}
 		a.maxWait[t.Queue] = int64(t.MaxWait)
 		sum += t.ServiceShare

@@ -16,6 +16,13 @@ type Priority struct {
 	FairShare   float64 // points from the fair-share factor
 	FairFactor  float64 // the factor itself, in [0,1]
 	SubmitTime  time.Time
+	// MinShareBoost is set when the job's queue was below its MinShare in
+	// the job's pool when Plan came to the job, so the job was served before
+	// every non-production job of a queue at or above its minimum whatever
+	// the scores (production keeps its place first). It says so with the
+	// numbers, e.g. "queue experiment below its min_share 0.25 of pool a100:
+	// 4 of 16 guaranteed GPUs in use"; "" when the job was served by score.
+	MinShareBoost string
 }
 
 // Placement is one pending job granted GPUs in this cycle.

@@ -232,7 +232,7 @@ func (e *engine) serviceReports() (in queuereport.Input, window queuereport.Wind
 // targets. A pod the trace never scheduled is deleted by its owner at its
 // deletion time (Cancelled), while waiting or after running.
 func (e *engine) serviceRecords() queuereport.Input {
-	in := queuereport.Input{Releases: e.releases, Targets: queuereport.TargetsOf(e.cfg.Queues)}
+	in := queuereport.Input{Releases: e.releases, Targets: queuereport.TargetsOf(e.cfg.Queues), Capacity: queuereport.CapacityOf(e.pools)}
 	for _, j := range e.jobs {
 		if j.state == stFuture {
 			continue
