@@ -227,9 +227,9 @@ type reportLoader struct {
 	releases  []queuereport.Release
 	targets   []queuereport.QueueTarget
 	capacity  []queuereport.PoolCapacity // pools' usable GPUs (reportCapacitySQL)
-	strs      map[string]string   // interned project, queue, pool, job type and state values
-	models    map[string][]string // interned request model lists by their raw JSON text
-	nodes     map[string][]string // the models of each node's GPUs
+	strs      map[string]string          // interned project, queue, pool, job type and state values
+	models    map[string][]string        // interned request model lists by their raw JSON text
+	nodes     map[string][]string        // the models of each node's GPUs
 	times     timeSlab
 }
 

@@ -128,8 +128,8 @@ type cycle struct {
 	cap     *capacityIndex
 	quota   *quotaState
 	queues  map[string]*Queue
-	shares  *shareState // queue service shares; nil when no queue has one
-	served  int32       // jobs decided so far
+	shares  *shareState  // queue service shares; nil when no queue has one
+	served  int32        // jobs decided so far
 	victims *victimIndex // built beside ranking when preemption is on, else on first need
 	jobs    []jobEntry   // in Snapshot.Pending order
 	prios   []Priority   // by rank
