@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -109,6 +110,28 @@ func TestQueueReportPoolShares(t *testing.T) {
 		if g.PoolShare == nil || *g.PoolShare < 1.0/3-1e-9 || *g.PoolShare > 1.0/3+1e-9 ||
 			g.MinShare == nil || *g.MinShare != 0.5 || g.MaxShare == nil || *g.MaxShare != 0.8 {
 			t.Errorf("project %q: pool_share %v min %v max %v, want 1/3 against 0.5 and 0.8", project, g.PoolShare, g.MinShare, g.MaxShare)
+		}
+	}
+	// Grouped by project: the fair-share weights serve sets from the
+	// policy are the targets; nlp's job only waited.
+	if _, _, err := s.CreateJob(ctx, &store.NewJob{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: at(10),
+		Request: scheduling.ResourceRequest{GPUs: 1, Pool: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.SetProjectWeights(map[string]float64{"vision": 2})
+	opts.GroupBy = []string{queuereport.KeyProject}
+	r, err := s.QueueReport(ctx, opts, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]float64{"vision": {1, 2.0 / 3}, "nlp": {0, 1.0 / 3}}
+	if len(r.Groups) != 2 {
+		t.Fatalf("groups %+v, want vision and nlp", r.Groups)
+	}
+	for _, g := range r.Groups {
+		w := want[g.Key[queuereport.KeyProject]]
+		if g.ProjectShare == nil || *g.ProjectShare != w[0] || g.ProjectTargetShare == nil || math.Abs(*g.ProjectTargetShare-w[1]) > 1e-12 {
+			t.Errorf("%v: project share %v target %v, want %v", g.Key, g.ProjectShare, g.ProjectTargetShare, w)
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (s *Store) queueReport(ctx context.Context, opts queuereport.Options, proje
 			if err != nil {
 				return err
 			}
-			rep, err = queuereport.Assemble(opts, targets, capacity, parts, func(ids []string) (map[string]queuereport.JobDetail, error) {
+			rep, err = queuereport.Assemble(opts, targets, queuereport.ShareBase{Capacity: capacity, ProjectWeights: s.reportProjectWeights()}, parts, func(ids []string) (map[string]queuereport.JobDetail, error) {
 				return starvingDetails(ctx, tx, ids, opts.Window.From, end)
 			})
 			if err != nil && ctx.Err() == nil && !isPgError(err) {
@@ -130,6 +130,7 @@ func (s *Store) computeFromRecords(ctx context.Context, opts queuereport.Options
 	if err != nil {
 		return queuereport.Report{}, err
 	}
+	in.ProjectWeights = s.reportProjectWeights()
 	r, err := queuereport.Compute(*in, opts)
 	if err != nil {
 		return r, fmt.Errorf("%w: %w", ErrReportRecords, err)

@@ -121,6 +121,6 @@ func Compute(in Input, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	r := c.report()
-	setPoolShares(&r, in.Targets, in.Capacity)
+	setShares(&r, in.Targets, ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights})
 	return r, nil
 }

@@ -15,20 +15,58 @@ func (t *QueueTarget) checkShares() error {
 	return nil
 }
 
-// setPoolShares fills each queue group's MinShare, MaxShare and PoolShare
-// from the finished groups (Compute and Assemble both call it, so both give
-// the same values): PoolShare is the whole queue's GPU-seconds in the
-// group's scope (its pool when the report is grouped by pool, else every
-// pool of capacity) over the scope's capacity GPUs × the observed window
-// (Window.From to End). Groups without a queue key get nothing.
-func setPoolShares(r *Report, targets []QueueTarget, capacity []PoolCapacity) {
+// setShares fills the groups' pool and project shares from the finished
+// groups; Compute and Assemble both call it, so both give the same values.
+func setShares(r *Report, targets []QueueTarget, base ShareBase) {
 	grouped := map[string]bool{}
 	for _, k := range r.Options.GroupBy {
 		grouped[k] = true
 	}
-	if !grouped[KeyQueue] {
-		return
+	if grouped[KeyQueue] {
+		setPoolShares(r, grouped, targets, base.Capacity)
 	}
+	if grouped[KeyProject] {
+		setProjectShares(r, base.ProjectWeights)
+	}
+}
+
+// setProjectShares sets each group's ProjectShare (the whole project's
+// GPU-seconds over every group's) and ProjectTargetShare (its weight over
+// the weights of the report's projects, a project not in weights weighing
+// 1, as policy.ApplyProjectWeights normalises them for Plan).
+func setProjectShares(r *Report, weights map[string]float64) {
+	weight := func(p string) float64 {
+		if w, ok := weights[p]; ok && w > 0 {
+			return w
+		}
+		return 1
+	}
+	used := map[string]float64{}
+	var total, wsum float64
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		p := g.Key[KeyProject]
+		if _, seen := used[p]; !seen {
+			wsum += weight(p)
+		}
+		used[p] += g.GPUSeconds
+		total += g.GPUSeconds
+	}
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		p := g.Key[KeyProject]
+		g.ProjectTargetShare = floatPtr(weight(p) / wsum)
+		if total > 0 {
+			g.ProjectShare = floatPtr(used[p] / total)
+		}
+	}
+}
+
+// setPoolShares fills each queue group's MinShare, MaxShare and PoolShare:
+// PoolShare is the whole queue's GPU-seconds in the group's scope (its pool
+// when the report is grouped by pool, else every pool of capacity) over the
+// scope's capacity GPUs × the observed window (Window.From to End).
+func setPoolShares(r *Report, grouped map[string]bool, targets []QueueTarget, capacity []PoolCapacity) {
 	seconds := r.End.Sub(r.Options.Window.From).Seconds()
 	caps := make(map[string]float64, len(capacity))
 	var all float64

@@ -89,3 +89,41 @@ func TestPoolShareDeliveredVsMinMax(t *testing.T) {
 		t.Error("min_share 1.5 accepted, want an error")
 	}
 }
+
+// TestProjectShareVsFairShareTarget: grouped by project, each row carries
+// its whole project's share of the report's GPU-seconds and its fair-share
+// entitlement from the weights (an unlisted project weighs 1).
+func TestProjectShareVsFairShareTarget(t *testing.T) {
+	in := Input{
+		Jobs: []Job{
+			testJob("v1", 0, ofProject("vision"), asking(3, 0), started(0)),
+			testJob("v2", 0, ofProject("vision"), inPool("q"), started(0)),
+			testJob("n1", 0, ofProject("nlp"), started(0)),
+		},
+		Runs: []Run{
+			{JobID: "v1", Start: at(0), GPUMilli: 3000},
+			{JobID: "v2", Start: at(0), GPUMilli: 1000},
+			{JobID: "n1", Start: at(0), GPUMilli: 1000},
+		},
+		ProjectWeights: map[string]float64{"vision": 3},
+	}
+	opts := Options{Window: Window{From: at(0), To: at(100)}, Now: at(100), GroupBy: []string{KeyPool, KeyProject}}
+	r, err := Compute(in, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]float64{"vision": {0.8, 0.75}, "nlp": {0.2, 0.25}} // delivered 400 of 500 GPU-s; weights 3:1
+	for _, g := range r.Groups {
+		w := want[g.Key[KeyProject]]
+		if g.ProjectShare == nil || math.Abs(*g.ProjectShare-w[0]) > 1e-12 || g.ProjectTargetShare == nil || *g.ProjectTargetShare != w[1] {
+			t.Errorf("%v: project share %v target %v, want %v", g.Key, g.ProjectShare, g.ProjectTargetShare, w)
+		}
+	}
+	opts.GroupBy = []string{KeyPool}
+	r, _ = Compute(in, opts)
+	for _, g := range r.Groups {
+		if g.ProjectShare != nil || g.ProjectTargetShare != nil {
+			t.Errorf("not grouped by project: %v has project shares", g.Key)
+		}
+	}
+}

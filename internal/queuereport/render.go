@@ -26,6 +26,7 @@ func RenderReport(w io.Writer, r Report) error {
 	rows := append(append([]Group(nil), r.Groups...), r.Total)
 	renderGroups(ew, o.GroupBy, rows)
 	renderPoolShares(ew, o.GroupBy, r.Groups)
+	renderProjectShares(ew, o.GroupBy, r.Groups)
 	renderReasons(ew, o.GroupBy, rows)
 	renderStarving(ew, r)
 	renderStuck(ew, r)
@@ -76,6 +77,21 @@ func renderPoolShares(ew *errWriter, groupBy []string, groups []Group) {
 			status = "within"
 		}
 		writeRow(tw, append(keyCells(groupBy, g.Key), pct(g.PoolShare), pct(g.MinShare), pct(g.MaxShare), status))
+	}
+	ew.err = firstErr(ew.err, tw.Flush())
+}
+
+// renderProjectShares writes each project group's share of the report's
+// GPU-seconds against its fair-share entitlement, when grouped by project.
+func renderProjectShares(ew *errWriter, groupBy []string, groups []Group) {
+	if len(groups) == 0 || groups[0].ProjectTargetShare == nil {
+		return
+	}
+	ew.printf("\nProject fair shares (share of the report's GPU-seconds vs the fair-share weight's share):\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	writeRow(tw, append(keyHeads(groupBy), "PROJECT_SHARE", "FAIR_TARGET"))
+	for _, g := range groups {
+		writeRow(tw, append(keyCells(groupBy, g.Key), pct(g.ProjectShare), pct(g.ProjectTargetShare)))
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
 }

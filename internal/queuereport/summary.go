@@ -537,7 +537,7 @@ type DetailFunc func(jobIDs []string) (map[string]JobDetail, error)
 // that do not cover the window, are not grouped by every key opts.GroupBy
 // names, or list waits only from longer than RequiredMinWait, bad targets,
 // or details' error.
-func Assemble(opts Options, targets []QueueTarget, capacity []PoolCapacity, parts []*Summary, details DetailFunc) (Report, error) {
+func Assemble(opts Options, targets []QueueTarget, base ShareBase, parts []*Summary, details DetailFunc) (Report, error) {
 	o, err := opts.normalized()
 	if err != nil {
 		return Report{}, err
@@ -572,7 +572,7 @@ func Assemble(opts Options, targets []QueueTarget, capacity []PoolCapacity, part
 	a.addWaits(parts)
 	r, err := a.report(details)
 	if err == nil {
-		setPoolShares(&r, targets, capacity)
+		setShares(&r, targets, base)
 	}
 	return r, err
 }

@@ -211,6 +211,17 @@ type Input struct {
 	// Capacity is each pool's usable GPUs, the base of pool_share; a pool
 	// not listed has no pool_share.
 	Capacity []PoolCapacity `json:"capacity,omitempty"`
+	// ProjectWeights are the projects' fair-share weights (the policy's
+	// fair_share.project_weights; a project not listed weighs 1), the base
+	// of project_target_share.
+	ProjectWeights map[string]float64 `json:"project_weights,omitempty"`
+}
+
+// ShareBase is what a report's shares are measured against besides the
+// queue targets: Input's Capacity and ProjectWeights, given to Assemble.
+type ShareBase struct {
+	Capacity       []PoolCapacity
+	ProjectWeights map[string]float64
 }
 
 // Window is the half-open time interval [From, To) a report covers.

@@ -175,7 +175,7 @@ func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuer
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s) * unit) }
 	atp := func(s float64) *time.Time { t := at(s); return &t }
 	in := queuereport.Input{Targets: append([]queuereport.QueueTarget(nil), Targets...),
-		Capacity: append([]queuereport.PoolCapacity(nil), Capacity...)}
+		Capacity: append([]queuereport.PoolCapacity(nil), Capacity...), ProjectWeights: map[string]float64{"vision": 3}}
 	modelSets := [][]string{nil, {"A"}, {"B"}, {"A", "B"}}
 	events := func(id string, a, b float64, open bool) {
 		for t := a; ; {
