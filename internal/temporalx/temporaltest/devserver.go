@@ -84,11 +84,11 @@ func Start(t testing.TB) *DevServer {
 	for attempt := 1; ; attempt++ {
 		var out *lockedBuffer
 		var err error
-		hostPort, out, c, err = startOnce(t, bin)
+		hostPort, out, c, err = startOnce(t, bin, freePort(t))
 		if err == nil {
 			break
 		}
-		if attempt < startAttempts && strings.Contains(out.String(), "address already in use") {
+		if attempt < startAttempts && lostPort(out.String()) {
 			t.Logf("temporal dev server at %s lost its port (attempt %d): retrying on a new one", hostPort, attempt)
 			continue
 		}
@@ -101,12 +101,15 @@ func Start(t testing.TB) *DevServer {
 // startAttempts bounds the port-collision retries of Start.
 const startAttempts = 5
 
-// startOnce starts one dev server process on a newly chosen port and waits
-// for it to answer. On failure the process has been stopped and its output is
-// returned for the caller to inspect; on success it is stopped by t's cleanup.
-func startOnce(t testing.TB, bin string) (string, *lockedBuffer, client.Client, error) {
+// lostPort reports whether a dev server's output says it could not bind a
+// port because another process holds it.
+func lostPort(output string) bool { return strings.Contains(output, "address already in use") }
+
+// startOnce starts one dev server process on port and waits for it to
+// answer. On failure the process has been stopped and its output is returned
+// for the caller to inspect; on success it is stopped by t's cleanup.
+func startOnce(t testing.TB, bin string, port int) (string, *lockedBuffer, client.Client, error) {
 	t.Helper()
-	port := freePort(t)
 	hostPort := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
 		"--port", strconv.Itoa(port), "--log-level", "error"}, temporalx.DevServerSearchAttributeArgs()...)
