@@ -32,6 +32,7 @@ type shareState struct {
 	rows    map[[2]string]*shareRow // by (queue, pool)
 	hasMin  bool                    // some queue has a MinShare: Plan orders in two passes
 	poolCap map[*poolState]int64
+	last    *shareRow // the row entryRow returned last (pending jobs come in runs of one queue)
 }
 
 // newShareState builds the rows of the queues with shares and charges the
@@ -93,11 +94,15 @@ func (ss *shareState) entryRow(queues map[string]*Queue, queue string, ps *poolS
 	if ss == nil || ps == nil {
 		return nil
 	}
+	if r := ss.last; r != nil && r.pool == ps && r.queue.Name == queue {
+		return r
+	}
 	q := queues[queue]
 	if q == nil || (q.MinShare <= 0 && q.MaxShare <= 0) {
 		return nil
 	}
-	return ss.row(q, ps)
+	ss.last = ss.row(q, ps)
+	return ss.last
 }
 
 // overCap reports whether need more milli-GPU would take the queue past its cap.
