@@ -456,13 +456,16 @@ func (e *engine) assumptions(r *Report) []string {
 	var shares []string
 	for _, q := range c.Queues {
 		objectives = append(objectives, fmt.Sprintf("%s %ds", q.Name, int64(q.MaxWait/time.Second)))
-		if q.MinShare > 0 || q.MaxShare > 0 {
-			shares = append(shares, fmt.Sprintf("%s min_share %g max_share %g", q.Name, q.MinShare, q.MaxShare))
+		if q.MinShare > 0 {
+			shares = append(shares, fmt.Sprintf("%s min_share %g", q.Name, q.MinShare))
+		}
+		if q.MaxShare > 0 {
+			shares = append(shares, fmt.Sprintf("%s max_share %g", q.Name, q.MaxShare))
 		}
 	}
 	sharesText := "no queue has a min_share or max_share"
 	if len(shares) > 0 {
-		sharesText = "pool shares (fractions of the pool's usable GPUs; max_share 0: no cap) " + strings.Join(shares, ", ")
+		sharesText = "pool shares (fractions of the pool's usable GPUs) " + strings.Join(shares, ", ")
 	}
 	fairText := "equal fair shares"
 	if len(c.ProjectWeights) > 0 {
