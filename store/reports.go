@@ -142,6 +142,7 @@ const MaxReportWindow = 90 * 24 * time.Hour
 //   - Targets: every queue's service share, wait objective, min_share and max_share.
 //   - Capacity: each pool's usable GPUs now (healthy, on schedulable
 //     nodes), the base of the queues' pool shares.
+//   - ProjectWeights: the fair-share weights SetProjectWeights set.
 //
 // Queries (plans measured by BenchmarkReport1M): jobs through the GiST index
 // jobs_span_idx (their span overlaps the window); their runs and wait events
@@ -162,8 +163,9 @@ func (s *Store) LoadReportInput(ctx context.Context, window queuereport.Window, 
 // LoadProjectReportInput is LoadReportInput limited to project's jobs (all
 // projects when project is ""): the project's jobs, their runs and wait
 // events — what filtering the whole input by project keeps (api's report
-// tests check that) — read without the other projects' rows. Releases and
-// queue targets name no job and are read whole.
+// tests check that) — read without the other projects' rows. Releases,
+// queue targets and pool capacity name no job and are read whole; the
+// project weights are SetProjectWeights'.
 func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.Window, now time.Time, project string) (*queuereport.Input, error) {
 	if err := checkReportWindow(window, now); err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
@@ -178,6 +180,7 @@ func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.W
 	if err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
 	}
+	in.ProjectWeights = s.reportProjectWeights()
 	return in, nil
 }
 

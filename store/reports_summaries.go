@@ -130,7 +130,6 @@ func (s *Store) computeFromRecords(ctx context.Context, opts queuereport.Options
 	if err != nil {
 		return queuereport.Report{}, err
 	}
-	in.ProjectWeights = s.reportProjectWeights()
 	r, err := queuereport.Compute(*in, opts)
 	if err != nil {
 		return r, fmt.Errorf("%w: %w", ErrReportRecords, err)
