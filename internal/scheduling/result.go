@@ -32,7 +32,7 @@ type Placement struct {
 	Node     string // node of the first GPU
 	GPUs     []GPUShare
 	Borrowed bool // some of the grant is beyond the project's nominal quota
-	Rank     int  // the job's rank in this cycle (1 = first)
+	Rank     int  // the job's place in the order this cycle served the jobs (1 = first): by score, with queues below their min_share moved ahead (docs/design.md §4)
 	Priority Priority
 	// RequestVersion is the job's PendingJob.RequestVersion: the version of
 	// the request this placement was planned on (0: unknown).
@@ -52,7 +52,7 @@ type WaitStatus struct {
 	// BlockingJobID names the higher-ranked job holding a reservation, for
 	// reserved_for_higher_priority; the job a preemption is running for, etc.
 	BlockingJobID string
-	Rank          int
+	Rank          int // as Placement.Rank: the job's place in the cycle's serving order
 	Priority      Priority
 }
 
