@@ -38,19 +38,17 @@ type shareState struct {
 // newShareState builds the rows of the queues with shares and charges the
 // running jobs' allocations to them; nil when no queue has a share.
 func newShareState(s *Snapshot, queues map[string]*Queue, ci *capacityIndex) *shareState {
-	var ss *shareState
-	for _, q := range queues {
-		if q.MinShare > 0 || q.MaxShare > 0 {
-			ss = &shareState{rows: make(map[[2]string]*shareRow), poolCap: make(map[*poolState]int64)}
-			break
+	var shares, hasMin bool
+	for i := range s.Queues {
+		if q := &s.Queues[i]; queues[q.Name] == q { // the first queue of a name is the one Plan uses
+			shares = shares || q.MinShare > 0 || q.MaxShare > 0
+			hasMin = hasMin || q.MinShare > 0
 		}
 	}
-	if ss == nil {
+	if !shares {
 		return nil
 	}
-	for _, q := range queues {
-		ss.hasMin = ss.hasMin || q.MinShare > 0
-	}
+	ss := &shareState{rows: make(map[[2]string]*shareRow), poolCap: make(map[*poolState]int64), hasMin: hasMin}
 	for i := range s.Running {
 		r := &s.Running[i]
 		if q := queues[r.Queue]; q != nil && (q.MinShare > 0 || q.MaxShare > 0) {
