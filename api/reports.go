@@ -21,7 +21,7 @@ import (
 // simulate` and the queuereport package define:
 //
 //	GET /v1/reports/queues?from=&to=&group_by=&project=        the full report (queuereport.Report)
-//	GET /v1/reports/wait-reasons?from=&to=&group_by=&project=  seconds per wait reason (WaitReasonReport)
+//	GET /v1/reports/wait-reasons?from=&to=&group_by=&project=  seconds per wait reason, reason shares and verdict per pool (WaitReasonReport)
 //	GET /v1/reports/starvation?from=&to=&group_by=&project=    starvation signals (StarvationReport)
 //	GET /v1/reports/compare?before=FROM,TO&after=FROM,TO&group_by=&project=
 //	                                                           two windows side by side (queuereport.Comparison)
@@ -68,13 +68,17 @@ type ReportStore interface {
 
 // WaitReasonReport answers GET /v1/reports/wait-reasons: the seconds waiting
 // jobs spent in each wait reason over the window (wait events clipped to it),
-// in total and per group.
+// in total and per group, and per pool the reasons' and reason groups'
+// shares with the verdict naming the pool's main problem.
 type WaitReasonReport struct {
 	Window  queuereport.Window `json:"window"`
 	End     time.Time          `json:"end"` // min(to, now): the end of the observed part of the window
 	GroupBy []string           `json:"group_by"`
 	Total   WaitReasonGroup    `json:"total"`
 	Groups  []WaitReasonGroup  `json:"groups"`
+	// ReasonShares is the report's queuereport.Report.ReasonShares: per pool
+	// whatever group_by (docs/design.md §6).
+	ReasonShares []queuereport.PoolReasons `json:"reason_shares"`
 }
 
 // WaitReasonGroup is one group's time per wait reason.
@@ -143,7 +147,7 @@ func (s *Server) waitReasonReport(c *gin.Context) {
 		return
 	}
 	out := WaitReasonReport{Window: r.Options.Window, End: r.End, GroupBy: r.Options.GroupBy,
-		Total: waitReasonGroup(&r.Total), Groups: make([]WaitReasonGroup, 0, len(r.Groups))}
+		Total: waitReasonGroup(&r.Total), Groups: make([]WaitReasonGroup, 0, len(r.Groups)), ReasonShares: r.ReasonShares}
 	for i := range r.Groups {
 		out.Groups = append(out.Groups, waitReasonGroup(&r.Groups[i]))
 	}

@@ -186,8 +186,9 @@ func TestQueueReportEqualsPureComputation(t *testing.T) {
 	}
 }
 
-// TestReportViewsAndComparison checks that the wait-reason and starvation
-// views and the comparison carry the report's own numbers.
+// TestReportViewsAndComparison checks that the wait-reason view (with its
+// reason shares per pool), the starvation view and the comparison carry the
+// report's own numbers.
 func TestReportViewsAndComparison(t *testing.T) {
 	t.Parallel()
 	f := loadReportFixture(t)
@@ -211,6 +212,13 @@ func TestReportViewsAndComparison(t *testing.T) {
 	}
 	if reasons.Total.TotalSeconds != sum || fmt.Sprint(reasons.GroupBy) != "[queue]" {
 		t.Errorf("total seconds %v, want %v; group_by %v", reasons.Total.TotalSeconds, sum, reasons.GroupBy)
+	}
+	// The reason shares are per pool though the report is grouped by queue.
+	for _, d := range reporttest.Diff("reason_shares", reporttest.AsJSON(t, pure.ReasonShares), reporttest.AsJSON(t, reasons.ReasonShares)) {
+		t.Error("wait-reasons view:", d)
+	}
+	if len(reasons.ReasonShares) != 2 || reasons.ReasonShares[0].Verdict != "pool p1: main problem is fragmentation and spec — 66.7% of waiting GPU-seconds (fragmented 66.7%)" {
+		t.Errorf("reason shares %+v", reasons.ReasonShares)
 	}
 
 	var starv StarvationReport

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -91,6 +92,10 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("Wait", "reason"), names(vocab.RecordedReasons)},
 		{prop("Explanation", "reason"), names(vocab.RecordedReasons)},
 		{prop("WaitEvent", "reason"), names(vocab.RecordedReasons)},
+		{prop("ReasonShare", "reason"), names(vocab.RecordedReasons)},
+		{schema("ReasonGroup"), names(vocab.ReasonGroups)},
+		{prop("ReasonGroupShare", "group"), names(vocab.ReasonGroups)},
+		{prop("PoolReasonShares", "main_basis"), withEmpty([]string{queuereport.BasisGPUSeconds, queuereport.BasisJobSeconds})},
 		{param("/v1/jobs", "reason"), names(vocab.RecordedReasons)},
 		{schema("Tier"), tierNames()},
 		{prop("Job", "tier"), tierNames()},

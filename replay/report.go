@@ -297,7 +297,8 @@ func stats(ws []float64) WaitStats {
 }
 
 // Render writes the result as text: the header, the per-tier table (the
-// service's waits next to the trace's), the current wait reasons and the
+// service's waits next to the trace's), the current wait reasons, the
+// pool's wait-reason shares with its main problem (queuereport's) and the
 // final states. It returns the writer's error.
 func (res *Result) Render(w io.Writer, header string) error {
 	ew := &errWriter{w: w}
@@ -340,6 +341,8 @@ func (res *Result) Render(w io.Writer, header string) error {
 			ew.printf("  %-12s %-30s %d\n", tier, reason, reasons[reason])
 		}
 	}
+	ew.printf("\nWait-reason shares and main problem\n")
+	ew.err = firstErr(ew.err, queuereport.RenderPoolShares(ew, res.Report.ReasonShares))
 	ew.printf("\nJobs by state:")
 	for _, s := range vocab.JobStates {
 		if n := res.States[s]; n > 0 {

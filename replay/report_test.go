@@ -92,6 +92,8 @@ func TestRender(t *testing.T) {
 		Report: queuereport.Report{
 			Groups: []queuereport.Group{{Key: map[string]string{"tier": "production"}, Jobs: 2, Started: 2, WaitP50S: &p50, WaitMaxS: &max}},
 			Total:  queuereport.Group{Jobs: 3, Started: 2, StillWaiting: 1},
+			ReasonShares: []queuereport.PoolReasons{{Pool: "alibaba",
+				Verdict: "pool alibaba: main problem is fragmentation and spec — 100.0% of waiting GPU-seconds (no_matching_capacity 100.0%)"}},
 		},
 		Rejected: []Rejection{{Pod: "bad", Error: "resources.gpus: must be ≥ 0"}},
 	}
@@ -101,7 +103,7 @@ func TestRender(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"HEADER", "Replayed 3 pods at 600×", "production", "0.80s", "12.5s", "0.06s",
-		"experiment   no_matching_capacity", "succeeded 2", "waiting 1", "for 1 jobs placed", "rejected bad: resources.gpus"} {
+		"experiment   no_matching_capacity", "Wait-reason shares and main problem", "\npool alibaba: main problem is fragmentation and spec", "succeeded 2", "waiting 1", "for 1 jobs placed", "rejected bad: resources.gpus"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rendered report lacks %q:\n%s", want, out)
 		}

@@ -92,3 +92,67 @@ func (f *reportFlow) waitCycle(at time.Time, job string, reason vocab.WaitReason
 		f.t.Errorf("cycle at %s: %d wait transitions, want %d", at.Format(time.RFC3339), out.WaitTransitions, transitions)
 	}
 }
+
+// TestReasonSharesFromTheStore checks the reason shares and verdict on rows
+// ApplyCycle wrote, through both of the store's paths — stored summaries of
+// past hours (no project) and every record (a project) — and with the
+// window's start clipping a wait: GPU-seconds weigh the 2-GPU job double,
+// the wait still open at the end counts to it, and not_yet_evaluated stays
+// apart.
+func TestReasonSharesFromTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := reportEnv(t)
+	f := &reportFlow{t: t, s: s}
+	base := time.Now().UTC().Truncate(time.Hour).Add(-4 * time.Hour)
+	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
+
+	two := f.submit(at(0), 2, "training") // not_yet_evaluated 0–10, capacity_busy 10–40, quota_exhausted 40–70, placed
+	f.waitCycle(at(10), two, vocab.ReasonCapacityBusy, 1)
+	f.waitCycle(at(40), two, vocab.ReasonQuotaExhausted, 1)
+	f.run(two, f.apply(at(70), two, "", "p-a100", "GPU-a0", "GPU-a1"), at(70), time.Time{}, "")
+	one := f.submit(at(0), 1, "training") // not_yet_evaluated 0–20, environment_not_ready from 20, still waiting
+	f.waitCycle(at(20), one, vocab.ReasonEnvironmentNotReady, 1)
+
+	end := at(180)
+	for _, c := range []struct {
+		name    string
+		from    int
+		project string
+		verdict string
+		gpuMin  [3]float64 // capacity, quota, environment and operator
+		latency float64    // GPU-minutes of not_yet_evaluated
+	}{
+		{"summaries", 0, "", "pool p: main problem is environment and operator — 57.1% of waiting GPU-seconds (environment_not_ready 57.1%)",
+			[3]float64{60, 60, 160}, 40},
+		{"records", 0, "vision", "pool p: main problem is environment and operator — 57.1% of waiting GPU-seconds (environment_not_ready 57.1%)",
+			[3]float64{60, 60, 160}, 40},
+		// From minute 30: capacity_busy 30–40 (× 2), quota 40–70 (× 2), environment_not_ready 30–180: 150 / 230.
+		{"clipped", 30, "", "pool p: main problem is environment and operator — 65.2% of waiting GPU-seconds (environment_not_ready 65.2%)",
+			[3]float64{20, 60, 150}, 0},
+	} {
+		r, err := s.QueueReport(ctx, queuereport.Options{Window: queuereport.Window{From: at(c.from), To: end}, Now: end}, c.project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.ReasonShares) != 1 {
+			t.Fatalf("%s: reason shares %+v, want pool p only", c.name, r.ReasonShares)
+		}
+		p := r.ReasonShares[0]
+		if p.Verdict != c.verdict {
+			t.Errorf("%s: verdict %q, want %q", c.name, p.Verdict, c.verdict)
+		}
+		got := map[vocab.ReasonGroup]float64{}
+		for _, g := range p.Groups {
+			got[g.Group] = g.GPUSeconds / 60
+		}
+		want := map[vocab.ReasonGroup]float64{vocab.GroupCapacity: c.gpuMin[0], vocab.GroupFragmentationSpec: 0,
+			vocab.GroupQueueOrder: 0, vocab.GroupQuota: c.gpuMin[1], vocab.GroupEnvironmentOperator: c.gpuMin[2]}
+		if fmt.Sprint(got) != fmt.Sprint(want) || p.WaitGPUSeconds != 60*(c.gpuMin[0]+c.gpuMin[1]+c.gpuMin[2]) {
+			t.Errorf("%s: GPU-minutes per group %v (total %v s), want %v", c.name, got, p.WaitGPUSeconds, want)
+		}
+		if p.ServiceLatency.GPUSeconds != 60*c.latency {
+			t.Errorf("%s: service latency %v GPU-s, want %v", c.name, p.ServiceLatency.GPUSeconds, 60*c.latency)
+		}
+	}
+}

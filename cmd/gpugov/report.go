@@ -15,13 +15,14 @@ import (
 type reportFlags struct {
 	from, to, groupBy, project, format string
 	compare, before, after             string
+	reasons                            bool
 }
 
 func init() {
 	var f reportFlags
 	cmd := &cobra.Command{
 		Use:   "report",
-		Short: "Queue service report: wait percentiles, longest waits, starvation, time per wait reason, before/after",
+		Short: "Queue service report: wait percentiles, longest waits, starvation, time per wait reason, reason shares and main problem, before/after",
 		Long: `Print the queue service report over a window, computed by the server from its
 records with the definitions of internal/queuereport (the project design's queue service
 metrics): per group, wait P50/P95/P99 (submit → first start, and after a requeue),
@@ -29,7 +30,14 @@ the longest continuous wait, jobs over the queue's wait objective, cancellation 
 waiting, delivered vs target service share, time per wait reason and starvation signals,
 then the starving jobs, then the jobs stuck, needing action: still waiting in a reason that
 earns no aging (held, environment_not_ready, pool_unavailable, no_matching_capacity), with
-their owner and the action.
+their owner and the action, then each pool's main problem in one line.
+
+--reasons prints instead, per pool, each wait reason's and reason group's share of the
+waiting job-seconds and GPU-seconds (waits × requested GPUs) — capacity, fragmentation
+and spec, queue order, quota, environment and operator — and a one-line verdict naming
+the pool's main problem, the group with the most waiting GPU-seconds (every tied group on
+a tie; "no waiting in window" when nobody waited). not_yet_evaluated, the time before the
+scheduler first looked at a job, is service latency: shown apart, in no share.
 
 The window is [--from, --to) (RFC 3339 times), by default the 24 hours before now.
 --compare BEFORE_FROM,BEFORE_TO:AFTER_FROM,AFTER_TO (or --before FROM,TO --after FROM,TO)
@@ -38,6 +46,7 @@ project's jobs only. Exit code 2 when the server rejects the request (bad window
 or token).`,
 		Example: `  gpugov report
   gpugov report --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z --group-by queue,tier
+  gpugov report --reasons --from 2026-11-29T00:00:00Z --to 2026-11-30T00:00:00Z
   gpugov report --compare 2026-11-22T00:00:00Z,2026-11-29T00:00:00Z:2026-11-29T00:00:00Z,2026-12-06T00:00:00Z
   gpugov report --before 2026-11-22T00:00:00Z,2026-11-29T00:00:00Z --after 2026-11-29T00:00:00Z,2026-12-06T00:00:00Z --format json`,
 		Args: cobra.NoArgs,
@@ -52,6 +61,7 @@ or token).`,
 	fl.StringVar(&f.before, "before", "", "the earlier window of a comparison: FROM,TO")
 	fl.StringVar(&f.after, "after", "", "the later window of a comparison: FROM,TO")
 	fl.StringVar(&f.format, "format", "text", "output: text or json")
+	fl.BoolVar(&f.reasons, "reasons", false, "print each pool's wait-reason shares and main problem instead of the full report")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkFormat(f.format, "text", "json"); err != nil {
 			return err
@@ -65,7 +75,13 @@ or token).`,
 			return err
 		}
 		if f.compare != "" || f.before != "" || f.after != "" {
+			if f.reasons {
+				return newUsageError("--reasons reports one window; it does not combine with --compare, --before or --after")
+			}
 			return runCompare(cmd, client, f, opts)
+		}
+		if f.reasons {
+			return runReasons(cmd, client, f, opts)
 		}
 		r, err := client.QueueReport(cmd.Context(), opts)
 		if err != nil {
@@ -100,6 +116,20 @@ func (f reportFlags) options(groupBySet bool) (apiclient.ReportOptions, error) {
 	}
 	o.Project = f.project
 	return o, nil
+}
+
+// runReasons fetches the wait-reason report (GET /v1/reports/wait-reasons)
+// and prints its reason shares and verdicts per pool, or the whole answer
+// as JSON.
+func runReasons(cmd *cobra.Command, client *apiclient.Client, f reportFlags, opts apiclient.ReportOptions) error {
+	r, err := client.WaitReasonReport(cmd.Context(), opts)
+	if err != nil {
+		return apiFailure(err)
+	}
+	if f.format == "json" {
+		return printJSON(cmd.OutOrStdout(), r)
+	}
+	return queuereport.RenderReasonShares(cmd.OutOrStdout(), r.Window, r.End, r.ReasonShares)
 }
 
 // runCompare fetches and prints the comparison of two windows.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 
 // TestReportCommand runs `gpugov report` against the real API on a database
 // with one job that has waited two hours for capacity: the text and JSON
-// reports, a comparison, and the usage errors (exit code 2).
+// reports, the reason shares (--reasons, text and JSON), a comparison, and
+// the usage errors (exit code 2).
 func TestReportCommand(t *testing.T) {
 	env := newCLIEnv(t)
 	ctx := context.Background()
@@ -78,7 +80,30 @@ func TestReportCommand(t *testing.T) {
 		t.Fatalf("compare json: %v\n%s", err, out)
 	}
 
+	out, _, err = env.run(t, "report", "--reasons", "--group-by", "queue")
+	if err != nil {
+		t.Fatalf("report --reasons: %v", err)
+	}
+	// Two hours of capacity_busy (1 GPU) and of no_matching_capacity (64 GPUs).
+	for _, s := range []string{"Wait-reason shares per pool", "service latency", "outside the shares",
+		"\npool a100-east: main problem is fragmentation and spec — 98.5% of waiting GPU-seconds (no_matching_capacity 98.5%)\n",
+		"\n  capacity  ", "\n    capacity_busy  ", "\n    no_matching_capacity  ", "50.0%", "\n  quota  "} {
+		if !strings.Contains(out, s) {
+			t.Errorf("report --reasons lacks %q:\n%s", s, out)
+		}
+	}
+	out, _, err = env.run(t, "report", "--reasons", "--format", "json")
+	var wr struct {
+		ReasonShares []queuereport.PoolReasons `json:"reason_shares"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &wr) != nil || len(wr.ReasonShares) != 1 ||
+		fmt.Sprint(wr.ReasonShares[0].MainProblem) != "[fragmentation_and_spec]" || *wr.ReasonShares[0].MainShare < 0.98 {
+		t.Fatalf("report --reasons json: %v %+v\n%s", err, wr, out)
+	}
+
 	for _, args := range [][]string{
+		{"--reasons", "--compare", hour(-6) + "," + hour(-3) + ":" + hour(-3) + "," + hour(0)}, // one window only
+		{"--reasons", "--format", "yaml"},
 		{"--group-by", "queue,colour"},                      // rejected by the server: 400
 		{"--from", hour(-1), "--to", hour(-2)},              // rejected by the server: 400
 		{"--from", "yesterday"},                             // rejected here

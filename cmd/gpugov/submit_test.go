@@ -138,7 +138,13 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("why: %v", err)
 	}
-	want := id + " waiting 14m (since " + since.UTC().Format("15:04") + ") — capacity_busy: needs 2 × ≥40960 MiB on one node; " +
+	// why prints the clock alone when since is on the client's day, with the
+	// date when the 14 minutes crossed midnight (formatClock).
+	sinceText := since.UTC().Format("15:04")
+	if y, m, d := since.UTC().Date(); clientNow().UTC().Day() != d || clientNow().UTC().Month() != m || clientNow().UTC().Year() != y {
+		sinceText = since.UTC().Format("2006-01-02 15:04")
+	}
+	want := id + " waiting 14m (since " + sinceText + ") — capacity_busy: needs 2 × ≥40960 MiB on one node; " +
 		"2 match in pool, 0 free; rank 3 in pool a100-east; priority 10,450 = tier standard 10,000 + aging 300 (at its cap) + " +
 		"fair share 150; next re-evaluation: when 2 matching GPUs on one node are free\n" +
 		"next action: wait for release, preemption if eligible, or capacity\n"

@@ -53,11 +53,12 @@ func (c *computer) report() Report {
 	}
 	cands, stuck := c.signals(keys)
 	r := Report{
-		Options:  c.opts,
-		End:      time.Unix(0, c.end).UTC(),
-		Groups:   make([]Group, 0, len(c.aggs)),
-		Starving: c.starvingList(cands, keys),
-		Stuck:    stuckList(stuck, c.opts.StarvingLimit),
+		Options:      c.opts,
+		End:          time.Unix(0, c.end).UTC(),
+		Groups:       make([]Group, 0, len(c.aggs)),
+		Starving:     c.starvingList(cands, keys),
+		Stuck:        stuckList(stuck, c.opts.StarvingLimit),
+		ReasonShares: reasonShares(c.poolTimes()),
 	}
 	total := agg{longest: -1}
 	for _, g := range order {
@@ -225,7 +226,7 @@ func (a *agg) merge(b *agg, c *computer) {
 	a.cancelledWhileWaited += b.cancelledWhileWaited
 	a.gpu.merge(b.gpu)
 	for len(a.reasons) < len(b.reasons) {
-		a.reasons = append(a.reasons, secAcc{})
+		a.reasons = append(a.reasons, reasonAcc{})
 	}
 	for i, s := range b.reasons {
 		a.reasons[i].merge(s)
@@ -269,8 +270,8 @@ func (c *computer) group(ag *agg, key map[string]string, den secAcc) Group {
 		g.ServiceShare = floatPtr(ag.gpu.seconds() / den.seconds())
 	}
 	for rid, s := range ag.reasons {
-		if !s.isZero() {
-			g.WaitReasonSeconds[c.reasons.names[rid]] = s.seconds()
+		if !s.job.isZero() {
+			g.WaitReasonSeconds[c.reasons.names[rid]] = s.job.seconds()
 		}
 	}
 	return g

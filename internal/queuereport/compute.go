@@ -63,8 +63,8 @@ type agg struct {
 	longest                          int32     // index of the longest wait, -1 when none
 	stillWaiting, overObjective      int
 	waitsEnded, cancelledWhileWaited int
-	gpu                              secAcc // milli-GPU-seconds
-	reasons                          []secAcc
+	gpu                              secAcc      // milli-GPU-seconds
+	reasons                          []reasonAcc // per reason ID
 	starving, overtaken, released    int
 	tierStarved, stuck               int
 }
@@ -92,6 +92,11 @@ type computer struct {
 	queueGPU  []secAcc  // per queue: the same
 	// queuePoolGPU[q*len(pools)+p] is the same per queue and pool.
 	queuePoolGPU []secAcc
+	// poolReasons[p][rid] is pool p's time in reason rid clipped to the
+	// window (the reason shares, ReasonShares); poolJobs[p] counts the
+	// pool's jobs as Group.Jobs does.
+	poolReasons [][]reasonAcc
+	poolJobs    []int
 
 	pools, queues, jobTypes, projects, reasons *interner
 	msets                                      *modelSets

@@ -268,22 +268,26 @@ func TestWaitReasonSeconds(t *testing.T) {
 	}
 }
 
-// Reasons outside docs/design.md's table are kept as given, even when two share a
-// length (the reason lookup keys on length first).
-func TestWaitReasonsOfEqualLength(t *testing.T) {
+// A reason outside the catalogue is rejected, naming it: its time would
+// belong to no reason group of the reason shares. Known reasons are summed
+// per reason whatever their order (the lookup keys on length first).
+func TestWaitReasonsOutsideTheCatalogue(t *testing.T) {
 	in := Input{
 		Jobs: []Job{testJob("a", 0)},
 		WaitEvents: []WaitEvent{
-			{JobID: "a", Reason: "abc", Start: at(0), End: atp(10)},
-			{JobID: "a", Reason: "xyz", Start: at(10), End: atp(30)},
-			{JobID: "a", Reason: "abc", Start: at(30), End: atp(35)},
-			{JobID: "a", Reason: "held", Start: at(35), End: atp(36)},
-			{JobID: "a", Reason: "xyz", Start: at(36), End: atp(40)},
+			{JobID: "a", Reason: "held", Start: at(0), End: atp(10)},
+			{JobID: "a", Reason: "fragmented", Start: at(10), End: atp(30)},
+			{JobID: "a", Reason: "held", Start: at(30), End: atp(35)},
+			{JobID: "a", Reason: "capacity_busy", Start: at(35), End: atp(36)},
 		},
 	}
 	got := mustCompute(t, in, window(0, 100, 100, []string{})).Total.WaitReasonSeconds
-	if got["abc"] != 15 || got["xyz"] != 24 || got["held"] != 1 || len(got) != 3 {
-		t.Errorf("reason seconds %v, want abc 15, xyz 24, held 1", got)
+	if got["held"] != 15 || got["fragmented"] != 20 || got["capacity_busy"] != 1 || len(got) != 3 {
+		t.Errorf("reason seconds %v, want held 15, fragmented 20, capacity_busy 1", got)
+	}
+	in.WaitEvents = append(in.WaitEvents, WaitEvent{JobID: "a", Reason: "hold", Start: at(36), End: atp(40)})
+	if _, err := Compute(in, window(0, 100, 100, []string{})); err == nil || !strings.Contains(err.Error(), `unknown reason "hold"`) {
+		t.Errorf("an unknown reason: %v", err)
 	}
 }
 

@@ -72,7 +72,38 @@
 //     projects with a group in the report (the policy's normalisation,
 //     policy.ApplyProjectWeights, over the projects present).
 //   - wait_reason_seconds: wait-event intervals clipped to the window, summed per
-//     reason.
+//     reason (an event still open runs to end).
+//
+// # Reason shares
+//
+// Report.ReasonShares gives, per pool whatever the grouping, the time
+// waited in each reason — the same wait events clipped to the window as
+// wait_reason_seconds, an event still open at the report end counting up to
+// it — in job-seconds (each waiting job weighs 1) and in GPU-seconds (each
+// weighs its request's demand, Request.DemandMilli / 1000: two GPUs weigh
+// 2, a 500 milli-GPU share 0.5). Reasons add up by their reason group
+// (vocab.ReasonInfo.Group): capacity (capacity_busy,
+// preemption_in_progress), fragmentation and spec (fragmented,
+// no_matching_capacity), queue order (reserved_for_higher_priority), quota
+// (quota_exhausted), environment and operator (environment_not_ready, held,
+// pool_unavailable). The shares of these five groups and of their reasons
+// are of the pool's time in them, so they add up to 1 when the pool waited.
+// not_yet_evaluated — from a submit or requeue to the first cycle that
+// evaluates the job — is the service's own latency, not a problem of the
+// pool: it is reported apart (the service-latency group, its shares of
+// all the pool's waiting, itself included) and is in no other share.
+//
+// The verdict names the pool's main problem: the group with the most
+// GPU-seconds, with its share and its reasons' shares. GPU-seconds weigh
+// what the waiting costs (a 4-GPU job waiting an hour holds up four times
+// a 1-GPU job's GPU-hour); when no waiting job requested a GPU the verdict
+// weighs job-seconds instead and says so. Sums are exact (integer
+// nanoseconds), so a tie is an exact equality: every group tied at the top
+// is named, in the order above, each with the common share. A pool with a
+// job counted in the window (as jobs) that waited in none of the five
+// groups reads "no waiting in window" (noting any service latency); a pool
+// with neither jobs nor waiting is not listed. A wait event whose reason
+// the catalogue lacks is an error: its time would belong to no group.
 //
 // # Starvation signals
 //

@@ -150,7 +150,8 @@ func TestAssembleOfFixture(t *testing.T) {
 }
 
 // TestAssembleRefusesWhatItCannotAnswer checks the summaries' limits: a gap
-// between parts, a grouping they lack, a MinWait above what the report
+// between parts, a grouping they lack (the report's, or pool for the reason
+// shares), a MinWait above what the report
 // needs, unobserved time, and corrupt binary forms.
 func TestAssembleRefusesWhatItCannotAnswer(t *testing.T) {
 	in := reporttest.RandomInput(rand.New(rand.NewPCG(1, 2)), 40, t0, time.Second)
@@ -164,6 +165,11 @@ func TestAssembleRefusesWhatItCannotAnswer(t *testing.T) {
 	o.GroupBy = []string{queuereport.KeyProject}
 	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}, whole, nil); err == nil {
 		t.Error("group_by project from summaries without it was accepted")
+	}
+	byQueue := summarizeParts(t, in, 0, 1000, nil, at(1000), []string{queuereport.KeyQueue}, 0)
+	o.GroupBy = []string{queuereport.KeyQueue}
+	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{}, byQueue, nil); err == nil {
+		t.Error("summaries without pool were accepted: the reason shares are per pool")
 	}
 	o.GroupBy = nil
 	long := summarizeParts(t, in, 0, 1000, nil, at(1000), nil, 10*time.Minute)

@@ -57,6 +57,14 @@ import (
 // 230400 GPU-s per pool: A 37800, C 32400, B 23100, D 7200 of it (0.1640625,
 // 0.140625, 0.10026…, 0.03125); qa's min_share 0.25 and max_share 0.5 are
 // reported on A and C.
+// Reason shares (per pool, events clipped to [0, 28800), GPU-s = s × GPUs):
+// p1 capacity_busy J1 1800 + J2 600 + J3 6900 + J4 900 + J7 300 = 10500 s,
+// 1800 + 600 + 13800 + 900 + 300 = 17400 GPU-s; reserved 1800 s = 1800 GPU-s;
+// quota 1200 = 1200; fragmented J3 21600 s × 2 = 43200 GPU-s; held J6 1200 =
+// 1200. Pool p1 waited 36300 s, 64800 GPU-s: fragmentation and spec 43200 /
+// 64800 = 66.7% is the main problem (capacity 17400 / 64800 = 26.9%). p2:
+// environment_not_ready J9 600 s × 2 = 1200 GPU-s, 100% environment and
+// operator. No not_yet_evaluated event: service latency 0 of each.
 const fixtureFile = "testdata/fixture.json"
 
 // fixture is the file's layout.

@@ -305,6 +305,7 @@ func (c *computer) loadWaitEvents() error {
 	for j := range c.lastSeen {
 		c.lastSeen[j], c.lastRsn[j] = noTime, -1
 	}
+	c.poolReasons = make([][]reasonAcc, len(c.pools.names))
 	last := int32(-1)
 	for i := range c.in.WaitEvents {
 		e := &c.in.WaitEvents[i]
@@ -319,7 +320,10 @@ func (c *computer) loadWaitEvents() error {
 		if en != noTime && en < s {
 			return fmt.Errorf("wait event %d of job %q: end is before start", i, e.JobID)
 		}
-		rid := c.reasonID(e.Reason)
+		rid, ok := c.reasonID(e.Reason)
+		if !ok {
+			return fmt.Errorf("wait event %d of job %q: unknown reason %q", i, e.JobID, e.Reason)
+		}
 		c.noteReason(j, s, rid)
 		lo, hi := max(s, c.from), en
 		if hi == noTime || hi > c.end {
@@ -328,26 +332,45 @@ func (c *computer) loadWaitEvents() error {
 		if hi <= lo {
 			continue
 		}
-		ag := &c.aggs[c.jobs[j].group]
-		for len(ag.reasons) <= int(rid) {
-			ag.reasons = append(ag.reasons, secAcc{})
+		jr := &c.jobs[j]
+		var demand int64 // milli-GPU; 0 for a job that requests no GPU
+		if jr.class >= 0 {
+			demand = c.classDemand[jr.class]
 		}
-		ag.reasons[rid].add(1, hi-lo)
+		addReason(&c.aggs[jr.group].reasons, rid, demand, hi-lo)
+		addReason(&c.poolReasons[jr.pool], rid, demand, hi-lo)
 	}
 	return nil
 }
 
-// reasonID interns a wait reason. There are few reasons and the known ones
-// all differ in length, so the length picks the one candidate to compare,
-// which is cheaper than hashing each of millions of events.
-func (c *computer) reasonID(r vocab.WaitReason) int32 {
+// addReason adds d ns of waiting in reason rid by a job demanding demand
+// milli-GPU to the per-reason sums *rs, growing them as needed.
+func addReason(rs *[]reasonAcc, rid int32, demand, d int64) {
+	for len(*rs) <= int(rid) {
+		*rs = append(*rs, reasonAcc{})
+	}
+	r := &(*rs)[rid]
+	r.job.add(1, d)
+	r.gpu.add(demand, d)
+}
+
+// reasonID interns a wait reason; ok is false for a code the catalogue
+// (vocab.Reasons) lacks, whose time no reason group could hold. There are
+// few reasons and the known ones all differ in length, so the length picks
+// the one candidate to compare, which is cheaper than hashing each of
+// millions of events; the catalogue is asked once per new reason.
+func (c *computer) reasonID(r vocab.WaitReason) (id int32, ok bool) {
 	l := len(r)
 	if l < len(c.reasonByLen) {
 		if id := c.reasonByLen[l]; id >= 0 && c.reasons.names[id] == string(r) {
-			return id
+			return id, true
 		}
 	}
-	id := c.reasons.id(string(r))
+	n := len(c.reasons.names)
+	id = c.reasons.id(string(r))
+	if int(id) == n && !r.Known() { // first seen, and unknown
+		return id, false
+	}
 	if l < len(c.reasonByLen) {
 		switch c.reasonByLen[l] {
 		case -1: // first reason of this length
@@ -357,7 +380,7 @@ func (c *computer) reasonID(r vocab.WaitReason) int32 {
 			c.reasonByLen[l] = -2
 		}
 	}
-	return id
+	return id, true
 }
 
 // noteReason keeps the latest-starting wait event of job j that starts before

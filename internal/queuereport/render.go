@@ -11,8 +11,9 @@ import (
 )
 
 // RenderReport writes r as readable aligned tables: one row per group and the
-// total, the time per wait reason, the starving jobs and the jobs stuck,
-// needing action (with their owner and the action). Durations are shown
+// total, the time per wait reason, the starving jobs, the jobs stuck,
+// needing action (with their owner and the action), and each pool's verdict
+// line (ReasonShares). Durations are shown
 // as 45s, 12m30s, 3h04m or 2d03h; "-" marks an undefined value. It returns the
 // writer's error.
 func RenderReport(w io.Writer, r Report) error {
@@ -25,11 +26,17 @@ func RenderReport(w io.Writer, r Report) error {
 		o.OvertakenThreshold, o.StarvationReleases, o.TierArrivalThreshold, floorLabel(o.StarvationMinWaitS))
 	rows := append(append([]Group(nil), r.Groups...), r.Total)
 	renderGroups(ew, o.GroupBy, rows)
-	renderPoolShares(ew, o.GroupBy, r.Groups)
+	renderQueuePoolShares(ew, o.GroupBy, r.Groups)
 	renderProjectShares(ew, o.GroupBy, r.Groups)
 	renderReasons(ew, o.GroupBy, rows)
 	renderStarving(ew, r)
 	renderStuck(ew, r)
+	if len(r.ReasonShares) > 0 {
+		ew.printf("\nMain problem per pool (details: gpugov report --reasons)\n")
+		for _, p := range r.ReasonShares {
+			ew.printf("%s\n", p.Verdict)
+		}
+	}
 	return ew.err
 }
 
@@ -49,9 +56,9 @@ func renderGroups(ew *errWriter, groupBy []string, rows []Group) {
 	ew.printf("(LONGEST + : still waiting at the end; SHARE: of the pool's GPU-seconds when grouped by pool)\n")
 }
 
-// renderPoolShares writes each queue group's delivered share of the pools'
+// renderQueuePoolShares writes each queue group's delivered share of the pools'
 // GPUs against its min_share and max_share, when some group has one.
-func renderPoolShares(ew *errWriter, groupBy []string, groups []Group) {
+func renderQueuePoolShares(ew *errWriter, groupBy []string, groups []Group) {
 	has := false
 	for _, g := range groups {
 		has = has || g.PoolShare != nil || g.MinShare != nil || g.MaxShare != nil

@@ -16,6 +16,10 @@ type Report struct {
 	// (StuckJob), longest wait first, at most Options.StarvingLimit
 	// (Total.StuckJobs counts all).
 	Stuck []StuckJob `json:"stuck"`
+	// ReasonShares gives, per pool (by name) whatever the grouping, each
+	// wait reason's and reason group's share of the waiting and the verdict
+	// naming the pool's main problem (PoolReasons).
+	ReasonShares []PoolReasons `json:"reason_shares"`
 }
 
 // Group is the report of one group of jobs. Durations are seconds; pointers are

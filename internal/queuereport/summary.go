@@ -54,10 +54,12 @@ type sumGroup struct {
 	bestOngoing          waitRef // longest unlisted wait open at To, measured to To
 }
 
-// reasonSec is the time spent in one wait reason.
+// reasonSec is the time spent in one wait reason: sec in job-ns, gpu in
+// milli-GPU-ns (reasonAcc).
 type reasonSec struct {
 	reason string
 	sec    secAcc
+	gpu    secAcc
 }
 
 // waitRef names a wait by its measured length, start and job; job is ""
@@ -216,9 +218,9 @@ func (c *computer) sumGroup(ag *agg) sumGroup {
 			g.key[d] = c.keyValue(ag.key, d)
 		}
 	}
-	for rid, sec := range ag.reasons {
-		if !sec.isZero() {
-			g.reasons = append(g.reasons, reasonSec{reason: c.reasons.names[rid], sec: sec})
+	for rid, r := range ag.reasons {
+		if !r.job.isZero() {
+			g.reasons = append(g.reasons, reasonSec{reason: c.reasons.names[rid], sec: r.job, gpu: r.gpu})
 		}
 	}
 	slices.SortFunc(g.reasons, func(a, b reasonSec) int { return cmp.Compare(a.reason, b.reason) })
@@ -387,6 +389,7 @@ func mergeReasons(a, b []reasonSec) []reasonSec {
 		i, ok := slices.BinarySearchFunc(a, r.reason, func(x reasonSec, name string) int { return cmp.Compare(x.reason, name) })
 		if ok {
 			a[i].sec.merge(r.sec)
+			a[i].gpu.merge(r.gpu)
 		} else {
 			a = slices.Insert(a, i, r)
 		}
@@ -535,8 +538,9 @@ type DetailFunc func(jobIDs []string) (map[string]JobDetail, error)
 // jobs) and the state and last reason of the starving jobs it lists. It gives Compute's
 // report on the same records. Errors: bad options (as Compute), summaries
 // that do not cover the window, are not grouped by every key opts.GroupBy
-// names, or list waits only from longer than RequiredMinWait, bad targets,
-// or details' error.
+// names or by pool (the reason shares are per pool), or list waits only
+// from longer than RequiredMinWait, bad targets, or details' error. base
+// holds the pools' capacity and the project weights the shares need.
 func Assemble(opts Options, targets []QueueTarget, base ShareBase, parts []*Summary, details DetailFunc) (Report, error) {
 	o, err := opts.normalized()
 	if err != nil {
@@ -552,7 +556,7 @@ func Assemble(opts Options, targets []QueueTarget, base ShareBase, parts []*Summ
 			time.Unix(0, m.from).UTC().Format(time.RFC3339Nano), time.Unix(0, m.to).UTC().Format(time.RFC3339Nano),
 			o.Window.From.Format(time.RFC3339Nano), time.Unix(0, end).UTC().Format(time.RFC3339Nano))
 	}
-	for _, k := range o.GroupBy {
+	for _, k := range append([]string{KeyPool}, o.GroupBy...) { // the reason shares are per pool
 		if !slices.Contains(m.groupBy, k) {
 			return Report{}, fmt.Errorf("assemble: group_by %s: the summaries are grouped by %v only", k, m.groupBy)
 		}
@@ -569,6 +573,7 @@ func Assemble(opts Options, targets []QueueTarget, base ShareBase, parts []*Summ
 		return Report{}, err
 	}
 	a.addGroups(m)
+	a.pools = summaryPoolTimes(m)
 	a.addWaits(parts)
 	r, err := a.report(details)
 	if err == nil {
@@ -606,6 +611,7 @@ type assembler struct {
 	open  []openCand
 	stuck []stuckCand
 	det   map[string]JobDetail // details already asked for, by job ID
+	pools []poolTime           // per pool: the reason times of the reason shares
 }
 
 // openCand is a job whose last wait is open at the report end.
@@ -818,7 +824,7 @@ func (a *assembler) report(details DetailFunc) (Report, error) {
 		return Report{}, err
 	}
 	r := Report{Options: a.opts, End: time.Unix(0, a.end).UTC(), Groups: make([]Group, 0, len(a.groups)), Starving: starving,
-		Stuck: stuckList(a.stuck, a.opts.StarvingLimit)}
+		Stuck: stuckList(a.stuck, a.opts.StarvingLimit), ReasonShares: reasonShares(a.pools)}
 	var total sumGroup
 	var totalExtra groupExtra
 	var initial, requeue [][]int64

@@ -10,7 +10,7 @@ import (
 // summaryMagic starts a Summary's binary form; its last byte is the format
 // version, changed whenever the layout or the meaning of a field changes so
 // that stored summaries of an older version are recomputed, not misread.
-var summaryMagic = [4]byte{'Q', 'R', 'S', 2}
+var summaryMagic = [4]byte{'Q', 'R', 'S', 3}
 
 // SummaryFormat returns the first bytes of every summary MarshalBinary
 // writes in this version, so that a store can drop summaries of another
@@ -127,6 +127,7 @@ func (e *sumEncoder) group(g *sumGroup) {
 	for _, r := range g.reasons {
 		e.ref(r.reason)
 		e.sec(r.sec)
+		e.sec(r.gpu)
 	}
 	e.samples(g.initial)
 	e.samples(g.requeue)
@@ -312,7 +313,7 @@ func (d *sumDecoder) group(g *sumGroup) {
 	if n := d.count(len(d.buf)); n > 0 {
 		g.reasons = make([]reasonSec, n)
 		for i := range g.reasons {
-			g.reasons[i] = reasonSec{reason: d.ref(), sec: d.sec()}
+			g.reasons[i] = reasonSec{reason: d.ref(), sec: d.sec(), gpu: d.sec()}
 		}
 	}
 	g.initial, g.requeue = d.samples(), d.samples()

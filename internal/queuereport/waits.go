@@ -168,11 +168,13 @@ func (c *computer) aggregateWaits() {
 			c.bestWait[w.job] = int32(i)
 		}
 	}
+	c.poolJobs = make([]int, len(c.pools.names))
 	for j := range c.jobs {
 		jr := &c.jobs[j]
 		ag := &c.aggs[jr.group]
 		if jr.submit < c.end && (jr.end == noTime || jr.end > c.from) {
 			ag.jobs++
+			c.poolJobs[jr.pool]++
 		}
 		if c.inWindow(jr.submit) {
 			ag.submitted++

@@ -33,14 +33,19 @@ type Report struct {
 	Cycles        int         `json:"cycles"` // scheduling cycles run
 	Groups        []Group     `json:"groups"` // one per tier, highest first
 	// Reasons is the seconds all jobs spent in each wait reason (sum of Groups' Reasons).
-	Reasons             map[string]float64 `json:"reasons"`
-	Preemptions         Preemptions        `json:"preemptions"`
-	GPUUtilization      float64            `json:"gpu_utilization"` // AllocatedGPUSeconds / CapacityGPUSeconds
-	AllocatedGPUSeconds float64            `json:"allocated_gpu_seconds"`
-	CapacityGPUSeconds  float64            `json:"capacity_gpu_seconds"` // GPUs × span
-	StarvedJobs         Starved            `json:"starved_jobs"`
-	Unfinished          Unfinished         `json:"unfinished"`
-	Assumptions         []string           `json:"assumptions"`
+	Reasons map[string]float64 `json:"reasons"`
+	// ReasonShares is the pool's wait-reason shares and the verdict naming
+	// its main problem, computed by queuereport from the simulation's
+	// records as `gpugov report --reasons` computes the service's
+	// (queuereport.PoolReasons; docs/design.md §6).
+	ReasonShares        []queuereport.PoolReasons `json:"reason_shares"`
+	Preemptions         Preemptions               `json:"preemptions"`
+	GPUUtilization      float64                   `json:"gpu_utilization"` // AllocatedGPUSeconds / CapacityGPUSeconds
+	AllocatedGPUSeconds float64                   `json:"allocated_gpu_seconds"`
+	CapacityGPUSeconds  float64                   `json:"capacity_gpu_seconds"` // GPUs × span
+	StarvedJobs         Starved                   `json:"starved_jobs"`
+	Unfinished          Unfinished                `json:"unfinished"`
+	Assumptions         []string                  `json:"assumptions"`
 	// History is what the simulation did, as the service would have recorded
 	// it; left out of the JSON form (it holds every job).
 	History *History `json:"-"`
@@ -327,9 +332,10 @@ func (e *engine) report(in Input) (*Report, error) {
 		SkippedRows: SkippedRows{Count: in.Skipped.Count, Messages: slices.Clone(in.Skipped.Messages)},
 		Span:        Span{StartS: e.start, EndS: max(e.now, e.start)},
 		Cycles:      e.cycleNo, Reasons: map[string]float64{},
-		StarvedJobs: Starved{Factor: e.cfg.StarvationFactor, Jobs: []StarvedJob{}},
-		Unfinished:  Unfinished{Jobs: []string{}},
-		History:     &History{Placements: e.placements, Records: records, Window: window},
+		StarvedJobs:  Starved{Factor: e.cfg.StarvationFactor, Jobs: []StarvedJob{}},
+		Unfinished:   Unfinished{Jobs: []string{}},
+		History:      &History{Placements: e.placements, Records: records, Window: window},
+		ReasonShares: byTier.ReasonShares,
 	}
 	if r.SkippedRows.Messages == nil {
 		r.SkippedRows.Messages = []string{}
@@ -527,6 +533,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		if s, ok := r.Reasons[string(code)]; ok {
 			fmt.Fprintf(w, "  %-30s %14.0f\n", code, s)
 		}
+	}
+	fmt.Fprintln(w, "\nwait-reason shares and main problem:")
+	if err := queuereport.RenderPoolShares(w, r.ReasonShares); err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "\npreemptions %d (loss %.0f GPU-s, %d without a measured recompute), would preempt %d\n", r.Preemptions.Count,
 		r.Preemptions.LossGPUSeconds, r.Preemptions.RecomputeUnmeasured, r.Preemptions.WouldPreempt)

@@ -125,6 +125,16 @@ func TestSmallTraceWaits(t *testing.T) {
 	if got := sumReasons(r.Reasons); got != 429 {
 		t.Errorf("total reason seconds %v, want 429", got)
 	}
+	// The reason shares weigh each wait by its GPUs: capacity_busy c 80 + d 60
+	// + f 70 × 2 = 280 GPU-s, no_matching_capacity h 219 × 4 = 876 GPU-s.
+	if len(r.ReasonShares) != 1 || r.ReasonShares[0].WaitGPUSeconds != 280+876 || r.ReasonShares[0].WaitS != 429 ||
+		r.ReasonShares[0].Verdict != "pool alibaba: main problem is fragmentation and spec — 75.8% of waiting GPU-seconds (no_matching_capacity 75.8%)" {
+		t.Errorf("reason shares %+v", r.ReasonShares)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil || !strings.Contains(text.String(), "\n"+r.ReasonShares[0].Verdict+"\n") {
+		t.Errorf("text report lacks the verdict (%v):\n%s", err, text.String())
+	}
 
 	// a 100 + b 200 + c 20 + e 0.5×30 + f 2×59 = 453 GPU-s over 2 GPUs × 269 s.
 	if r.AllocatedGPUSeconds != 453 || r.CapacityGPUSeconds != 538 ||
@@ -279,7 +289,7 @@ func TestReportJSONShape(t *testing.T) {
 	for key, kind := range map[string]string{
 		"groups": "array", "reasons": "object", "preemptions": "object", "gpu_utilization": "number",
 		"starved_jobs": "object", "assumptions": "array", "skipped_rows": "object", "unfinished": "object",
-		"span": "object", "policy_version": "string", "seed": "number",
+		"span": "object", "policy_version": "string", "seed": "number", "reason_shares": "array",
 	} {
 		if got := kindOf(doc[key]); got != kind {
 			t.Errorf("%s is %s, want %s", key, got, kind)

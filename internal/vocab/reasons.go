@@ -1,5 +1,10 @@
 package vocab
 
+import (
+	"slices"
+	"strings"
+)
+
 // WaitReason is the stable code of why a pending job is not running
 // (docs/design.md §1, wait reasons). Every waiting job has exactly one current
 // reason; wait events record each interval a job spent in one reason.
@@ -55,31 +60,68 @@ type ReasonInfo struct {
 	// credit, and such a job is listed as stuck, needing the action, rather
 	// than as starving (docs/design.md §1, wait reasons).
 	EarnsAging bool
+	// Group is the kind of problem the reason points to, by which the
+	// wait-reason report adds up its shares and names a pool's main
+	// problem (docs/design.md §1 and §6).
+	Group ReasonGroup
 }
+
+// ReasonGroup is the kind of problem a wait reason points to — the first
+// question a platform team asks of a pool's waiting: is it capacity, spec,
+// queue order, quota or environment? Every reason of the catalogue has one
+// (ReasonInfo.Group); not_yet_evaluated alone is GroupServiceLatency, which
+// measures the service, not the pool, and is kept out of the verdict.
+type ReasonGroup string
+
+// The reason groups, in the order reports list them.
+const (
+	GroupCapacity            ReasonGroup = "capacity"
+	GroupFragmentationSpec   ReasonGroup = "fragmentation_and_spec"
+	GroupQueueOrder          ReasonGroup = "queue_order"
+	GroupQuota               ReasonGroup = "quota"
+	GroupEnvironmentOperator ReasonGroup = "environment_and_operator"
+	GroupServiceLatency      ReasonGroup = "service_latency"
+)
+
+// ReasonGroups lists every group in report order: the five groups of a
+// pool's verdict, then service latency.
+var ReasonGroups = []ReasonGroup{GroupCapacity, GroupFragmentationSpec, GroupQueueOrder, GroupQuota,
+	GroupEnvironmentOperator, GroupServiceLatency}
+
+// Label returns the group as words ("fragmentation and spec"), as
+// verdicts and tables write it.
+func (g ReasonGroup) Label() string { return strings.ReplaceAll(string(g), "_", " ") }
+
+// Known reports whether g is one of ReasonGroups.
+func (g ReasonGroup) Known() bool { return slices.Contains(ReasonGroups, g) }
+
+// InVerdict reports whether time in the group's reasons is part of a pool's
+// reason shares and verdict: every known group but service latency.
+func (g ReasonGroup) InVerdict() bool { return g.Known() && g != GroupServiceLatency }
 
 // Reasons is the wait-reason catalogue: every reason, in the order of
 // docs/design.md's table.
 var Reasons = []ReasonInfo{
 	{Code: ReasonEnvironmentNotReady, Meaning: "a prerequisite is not ready",
-		NextAction: "fix the prerequisite"},
+		NextAction: "fix the prerequisite", Group: GroupEnvironmentOperator},
 	{Code: ReasonQuotaExhausted, Meaning: "the project's or queue's quota or service share in this pool is used",
-		NextAction: "quota (or the queue's max_share) adjustment, or wait for the project's (or queue's) own jobs to end", TimeCanChange: true, EarnsAging: true},
+		NextAction: "quota (or the queue's max_share) adjustment, or wait for the project's (or queue's) own jobs to end", TimeCanChange: true, EarnsAging: true, Group: GroupQuota},
 	{Code: ReasonNoMatchingCapacity, Meaning: "no node in the pool could run the job even if empty (model, memory, count, topology)",
-		NextAction: "fix the request; waiting will not help"},
+		NextAction: "fix the request; waiting will not help", Group: GroupFragmentationSpec},
 	{Code: ReasonFragmented, Meaning: "enough matching GPUs are free in total, but not together as the topology asks",
-		NextAction: "consolidation or wait", TimeCanChange: true, EarnsAging: true},
+		NextAction: "consolidation or wait", TimeCanChange: true, EarnsAging: true, Group: GroupFragmentationSpec},
 	{Code: ReasonCapacityBusy, Meaning: "matching GPUs exist and are all in use",
-		NextAction: "wait for release, preemption if eligible, or capacity", TimeCanChange: true, EarnsAging: true},
+		NextAction: "wait for release, preemption if eligible, or capacity", TimeCanChange: true, EarnsAging: true, Group: GroupCapacity},
 	{Code: ReasonReservedForHigherPriority, Meaning: "matching GPUs are free but reserved for a higher-ranked waiting job",
-		NextAction: "wait for the higher-ranked job named in the explanation", TimeCanChange: true, EarnsAging: true},
+		NextAction: "wait for the higher-ranked job named in the explanation", TimeCanChange: true, EarnsAging: true, Group: GroupQueueOrder},
 	{Code: ReasonPreemptionInProgress, Meaning: "victims are being checkpointed and released for this job",
-		NextAction: "wait for the preemption workflow", TimeCanChange: true, EarnsAging: true},
+		NextAction: "wait for the preemption workflow", TimeCanChange: true, EarnsAging: true, Group: GroupCapacity},
 	{Code: ReasonHeld, Meaning: "held by its owner or an operator",
-		NextAction: "release the hold"},
+		NextAction: "release the hold", Group: GroupEnvironmentOperator},
 	{Code: ReasonPoolUnavailable, Meaning: "the pool is unknown, drained or cordoned",
-		NextAction: "operator action on the pool"},
+		NextAction: "operator action on the pool", Group: GroupEnvironmentOperator},
 	{Code: ReasonNotYetEvaluated, Meaning: "from submit or requeue to the first cycle that evaluated the job (never a current reason)",
-		NextAction: "none: the scheduler evaluates the job at its next cycle", TimeCanChange: true, HistoryOnly: true, EarnsAging: true},
+		NextAction: "none: the scheduler evaluates the job at its next cycle", TimeCanChange: true, HistoryOnly: true, EarnsAging: true, Group: GroupServiceLatency},
 }
 
 // WaitReasons lists every reason a scheduling cycle can give a job (the
@@ -143,6 +185,12 @@ func (r WaitReason) TimeCanChange() bool {
 func (r WaitReason) HistoryOnly() bool {
 	ri, _ := LookupReason(r)
 	return ri.HistoryOnly
+}
+
+// Group returns the reason's group (ReasonInfo.Group); "" for an unknown code.
+func (r WaitReason) Group() ReasonGroup {
+	ri, _ := LookupReason(r)
+	return ri.Group
 }
 
 // EarnsAging reports whether time in the reason is waiting for GPUs and

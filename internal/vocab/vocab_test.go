@@ -148,3 +148,37 @@ func TestValidSets(t *testing.T) {
 		t.Error("SeesAllProjects: want operator and admin only")
 	}
 }
+
+// TestReasonGroups checks the grouping of the wait-reason report
+// (docs/design.md §6): every reason has a known group, every group has a
+// reason, and only not_yet_evaluated (service latency) is outside the verdict.
+func TestReasonGroups(t *testing.T) {
+	want := map[WaitReason]ReasonGroup{
+		ReasonCapacityBusy: GroupCapacity, ReasonPreemptionInProgress: GroupCapacity,
+		ReasonFragmented: GroupFragmentationSpec, ReasonNoMatchingCapacity: GroupFragmentationSpec,
+		ReasonReservedForHigherPriority: GroupQueueOrder, ReasonQuotaExhausted: GroupQuota,
+		ReasonEnvironmentNotReady: GroupEnvironmentOperator, ReasonHeld: GroupEnvironmentOperator,
+		ReasonPoolUnavailable: GroupEnvironmentOperator, ReasonNotYetEvaluated: GroupServiceLatency,
+	}
+	used := map[ReasonGroup]bool{}
+	for _, r := range Reasons {
+		if r.Group != want[r.Code] || r.Code.Group() != r.Group {
+			t.Errorf("reason %s: group %q (method %q), want %q", r.Code, r.Group, r.Code.Group(), want[r.Code])
+		}
+		if r.Group.InVerdict() == (r.Code == ReasonNotYetEvaluated) {
+			t.Errorf("reason %s: group %s in verdict %v", r.Code, r.Group, r.Group.InVerdict())
+		}
+		used[r.Group] = true
+	}
+	for _, g := range ReasonGroups {
+		if !used[g] || !g.Known() {
+			t.Errorf("group %s has no reason or is unknown", g)
+		}
+	}
+	if len(used) != len(ReasonGroups) || ReasonGroup("other").Known() || ReasonGroup("other").InVerdict() {
+		t.Errorf("groups %v used, %v listed", used, ReasonGroups)
+	}
+	if GroupFragmentationSpec.Label() != "fragmentation and spec" || WaitReason("x").Group() != "" {
+		t.Error("label or unknown reason's group")
+	}
+}
