@@ -12,6 +12,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -55,11 +56,13 @@ type Store interface {
 var _ Store = (*store.Store)(nil)
 
 // ServiceStore is everything the activities of the service task queue use:
-// Store (scheduling cycle, job runs) and GovernanceStore (preemption and
-// reclaim). *store.Store implements it.
+// Store (scheduling cycle, job runs), GovernanceStore (preemption and
+// reclaim) and NotificationStore (the notification outbox). *store.Store
+// implements it.
 type ServiceStore interface {
 	Store
 	GovernanceStore
+	NotificationStore
 }
 
 var _ ServiceStore = (*store.Store)(nil)
@@ -110,6 +113,9 @@ type Deps struct {
 	// Metrics records final preemption outcomes and reclaims
 	// (*telemetry.GovernanceMetrics); nil records nothing.
 	Metrics GovernanceRecorder
+	// HTTPClient sends webhook deliveries (each attempt is bounded by the
+	// policy's notifications.delivery.timeout_s); nil means http.DefaultClient.
+	HTTPClient *http.Client
 }
 
 // Register registers every activity of the service task queue on w, on d:
@@ -117,7 +123,9 @@ type Deps struct {
 // FinishRun, ReleasePlacement, CancelJob), the preemption activities
 // (Notify, Checkpoint, Release, Reschedule, VerifyResume, Abort) and the
 // reclaim activities (ScanReclaims, AssessReclaim, NotifyOwner,
-// AwaitConfirmation, RecordDispute, ReleaseReclaimed, CloseReclaim); the
+// AwaitConfirmation, RecordDispute, ReleaseReclaimed, CloseReclaim) and the
+// notification activities (SweepNotifications, LoadNotifications,
+// DeliverNotification, DeadLetterNotification); the
 // activity names are the method names. It is the activity half of
 // workflows.RegisterServiceWorker, which a worker should call instead; the
 // activities' own tests call it without the workflows.
@@ -129,6 +137,7 @@ func Register(w worker.ActivityRegistry, d Deps) {
 	w.RegisterActivity(&Jobs{Store: d.Store, Now: d.Now, Waker: d.Waker})
 	w.RegisterActivity(&Preemptions{d: d})
 	w.RegisterActivity(&Reclaims{d: d})
+	w.RegisterActivity(&Notifications{d: d})
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,

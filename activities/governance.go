@@ -32,6 +32,7 @@ type GovernanceStore interface {
 	ReleasePreempted(ctx context.Context, id, detail string, at time.Time) (*store.PreemptionRelease, error)
 	RequeuePreempted(ctx context.Context, id string, at time.Time) (*store.Requeue, error)
 	FinishPreemption(ctx context.Context, id string, r store.PreemptionResume) (*store.PreemptionRecord, error)
+	NotifyResumed(ctx context.Context, r store.ResumeObserved) error
 	GetRunProgress(ctx context.Context, runID string) (*store.RunProgress, error)
 
 	ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error)

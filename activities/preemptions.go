@@ -304,9 +304,10 @@ type VerifyResumeResult struct {
 }
 
 // VerifyResume is the fifth step: the victim's next run resumed correctly
-// only if it started from the saved checkpoint's step; it then waits
-// (bounded) until that run passes the step reached at the notice — seen in
-// its heartbeats, a checkpoint at or beyond it, or its success — to measure
+// only if it started from the saved checkpoint's step (the victim's
+// submitter gets its job.resumed notification then, store.NotifyResumed);
+// it then waits (bounded) until that run passes the step reached at the
+// notice — seen in its heartbeats, a checkpoint at or beyond it, or its success — to measure
 // the recompute time, computes the effective run loss
 // (accounting.EffectiveRunLoss) and records it all. A wrong-step resume is a
 // failure that downgrades the job's recovery evidence (store.FinishPreemption).
@@ -367,6 +368,11 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 	correct := run.StartStep == saved
 	r.ResumedRunID, r.ResumedFromStep, r.ResumedAt, r.ResumedCorrectly = run.RunID, &run.StartStep, &started, &correct
 	li.ResumedAt = started
+	// The victim's submitter learns its job runs again (docs/design.md §3, notifications).
+	if err := a.d.Store.NotifyResumed(ctx, store.ResumeObserved{PreemptionID: rec.ID, JobID: rec.VictimJobID, RunID: run.RunID,
+		FromStep: run.StartStep, SavedStep: saved, Correct: correct, At: started}); err != nil {
+		return err
+	}
 	if !correct {
 		r.Outcome = vocab.PreemptionResumeFailed
 		r.Failures = append(r.Failures, fmt.Sprintf("resumed from step %d, but the saved checkpoint is at step %d", run.StartStep, saved))

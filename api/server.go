@@ -19,8 +19,9 @@
 // When PostgreSQL cannot be reached it answers 503 store_unavailable and never
 // a 2xx.
 //
-// Audit: cancel, hold, release, prerequisite changes and amendments are audited by the store with the token's
-// name as actor; the submit entry is written by store.CreateJob in the job's
+// Audit: cancel, hold, release, prerequisite changes, amendments, quota
+// changes and quota requests and their decisions are audited by the store
+// with the token's name as actor; the submit entry is written by store.CreateJob in the job's
 // transaction, with the project as actor.
 package api
 
@@ -202,6 +203,8 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/inventory", s.inventory)
 	s.nodeRoutes(v1)
 	s.governanceRoutes(v1)
+	v1.GET("/notifications", s.listNotifications)
+	s.quotaRoutes(v1)
 	s.reportRoutes(v1)
 	return e
 }

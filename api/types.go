@@ -102,6 +102,36 @@ type Explanation struct {
 	ReEvaluate    string    `json:"reevaluate,omitempty"`
 	BlockingJobID string    `json:"blocking_job_id,omitempty"`
 	Placed        *PlacedOn `json:"placed,omitempty"`
+	// Suggestions are the nearest requests that would fit, for
+	// no_matching_capacity and fragmented (docs/design.md §1 "What would
+	// change it"); absent when no single change fits.
+	Suggestions []Suggestion `json:"suggestions,omitempty"`
+	// Releases are the running jobs whose end would free what the job
+	// needs, earliest first, for capacity_busy and quota_exhausted.
+	Releases []ExpectedRelease `json:"releases,omitempty"`
+}
+
+// Suggestion is one changed request that would fit the job's pool: field
+// (gpu_models, gpu_memory_mib, gpus, topology, node_selector) set to value as
+// a spec writes it; now says it fits the GPUs free in the last cycle, else
+// only once its matching GPUs are free.
+type Suggestion struct {
+	Field        string `json:"field"`
+	Value        string `json:"value"`
+	Now          bool   `json:"now"`
+	MatchingGPUs int    `json:"matching_gpus"` // usable GPUs the changed request matches
+	FreeGPUs     int    `json:"free_gpus"`     // of those, free outside reservations
+	Nodes        int    `json:"nodes"`         // schedulable nodes its node selector matches
+	Text         string `json:"text"`          // the suggestion in words
+}
+
+// ExpectedRelease is a running job whose end would free milli-GPU the job
+// could use; expected_end is its run's start plus its declared run_seconds,
+// an estimate and never a promise.
+type ExpectedRelease struct {
+	JobID       string    `json:"job_id"`
+	Milli       int64     `json:"milli"`
+	ExpectedEnd time.Time `json:"expected_end"`
 }
 
 // Priority is a job's effective priority in points: score = tier_base +
@@ -280,6 +310,12 @@ func explanationFromStore(e *store.Explanation, pool string) *Explanation {
 			AgingCapped: e.Priority.AgingCapped, FairShare: e.Priority.FairShare, FairFactor: e.Priority.FairFactor,
 			SubmitTime: e.Priority.SubmitTime, MinShareBoost: e.Priority.MinShareBoost,
 		},
+	}
+	for _, sg := range e.Suggestions {
+		out.Suggestions = append(out.Suggestions, Suggestion(sg))
+	}
+	for _, r := range e.Releases {
+		out.Releases = append(out.Releases, ExpectedRelease(r))
 	}
 	if p := e.Placed; p != nil {
 		out.Pool = p.Pool

@@ -116,6 +116,12 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("Reclaim", "stage"), withEmpty(names(vocab.AutomationStages))},
 		{prop("Reclaim", "state"), names(vocab.ReclaimStates)},
 		{param("/v1/reclaims", "state"), names(vocab.ReclaimStates)},
+		{prop("Notification", "type"), names(vocab.NotificationKinds)},
+		{prop("Notification", "state"), names(vocab.NotificationStates)},
+		{param("/v1/notifications", "state"), names(vocab.NotificationStates)},
+		{schema("QuotaRequestState"), names(vocab.QuotaRequestStates)},
+		{prop("QuotaRequest", "state"), names(vocab.QuotaRequestStates)},
+		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -125,5 +126,92 @@ func TestAmendedRequestIsPlaced(t *testing.T) {
 		t.Fatal("amending a placed job succeeded")
 	} else if ae, ok := apiclient.AsError(err); !ok || ae.Status != http.StatusConflict {
 		t.Fatalf("amending a placed job: %v, want 409", err)
+	}
+}
+
+// submitShare submits one simulated half-GPU job of project drill to the
+// actions pool and returns it.
+func submitShare(t *testing.T, c *apiclient.Client) *api.Job {
+	t.Helper()
+	spec := &api.JobSpec{Project: "drill", Queue: "standard", RunSeconds: 3600,
+		Resources: api.ResourceSpec{GPUs: 1, GPUMilli: 500, Pool: "actions"}}
+	job, status, err := c.Submit(context.Background(), spec, "")
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("submit: status %d, %v", status, err)
+	}
+	return job
+}
+
+// TestRaisedQuotaReleasesQuotaWaits: project drill has 1000 milli-GPU in
+// the actions pool (policy quota, no borrowing); of its four half-GPU jobs
+// two run and two wait with quota_exhausted, cycle after cycle, though a
+// GPU is free. The project asks for 2000 through the API (a pending request
+// changes nothing), an admin approves: the quota change is a new active
+// policy version, and the first cycle after the approval places both
+// waiting jobs and records that version.
+func TestRaisedQuotaReleasesQuotaWaits(t *testing.T) {
+	p := policy.Default()
+	p.Quotas = []policy.Quota{{Project: "drill", Pool: "actions", NominalMilli: 1000}}
+	e := startEnv(t, envOptions{pools: actionPool, simSpeed: 1, policy: p})
+	ctx := context.Background()
+	allocated := func(ids ...string) func() (bool, string) {
+		return func() (bool, string) {
+			n := 0
+			for _, id := range ids {
+				n += e.queryInt(t, `SELECT count(*) FROM allocations WHERE job_id = $1`, id)
+			}
+			return n == len(ids), fmt.Sprintf("%d of %d allocated", n, len(ids))
+		}
+	}
+	a, b := submitShare(t, e.client), submitShare(t, e.client)
+	waitFor(t, 20*time.Second, "the first two jobs placed", allocated(a.ID, b.ID))
+	c, d := submitShare(t, e.client), submitShare(t, e.client)
+	waitReason(t, e, c.ID, vocab.ReasonQuotaExhausted, 2)
+	waitReason(t, e, d.ID, vocab.ReasonQuotaExhausted, 0)
+
+	drill, err := apiclient.New("http://"+e.svc.APIAddr(), drillToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quotas, err := drill.Quotas(ctx, "actions")
+	if err != nil || len(quotas.Quotas) != 1 || quotas.Quotas[0].UsedMilli != 1000 || quotas.Quotas[0].NominalMilli != 1000 || quotas.Policy != p.Hash() {
+		t.Fatalf("quotas before: %v %+v", err, quotas)
+	}
+	nominal := int64(2000)
+	req, err := drill.RequestQuota(ctx, api.NewQuotaRequest{Pool: "actions", Project: "drill", NominalMilli: &nominal, Reason: "second half of the sweep"})
+	if err != nil || req.State != string(vocab.QuotaRequestPending) {
+		t.Fatalf("request: %v %+v", err, req)
+	}
+	if _, err := drill.DecideQuotaRequest(ctx, req.ID, true, "mine"); err == nil {
+		t.Fatal("a submitter approved its own request")
+	}
+	// A pending request changes nothing: the jobs still wait for quota.
+	waitReason(t, e, c.ID, vocab.ReasonQuotaExhausted, 1)
+
+	decided, err := e.client.DecideQuotaRequest(ctx, req.ID, true, "granted for the sweep")
+	if err != nil || decided.State != string(vocab.QuotaRequestApproved) || decided.Change == nil || !decided.Change.Changed {
+		t.Fatalf("approve: %v %+v", err, decided)
+	}
+	waitFor(t, 20*time.Second, "the waiting jobs placed", allocated(c.ID, d.ID))
+	if n := e.queryInt(t, `SELECT count(*) FROM audit_log WHERE subject = $1 AND action = $2`, req.ID, store.AuditApproveQuotaRequest); n != 1 {
+		t.Fatalf("%d approval audit entries, want 1", n)
+	}
+	for _, id := range []string{c.ID, d.ID} {
+		between := e.queryInt(t, `
+			SELECT count(*) FROM scheduling_cycles c
+			WHERE c.at > (SELECT at FROM audit_log WHERE subject = $1 AND action = $3)
+				AND c.at < (SELECT sc.at FROM allocations a JOIN scheduling_cycles sc ON sc.id = a.cycle_id WHERE a.job_id = $2)`,
+			req.ID, id, store.AuditApproveQuotaRequest)
+		if between != 0 {
+			t.Fatalf("%d scheduling cycles ran after the approval and before the one that placed job %s", between, id)
+		}
+		if n := e.queryInt(t, `SELECT count(*) FROM allocations a JOIN scheduling_cycles sc ON sc.id = a.cycle_id
+			WHERE a.job_id = $1 AND sc.policy_version = $2`, id, decided.Change.Policy); n != 1 {
+			t.Fatalf("the cycle placing %s did not record the derived policy version %s", id, decided.Change.Policy)
+		}
+	}
+	quotas, err = drill.Quotas(ctx, "actions")
+	if err != nil || len(quotas.Quotas) != 1 || quotas.Quotas[0].UsedMilli != 2000 || quotas.Quotas[0].NominalMilli != 2000 || quotas.Policy != decided.Change.Policy {
+		t.Fatalf("quotas after: %v %+v", err, quotas)
 	}
 }

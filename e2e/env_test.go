@@ -28,6 +28,9 @@ import (
 // adminToken is the bearer token of the tests' admin principal.
 const adminToken = "e2e-admin"
 
+// drillToken is the bearer token of a submitter of project drill.
+const drillToken = "e2e-drill"
+
 // inCI reports whether the tests run in CI, where missing parts are failures.
 func inCI() bool { return os.Getenv("CI") == "true" }
 
@@ -147,6 +150,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
+		drillToken: {Name: "e2e-drill", Project: "drill", Role: vocab.RoleSubmitter},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,19 @@ func (s *Service) startReclaimScan(ctx context.Context) error {
 	return nil
 }
 
+// startNotificationDispatch starts the notification dispatcher
+// (workflows.NotificationDispatchWorkflow), or keeps the one running.
+func (s *Service) startNotificationDispatch(ctx context.Context) error {
+	opts := client.StartWorkflowOptions{
+		ID: temporalx.NotificationDispatchWorkflowID, TaskQueue: temporalx.ServiceTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}
+	if _, err := s.temporal.ExecuteWorkflow(ctx, opts, workflows.NotificationDispatchWorkflowName, &workflows.NotificationDispatchInput{}); err != nil {
+		return fmt.Errorf("service: start notification dispatch: %w", err)
+	}
+	return nil
+}
+
 // reportLoop updates the queue gauges at once and then every ReportInterval
 // until ctx ends; failures are logged and retried at the next pass.
 func (s *Service) reportLoop(ctx context.Context) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
 )
 
 // PolicyActor is the audit actor of what the service does with the policy
@@ -41,29 +42,93 @@ func (s *Service) loadPolicy() error {
 	return nil
 }
 
-// currentPolicy returns the policy in force: the watcher's, or the static one.
+// currentPolicy returns the policy in force: the active stored policy
+// version (docs/design.md §4) once the start policy is applied — kept by
+// applyPolicy and refreshPolicy — and before that the watcher's or the
+// static one.
 func (s *Service) currentPolicy() *policy.Policy {
+	if p := s.inForce.Load(); p != nil {
+		return p
+	}
+	return s.filePolicy()
+}
+
+// filePolicy is the policy the file (or Config.Policy, or the default)
+// gives: what a decoded version takes its unhashed fields from.
+func (s *Service) filePolicy() *policy.Policy {
 	if s.policy != nil {
 		return s.policy.Current()
 	}
 	return s.static
 }
 
-// schedulingPolicy is the scheduler's policy source: the policy in force,
-// its Version the policy's hash, which every cycle records.
-func (s *Service) schedulingPolicy(context.Context) (*scheduling.Policy, error) {
+// schedulingPolicy is the scheduler's policy source: the policy in force
+// after refreshPolicy, its Version the policy's hash, which every cycle
+// records. A store error fails the cycle (its activity retries).
+func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, error) {
+	if err := s.refreshPolicy(ctx); err != nil {
+		return nil, fmt.Errorf("service: policy in force: %w", err)
+	}
 	return s.currentPolicy().Scheduling(), nil
+}
+
+// refreshPolicy makes the active stored policy version the policy in force
+// when it changed: a quota change through the API activates a derived
+// version (store.SetQuota), which the next cycle thus plans and records
+// with, without a restart. It reads only the active hash unless that
+// differs from the policy in force.
+func (s *Service) refreshPolicy(ctx context.Context) error {
+	hash, err := s.store.ActivePolicyHash(ctx)
+	if err != nil {
+		return err
+	}
+	if cur := s.inForce.Load(); cur != nil && cur.Hash() == hash {
+		return nil
+	}
+	v, err := s.store.ActivePolicyVersion(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := policy.FromCanonical(v.Body)
+	if err != nil {
+		return err
+	}
+	if p.Hash() != v.Hash {
+		return fmt.Errorf("active policy version %s decodes to %s", v.Hash, p.Hash())
+	}
+	p.KeepUnhashed(s.filePolicy())
+	s.inForce.Store(p)
+	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom)
+	return nil
 }
 
 // applyStartPolicy stores and applies the policy in force at start. It runs
 // after the inventory is imported, because UpsertInventory rewrites
-// pools.stage.
+// pools.stage. When the active stored version was derived by quota changes
+// (store.SetQuota) from this same file's (or default) policy, that version
+// is kept: the file was not edited since, and a restart must not undo the
+// changes; a file that differs from the version they were derived from
+// supersedes them (docs/design.md §4).
 func (s *Service) applyStartPolicy(ctx context.Context) error {
 	reason := "default policy (no policy file)"
 	if s.policy != nil {
 		reason = "loaded from " + s.policy.Path
 	}
-	if err := s.applyPolicy(ctx, s.currentPolicy(), reason, true); err != nil {
+	p := s.filePolicy()
+	active, err := s.store.ActivePolicyVersion(ctx)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("service: %w", err)
+	case active.Hash != p.Hash() && active.BaseHash == p.Hash():
+		derived, err := policy.FromCanonical(active.Body)
+		if err != nil || derived.Hash() != active.Hash {
+			return fmt.Errorf("service: active policy version %s cannot be decoded: %v", active.Hash, err)
+		}
+		derived.KeepUnhashed(p)
+		p, reason = derived, reason+"; kept the version derived from it by quota changes"
+	}
+	if err := s.applyPolicy(ctx, p, reason, true); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	return nil
@@ -74,8 +139,9 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 // reason: the version (store.SavePolicyVersion of Hash and Canonical, then
 // ActivatePolicyVersion, which audits the switch), the low-risk flags and
 // the queues (when p names queues; at start, without any, the default
-// queues are created in an empty store), the quotas, and the pool stages.
-// It returns the first store error.
+// queues are created in an empty store), the quotas (store.SyncQuotas: the
+// stored quotas become p's, each change audited), and the pool stages; p
+// is then the policy in force. It returns the first store error.
 func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
 	hash := p.Hash()
 	if err := s.store.SavePolicyVersion(ctx, hash, p.Canonical()); err != nil {
@@ -107,10 +173,9 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 			s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
 		}
 	}
-	if len(p.Quotas) > 0 {
-		if err := s.store.UpsertQuotas(ctx, p.SchedulingQuotas()); err != nil {
-			return err
-		}
+	// The stored quotas (what the snapshot reads) are the version's, exactly.
+	if _, err := s.store.SyncQuotas(ctx, p.SchedulingQuotas(), PolicyActor, reason); err != nil {
+		return fmt.Errorf("quotas: %w", err)
 	}
 	// Usage decays as the policy's fair share says, in the store's charges
 	// and snapshot as in the planner (docs/design.md §5).
@@ -121,6 +186,7 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)
 	}
+	s.inForce.Store(p)
 	s.cfg.Logger.Info("policy applied", "hash", hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -47,6 +48,9 @@ type Service struct {
 	govMetrics *telemetry.GovernanceMetrics // preemption and reclaim outcomes
 	policy     *policy.Watcher              // Config.PolicyFile's; nil without one
 	static     *policy.Policy               // the policy in force without a file
+	// inForce is the policy in force once applyStartPolicy ran: the active
+	// stored version (applyPolicy, refreshPolicy).
+	inForce atomic.Pointer[policy.Policy]
 
 	mu      sync.Mutex
 	workers []worker.Worker // nil while stopped (StopWorkers)
@@ -130,6 +134,9 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("service: %w", err)
 	}
 	if err := s.startReclaimScan(ctx); err != nil {
+		return err
+	}
+	if err := s.startNotificationDispatch(ctx); err != nil {
 		return err
 	}
 	if err := s.serveHTTP(); err != nil {

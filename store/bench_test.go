@@ -114,6 +114,36 @@ func BenchmarkApplyCycleWaiting(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyCycleNotifying is BenchmarkApplyCycleWaiting where the
+// tenth that changes moves between capacity_busy and quota_exhausted, so
+// every other cycle writes about 1,000 job.wait_reason notifications (the
+// outbox rows and the per-project locks, docs/design.md §3 step 7); compare
+// its ns/op with BenchmarkApplyCycleWaiting's of the same run.
+func BenchmarkApplyCycleNotifying(b *testing.B) {
+	s, _ := newStore(b)
+	ctx := context.Background()
+	pending := seedLargeSnapshot(b, s)
+	i := 0
+	for b.Loop() {
+		i++
+		res := &scheduling.Result{}
+		for k, id := range pending {
+			reason := vocab.ReasonCapacityBusy
+			if k%10 == (i/2)%10 && i%2 == 1 {
+				reason = vocab.ReasonQuotaExhausted
+			}
+			res.Waiting = append(res.Waiting, scheduling.WaitStatus{JobID: id, Reason: reason,
+				Detail: "0 of 8 free", Rank: k + 1, Priority: scheduling.Priority{Score: float64(10000 + i)}})
+		}
+		if _, err := s.ApplyCycle(ctx, fmt.Sprintf("bench-%d", i), res, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := queryInt(b, s, `SELECT count(*) FROM notifications`); n == 0 && i > 1 {
+		b.Fatal("no notifications written")
+	}
+}
+
 // seedLargeSnapshot writes the benchmark state and returns the pending job IDs.
 func seedLargeSnapshot(b *testing.B, s *store.Store) []string {
 	b.Helper()

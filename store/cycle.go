@@ -89,6 +89,10 @@ type StartedPreemption struct {
 //     events cover every second from submit to placement;
 //   - placements and preemption proposals are recorded as decisions and in
 //     the audit log (actor "scheduler"); proposals with Act start preemptions.
+//   - the submitter's notifications (docs/design.md §3, notifications) go
+//     into the outbox in the same transaction: job.placed per granted
+//     placement, job.wait_reason per wait transition whose reason changed to
+//     one that asks the submitter to act (vocab.WaitReason.NotifiesSubmitter).
 //
 // It is idempotent by cycleID: when the cycle was already applied (a retried
 // activity), it changes nothing and returns the stored outcome with Replayed
@@ -143,17 +147,22 @@ func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *schedulin
 	for _, p := range res.Placements {
 		inPlacements[p.JobID] = true
 	}
-	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out); err != nil {
+	var notes []noteRow
+	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out, &notes); err != nil {
 		return nil, err
 	}
 	jobs, err := lockCycleJobs(ctx, tx, res)
 	if err != nil {
 		return nil, err
 	}
-	if err := applyPlacements(ctx, tx, cycleID, res.Placements, jobs, now, out); err != nil {
+	if err := applyPlacements(ctx, tx, cycleID, res.Placements, jobs, now, out, &notes); err != nil {
 		return nil, err
 	}
 	if err := applyPreemptions(ctx, tx, cycleID, res.Preemptions, now, out); err != nil {
+		return nil, err
+	}
+	// Last: insertNotifications' per-project locks come after every row lock.
+	if err := insertNotifications(ctx, tx, notes, now); err != nil {
 		return nil, err
 	}
 	stats := map[string]int{
@@ -276,7 +285,7 @@ type placementRows struct {
 // applyPlacements admits each placement in order against the locked GPU
 // capacity, then writes the granted ones in bulk.
 func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []scheduling.Placement,
-	jobs map[string]cycleJob, now time.Time, out *CycleOutcome) error {
+	jobs map[string]cycleJob, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
 	placed := make(map[string]bool, len(ps)) // jobs already seen in this result
 	if len(ps) == 0 {
 		return nil
@@ -311,6 +320,8 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
 			"borrowed": p.Borrowed, "rank": p.Rank, "priority": priorityParts(p.Priority)}
 		decisions = append(decisions, decisionRow{p.JobID, "place", mustJSON(body)})
+		*notes = append(*notes, noteRow{jobID: p.JobID, kind: vocab.NotifyPlaced, data: map[string]any{
+			"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs)}})
 		audits = append(audits, AuditEntry{At: now, Actor: vocab.ActorScheduler, Action: "place", Subject: p.JobID,
 			Reason: fmt.Sprintf("rank %d, score %.1f: granted %s on node %s", p.Rank, p.Priority.Score,
 				describeShares(p.GPUs), p.Node), Evidence: body})
@@ -507,7 +518,7 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 // concurrently gets no new wait event. Rows whose reason and explanation are
 // unchanged are not rewritten, so a steady queue costs reads, not writes.
 func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.WaitStatus,
-	placed map[string]bool, now time.Time, out *CycleOutcome) error {
+	placed map[string]bool, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
 	ws = pendingWaits(ws, placed, out)
 	if len(ws) == 0 {
 		return nil
@@ -548,7 +559,8 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			continue
 		}
 		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
-			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority)}))
+			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority),
+			Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases)}))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
 		updEarns = append(updEarns, w.Reason.EarnsAging())
 		if accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
@@ -585,6 +597,10 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		}
 		tr.add(w)
 		decisions = append(decisions, decisionRow{w.JobID, "wait", []byte(expls[i])})
+		if prev := vocab.WaitReason(cur[w.JobID].reason); prev != w.Reason && w.Reason.NotifiesSubmitter() {
+			*notes = append(*notes, noteRow{jobID: w.JobID, kind: vocab.NotifyWaitReason, data: map[string]any{
+				"reason": w.Reason, "previous_reason": prev, "detail": w.Detail, "next_action": w.Reason.NextAction()}})
+		}
 	}
 	out.WaitTransitions = len(tr.jobIDs)
 	if err := recordNotYetEvaluated(ctx, tx, tr.jobIDs, now); err != nil {

@@ -83,6 +83,56 @@ type Explanation struct {
 	Priority      PriorityParts    `json:"priority"`
 	// Placed is set when the cycle placed the job: pool, node and GPU shares.
 	Placed *PlacedOn `json:"placed,omitempty"`
+	// Suggestions are the nearest requests that would fit
+	// (no_matching_capacity, fragmented; scheduling.Suggestion).
+	Suggestions []SuggestionJ `json:"suggestions,omitempty"`
+	// Releases are the running jobs whose expected end would free what the
+	// job needs (capacity_busy, quota_exhausted; scheduling.ExpectedRelease).
+	Releases []ReleaseJ `json:"releases,omitempty"`
+}
+
+// SuggestionJ is scheduling.Suggestion with stable JSON names.
+type SuggestionJ struct {
+	Field        string `json:"field"`
+	Value        string `json:"value"`
+	Now          bool   `json:"now"`
+	MatchingGPUs int    `json:"matching_gpus"`
+	FreeGPUs     int    `json:"free_gpus"`
+	Nodes        int    `json:"nodes"`
+	Text         string `json:"text"`
+}
+
+// ReleaseJ is scheduling.ExpectedRelease with stable JSON names: the job,
+// the milli-GPU its end frees for the waiting job and its expected end (an
+// estimate from its declared run time).
+type ReleaseJ struct {
+	JobID       string    `json:"job_id"`
+	Milli       int64     `json:"milli"`
+	ExpectedEnd time.Time `json:"expected_end"`
+}
+
+// suggestionsJ converts suggestions; none gives nil.
+func suggestionsJ(ss []scheduling.Suggestion) []SuggestionJ {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]SuggestionJ, len(ss))
+	for i, s := range ss {
+		out[i] = SuggestionJ(s)
+	}
+	return out
+}
+
+// releasesJ converts expected releases (times in UTC); none gives nil.
+func releasesJ(rs []scheduling.ExpectedRelease) []ReleaseJ {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]ReleaseJ, len(rs))
+	for i, r := range rs {
+		out[i] = ReleaseJ{JobID: r.JobID, Milli: r.Milli, ExpectedEnd: r.ExpectedEnd.UTC()}
+	}
+	return out
 }
 
 // PriorityParts is scheduling.Priority with stable JSON names: score =

@@ -16,6 +16,12 @@ type PolicyVersion struct {
 	Body      json.RawMessage
 	CreatedAt time.Time
 	Active    bool
+	// DerivedFrom is the version a quota change through the API derived this
+	// one from (SetQuota); "" for a version loaded from the policy file.
+	DerivedFrom string
+	// BaseHash is the file-loaded version the chain of derivations started
+	// from; "" for a version loaded from the policy file.
+	BaseHash string
 }
 
 // SavePolicyVersion stores a policy version under its content hash. Saving
@@ -46,8 +52,12 @@ func (s *Store) SavePolicyVersion(ctx context.Context, hash string, body json.Ra
 	return nil
 }
 
+// AuditActivatePolicy is the audit action of a policy version switch
+// (evidence: previous, the hash that was active before).
+const AuditActivatePolicy = "activate_policy"
+
 // ActivatePolicyVersion makes hash the only active policy version and audits
-// the switch (action "activate_policy"). Activating the active version changes
+// the switch (action AuditActivatePolicy). Activating the active version changes
 // nothing. Errors wrap ErrNotFound or database errors.
 func (s *Store) ActivatePolicyVersion(ctx context.Context, hash, actor, reason string) error {
 	return s.inTx(ctx, "activate policy version "+hash, func(tx pgx.Tx) error {
@@ -59,25 +69,32 @@ func (s *Store) ActivatePolicyVersion(ctx context.Context, hash, actor, reason s
 		if err != nil || active {
 			return err
 		}
-		var previous string
-		err = tx.QueryRow(ctx, `UPDATE policy_versions SET active = false WHERE active RETURNING hash`).Scan(&previous)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE policy_versions SET active = true WHERE hash = $1`, hash); err != nil {
-			return err
-		}
-		return appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: "activate_policy", Subject: hash,
-			Reason: reason, Evidence: map[string]any{"previous": previous}})
+		return activatePolicyTx(ctx, tx, hash, actor, reason)
 	})
+}
+
+// activatePolicyTx switches the active version to hash (stored, not active)
+// and audits the switch, in tx.
+func activatePolicyTx(ctx context.Context, tx pgx.Tx, hash, actor, reason string) error {
+	var previous string
+	err := tx.QueryRow(ctx, `UPDATE policy_versions SET active = false WHERE active RETURNING hash`).Scan(&previous)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE policy_versions SET active = true WHERE hash = $1`, hash); err != nil {
+		return err
+	}
+	return appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: AuditActivatePolicy, Subject: hash,
+		Reason: reason, Evidence: map[string]any{"previous": previous}})
 }
 
 // ActivePolicyVersion returns the active policy version, or an error wrapping
 // ErrNotFound when none is active.
 func (s *Store) ActivePolicyVersion(ctx context.Context) (*PolicyVersion, error) {
 	var p PolicyVersion
-	err := s.pool.QueryRow(ctx, `SELECT hash, body, created_at, active FROM policy_versions WHERE active`).
-		Scan(&p.Hash, &p.Body, &p.CreatedAt, &p.Active)
+	err := s.pool.QueryRow(ctx, `SELECT hash, body, created_at, active, coalesce(derived_from, ''), coalesce(base_hash, '')
+		FROM policy_versions WHERE active`).
+		Scan(&p.Hash, &p.Body, &p.CreatedAt, &p.Active, &p.DerivedFrom, &p.BaseHash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("store: active policy version: %w", ErrNotFound)
 	}
@@ -86,4 +103,19 @@ func (s *Store) ActivePolicyVersion(ctx context.Context) (*PolicyVersion, error)
 	}
 	p.CreatedAt = p.CreatedAt.UTC()
 	return &p, nil
+}
+
+// ActivePolicyHash returns the hash of the active policy version, or an
+// error wrapping ErrNotFound when none is active: the cheap check the
+// service makes each cycle to see whether the policy in force changed.
+func (s *Store) ActivePolicyHash(ctx context.Context) (string, error) {
+	var hash string
+	err := s.pool.QueryRow(ctx, `SELECT hash FROM policy_versions WHERE active`).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("store: active policy hash: %w", ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: active policy hash: %w", err)
+	}
+	return hash, nil
 }

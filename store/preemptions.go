@@ -233,24 +233,73 @@ func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*Preemption
 // NoticePreemption records the notice of preemption id, sent by workflow
 // workflowID at at: the victim's run and its start, the GPUs held, the
 // victim's aging credit and its last valid checkpoint at that moment, and
-// the queues of both jobs. The first call's values are kept, so retries are
-// safe and return the same record. Errors wrap ErrNotFound or database errors.
+// the queues of both jobs; in the same transaction, the victim submitter's
+// job.preemption_notice notification (docs/design.md §3 step 7). The first
+// call's values are kept, so retries are safe and return the same record
+// (and write no second notification). Errors wrap ErrNotFound or database errors.
 func (s *Store) NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*PreemptionRecord, error) {
-	_, err := s.pool.Exec(ctx, `
-		UPDATE preemptions p SET notified_at = $3, workflow_id = $2, run_id = a.run_id, run_started_at = r.started_at,
-			gpus = (SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = p.allocation_id),
-			accrued_aging_s = vj.accrued_aging_s, checkpoint_at_notice = vj.recovery->'last_checkpoint',
-			pool = a.pool, victim_queue = vj.queue, for_queue = fj.queue
-		FROM allocations a LEFT JOIN runs r ON r.id = a.run_id, jobs vj, jobs fj
-		WHERE p.id = $1 AND a.id = p.allocation_id AND vj.id = p.victim_job_id AND fj.id = p.for_job_id
-			AND p.notified_at IS NULL`, id, workflowID, at)
+	err := s.inTx(ctx, "notice preemption "+id, func(tx pgx.Tx) error {
+		var victim, forJob, reason string
+		err := tx.QueryRow(ctx, `
+			UPDATE preemptions p SET notified_at = $3, workflow_id = $2, run_id = a.run_id, run_started_at = r.started_at,
+				gpus = (SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = p.allocation_id),
+				accrued_aging_s = vj.accrued_aging_s, checkpoint_at_notice = vj.recovery->'last_checkpoint',
+				pool = a.pool, victim_queue = vj.queue, for_queue = fj.queue
+			FROM allocations a LEFT JOIN runs r ON r.id = a.run_id, jobs vj, jobs fj
+			WHERE p.id = $1 AND a.id = p.allocation_id AND vj.id = p.victim_job_id AND fj.id = p.for_job_id
+				AND p.notified_at IS NULL
+			RETURNING p.victim_job_id, p.for_job_id, p.reason`, id, workflowID, at).Scan(&victim, &forJob, &reason)
+		if errors.Is(err, pgx.ErrNoRows) { // noticed before, or no such preemption (GetPreemption says)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// The victim's submitter learns that its run must checkpoint and stop.
+		return insertNotifications(ctx, tx, []noteRow{{jobID: victim, kind: vocab.NotifyPreemptionNotice, data: map[string]any{
+			"preemption_id": id, "for_job_id": forJob, "reason": reason, "notified_at": at.UTC()}}}, at)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store: notice preemption %s: %w", id, err)
+		return nil, err
 	}
 	if err := s.auditOnce(ctx, id, "preempt_notice", at, "victim notified to checkpoint and stop"); err != nil {
 		return nil, err
 	}
 	return s.GetPreemption(ctx, id)
+}
+
+// ResumeObserved is what the verify-resume step saw of the victim's next run.
+type ResumeObserved struct {
+	PreemptionID string
+	JobID        string // the victim
+	RunID        string // its next run
+	FromStep     int64  // the step that run started from
+	SavedStep    int64  // the saved checkpoint's step it had to start from
+	Correct      bool   // FromStep == SavedStep
+	At           time.Time
+}
+
+// NotifyResumed writes the victim submitter's job.resumed notification of
+// preemption r.PreemptionID, once: a retried verify-resume step finds it
+// written (the check runs under the project's notification lock). Errors
+// are database errors.
+func (s *Store) NotifyResumed(ctx context.Context, r ResumeObserved) error {
+	return s.inTx(ctx, "notify resume of "+r.PreemptionID, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			SELECT pg_advisory_xact_lock(hashtext('gpugov.notifications'), hashtext(project)) FROM jobs WHERE id = $1`,
+			r.JobID); err != nil {
+			return err
+		}
+		var done bool
+		if err := tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM notifications WHERE job_id = $1 AND kind = $2 AND data->>'preemption_id' = $3)`,
+			r.JobID, vocab.NotifyResumed, r.PreemptionID).Scan(&done); err != nil || done {
+			return err
+		}
+		return insertNotifications(ctx, tx, []noteRow{{jobID: r.JobID, kind: vocab.NotifyResumed, data: map[string]any{
+			"preemption_id": r.PreemptionID, "run_id": r.RunID, "resumed_from_step": r.FromStep,
+			"saved_checkpoint_step": r.SavedStep, "resumed_correctly": r.Correct}}}, r.At)
+	})
 }
 
 // auditOnce appends an audit entry for preemption (or reclaim) subject id

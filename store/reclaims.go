@@ -262,16 +262,34 @@ func (s *Store) SetReclaimState(ctx context.Context, id string, state vocab.Recl
 // notice time and the deadline by which the owner may keep the GPUs, state
 // notified, and an audit entry on the job (actor reclaim) with the class,
 // basis and deadline — the notice the owner sees with `gpugov reclaims` and
-// the job's audit. The first notice is kept, so retries are safe.
+// the job's audit — and, in the notice's transaction, the owner's
+// job.reclaim_notice notification with the deadline (docs/design.md §3
+// step 7). The first notice is kept, so retries are safe.
 func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.Time) (*Reclaim, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE reclaims SET notice_at = $3, notice_deadline = $2, state = 'notified', updated_at = $3
-		WHERE id = $1 AND notice_at IS NULL AND state = 'open'`, id, deadline, at)
+	var noticed bool
+	err := s.inTx(ctx, "notice reclaim "+id, func(tx pgx.Tx) error {
+		var jobID, alloc, class, basis string
+		err := tx.QueryRow(ctx, `
+			UPDATE reclaims SET notice_at = $3, notice_deadline = $2, state = 'notified', updated_at = $3
+			WHERE id = $1 AND notice_at IS NULL AND state = 'open'
+			RETURNING job_id, allocation_id, class, basis`, id, deadline, at).Scan(&jobID, &alloc, &class, &basis)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		noticed = true
+		// The owner's submitter learns the deadline and how to keep the GPUs.
+		return insertNotifications(ctx, tx, []noteRow{{jobID: jobID, kind: vocab.NotifyReclaimNotice, data: map[string]any{
+			"reclaim_id": id, "allocation_id": alloc, "class": class, "basis": basis, "deadline": deadline.UTC(),
+			"keep": "POST /v1/reclaims/" + id + "/keep"}}}, at)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store: notice reclaim %s: %w", id, err)
+		return nil, err
 	}
 	r, err := s.GetReclaim(ctx, id)
-	if err != nil || tag.RowsAffected() == 0 {
+	if err != nil || !noticed {
 		return r, err
 	}
 	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,

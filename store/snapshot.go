@@ -90,6 +90,7 @@ type jobStatic struct {
 	tier        vocab.Tier
 	request     scheduling.ResourceRequest
 	submitTime  time.Time
+	runSeconds  int64  // the spec's run_seconds, rounded up (0: none declared)
 	seen        uint64 // generation of the last load that saw the job live
 }
 
@@ -123,7 +124,9 @@ type snapshotLoader struct {
 	pendingSeq        []int64
 	pendingStatic     []*jobStatic
 	pendingCheckpoint [][]byte
-	inProgress        map[string][]string // pending job → victims being preempted for it
+	inProgress        map[string][]string  // pending job → victims being preempted for it
+	noticeAt          map[string]time.Time // pending job → earliest notice (or start) of those preemptions
+	released          map[string]time.Time // pending job → latest release of a victim for it in its current wait
 
 	quotas  []scheduling.Quota
 	queues  []scheduling.Queue
@@ -137,6 +140,7 @@ func (l *snapshotLoader) reset() {
 	c := l.cache
 	n := c.lastCounts
 	*l = snapshotLoader{cache: c, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
+		noticeAt: map[string]time.Time{}, released: map[string]time.Time{},
 		allocs:  make([]scheduling.Allocation, 0, n.allocs),
 		running: make([]scheduling.RunningJob, 0, n.running), runningStatic: make([]*jobStatic, 0, n.running),
 		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
@@ -204,10 +208,13 @@ func (l *snapshotLoader) queries() []rowQuery {
 			LEFT JOIN job_queue q ON q.job_id = a.job_id
 			LEFT JOIN runs r ON r.id = a.run_id
 			WHERE a.released_at IS NULL`, fn: l.scanAllocation},
+		// Preempted runs of the jobs holding GPUs (the anti-thrash gate) and
+		// of the pending ones (a job at the limit may not borrow).
 		rowQuery{sql: `
 			SELECT r.job_id, r.ended_at FROM runs r
 			WHERE r.outcome = 'preempted'
-				AND EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = r.job_id AND a.released_at IS NULL)
+				AND (EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = r.job_id AND a.released_at IS NULL)
+					OR EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = r.job_id AND q.state IN ('submitted', 'waiting')))
 			ORDER BY r.ended_at`, fn: func(rows pgx.Rows) error {
 			var id string
 			var at time.Time
@@ -219,11 +226,31 @@ func (l *snapshotLoader) queries() []rowQuery {
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
 			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
-		rowQuery{sql: `SELECT for_job_id, victim_job_id FROM preemptions WHERE ended_at IS NULL ORDER BY victim_job_id`,
+		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
+			WHERE ended_at IS NULL ORDER BY victim_job_id`,
 			fn: func(rows pgx.Rows) error {
 				var forJob, victim string
-				err := rows.Scan(&forJob, &victim)
+				var notice time.Time
+				err := rows.Scan(&forJob, &victim, &notice)
 				l.inProgress[forJob] = append(l.inProgress[forJob], victim)
+				if old, ok := l.noticeAt[forJob]; !ok || notice.Before(old) {
+					l.noticeAt[forJob] = notice.UTC()
+				}
+				return err
+			}},
+		// Victims released for a pending job during its current wait: a
+		// lender keeps its claim on its lent quota until it is placed
+		// (docs/design.md §5).
+		rowQuery{sql: `
+			SELECT p.for_job_id, max(p.ended_at) FROM preemptions p
+			JOIN job_queue q ON q.job_id = p.for_job_id AND q.state IN ('submitted', 'waiting')
+			WHERE p.state = 'released' AND p.ended_at >= q.waiting_since
+			GROUP BY p.for_job_id`,
+			fn: func(rows pgx.Rows) error {
+				var forJob string
+				var at time.Time
+				err := rows.Scan(&forJob, &at)
+				l.released[forJob] = at.UTC()
 				return err
 			}},
 		quotasQuery(&l.quotas),
@@ -363,13 +390,14 @@ func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error
 	if len(l.missing) == 0 {
 		return nil
 	}
-	return forEachRow(ctx, tx, `SELECT seq, job_id, project, queue, tier, submit_time, `+requestColumns+`
-		FROM job_queue WHERE seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
+	return forEachRow(ctx, tx, `SELECT q.seq, q.job_id, q.project, q.queue, q.tier, q.submit_time,
+		coalesce(ceil((j.spec->>'run_seconds')::float8), 0)::bigint, `+requestColumns+`
+		FROM job_queue q JOIN jobs j ON j.id = q.job_id WHERE q.seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
 		var seq int64
 		var tier string
 		st := &jobStatic{seen: l.cache.generation}
 		var c requestCols
-		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime}, c.targets()...)...); err != nil {
+		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds}, c.targets()...)...); err != nil {
 			return err
 		}
 		var ok bool
@@ -401,11 +429,12 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		a := &l.allocs[l.runningAlloc[i]]
 		a.JobID = st.id
 		rj.ID, rj.Project, rj.Queue, rj.Tier, rj.Request, rj.Allocation = st.id, st.project, st.queue, st.tier, st.request, *a
+		rj.RunSeconds = st.runSeconds
 		cp, err := decodeCheckpoint(l.runningCheckpoint[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", rj.ID, err)
 		}
-		rj.Recovery.LastCheckpoint, rj.RecentPreemptions = cp, l.preempted[rj.ID]
+		rj.Recovery.LastCheckpoint, rj.RecentPreemptions, rj.RunSeconds = cp, l.preempted[rj.ID], st.runSeconds
 	}
 
 	for i := range l.pending {
@@ -420,6 +449,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 			return nil, fmt.Errorf("job %s: %w", pj.ID, err)
 		}
 		pj.Recovery.LastCheckpoint, pj.PreemptionInProgress = cp, l.inProgress[pj.ID]
+		pj.PreemptionNoticeAt, pj.VictimsReleasedAt, pj.RecentPreemptions = l.noticeAt[pj.ID], l.released[pj.ID], l.preempted[pj.ID]
 	}
 	// Sorting here rather than in SQL keeps the wide allocation rows out of
 	// the server's sort; the running jobs' IDs come from the cache anyway.

@@ -110,7 +110,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 			Request: scheduling.ResourceRequest{GPUs: 2, Pool: "q", Topology: scheduling.TopologySameNode}},
 	}
 	runningIn := []store.NewJob{
-		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(-3 * time.Hour),
+		{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(-3 * time.Hour), RunSeconds: 7200.5,
 			Recovery: scheduling.RecoveryEvidence{Checkpointable: true, CheckpointIntervalSeconds: 600},
 			Request:  scheduling.ResourceRequest{GPUs: 2, Pool: "p", CPUMilli: 8000, MemoryMiB: 65536}},
 		{Project: "vision", Queue: "infer", Tier: vocab.TierProduction, SubmitTime: t0.Add(-2 * time.Hour), Protected: true,
@@ -184,7 +184,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	want.Running = []scheduling.RunningJob{
 		{ID: runningIDs[0], Project: "nlp", Queue: "train", Tier: vocab.TierStandard, Request: runningIn[0].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[0]), StartedAt: startedAt, Recovery: withCP,
-			RecentPreemptions: []time.Time{preemptedAt}},
+			RecentPreemptions: []time.Time{preemptedAt}, RunSeconds: 7201}, // the declared run_seconds, rounded up
 		{ID: runningIDs[1], Project: "vision", Queue: "infer", Tier: vocab.TierProduction, Request: runningIn[1].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[1]), StartedAt: t0.Add(-time.Hour), Protected: true},
 	}
@@ -196,7 +196,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 			Request: nj.Request, SubmitTime: nj.SubmitTime, WaitingSince: nj.SubmitTime, AgingSince: nj.SubmitTime, Prerequisites: nj.Prerequisites,
 			Held: nj.Held, Recovery: nj.Recovery, Protected: nj.Protected}
 		if i == 1 {
-			pj.PreemptionInProgress = []string{runningIDs[1]}
+			pj.PreemptionInProgress, pj.PreemptionNoticeAt = []string{runningIDs[1]}, t0
 		}
 		want.Pending = append(want.Pending, pj)
 	}

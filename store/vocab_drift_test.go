@@ -118,9 +118,12 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"preemptions", "outcome", strs(vocab.PreemptionOutcomes)},
 		{"reclaims", "class", strs(vocab.ReclaimClasses)},
 		{"reclaims", "mode", strs(vocab.ReclaimModes)},
+		{"quota_requests", "state", strs(vocab.QuotaRequestStates)},
 		{"reclaims", "configured_mode", strs(vocab.ReclaimModes, "")},
 		{"reclaims", "stage", strs(vocab.AutomationStages, "")},
 		{"reclaims", "state", strs(vocab.ReclaimStates)},
+		{"notifications", "kind", strs(vocab.NotificationKinds)},
+		{"notifications", "state", strs(vocab.NotificationStates)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

@@ -214,6 +214,10 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	// The preemption is findable in the Temporal UI by its victim's queue and tier and its pool.
 	waitForVisible(t, c, fmt.Sprintf("WorkflowType = '%s' AND GpugovQueue = '%s' AND GpugovTier = 'experiment' AND GpugovPool = '%s'",
 		workflows.PreemptionWorkflowName, expQueue, testPool), 1)
+	// The victim's submitter was told through the outbox: the notice, then the resume.
+	if kinds := outboxKinds(t, st, exp.ID); !equalStrings(kinds, []string{"job.placed", "job.preemption_notice", "job.placed", "job.resumed"}) {
+		t.Fatalf("victim's notifications %v", kinds)
+	}
 	writeArtifact(t, "preemption-record.json", rec)
 	writeArtifact(t, "preemption-activities.json", names)
 
@@ -330,7 +334,29 @@ func TestReclaimModesOnDevServer(t *testing.T) {
 		waitForVisible(t, c, fmt.Sprintf("WorkflowType = '%s' AND GpugovQueue = '%s' AND GpugovPool = '%s'",
 			workflows.ReclaimWorkflowName, n, testPool), 1)
 	}
+	// Only the notify-mode reclaim (index 2) told its owner, through the outbox.
+	for i := range allocs {
+		n := countRows(t, st, `SELECT count(*) FROM notifications n JOIN allocations a ON a.job_id = n.job_id
+			WHERE a.id = $1 AND n.kind = 'job.reclaim_notice'`, allocs[i])
+		if want := map[bool]int{true: 1, false: 0}[modes[i] == vocab.ModeNotify]; n != want {
+			t.Fatalf("reclaim %d (%s): %d reclaim notices, want %d", i, modes[i], n, want)
+		}
+	}
 	writeArtifact(t, "reclaim-report.json", list)
 	record(t, c, temporalx.ReclaimWorkflowID(allocs[2]), "", "reclaim-notify-kept-with-search-attributes")
 	record(t, c, temporalx.ReclaimWorkflowID(allocs[4]), "", "reclaim-confirmed-with-search-attributes")
+}
+
+// outboxKinds lists a job's notifications' kinds in outbox order.
+func outboxKinds(t *testing.T, st *store.Store, jobID string) []string {
+	t.Helper()
+	ns, err := st.ListNotifications(context.Background(), store.NotificationFilter{JobID: jobID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, 0, len(ns))
+	for i := len(ns) - 1; i >= 0; i-- {
+		out = append(out, string(ns[i].Kind))
+	}
+	return out
 }

@@ -28,7 +28,8 @@ func RegisterServiceWorker(w worker.Registry, d activities.Deps) {
 
 // RegisterServiceWorkflows registers the workflows of the service task queue
 // under their fixed type names: SchedulerWorkflow, JobWorkflow,
-// PreemptionWorkflow, ReclaimWorkflow and ReclaimScanWorkflow. It is the
+// PreemptionWorkflow, ReclaimWorkflow, ReclaimScanWorkflow,
+// NotificationDispatchWorkflow and NotifyProjectWorkflow. It is the
 // workflow half of RegisterServiceWorker, for a workflow replayer, which runs
 // no activities; a worker calls RegisterServiceWorker.
 func RegisterServiceWorkflows(w worker.WorkflowRegistry) {
@@ -37,6 +38,8 @@ func RegisterServiceWorkflows(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(PreemptionWorkflow, workflow.RegisterOptions{Name: PreemptionWorkflowName})
 	w.RegisterWorkflowWithOptions(ReclaimWorkflow, workflow.RegisterOptions{Name: ReclaimWorkflowName})
 	w.RegisterWorkflowWithOptions(ReclaimScanWorkflow, workflow.RegisterOptions{Name: ReclaimScanWorkflowName})
+	w.RegisterWorkflowWithOptions(NotificationDispatchWorkflow, workflow.RegisterOptions{Name: NotificationDispatchWorkflowName})
+	w.RegisterWorkflowWithOptions(NotifyProjectWorkflow, workflow.RegisterOptions{Name: NotifyProjectWorkflowName})
 }
 
 // RegisterSimExecutorWorker registers e's Run as the executor.RunActivityName

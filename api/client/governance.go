@@ -76,3 +76,19 @@ func query(values map[string]string, limit int) url.Values {
 	}
 	return q
 }
+
+// NotificationOptions filters Notifications; empty fields match everything
+// (a submitter token sees only its own project's).
+type NotificationOptions struct {
+	Project, Job, State string
+	Limit               int
+}
+
+// Notifications returns the notification outbox, newest first
+// (GET /v1/notifications).
+func (c *Client) Notifications(ctx context.Context, o NotificationOptions) (*api.NotificationList, error) {
+	q := query(map[string]string{"project": o.Project, "job": o.Job, "state": o.State}, o.Limit)
+	var out api.NotificationList
+	_, err := c.do(ctx, http.MethodGet, "/v1/notifications", q, nil, nil, &out)
+	return &out, err
+}

@@ -110,6 +110,14 @@ func printJob(w io.Writer, j *api.Job) error {
 		if p := e.Placed; p != nil {
 			row("PLACED ON", describePlacement(p))
 		}
+		if j.State.Pending() {
+			for _, sg := range e.Suggestions {
+				row("WOULD FIT", sg.Text)
+			}
+			for _, r := range e.Releases {
+				row("RELEASE", describeRelease(r, clientNow()))
+			}
+		}
 	}
 	row("NOTE", j.Note)
 	return tw.Flush()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gpugov/gpugov/api"
@@ -36,6 +37,23 @@ func (startedWorkflows) NotifySubmitted(context.Context, string) error          
 type cliEnv struct {
 	store *store.Store
 	url   string
+	token string // the token run passes; "" is cliToken
+}
+
+// resetFlags sets the flags of every command below cmd back to their
+// defaults, because rootCmd is shared between runs.
+func resetFlags(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				_ = sv.Replace(nil)
+			} else {
+				_ = f.Value.Set(f.DefValue)
+			}
+			f.Changed = false
+		})
+		resetFlags(c)
+	}
 }
 
 const cliToken = "tok-cli"
@@ -58,20 +76,15 @@ func newCLIEnv(t *testing.T) *cliEnv {
 // are reset first, because rootCmd is shared between runs.
 func (e *cliEnv) run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	for _, c := range rootCmd.Commands() {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if sv, ok := f.Value.(pflag.SliceValue); ok {
-				_ = sv.Replace(nil)
-			} else {
-				_ = f.Value.Set(f.DefValue)
-			}
-			f.Changed = false
-		})
-	}
+	resetFlags(rootCmd)
 	var stdout, stderr bytes.Buffer
 	rootCmd.SetOut(&stdout)
 	rootCmd.SetErr(&stderr)
-	rootCmd.SetArgs(append(args, "--api", e.url, "--token", cliToken))
+	token := e.token
+	if token == "" {
+		token = cliToken
+	}
+	rootCmd.SetArgs(append(args, "--api", e.url, "--token", token))
 	err := rootCmd.ExecuteContext(context.Background())
 	rootCmd.SetArgs(nil)
 	return stdout.String(), stderr.String(), err

@@ -97,6 +97,14 @@ func explainWait(b *strings.Builder, j *api.Job) {
 	if w.BlockingJobID != "" {
 		fmt.Fprintf(b, "blocked by: %s\n", w.BlockingJobID)
 	}
+	if e != nil {
+		for _, s := range e.Suggestions {
+			fmt.Fprintf(b, "would change it: %s (amend %s: %s)\n", s.Text, s.Field, suggestionValue(s))
+		}
+		for _, r := range e.Releases {
+			fmt.Fprintf(b, "expected release: %s\n", describeRelease(r, now))
+		}
+	}
 	if w.NextAction != "" {
 		fmt.Fprintf(b, "next action: %s\n", w.NextAction)
 	}
@@ -121,8 +129,34 @@ func actionCommand(j *api.Job, reason vocab.WaitReason) string {
 			}
 		}
 		return strings.Join(cmds, "; ")
+	case vocab.ReasonQuotaExhausted:
+		return fmt.Sprintf("gpugov quota request %s %s --nominal-milli N --reason TEXT (an admin approves it; gpugov quota list --pool %s shows who uses the pool's quota)",
+			j.Resources.Pool, j.Project, j.Resources.Pool)
 	case vocab.ReasonNoMatchingCapacity, vocab.ReasonFragmented:
 		return fmt.Sprintf("gpugov amend %s -f resources.yaml (with a request the pool's nodes can hold; GET /v1/inventory lists them)", j.ID)
 	}
 	return ""
+}
+
+// suggestionValue is a suggestion's value as a resources file writes it.
+func suggestionValue(s api.Suggestion) string {
+	switch {
+	case s.Field == "gpu_models":
+		return "[" + strings.ReplaceAll(s.Value, ",", ", ") + "]"
+	case s.Field == "node_selector" && s.Value == "":
+		return "none"
+	case s.Field == "node_selector":
+		return "{" + strings.ReplaceAll(strings.ReplaceAll(s.Value, "=", ": "), ",", ", ") + "}"
+	}
+	return s.Value
+}
+
+// describeRelease renders an expected release, marked as the estimate it
+// is: "job j-1 frees 2000 milli-GPU, expected end ~14:20 (declared run time)".
+func describeRelease(r api.ExpectedRelease, now time.Time) string {
+	note := "declared run time"
+	if r.ExpectedEnd.Before(now) {
+		note += "; overdue"
+	}
+	return fmt.Sprintf("job %s frees %d milli-GPU, expected end ~%s (%s)", r.JobID, r.Milli, formatClock(r.ExpectedEnd), note)
 }

@@ -21,6 +21,7 @@ func (p *Policy) Canonical() []byte {
 	c.Queues = nilSlice(c.Queues)
 	c.Quotas = nilSlice(c.Quotas)
 	c.Reclaim.Rules = nilSlice(c.Reclaim.Rules)
+	c.Notifications.Webhooks = nilSlice(c.Notifications.Webhooks)
 	c.ProtectionWindows = nil
 	for _, w := range p.ProtectionWindows {
 		w.Start, w.End, w.Queues = w.Start.UTC(), w.End.UTC(), nilSlice(w.Queues)

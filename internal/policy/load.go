@@ -427,6 +427,7 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"pools":              d.pools(&p.Pools),
 		"protection_windows": d.windows(&p.ProtectionWindows),
 		"reclaim":            d.reclaim(&p.Reclaim),
+		"notifications":      d.notifications(&p.Notifications),
 		"simulation":         d.simulation(&p.Simulation),
 	})
 }
@@ -587,8 +588,8 @@ func (d *decoder) quotas(dst *[]Quota) fieldFunc {
 			if !d.mapping(c, at, fields{
 				"project":               d.name(&q.Project),
 				"pool":                  d.name(&q.Pool),
-				"nominal_milli":         integer(d, &q.NominalMilli, nonNegative),
-				"borrowing_limit_milli": integer(d, &q.BorrowingLimitMilli, nonNegative),
+				"nominal_milli":         integer(d, &q.NominalMilli, quotaMilli),
+				"borrowing_limit_milli": integer(d, &q.BorrowingLimitMilli, quotaMilli),
 			}) {
 				return
 			}

@@ -53,9 +53,13 @@ type Policy struct {
 	// stored queues (creating one per tier when there are none) and the
 	// simulator uses DefaultQueues.
 	Queues []Queue `json:"queues"`
-	// Quotas are upserted by serve at start and on every reload (stored
-	// quotas the list leaves out are kept); a project without a quota in a
-	// pool is not limited there.
+	// Quotas become serve's stored quotas, exactly, at start and on every
+	// reload (a stored quota the list leaves out is removed; each change is
+	// audited); a project without a quota in a pool is not limited there.
+	// A quota set through the API (PUT /v1/quotas, an approved quota
+	// request) is a version derived from the active one with that quota
+	// changed (WithQuota); the file's next edit supersedes it
+	// (docs/design.md §4).
 	Quotas []Quota `json:"quotas"`
 	// Pools gives named pools their automation stage. A pool not listed keeps
 	// the stage stored for it (observe when created); the simulator's pool,
@@ -65,6 +69,8 @@ type Policy struct {
 	// when none are named) are neither preempted nor reclaimed.
 	ProtectionWindows []Window `json:"protection_windows"`
 	Reclaim           Reclaim  `json:"reclaim"`
+	// Notifications are the projects' webhooks and their delivery schedule.
+	Notifications Notifications `json:"notifications"`
 	// Simulation holds what only `gpugov simulate` reads; serve ignores it
 	// and it is not part of Hash.
 	Simulation Simulation `json:"-"`
@@ -280,6 +286,7 @@ func Default() *Policy {
 		Reclaim: Reclaim{ScanIntervalSeconds: DefaultScanIntervalSeconds, ObservationWindowSeconds: DefaultObservationWindowSeconds,
 			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
 			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
+		Notifications: Notifications{Delivery: DefaultDelivery()},
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
 			CycleIntervalSeconds: 600, StarvationFactor: 4,
 			Recovery: Recovery{Tiers: []string{"standard", "experiment"}, Probability: 0.5,

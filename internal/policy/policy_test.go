@@ -152,6 +152,7 @@ func TestLoadErrors(t *testing.T) {
 		{"wrong type: list", v + "queues: {name: a}\n", "p.yaml:2: queues: want a list, got a mapping"},
 		{"no value", v + "preemption:\n  grace_s:\n", "p.yaml:3: preemption.grace_s: want a number, got no value"},
 		{"not finite", v + "aging:\n  cap_points: .inf\n", `p.yaml:3: aging.cap_points: want a finite number, got ".inf"`},
+		{"quota beyond the bound", v + "quotas:\n  - {project: a, pool: p, nominal_milli: 1000000001}\n", "p.yaml:3: quotas[0].nominal_milli: 1000000001 is more than 1000000000 milli-GPU"},
 		{"bad tier", v + "queues:\n  - {name: a, tier: top}\n", `p.yaml:3: queues[0].tier: "top" is not production, key-project, standard or experiment`},
 		{"bad tier base", v + "tier_base:\n  gold: 5\n", `p.yaml:3: tier_base.gold: "gold" is not production`},
 		{"bad recovery tier", v + "simulation:\n  recovery:\n    tiers: [gold]\n", `p.yaml:4: simulation.recovery.tiers[0]: "gold" is not production`},

@@ -105,6 +105,14 @@ type poolState struct {
 	poolCands     map[candKey]*poolCands
 	poolCandsBase *poolCands
 	poolFailed    map[failKey]int
+	// ends are the pool's running jobs with a declared run time, earliest
+	// expected end first, their GPU shares in endShares; built on first need
+	// (cycle.buildEnds). relFreed (per GPU), relUnit (per node or domain,
+	// −1 unset) and the touched lists are capacityReleases' scratch.
+	ends                       []runEnd
+	endShares                  []endShare
+	relFreed, relUnit          []int32
+	relTouched, relTouchedUnit []int32
 }
 
 // gpuRef locates a GPU by UUID.

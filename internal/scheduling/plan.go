@@ -22,7 +22,10 @@ import (
 // is remembered per shape for the rest of the cycle (free capacity only
 // shrinks within a cycle); and a blocked shape's reason and texts are reused
 // until capacity its GPU classes see changes. So, once a pool is full, a job
-// costs a few map lookups and one status record.
+// costs a few map lookups and one status record. The nearest-fit suggestions
+// and expected releases of a wait (docs/design.md §1 "What would change it")
+// are computed once per shape per cycle, and the running jobs' expected ends
+// are indexed only when some wait needs them.
 func Plan(s *Snapshot, p *Policy, now time.Time) *Result {
 	return plan(s, p, now, false)
 }
@@ -145,6 +148,7 @@ type cycle struct {
 	projects        map[string]*projectInfo
 	lastProject     *projectInfo
 	lastProjectName string
+	endsBuilt       bool // poolState.ends are built (buildEnds)
 }
 
 // newCycle indexes the snapshot and ranks the pending jobs. Ranking needs
@@ -167,23 +171,18 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 		ps.initIndex()
 		ps.slow = slow
 	}
-	var projectOf map[string]string // only quotas need the project of an allocation
-	if len(s.Quotas) > 0 {
-		projectOf = make(map[string]string, len(s.Running))
-		for i := range s.Running {
-			projectOf[s.Running[i].ID] = s.Running[i].Project
-		}
-	}
-	c.quota = newQuotaState(s, c.cap, projectOf)
+	c.quota = newQuotaState(s, c.cap, runningProjects(s))
 	c.shares = newShareState(s, c.queues, c.cap)
 	for _, ps := range c.cap.sorted {
 		ps.quota = c.quota.pools[ps.name]
 	}
+	c.startReclaim()
 	if p.Preemption.Enabled && len(s.Running) > 0 && len(s.Pending) > 0 {
 		wg.Go(func() { c.victims = c.buildVictims() })
 	}
 	c.fillEntries()
 	wg.Wait()
+	c.findClaims()
 	c.res = &Result{PolicyVersion: p.Version, At: now,
 		Placements: make([]Placement, 0, min(len(c.jobs), 1024)),
 		Waiting:    make([]WaitStatus, 0, len(c.jobs))}
@@ -300,18 +299,31 @@ func (c *cycle) decide(je *jobEntry) {
 	case je.flags&flagPreempting != 0:
 		c.reserveInProgress(je, ps, sh)
 		d, re := preemptionStatus(je.job.PreemptionInProgress)
+		if withinNominal(je) {
+			d += c.lentOutPhrase(je, ps, nil, true)
+		}
 		c.wait(je, vocab.ReasonPreemptionInProgress, d, re, "")
 		return
 	}
 	if !sh.emptyFit {
 		d, re := noMatchingStatus(ps, sh)
-		c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
+		w := c.wait(je, vocab.ReasonNoMatchingCapacity, d, re, "")
+		w.Suggestions = ps.suggestionsFor(sh, vocab.ReasonNoMatchingCapacity)
 		return
 	}
 	qv := ps.quota.check(je.qrow, je.tier, je.need)
+	if qv.ok && qv.borrowed {
+		if why, re := c.borrowRefusal(je, ps); why != "" {
+			qv.ok, qv.borrowed, qv.why = false, false, why
+			d, _ := quotaStatus(je.project, ps.name, qv)
+			c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+			return
+		}
+	}
 	if !qv.ok {
 		d, re := quotaStatus(je.project, ps.name, qv)
-		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		w := c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		w.Releases = c.quotaReleases(ps, qv.row, canBorrow(je.tier), je.need)
 		return
 	}
 	if je.share.overCap(je.need) {
@@ -350,16 +362,33 @@ func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv 
 func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerdict) {
 	rc := c.capacityReason(ps, sh)
 	detail, reEval, blocking := rc.detail, rc.reEval, rc.blocking
+	var suggest []Suggestion
+	var releases []ExpectedRelease
+	switch rc.reason {
+	case vocab.ReasonFragmented: // before this job's own reservation takes free GPUs
+		suggest = ps.suggestionsFor(sh, rc.reason)
+		releases = c.capacityReleases(ps, sh)
+	case vocab.ReasonCapacityBusy:
+		releases = c.capacityReleases(ps, sh)
+	}
 	above := int(je.prevInPool)
 	if rc.reason == vocab.ReasonReservedForHigherPriority {
 		above = ps.reservations[rc.reservation].entry
 	}
 	acting := false
+	var proposed *PreemptionProposal
 	if rc.reason == vocab.ReasonCapacityBusy {
 		if prop, phrase := c.tryPreemption(je, ps, sh, qv.lender); prop != nil {
 			c.res.Preemptions = append(c.res.Preemptions, *prop)
 			detail += phrase
 			acting = prop.Act // an acting proposal already reserved its target
+			proposed = prop
+		}
+	}
+	if qv.lender {
+		if phrase := c.lentOutPhrase(je, ps, proposed, false); phrase != "" {
+			detail += phrase
+			ps.quota.reclaim.addClaim(je.project, je.id)
 		}
 	}
 	if !acting && c.p.Reservation.Enabled && ps.heldDepth < c.p.Reservation.Depth {
@@ -372,7 +401,8 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
 		}
 	}
-	c.wait(je, rc.reason, detail, reEval, blocking)
+	w := c.wait(je, rc.reason, detail, reEval, blocking)
+	w.Suggestions, w.Releases = suggest, releases
 }
 
 // capacityReason returns reserved_for_higher_priority (fits only on reserved
@@ -414,8 +444,10 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 	return &sh.cached
 }
 
-// wait records a job's wait status.
-func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) {
+// wait records a job's wait status and returns it for the reason's extras
+// (suggestions, releases).
+func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) *WaitStatus {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
 		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.served), Priority: c.prios[je.rank-1]})
+	return &c.res.Waiting[len(c.res.Waiting)-1]
 }

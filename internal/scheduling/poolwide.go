@@ -32,7 +32,7 @@ type poolCands struct {
 // cachedPoolCands returns the pool's eligible victims for the search's tier
 // and lender flag in both orders. The pool's gate-passing victims are sorted
 // once per cycle (basePoolCands); a tier's list is a filter of that order, and
-// a lender's puts its borrowed candidates (primary loss 0) first, which is
+// a lender's puts its candidates holding lent quota (primary loss 0) first, which is
 // the order sorting with primary losses would give. Gains here count every
 // GPU a victim holds; refresh counts the useful ones.
 func (s *preemptSearch) cachedPoolCands(pool []int32) *poolCands {
@@ -49,7 +49,8 @@ func (s *preemptSearch) cachedPoolCands(pool []int32) *poolCands {
 	return pc
 }
 
-// basePoolCands returns every victim of the pool that passed the gate, by
+// basePoolCands returns every victim of the pool that passed the gate (a
+// victim holding lent quota: its standing gate), by
 // loss per GPU held (then job ID) and by loss (then job ID), sorted once.
 func (s *preemptSearch) basePoolCands(pool []int32) *poolCands {
 	if pc := s.ps.poolCandsBase; pc != nil {
@@ -57,7 +58,7 @@ func (s *preemptSearch) basePoolCands(pool []int32) *poolCands {
 	}
 	var list []candVictim
 	for _, vi := range pool {
-		if v := &s.vx.all[vi]; v.gate == "" && len(v.gpus) > 0 {
+		if v := &s.vx.all[vi]; (v.gate == "" || v.reclaimable && v.standing == "") && len(v.gpus) > 0 {
 			list = append(list, candVictim{vi: vi, gain: int32(len(v.gpus)), loss: v.loss, primary: v.loss})
 		}
 	}
@@ -74,7 +75,7 @@ func (s *preemptSearch) basePoolCands(pool []int32) *poolCands {
 }
 
 // filterCands keeps the candidates of base that are eligible for this search,
-// in base order, a lender's borrowed ones first with primary loss 0.
+// in base order, a lender's reclaimable ones first with primary loss 0.
 func (s *preemptSearch) filterCands(base []candVictim) []candVictim {
 	var first, rest []candVictim
 	for _, cv := range base {
@@ -82,7 +83,7 @@ func (s *preemptSearch) filterCands(base []candVictim) []candVictim {
 		if !s.eligible(v) {
 			continue
 		}
-		if s.lender && v.borrowed {
+		if s.lender && v.reclaimable {
 			cv.primary = 0
 			first = append(first, cv)
 			continue

@@ -22,8 +22,15 @@ type victimState struct {
 	tier     vocab.Tier
 	borrowed bool
 	gate     string // why the victim is never eligible; "" when it may be
-	lowRisk  bool
-	used     bool // already proposed in this cycle
+	// standing is the part of gate that also holds for a reclaim of lent
+	// quota: recovery evidence and protection, not the run-time and
+	// anti-thrash gates (docs/design.md §5, borrowing that gives back).
+	standing string
+	// reclaimable marks an allocation holding lent quota: borrowed, of a
+	// project borrowing at the cycle's start (markReclaimable).
+	reclaimable bool
+	lowRisk     bool
+	used        bool // already proposed in this cycle
 }
 
 // victimIndex holds the running jobs of the snapshot (in input order; every
@@ -91,6 +98,7 @@ func (c *cycle) buildVictims() *victimIndex {
 			vx.byNode[ps] = victimsByNode(ps, vx.all, list)
 		}
 	}
+	c.markReclaimable(vx)
 	return vx
 }
 
@@ -157,7 +165,11 @@ func (c *cycle) newVictim(r *RunningJob, backing *[]int32) (victimState, bool) {
 	v.milli = (*backing)[start+n : start+2*n : start+2*n]
 	v.node = v.pool.nodeIndex(a.Node)
 	v.loss = gpuEquiv * (c.sinceCheckpoint(r) + c.p.Preemption.SaveRestoreSeconds)
-	v.gate = c.victimGate(r)
+	v.standing = c.standingGate(r)
+	v.gate = v.standing
+	if v.gate == "" {
+		v.gate = c.churnGate(r)
+	}
 	if q := c.queues[r.Queue]; q != nil {
 		v.lowRisk = q.LowRisk
 	}
@@ -175,11 +187,21 @@ func (c *cycle) sinceCheckpoint(r *RunningJob) float64 {
 }
 
 // victimGate returns why a running job may never be a victim now, or "" when
-// only the tier (or borrowing) rule remains to be checked. Only jobs with
-// recovery evidence are preempted (docs/design.md invariant 5), and not while that
-// evidence is downgraded by a wrong-step resume; protected jobs and queues,
-// protection windows, young runs and recently preempted jobs are spared.
+// only the tier (or borrowing) rule remains to be checked: its standing gate,
+// else its churn gate.
 func (c *cycle) victimGate(r *RunningJob) string {
+	if g := c.standingGate(r); g != "" {
+		return g
+	}
+	return c.churnGate(r)
+}
+
+// standingGate returns why a running job may not be a victim of any
+// preemption, a reclaim of lent quota included, or "". Only jobs with
+// recovery evidence are preempted (docs/design.md invariant 5), and not while
+// that evidence is downgraded by a wrong-step resume; protected jobs and
+// queues and protection windows are spared.
+func (c *cycle) standingGate(r *RunningJob) string {
 	pp := &c.p.Preemption
 	switch {
 	case !r.Recovery.Checkpointable:
@@ -194,6 +216,18 @@ func (c *cycle) victimGate(r *RunningJob) string {
 		return "protected queue"
 	case c.inProtectionWindow(r.Queue):
 		return "inside a protection window"
+	}
+	return ""
+}
+
+// churnGate returns why a running job that passed its standing gate may not
+// be a victim of a preemption by tier, or "": young runs and jobs preempted
+// too often within the window are spared. A reclaim of lent quota does not
+// ask it: a borrowed grant is on loan from its start, and a job at the
+// anti-thrash limit may not borrow again (docs/design.md §5).
+func (c *cycle) churnGate(r *RunningJob) string {
+	pp := &c.p.Preemption
+	switch {
 	case c.now.Sub(r.StartedAt).Seconds() < pp.MinRuntimeSeconds:
 		return "running less than the minimum run time"
 	case pp.MaxPreemptions > 0 && recentPreemptions(r.RecentPreemptions, c.now, pp.WindowSeconds) >= pp.MaxPreemptions:

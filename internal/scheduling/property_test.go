@@ -398,11 +398,14 @@ func checkProposals(s *Snapshot, p *Policy, res *Result) error {
 			for _, w := range s.ProtectionWindows {
 				inWindow = inWindow || (!t0.Before(w.Start) && t0.Before(w.End) && (len(w.Queues) == 0 || slices.Contains(w.Queues, r.Queue)))
 			}
+			// A borrowed allocation may be a reclaim of lent quota, which
+			// asks only the standing gates (docs/design.md §5).
+			reclaim := r.Allocation.Borrowed
 			if !r.Recovery.Checkpointable || r.Protected || queues[r.Queue].Protected || inWindow ||
 				(p.Preemption.RequireVerifiedResume && r.Recovery.VerifiedResumes < 1) ||
-				t0.Sub(r.StartedAt).Seconds() < p.Preemption.MinRuntimeSeconds ||
-				recentPreemptions(r.RecentPreemptions, t0, p.Preemption.WindowSeconds) >= p.Preemption.MaxPreemptions ||
-				(r.Tier >= tierOf[pp.ForJobID] && !r.Allocation.Borrowed) {
+				!reclaim && t0.Sub(r.StartedAt).Seconds() < p.Preemption.MinRuntimeSeconds ||
+				!reclaim && recentPreemptions(r.RecentPreemptions, t0, p.Preemption.WindowSeconds) >= p.Preemption.MaxPreemptions ||
+				(r.Tier >= tierOf[pp.ForJobID] && !reclaim) {
 				return fmt.Errorf("ineligible victim %s (%+v) for %s", v.JobID, r, pp.ForJobID)
 			}
 		}

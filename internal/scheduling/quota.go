@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -10,6 +12,12 @@ import (
 type quotaRow struct {
 	q    Quota
 	used int64
+	// releases caches quotaReleases by need (shifted left, bit 0: may
+	// borrow); ends are the indices in the pool's ends of the project's
+	// running jobs there, listed on first need (endsDone).
+	releases map[int64][]ExpectedRelease
+	ends     []int32
+	endsDone bool
 }
 
 // poolQuota is the Kueue-style quota accounting of one pool. The cohort is
@@ -17,6 +25,7 @@ type quotaRow struct {
 type poolQuota struct {
 	rows          map[string]*quotaRow // by project
 	nominal, used int64
+	reclaim       *poolReclaim // borrowing that gives back (reclaim.go); set by newCycle
 }
 
 // quotaState holds every pool's quota accounting for one cycle. A project's
@@ -58,6 +67,20 @@ func newQuotaState(s *Snapshot, ci *capacityIndex, projectOf map[string]string) 
 		}
 	}
 	return qs
+}
+
+// runningProjects maps each running job to its project, the owner quotas
+// charge its allocation to; nil when the snapshot has no quota (only quotas
+// need it).
+func runningProjects(s *Snapshot) map[string]string {
+	if len(s.Quotas) == 0 {
+		return nil
+	}
+	projectOf := make(map[string]string, len(s.Running))
+	for i := range s.Running {
+		projectOf[s.Running[i].ID] = s.Running[i].Project
+	}
+	return projectOf
 }
 
 // allocationPool is the allocation's pool, or that of its first known GPU.
@@ -137,4 +160,137 @@ func (pq *poolQuota) check(r *quotaRow, tier vocab.Tier, need int64) quotaVerdic
 		v.ok, v.borrowed = true, true
 	}
 	return v
+}
+
+// borrowing is one project's use beyond its nominal quota in a pool, in milli-GPU.
+type borrowing struct {
+	project string
+	milli   int64
+}
+
+// borrowers lists the projects of the pool using more than their nominal quota, by project name.
+func (pq *poolQuota) borrowers() []borrowing {
+	var out []borrowing
+	for project, r := range pq.rows {
+		if r.used > r.q.NominalMilli {
+			out = append(out, borrowing{project: project, milli: r.used - r.q.NominalMilli})
+		}
+	}
+	slices.SortFunc(out, func(a, b borrowing) int { return cmp.Compare(a.project, b.project) })
+	return out
+}
+
+// QuotaBorrower is one project of a cohort using more than its nominal
+// quota, and by how much, in milli-GPU.
+type QuotaBorrower struct {
+	Project       string
+	BorrowedMilli int64
+}
+
+// QuotaUsage is one project's quota in one pool with what the scheduler's
+// accounting charges against it, in milli-GPU (docs/design.md §5, quota
+// accounting): the quota itself; Used, the milli-GPU of the project's
+// running jobs' allocations in the pool; Borrowed, the part of Used beyond
+// Nominal; LentOut, the part of the project's unused nominal quota that
+// the cohort's borrowers use (the cohort's borrowed total split over its
+// lenders in proportion to their unused nominal quota); and LentTo, the
+// cohort's borrowers with what each borrows in all (nil when LentOut is 0).
+type QuotaUsage struct {
+	Pool                string
+	Project             string
+	NominalMilli        int64
+	BorrowingLimitMilli int64
+	UsedMilli           int64
+	BorrowedMilli       int64
+	LentOutMilli        int64
+	LentTo              []QuotaBorrower
+}
+
+// QuotaLedger returns the quota accounting of a snapshot, one row per quota
+// (the first of a duplicate project/pool pair), ordered by pool then
+// project. It is the accounting Plan admits jobs with (newQuotaState's
+// charges), so what it reports is what the next cycle decides on.
+//
+// Lending (docs/design.md §5): quota is pooled in the pool's cohort (Kueue),
+// so no GPU is lent by one lender to one borrower; a lender's LentOut is
+// its share of B = Σ Borrowed, split over the lenders in proportion to
+// their unused nominal quota U_i = Nominal_i − Used_i (U = Σ U_i): LentOut_i
+// = min(B, U) × U_i / U, rounded down, with the milli-GPU the rounding
+// leaves handed one each to the lenders with the largest remainders (then
+// the largest U_i, then by project name), so that Σ LentOut = min(B, U).
+// B exceeds U only after a quota was lowered below what is already used;
+// the excess is then lent by nobody.
+func QuotaLedger(s *Snapshot) []QuotaUsage {
+	qs := newQuotaState(s, buildCapacity(s), runningProjects(s))
+	names := make([]string, 0, len(qs.pools))
+	for name := range qs.pools {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var out []QuotaUsage
+	for _, name := range names {
+		out = append(out, qs.pools[name].ledger(name)...)
+	}
+	return out
+}
+
+// ledger is one pool's rows of QuotaLedger, by project.
+func (pq *poolQuota) ledger(pool string) []QuotaUsage {
+	borrowers := pq.borrowers()
+	var borrowed, unused int64
+	lentTo := make([]QuotaBorrower, len(borrowers))
+	for i, b := range borrowers {
+		borrowed += b.milli
+		lentTo[i] = QuotaBorrower{Project: b.project, BorrowedMilli: b.milli}
+	}
+	out := make([]QuotaUsage, 0, len(pq.rows))
+	for project, r := range pq.rows {
+		u := QuotaUsage{Pool: pool, Project: project, NominalMilli: r.q.NominalMilli,
+			BorrowingLimitMilli: r.q.BorrowingLimitMilli, UsedMilli: r.used}
+		if r.used > r.q.NominalMilli {
+			u.BorrowedMilli = r.used - r.q.NominalMilli
+		} else {
+			unused += r.q.NominalMilli - r.used
+		}
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b QuotaUsage) int { return cmp.Compare(a.Project, b.Project) })
+	lend := min(borrowed, unused)
+	if lend == 0 {
+		return out
+	}
+	// Largest-remainder split of lend over the lenders by unused quota.
+	type share struct {
+		i              int
+		unused, remain int64
+	}
+	var shares []share
+	var given int64
+	for i := range out {
+		ui := out[i].NominalMilli - out[i].UsedMilli
+		if ui <= 0 {
+			continue
+		}
+		// lend ≤ unused and ui ≤ unused, both in milli-GPU of one pool:
+		// the product fits int64 for any pool below 3 million GPUs.
+		out[i].LentOutMilli = lend * ui / unused
+		given += out[i].LentOutMilli
+		shares = append(shares, share{i: i, unused: ui, remain: lend * ui % unused})
+	}
+	slices.SortStableFunc(shares, func(a, b share) int {
+		if c := cmp.Compare(b.remain, a.remain); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.unused, a.unused) // then by project: out is sorted and the sort is stable
+	})
+	for k := 0; given < lend; k++ {
+		out[shares[k].i].LentOutMilli++
+		given++
+	}
+	for i := range out {
+		if out[i].LentOutMilli > 0 {
+			out[i].LentTo = slices.Clone(lentTo)
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,59 @@ func TestQuotaChargedWithinCycle(t *testing.T) {
 	res := Plan(s, testPolicy(), t0)
 	if placementOf(res, "a") == nil || waitOf(res, "b") == nil || waitOf(res, "b").Reason != vocab.ReasonQuotaExhausted {
 		t.Fatalf("placements %+v waiting %+v", res.Placements, res.Waiting)
+	}
+}
+
+// TestQuotaLedger checks the accounting GET /v1/quotas reports: used from
+// the running jobs' allocations, borrowed beyond nominal, and the cohort's
+// borrowed total lent by the lenders in proportion to their unused nominal
+// quota, largest remainder first, summing exactly to what is borrowed.
+func TestQuotaLedger(t *testing.T) {
+	n := mkNode("n1", 8, "A100", 81920, 0)
+	s := &Snapshot{Pools: []Pool{mkPool("p", n), mkPool("q", mkNode("m1", 2, "A100", 81920, 0))}, Quotas: []Quota{
+		{Project: "team", Pool: "p", NominalMilli: 1000, BorrowingLimitMilli: 4000},
+		{Project: "a", Pool: "p", NominalMilli: 3000},
+		{Project: "b", Pool: "p", NominalMilli: 2000},
+		{Project: "c", Pool: "p", NominalMilli: 1500},
+		{Project: "a", Pool: "p", NominalMilli: 9000}, // duplicate: the first row wins, as in Plan
+		{Project: "team", Pool: "q", NominalMilli: 2000},
+	}}
+	// team holds 3 GPUs (2000 borrowed); b holds 1 GPU; a and c hold none.
+	for i, owner := range []string{"team", "team", "team", "b"} {
+		r := mkRunning("r"+string(rune('0'+i)), vocab.TierStandard, "p", "n1", time.Hour, n.GPUs[i].UUID)
+		r.Project = owner
+		withRunning(s, r)
+	}
+	got := QuotaLedger(s)
+	// Unused: a 3000, b 1000, c 1500 (U = 5500); B = 2000.
+	// Shares 2000·3000/5500 = 1090.9, ·1000/5500 = 363.6, ·1500/5500 = 545.5:
+	// floors 1090 + 363 + 545 = 1998, the 2 left go to a (.91) then b (.64).
+	team := []QuotaBorrower{{Project: "team", BorrowedMilli: 2000}}
+	want := []QuotaUsage{
+		{Pool: "p", Project: "a", NominalMilli: 3000, LentOutMilli: 1091, LentTo: team},
+		{Pool: "p", Project: "b", NominalMilli: 2000, UsedMilli: 1000, LentOutMilli: 364, LentTo: team},
+		{Pool: "p", Project: "c", NominalMilli: 1500, LentOutMilli: 545, LentTo: team},
+		{Pool: "p", Project: "team", NominalMilli: 1000, BorrowingLimitMilli: 4000, UsedMilli: 3000, BorrowedMilli: 2000},
+		{Pool: "q", Project: "team", NominalMilli: 2000},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger\n got %+v\nwant %+v", got, want)
+	}
+	var lent int64
+	for _, u := range got {
+		lent += u.LentOutMilli
+	}
+	if lent != 2000 {
+		t.Fatalf("lent out %d in all, want the 2000 borrowed", lent)
+	}
+	// A quota lowered below use: B = 2000 exceeds U = 500, only 500 is lent.
+	s.Quotas = []Quota{{Project: "team", Pool: "p", NominalMilli: 1000, BorrowingLimitMilli: 4000}, {Project: "a", Pool: "p", NominalMilli: 500}}
+	got = QuotaLedger(s)
+	if got[0].Project != "a" || got[0].LentOutMilli != 500 || got[1].BorrowedMilli != 2000 {
+		t.Fatalf("over-borrowed cohort: %+v", got)
+	}
+	// No quotas: nothing to account.
+	if got := QuotaLedger(&Snapshot{Pools: s.Pools, Running: s.Running, Allocations: s.Allocations}); got != nil {
+		t.Fatalf("no quotas: %+v", got)
 	}
 }

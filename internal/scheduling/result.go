@@ -54,6 +54,47 @@ type WaitStatus struct {
 	BlockingJobID string
 	Rank          int // as Placement.Rank: the job's place in the cycle's serving order
 	Priority      Priority
+	// Suggestions are the nearest requests that would fit, for
+	// no_matching_capacity and fragmented: one field of the request changed
+	// at a time, at most MaxSuggestions, in the order of docs/design.md §1
+	// "What would change it"; nil when no single change fits.
+	Suggestions []Suggestion
+	Releases    []ExpectedRelease // earliest first, at most 5; nil when none is known
+}
+
+// ExpectedRelease is a running job whose end would free milli-GPU a waiting
+// job could use (matching GPUs for capacity_busy/fragmented, the project's
+// quota for quota_exhausted), with the end its declared run time implies.
+type ExpectedRelease struct {
+	JobID       string
+	Milli       int64     // milli-GPU its end frees that the waiting job could use
+	ExpectedEnd time.Time // StartedAt + declared run seconds: an estimate, never a promise
+}
+
+// Suggestion is one changed request that would fit the job's pool: the
+// request with Field changed to Value and everything else as asked.
+type Suggestion struct {
+	// Field is the request field changed, as the job spec names it:
+	// "gpu_models", "gpu_memory_mib", "gpus", "topology" or "node_selector".
+	Field string
+	// Value is the changed field as the spec would write it: the widened
+	// model list ("A100-80GB,H100"), the memory in MiB ("40960"), the count
+	// ("4"), the topology ("any") or the remaining selector
+	// ("network=infiniband"; "" when the selector is dropped).
+	Value string
+	// Now is true when the changed request fits the GPUs free outside
+	// reservations in this cycle; false when it fits the pool only as if
+	// nothing were allocated (its matching GPUs are busy now).
+	Now bool
+	// MatchingGPUs counts the usable GPUs the changed request matches in the
+	// pool; FreeGPUs those of them that could take one device now.
+	MatchingGPUs, FreeGPUs int
+	// Nodes counts the schedulable nodes the changed request's node selector
+	// matches (all schedulable nodes without one).
+	Nodes int
+	// Text is the suggestion in words: "fits now if gpu_models also allows
+	// A100-80GB: 24 matching GPUs, 6 free".
+	Text string
 }
 
 // Victim is one running job a preemption proposal would stop.

@@ -47,6 +47,13 @@ type shapeInfo struct {
 	cachedVersion uint32
 	cached        reasonCache
 	hasCached     bool
+	// suggest is the shape's nearest-fit suggestions (nearfit.go) and
+	// releases its expected releases for capacity_busy (releases.go), each
+	// computed once per cycle, at the first job that needs them.
+	suggested    bool
+	suggest      []Suggestion
+	releasesDone bool
+	releases     []ExpectedRelease
 }
 
 // reasonCache is a capacity-dependent reason, the quantities it was

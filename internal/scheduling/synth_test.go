@@ -23,7 +23,7 @@ var synthModels = []struct {
 
 // synthSnapshot builds a random but seeded snapshot: one pool of nodes × 8
 // GPUs of mixed models, filled to about busyFrac of its milli-GPU by running
-// jobs (whole GPUs and shares), plus pending jobs of varied shapes, tiers,
+// jobs (whole GPUs and shares; three in four with a declared run time), plus pending jobs of varied shapes, tiers,
 // projects and states (held, not ready, preempting, unknown pool).
 func synthSnapshot(seed int64, nodes, pending int, busyFrac float64) *Snapshot {
 	rng := rand.New(rand.NewSource(seed))
@@ -76,6 +76,9 @@ func fillRunning(rng *rand.Rand, s *Snapshot, pool *Pool, busyFrac float64) {
 					CheckpointIntervalSeconds: 600}}
 			if r.Recovery.Checkpointable && rng.Intn(2) == 0 {
 				r.Recovery.LastCheckpoint = &Checkpoint{At: t0.Add(-time.Duration(rng.Intn(1800)) * time.Second), Step: 100}
+			}
+			if id%4 != 0 { // a declared run time for three in four, derived from the ID so the draws stay as they were
+				r.RunSeconds = 3600 + int64(id*7919%14400)
 			}
 			milli := MilliPerGPU - used[g]
 			if rng.Intn(6) == 0 {

@@ -144,8 +144,23 @@ type PendingJob struct {
 	// PreemptionInProgress names the victims' job IDs being checkpointed and released
 	// for this job; non-empty makes the reason preemption_in_progress.
 	PreemptionInProgress []string
-	Recovery             RecoveryEvidence
-	Protected            bool
+	// PreemptionNoticeAt is the earliest notice (before it, the start) of
+	// the preemptions in progress for this job; zero when none. The GPUs
+	// come back by it + Policy.Preemption.GraceSeconds (docs/design.md §5,
+	// borrowing that gives back).
+	PreemptionNoticeAt time.Time
+	// VictimsReleasedAt is the latest release of a victim of a preemption
+	// carried out for this job during its current wait (zero: none). A
+	// lender (within its nominal quota) keeps its claim on its lent quota
+	// until it is placed, so that the released borrowers cannot take the
+	// GPUs back (docs/design.md §5).
+	VictimsReleasedAt time.Time
+	// RecentPreemptions holds the times this job was preempted (every run of
+	// the job, as RunningJob.RecentPreemptions): a job at the anti-thrash
+	// limit may run within its project's nominal quota but not borrow.
+	RecentPreemptions []time.Time
+	Recovery          RecoveryEvidence
+	Protected         bool
 }
 
 // GPUShare is a slice of one GPU held by an allocation.
@@ -175,6 +190,7 @@ type RunningJob struct {
 	Request    ResourceRequest
 	Allocation Allocation
 	StartedAt  time.Time // start of the current run
+	RunSeconds int64     // the job's declared run time in seconds (0: unknown)
 	Recovery   RecoveryEvidence
 	Protected  bool
 	// RecentPreemptions holds the times this job was preempted, for the anti-thrash rule.

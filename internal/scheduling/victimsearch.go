@@ -7,7 +7,7 @@ import (
 )
 
 // victimCost orders victim sets: a lender reclaiming its nominal quota takes
-// borrowed allocations first (primary = loss of non-borrowed victims); anyone
+// allocations holding lent quota first (primary = loss of the others); anyone
 // else only minimises total loss (primary = total); then fewer victims.
 type victimCost struct {
 	primary, total float64
@@ -66,15 +66,20 @@ type preemptSearch struct {
 	best               *preemptTarget
 }
 
-// eligible reports whether victim v may be stopped for this job: it passed the
-// gate, is not yet proposed this cycle, and is of a strictly lower tier or
-// (for a lender within nominal quota) borrowed. Aging plays no part:
-// eligibility is by tier (docs/design.md invariant 5).
+// eligible reports whether victim v may be stopped for this job: it is not
+// yet proposed this cycle, and either it holds lent quota and the job is a
+// lender within its nominal quota (Kueue's reclaimWithinCohort, any tier:
+// only the standing gate applies) or it is of a strictly lower tier and
+// passed the whole gate. Aging plays no part: eligibility is by tier
+// (docs/design.md invariant 5, §5 borrowing that gives back).
 func (s *preemptSearch) eligible(v *victimState) bool {
-	if v.used || v.pool != s.ps || (v.tier >= s.tier && !(s.lender && v.borrowed)) {
+	if v.used || v.pool != s.ps {
 		return false
 	}
-	return v.gate == ""
+	if s.lender && v.reclaimable {
+		return v.standing == ""
+	}
+	return v.tier < s.tier && v.gate == ""
 }
 
 // relevant reports whether GPU gi of target t could become usable for the job
@@ -157,7 +162,7 @@ func (s *preemptSearch) candidates(t *preemptTarget, pool []int32) []candVictim 
 			continue
 		}
 		cv := candVictim{vi: vi, gain: gain, loss: v.loss, primary: v.loss}
-		if s.lender && v.borrowed {
+		if s.lender && v.reclaimable {
 			cv.primary = 0
 		}
 		out = append(out, cv)

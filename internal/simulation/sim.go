@@ -66,6 +66,10 @@ type simJob struct {
 
 	deleteAt int64 // never-scheduled trace pods: deleted then, waiting or running
 	runLeft  int64 // trace-scheduled pods: run seconds still to do
+	// declaredRun is the run time the job declares, as the replay submits
+	// it as run_seconds (the trace's run time, or deletion − creation for a
+	// pod never scheduled; at least 1 s): RunningJob.RunSeconds.
+	declaredRun int64
 
 	waitStart int64
 	reason    vocab.WaitReason // the last cycle's reason; "" until a cycle evaluated the wait
@@ -251,9 +255,9 @@ func (e *engine) addJobs(pods []alibaba.PodRow) {
 		}
 		j.recovery = drawRecovery(e.cfg, spec.ID, spec.Tier)
 		if run, ok := p.TraceRunSeconds(); ok {
-			j.runLeft = run
+			j.runLeft, j.declaredRun = run, max(run, 1)
 		} else {
-			j.deleteAt = p.DeletionTime
+			j.deleteAt, j.declaredRun = p.DeletionTime, max(p.DeletionTime-p.CreationTime, 1)
 			e.events.push(event{t: p.DeletionTime, kind: evCancel, job: j})
 		}
 		e.events.push(event{t: p.CreationTime, kind: evArrival, job: j})
@@ -488,7 +492,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 	j.runIdx = len(e.running)
 	e.running = append(e.running, scheduling.RunningJob{
 		ID: j.spec.ID, Project: j.spec.Project, Queue: j.spec.Queue, Tier: j.spec.Tier, Request: req,
-		Allocation: alloc, StartedAt: now, Recovery: j.recovery, Protected: j.spec.Protected,
+		Allocation: alloc, StartedAt: now, RunSeconds: j.declaredRun, Recovery: j.recovery, Protected: j.spec.Protected,
 		RecentPreemptions: e.recentPreemptions(j, now),
 	})
 	e.allocs = append(e.allocs, alloc)
@@ -527,6 +531,11 @@ func (e *engine) applyPreemptions(props []scheduling.PreemptionProposal, t int64
 				return stopped, err
 			}
 			stopped = true
+		}
+		// The store's record of victims released for the job in its
+		// current wait (scheduling.PendingJob.VictimsReleasedAt).
+		if j := e.byID[pr.ForJobID]; j != nil && j.state == stWaiting && j.pendIdx >= 0 {
+			e.pending[j.pendIdx].VictimsReleasedAt = e.at(t)
 		}
 	}
 	return stopped, nil
@@ -633,6 +642,7 @@ func (e *engine) addPending(j *simJob, t int64) {
 	pj.WaitingSince = e.at(t)
 	j.aging = j.aging.Start(e.at(t))
 	pj.Recovery = j.recovery
+	pj.RecentPreemptions = e.recentPreemptions(j, e.at(t))
 	j.pendIdx = len(e.pending)
 	e.pending = append(e.pending, pj)
 	e.pendJobs = append(e.pendJobs, j)

@@ -457,3 +457,24 @@ func TestMinShareInSimulation(t *testing.T) {
 	eq(t, "experiment wait without min_share", run(0).WaitMaxS, 395)
 	eq(t, "experiment wait with min_share 0.5", run(0.5).WaitMaxS, 95)
 }
+
+// TestDeclaredRunSeconds checks that each simulated job declares the run
+// time the replay submits as run_seconds (the trace's run time; deletion −
+// creation for a pod never scheduled; at least 1 s), which its running job
+// carries as RunningJob.RunSeconds for the wait's expected releases.
+func TestDeclaredRunSeconds(t *testing.T) {
+	in := readInput(t, "testdata/nodes_two_t4.csv", "testdata/pods_small.csv")
+	e := newEngine(in, DefaultConfig(), nil)
+	if len(e.jobs) == 0 {
+		t.Fatal("no jobs")
+	}
+	for _, j := range e.jobs {
+		want := j.pod.DeletionTime - j.pod.CreationTime
+		if run, ok := j.pod.TraceRunSeconds(); ok {
+			want = run
+		}
+		if want = max(want, 1); j.declaredRun != want {
+			t.Errorf("job %s declares %d s, want %d", j.spec.ID, j.declaredRun, want)
+		}
+	}
+}

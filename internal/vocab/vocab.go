@@ -178,6 +178,23 @@ var AutomationStages = []AutomationStage{StageObserve, StageTrial, StageAutomate
 // Valid reports whether s is one of AutomationStages.
 func (s AutomationStage) Valid() bool { return slices.Contains(AutomationStages, s) }
 
+// QuotaRequestState is where a quota request stands (docs/design.md §3,
+// "Act on a wait": a project asks for more quota, an admin decides).
+type QuotaRequestState string
+
+// The quota request states.
+const (
+	QuotaRequestPending  QuotaRequestState = "pending"  // asked, not decided yet
+	QuotaRequestApproved QuotaRequestState = "approved" // an admin approved it; the quota was changed
+	QuotaRequestDenied   QuotaRequestState = "denied"   // an admin denied it; nothing changed
+)
+
+// QuotaRequestStates lists every quota request state, the open one first.
+var QuotaRequestStates = []QuotaRequestState{QuotaRequestPending, QuotaRequestApproved, QuotaRequestDenied}
+
+// Valid reports whether s is one of QuotaRequestStates.
+func (s QuotaRequestState) Valid() bool { return slices.Contains(QuotaRequestStates, s) }
+
 // Audit actors of the actions gpugov takes by itself (audit_log.actor); a
 // person's or a client's action records its principal instead.
 const (

@@ -141,7 +141,13 @@ func TestValidSets(t *testing.T) {
 			t.Errorf("role %s not valid", r)
 		}
 	}
-	if ReclaimMode("later").Valid() || ReclaimClass("busy").Valid() || AutomationStage("on").Valid() || Role("root").Valid() {
+	for _, q := range QuotaRequestStates {
+		if !q.Valid() {
+			t.Errorf("quota request state %s not valid", q)
+		}
+	}
+	if ReclaimMode("later").Valid() || ReclaimClass("busy").Valid() || AutomationStage("on").Valid() || Role("root").Valid() ||
+		QuotaRequestState("open").Valid() {
 		t.Error("an unknown value is valid")
 	}
 	if !RoleOperator.SeesAllProjects() || !RoleAdmin.SeesAllProjects() || RoleSubmitter.SeesAllProjects() || RoleAgent.SeesAllProjects() {
