@@ -51,6 +51,10 @@ func TestLoadGoodFile(t *testing.T) {
 	if sq, err := SchedulingQueues(p.Queues); err != nil || sq[1].MinShare != 0.2 || sq[1].MaxShare != 0.5 || sq[0].MinShare != 0 || sq[0].MaxShare != 0 {
 		t.Errorf("scheduling queues %+v (%v), want exp's min_share 0.2 and max_share 0.5, prod none", sq, err)
 	}
+	// The shares are part of the stored version: serve's policy in force is decoded from it.
+	if q, err := FromCanonical(p.Canonical()); err != nil || q.Queues[1].MinShare != 0.2 || q.Queues[1].MaxShare != 0.5 {
+		t.Errorf("queues decoded from the stored version %+v (%v), want exp's shares kept", q, err)
+	}
 	if !reflect.DeepEqual(p.SchedulingQuotas(), []scheduling.Quota{{Project: "vision", Pool: "a100", NominalMilli: 8000, BorrowingLimitMilli: 2000}}) {
 		t.Errorf("quotas %+v", p.Quotas)
 	}
