@@ -208,6 +208,10 @@ type Priority struct {
 	FairShare   float64   `json:"fair_share"`
 	FairFactor  float64   `json:"fair_factor"`
 	SubmitTime  time.Time `json:"submit_time"`
+	// MinShareBoost says, with the numbers, that the job's queue was below
+	// its min_share in the pool, so the job was served before queues at or
+	// above theirs (scheduling.Priority.MinShareBoost); absent otherwise.
+	MinShareBoost string `json:"min_share_boost,omitempty"`
 }
 
 // PlacedOn is where the last cycle placed the job.
@@ -266,6 +270,11 @@ type Queue struct {
 	MaxWaitSec   float64 `json:"max_wait_s"` // wait objective; 0 means none
 	LowRisk      bool    `json:"low_risk"`
 	Protected    bool    `json:"protected"`
+	// MinShare is the fraction of each pool's usable GPUs guaranteed to the
+	// queue while it has demand; 0 means none (docs/design.md §4).
+	MinShare float64 `json:"min_share"`
+	// MaxShare caps the queue at this fraction of each pool's usable GPUs; 0 means no cap.
+	MaxShare float64 `json:"max_share"`
 }
 
 // QueueList is the body of GET /v1/queues.
@@ -372,7 +381,7 @@ func explanationFromStore(e *store.Explanation, pool string) *Explanation {
 		Priority: Priority{
 			Score: e.Priority.Score, TierBase: e.Priority.TierBase, AgingCredit: e.Priority.AgingCredit,
 			AgingCapped: e.Priority.AgingCapped, FairShare: e.Priority.FairShare, FairFactor: e.Priority.FairFactor,
-			SubmitTime: e.Priority.SubmitTime,
+			SubmitTime: e.Priority.SubmitTime, MinShareBoost: e.Priority.MinShareBoost,
 		},
 	}
 	if n := e.NextEvaluation; n != nil {
@@ -415,7 +424,7 @@ func waitEventFromStore(e store.WaitEvent, now time.Time) WaitEvent {
 func queueFromScheduling(q scheduling.Queue) Queue {
 	return Queue{
 		Name: q.Name, Tier: q.Tier.String(), ServiceShare: q.ServiceShare, MaxWaitSec: q.MaxWait.Seconds(),
-		LowRisk: q.LowRisk, Protected: q.Protected,
+		LowRisk: q.LowRisk, Protected: q.Protected, MinShare: q.MinShare, MaxShare: q.MaxShare,
 	}
 }
 

@@ -177,6 +177,9 @@ type PriorityParts struct {
 	FairShare   float64   `json:"fair_share"`
 	FairFactor  float64   `json:"fair_factor"`
 	SubmitTime  time.Time `json:"submit_time"`
+	// MinShareBoost is scheduling.Priority.MinShareBoost: why the job was
+	// served ahead of its score (its queue below its min_share); "" otherwise.
+	MinShareBoost string `json:"min_share_boost,omitempty"`
 }
 
 // PlacedOn names where a placement put a job.
@@ -196,7 +199,7 @@ type GPUShareJ struct {
 func priorityParts(p scheduling.Priority) PriorityParts {
 	return PriorityParts{
 		Score: p.Score, TierBase: p.TierBase, AgingCredit: p.AgingCredit, AgingCapped: p.AgingCapped,
-		FairShare: p.FairShare, FairFactor: p.FairFactor, SubmitTime: p.SubmitTime.UTC(),
+		FairShare: p.FairShare, FairFactor: p.FairFactor, SubmitTime: p.SubmitTime.UTC(), MinShareBoost: p.MinShareBoost,
 	}
 }
 

@@ -132,6 +132,14 @@ type Queue struct {
 	MaxWaitSeconds int64   `json:"max_wait_s"` // wait objective; 0 means none
 	Protected      bool    `json:"protected"`  // never preempted or reclaimed
 	LowRisk        bool    `json:"low_risk"`   // the trial stage may act on it
+	// MinShare is the fraction (0..1) of each pool's usable GPUs guaranteed
+	// to the queue while it has demand (scheduling.Queue.MinShare); 0 (left
+	// out) means none. The queues' minimums add up to at most 1.
+	MinShare float64 `json:"min_share,omitempty"`
+	// MaxShare caps the queue at this fraction (min_share ≤ MaxShare ≤ 1,
+	// above 0) of each pool's usable GPUs (scheduling.Queue.MaxShare); 0
+	// (left out) means no cap.
+	MaxShare float64 `json:"max_share,omitempty"`
 	// AgingCeilingTier is the highest tier whose band aging may lift the
 	// queue's jobs into: their score stays below the base of the tier above
 	// it. Never production, never below Tier; "" keeps the production
@@ -347,7 +355,8 @@ func SchedulingQueues(queues []Queue) ([]scheduling.Queue, error) {
 			return nil, fmt.Errorf("queues[%d].tier: %w", i, err)
 		}
 		out = append(out, scheduling.Queue{Name: q.Name, Tier: t, ServiceShare: q.Share,
-			MaxWait: time.Duration(q.MaxWaitSeconds) * time.Second, LowRisk: q.LowRisk, Protected: q.Protected})
+			MaxWait: time.Duration(q.MaxWaitSeconds) * time.Second, LowRisk: q.LowRisk, Protected: q.Protected,
+			MinShare: q.MinShare, MaxShare: q.MaxShare})
 	}
 	return out, nil
 }

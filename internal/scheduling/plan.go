@@ -41,26 +41,65 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 		p = &d
 	}
 	c := newCycle(s, p, now, slow)
-	var unknownPools map[string]int32 // pool ranks of pools the inventory lacks
+	if c.shares == nil || !c.shares.hasMin {
+		for r, pos := range c.order {
+			je := &c.jobs[pos]
+			je.rank = int32(r + 1)
+			c.serve(je)
+		}
+		c.nextEvaluations()
+		return c.res
+	}
+	// Queue minimums (docs/design.md §4): production jobs and the jobs of
+	// queues below their min_share in their pool are served first, in rank
+	// order; whether a queue is below its minimum is read when its job comes
+	// up, so the queue stops being served first as soon as this cycle's
+	// placements bring it to its minimum. The others follow in rank order.
+	// A job the first pass leaves is never served first later in the cycle
+	// (use only grows within a cycle).
+	deferred := make([]int32, 0, len(c.order))
 	for r, pos := range c.order {
 		je := &c.jobs[pos]
-		je.rank, je.prevInPool = int32(r+1), -1
-		if ps := je.ps; ps != nil {
-			je.prevInPool, ps.lastRanked = ps.lastRanked, pos
-			ps.ranked++
-			je.poolRank = ps.ranked
-		} else {
-			if unknownPools == nil {
-				unknownPools = make(map[string]int32)
-			}
-			name := je.job.Request.Pool
-			unknownPools[name]++
-			je.poolRank = unknownPools[name]
+		je.rank = int32(r + 1)
+		if !je.firstPass() {
+			deferred = append(deferred, pos)
+			continue
 		}
-		c.decide(je)
+		if je.tier != vocab.TierProduction {
+			c.prios[je.rank-1].MinShareBoost = je.share.boostNote()
+		}
+		c.serve(je)
+	}
+	// The aging clause compares a job with the one served before it; a
+	// deferred job can overtake only deferred jobs by aging.
+	for _, ps := range c.cap.sorted {
+		ps.lastRanked = -1
+	}
+	for _, pos := range deferred {
+		c.serve(&c.jobs[pos])
 	}
 	c.nextEvaluations()
 	return c.res
+}
+
+// serve decides a job as the next one of the cycle: its place among its
+// pool's jobs in the serving order (Placement.Rank, WaitStatus.Rank) and the
+// job served before it in its pool.
+func (c *cycle) serve(je *jobEntry) {
+	je.prevInPool = -1
+	if ps := je.ps; ps != nil {
+		je.prevInPool, ps.lastRanked = ps.lastRanked, je.pos
+		ps.ranked++
+		je.poolRank = ps.ranked
+	} else {
+		if c.unknownPools == nil {
+			c.unknownPools = make(map[string]int32)
+		}
+		name := je.job.Request.Pool
+		c.unknownPools[name]++
+		je.poolRank = c.unknownPools[name]
+	}
+	c.decide(je)
 }
 
 // jobEntry is one pending job of the cycle. cycle.jobs is in Snapshot.Pending
@@ -77,8 +116,10 @@ type jobEntry struct {
 	ps      *poolState // the requested pool; nil when unknown
 	sh      *shapeInfo // the request's shape in ps; nil when not needed
 	qrow    *quotaRow  // the project's quota in ps; nil when unlimited
-	rank    int32      // 1-based over all pools, set when the job is decided
-	// poolRank is the job's 1-based rank among the jobs of its pool.
+	share   *shareRow  // the queue's service share in ps; nil when the queue has none
+	rank    int32      // 1-based score rank (index into cycle.prios + 1), set when the job is decided
+	// poolRank is the job's 1-based place among its pool's jobs in the
+	// serving order (Placement.Rank, WaitStatus.Rank).
 	poolRank int32
 	pos      int32 // index in cycle.jobs
 	// prevInPool is the entry of the next higher-ranked job of the same pool
@@ -97,23 +138,27 @@ const (
 
 // cycle is the working state of one Plan call.
 type cycle struct {
-	s       *Snapshot
-	p       *Policy
-	now     time.Time
-	cap     *capacityIndex
-	quota   *quotaState
-	queues  map[string]*Queue
-	victims *victimIndex // built beside ranking when preemption is on, else on first need
-	jobs    []jobEntry   // in Snapshot.Pending order
-	prios   []Priority   // by rank
-	aging   []agingRule  // by rank
-	order   []int32      // Snapshot.Pending index by rank
-	res     *Result
-	keyBuf  []byte
-	models  []string
-	freed   []int32
-	scratch []int32
-	textBuf []byte
+	s      *Snapshot
+	p      *Policy
+	now    time.Time
+	cap    *capacityIndex
+	quota  *quotaState
+	queues map[string]*Queue
+	shares *shareState // queue service shares; nil when no queue has one
+	// unknownPools counts, per pool the inventory lacks, its jobs decided
+	// so far (their pool ranks).
+	unknownPools map[string]int32
+	victims      *victimIndex // built beside ranking when preemption is on, else on first need
+	jobs         []jobEntry   // in Snapshot.Pending order
+	prios        []Priority   // by rank
+	aging        []agingRule  // by rank
+	order        []int32      // Snapshot.Pending index by rank
+	res          *Result
+	keyBuf       []byte
+	models       []string
+	freed        []int32
+	scratch      []int32
+	textBuf      []byte
 	// projects caches project lookups (project); last* remembers the latest.
 	projects        map[string]*projectInfo
 	lastProject     *projectInfo
@@ -142,6 +187,7 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 		ps.slow = slow
 	}
 	c.quota = newQuotaState(s, c.cap, runningProjects(s))
+	c.shares = newShareState(s, c.queues, c.cap)
 	for _, ps := range c.cap.sorted {
 		ps.quota = c.quota.pools[ps.name]
 	}
@@ -223,6 +269,7 @@ func (c *cycle) fillEntry(je *jobEntry, j *PendingJob, ps *poolState) {
 		return
 	}
 	je.sh = c.shape(ps, &j.Request)
+	je.share = c.shares.entryRow(c.queues, j.Queue, ps)
 	if ps.quota == nil {
 		return
 	}
@@ -246,7 +293,8 @@ func (c *cycle) shape(ps *poolState, r *ResourceRequest) *shapeInfo {
 
 // decide places one job or records its wait reason. Reasons are decided in
 // this precedence: held > pool_unavailable > environment_not_ready >
-// preemption_in_progress > no_matching_capacity > quota_exhausted >
+// preemption_in_progress > no_matching_capacity > quota_exhausted (the
+// project's quota, then the queue's max_share) >
 // reserved_for_higher_priority > fragmented > capacity_busy.
 func (c *cycle) decide(je *jobEntry) {
 	ps, sh := je.ps, je.sh
@@ -293,6 +341,11 @@ func (c *cycle) decide(je *jobEntry) {
 		w.Releases = c.quotaReleases(ps, qv.row, canBorrow(je.tier), je.need)
 		return
 	}
+	if je.share.overCap(je.need) {
+		d, re := je.share.capStatus(je.need)
+		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		return
+	}
 	if !sh.noFitFree {
 		if ch, ok := ps.search(sh, searchFree); ok {
 			c.place(je, ps, sh, ch, qv)
@@ -307,6 +360,7 @@ func (c *cycle) decide(je *jobEntry) {
 func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv quotaVerdict) {
 	ps.apply(sh, ch)
 	ps.quota.charge(qv.row, qv.need)
+	je.share.charge(je.need)
 	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
 		Rank: int(je.poolRank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
 	if len(ch.gpus) > 0 {

@@ -16,6 +16,13 @@ type Priority struct {
 	FairShare   float64 // points from the fair-share factor
 	FairFactor  float64 // the factor itself, in [0,1]
 	SubmitTime  time.Time
+	// MinShareBoost is set when the job's queue was below its MinShare in
+	// the job's pool when Plan came to the job, so the job was served before
+	// every non-production job of a queue at or above its minimum whatever
+	// the scores (production keeps its place first). It says so with the
+	// numbers, e.g. "queue experiment below its min_share 0.25 of pool a100:
+	// 4 of 16 guaranteed GPUs in use"; "" when the job was served by score.
+	MinShareBoost string
 }
 
 // Placement is one pending job granted GPUs in this cycle.
@@ -25,7 +32,7 @@ type Placement struct {
 	Node     string // node of the first GPU
 	GPUs     []GPUShare
 	Borrowed bool // some of the grant is beyond the project's nominal quota
-	Rank     int  // the job's rank among the cycle's pending jobs of its pool (1 = first)
+	Rank     int  // the job's place among its pool's jobs in the order this cycle served them (1 = first): by score, with queues below their min_share moved ahead (docs/design.md §4)
 	Priority Priority
 	// RequestVersion is the job's PendingJob.RequestVersion: the version of
 	// the request this placement was planned on (0: unknown).
@@ -45,8 +52,8 @@ type WaitStatus struct {
 	// BlockingJobID names the higher-ranked job holding a reservation, for
 	// reserved_for_higher_priority; the job a preemption is running for, etc.
 	BlockingJobID string
-	// Rank is the job's rank among the cycle's pending jobs of its pool
-	// (1 = first), by effective priority.
+	// Rank is as Placement.Rank: the job's place among its pool's jobs in
+	// the order this cycle served them (1 = first).
 	Rank     int
 	Priority Priority
 	// Suggestions are the nearest requests that would fit, for
