@@ -55,7 +55,8 @@ func newReportEnv(t *testing.T, f reportFixture) *testEnv {
 	t.Helper()
 	var queues []scheduling.Queue
 	for _, q := range f.Input.Targets {
-		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+		queues = append(queues, scheduling.Queue{Name: q.Queue, Tier: vocab.TierStandard, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait,
+			MinShare: q.MinShare, MaxShare: q.MaxShare})
 	}
 	st, dbURL := storetest.NewStore(t, storetest.Fixture{Pools: fixturePools(), Queues: queues})
 	storeFixtureRecords(t, st, f.Input)
@@ -327,7 +328,7 @@ func TestReportBadParameters(t *testing.T) {
 // report, which the store computes from the project's records alone
 // (store.LoadProjectReportInput reads the same records).
 func filterReportInput(in *queuereport.Input, project string) *queuereport.Input {
-	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets}
+	out := &queuereport.Input{Releases: in.Releases, Targets: in.Targets, Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}
 	keep := map[string]bool{}
 	for _, j := range in.Jobs {
 		if j.Project == project {

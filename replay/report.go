@@ -89,8 +89,13 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the queues: %w", err)
 	}
+	inv, err := r.cfg.Client.Inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the inventory: %w", err)
+	}
 	res.Finished = time.Now()
 	in, sources := reportInput(recs, queues, r.cfg.Speed)
+	in.Capacity = poolCapacity(inv)
 	res.StartsEstimated, res.StartsUnknown = sources[startEstimated], sources[startUnknown]
 	from := res.Started
 	for _, j := range in.Jobs {
@@ -183,7 +188,7 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 	var in queuereport.Input
 	for _, q := range queues.Queues {
 		in.Targets = append(in.Targets, queuereport.QueueTarget{Queue: q.Name, ServiceShare: q.ServiceShare,
-			MaxWait: time.Duration(q.MaxWaitSec * float64(time.Second))})
+			MaxWait: time.Duration(q.MaxWaitSec * float64(time.Second)), MinShare: q.MinShare, MaxShare: q.MaxShare})
 	}
 	sources := map[startSource]int{}
 	for _, rec := range recs {
@@ -431,4 +436,22 @@ func firstErr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// poolCapacity is each pool's usable GPUs (healthy, on schedulable nodes)
+// in the inventory the API reports, the base of the queues' pool shares.
+func poolCapacity(inv *api.Inventory) []queuereport.PoolCapacity {
+	out := make([]queuereport.PoolCapacity, 0, len(inv.Pools))
+	for _, p := range inv.Pools {
+		var n float64
+		for _, nd := range p.Nodes {
+			for _, g := range nd.GPUs {
+				if nd.Schedulable && g.Healthy {
+					n++
+				}
+			}
+		}
+		out = append(out, queuereport.PoolCapacity{Pool: p.Name, GPUs: n})
+	}
+	return out
 }

@@ -180,6 +180,8 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	// Usage decays as the policy's fair share says, in the store's charges
 	// and snapshot as in the planner (docs/design.md §5).
 	s.store.SetUsageHalfLife(time.Duration(p.FairShare.HalfLifeSeconds * float64(time.Second)))
+	// The queue report measures projects against the same weights (§6).
+	s.store.SetProjectWeights(p.FairShare.ProjectWeights)
 	pools, err := s.store.SetPoolStages(ctx, p.Stages(), PolicyActor, reason)
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)

@@ -354,26 +354,45 @@ func forEachRow(ctx context.Context, q querier, sql string, args []any, fn func(
 }
 
 // UpsertQueues inserts or updates each queue by name; queues not listed are
-// kept. Repeating the call changes nothing. Errors are wrapped with "upsert queues".
+// kept (with their stored shares). Repeating the call changes nothing. A
+// share out of range (MinShare outside 0..1, MaxShare outside 0..1, MinShare
+// above a non-zero MaxShare) is a *ValidationError (ErrInvalid) naming
+// queues[i].min_share or queues[i].max_share, and nothing is stored; other
+// errors are wrapped with "upsert queues".
 func (s *Store) UpsertQueues(ctx context.Context, queues []scheduling.Queue) error {
+	for i, q := range queues {
+		switch {
+		case !(q.MinShare >= 0 && q.MinShare <= 1):
+			return invalidf(fmt.Sprintf("queues[%d].min_share", i), "%v is outside 0..1", q.MinShare)
+		case !(q.MaxShare >= 0 && q.MaxShare <= 1):
+			return invalidf(fmt.Sprintf("queues[%d].max_share", i), "%v is outside 0..1 (0: no cap)", q.MaxShare)
+		case q.MaxShare > 0 && q.MinShare > q.MaxShare:
+			return invalidf(fmt.Sprintf("queues[%d].max_share", i), "%v is below min_share %v", q.MaxShare, q.MinShare)
+		}
+	}
 	names := make([]string, len(queues))
 	tiers := make([]string, len(queues))
 	shares := make([]float64, len(queues))
 	maxWait := make([]float64, len(queues))
 	lowRisk := make([]bool, len(queues))
 	protected := make([]bool, len(queues))
+	minShare := make([]float64, len(queues))
+	maxShare := make([]float64, len(queues))
 	for i, q := range queues {
 		names[i], tiers[i], shares[i] = q.Name, q.Tier.String(), q.ServiceShare
 		maxWait[i], lowRisk[i], protected[i] = q.MaxWait.Seconds(), q.LowRisk, q.Protected
+		minShare[i], maxShare[i] = q.MinShare, q.MaxShare
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO queues (name, tier, service_share, max_wait_s, low_risk, protected, updated_at)
-		SELECT u.*, now() FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::bool[], $6::bool[])
-			AS u(name, tier, service_share, max_wait_s, low_risk, protected)
+		INSERT INTO queues (name, tier, service_share, max_wait_s, low_risk, protected, min_share, max_share, updated_at)
+		SELECT u.*, now() FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::bool[], $6::bool[],
+			$7::float8[], $8::float8[])
+			AS u(name, tier, service_share, max_wait_s, low_risk, protected, min_share, max_share)
 		ORDER BY u.name
 		ON CONFLICT (name) DO UPDATE SET tier = EXCLUDED.tier, service_share = EXCLUDED.service_share,
 			max_wait_s = EXCLUDED.max_wait_s, low_risk = EXCLUDED.low_risk, protected = EXCLUDED.protected,
-			updated_at = now()`, names, tiers, shares, maxWait, lowRisk, protected)
+			min_share = EXCLUDED.min_share, max_share = EXCLUDED.max_share,
+			updated_at = now()`, names, tiers, shares, maxWait, lowRisk, protected, minShare, maxShare)
 	if err != nil {
 		return fmt.Errorf("store: upsert queues: %w", err)
 	}
@@ -398,12 +417,13 @@ func loadQueues(ctx context.Context, q querier) ([]scheduling.Queue, error) {
 
 // queuesQuery reads every queue into *out, ordered by name.
 func queuesQuery(out *[]scheduling.Queue) rowQuery {
-	return rowQuery{sql: `SELECT name, tier, service_share, max_wait_s, low_risk, protected FROM queues ORDER BY name COLLATE "C"`,
+	return rowQuery{sql: `SELECT name, tier, service_share, max_wait_s, low_risk, protected, min_share, max_share
+		FROM queues ORDER BY name COLLATE "C"`,
 		fn: func(rows pgx.Rows) error {
 			var qu scheduling.Queue
 			var tier string
 			var maxWait float64
-			err := rows.Scan(&qu.Name, &tier, &qu.ServiceShare, &maxWait, &qu.LowRisk, &qu.Protected)
+			err := rows.Scan(&qu.Name, &tier, &qu.ServiceShare, &maxWait, &qu.LowRisk, &qu.Protected, &qu.MinShare, &qu.MaxShare)
 			if err != nil {
 				return err
 			}

@@ -71,7 +71,15 @@ const (
 		SELECT node, string_agg(DISTINCT model, E'\x1f' ORDER BY model)
 		FROM gpus GROUP BY node`
 
-	reportTargetsSQL = `SELECT name, service_share, max_wait_s FROM queues`
+	reportTargetsSQL = `SELECT name, service_share, max_wait_s, min_share, max_share FROM queues`
+
+	// Each pool's usable GPUs (healthy, on schedulable nodes), the base of
+	// the queues' pool shares as Plan counts it; float8 for the binary read.
+	reportCapacitySQL = `
+		SELECT n.pool, count(*)::float8
+		FROM gpus g JOIN nodes n ON n.name = g.node
+		WHERE g.healthy AND n.schedulable
+		GROUP BY n.pool ORDER BY n.pool`
 )
 
 // reportQueries returns the jobs, runs and wait-event queries with their
@@ -131,7 +139,10 @@ const MaxReportWindow = 90 * 24 * time.Hour
 //     their job's request in milli-GPU and, as the models freed, the distinct
 //     sorted models of their node's GPUs (GPU servers carry one model; a node
 //     no longer in the inventory gives none, which matches every job).
-//   - Targets: every queue's service share and wait objective.
+//   - Targets: every queue's service share, wait objective, min_share and max_share.
+//   - Capacity: each pool's usable GPUs now (healthy, on schedulable
+//     nodes), the base of the queues' pool shares.
+//   - ProjectWeights: the fair-share weights SetProjectWeights set.
 //
 // Queries (plans measured by BenchmarkReport1M): jobs through the GiST index
 // jobs_span_idx (their span overlaps the window); their runs and wait events
@@ -152,8 +163,9 @@ func (s *Store) LoadReportInput(ctx context.Context, window queuereport.Window, 
 // LoadProjectReportInput is LoadReportInput limited to project's jobs (all
 // projects when project is ""): the project's jobs, their runs and wait
 // events — what filtering the whole input by project keeps (api's report
-// tests check that) — read without the other projects' rows. Releases and
-// queue targets name no job and are read whole.
+// tests check that) — read without the other projects' rows. Releases,
+// queue targets and pool capacity name no job and are read whole; the
+// project weights are SetProjectWeights'.
 func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.Window, now time.Time, project string) (*queuereport.Input, error) {
 	if err := checkReportWindow(window, now); err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
@@ -168,6 +180,7 @@ func (s *Store) LoadProjectReportInput(ctx context.Context, window queuereport.W
 	if err != nil {
 		return nil, fmt.Errorf("store: load report input: %w", err)
 	}
+	in.ProjectWeights = s.reportProjectWeights()
 	return in, nil
 }
 
@@ -216,9 +229,10 @@ type reportLoader struct {
 	events    []loadedEvent
 	releases  []queuereport.Release
 	targets   []queuereport.QueueTarget
-	strs      map[string]string   // interned project, queue, pool, job type and state values
-	models    map[string][]string // interned request model lists by their raw JSON text
-	nodes     map[string][]string // the models of each node's GPUs
+	capacity  []queuereport.PoolCapacity // pools' usable GPUs (reportCapacitySQL)
+	strs      map[string]string          // interned project, queue, pool, job type and state values
+	models    map[string][]string        // interned request model lists by their raw JSON text
+	nodes     map[string][]string        // the models of each node's GPUs
 	times     timeSlab
 }
 
@@ -264,6 +278,7 @@ func (l *reportLoader) load(ctx context.Context, tx pgx.Tx, project string) erro
 		{"releases", reportReleasesSQL, []any{l.from, l.end}, l.releaseRow},
 		{"wait events", eventsSQL, args, l.eventRow},
 		{"queues", reportTargetsSQL, nil, l.targetRow},
+		{"pool capacity", reportCapacitySQL, nil, l.capacityRow},
 	}
 	for _, st := range steps {
 		if err := queryRaw(ctx, tx, st.sql, st.args, st.row); err != nil {
@@ -395,8 +410,15 @@ func (l *reportLoader) eventRow(v [][]byte) error {
 func (l *reportLoader) targetRow(v [][]byte) error {
 	l.targets = append(l.targets, queuereport.QueueTarget{
 		Queue: string(v[0]), ServiceShare: binaryFloat64(v[1]),
-		MaxWait: time.Duration(math.Round(binaryFloat64(v[2]) * float64(time.Second))),
+		MaxWait:  time.Duration(math.Round(binaryFloat64(v[2]) * float64(time.Second))),
+		MinShare: binaryFloat64(v[3]), MaxShare: binaryFloat64(v[4]),
 	})
+	return nil
+}
+
+// capacityRow reads one pool of reportCapacitySQL.
+func (l *reportLoader) capacityRow(v [][]byte) error {
+	l.capacity = append(l.capacity, queuereport.PoolCapacity{Pool: string(v[0]), GPUs: binaryFloat64(v[1])})
 	return nil
 }
 
@@ -442,7 +464,7 @@ func waitReason(b []byte) (uint8, bool) {
 // assemble links runs and events to their jobs and returns the input: runs
 // and events grouped by job in the order of Jobs, runs by start.
 func (l *reportLoader) assemble() *queuereport.Input {
-	in := &queuereport.Input{Jobs: l.jobs, Targets: l.targets, Releases: l.releases}
+	in := &queuereport.Input{Jobs: l.jobs, Targets: l.targets, Releases: l.releases, Capacity: l.capacity}
 	if in.Releases == nil {
 		in.Releases = []queuereport.Release{}
 	}

@@ -87,7 +87,7 @@ func (s *Store) queueReport(ctx context.Context, opts queuereport.Options, proje
 	if project != "" || !subset(groupBy, SummaryGroupBy) {
 		return s.computeFromRecords(ctx, opts, project)
 	}
-	targets, dbNow, err := s.summaryContext(ctx)
+	targets, capacity, dbNow, err := s.summaryContext(ctx)
 	if err != nil {
 		return queuereport.Report{}, err
 	}
@@ -113,7 +113,7 @@ func (s *Store) queueReport(ctx context.Context, opts queuereport.Options, proje
 			if err != nil {
 				return err
 			}
-			rep, err = queuereport.Assemble(opts, targets, parts, func(ids []string) (map[string]queuereport.JobDetail, error) {
+			rep, err = queuereport.Assemble(opts, targets, queuereport.ShareBase{Capacity: capacity, ProjectWeights: s.reportProjectWeights()}, parts, func(ids []string) (map[string]queuereport.JobDetail, error) {
 				return starvingDetails(ctx, tx, ids, opts.Window.From, end)
 			})
 			if err != nil && ctx.Err() == nil && !isPgError(err) {
@@ -152,13 +152,13 @@ func isPgError(err error) bool {
 	return errors.As(err, &pgErr)
 }
 
-// summaryContext reads the queues' targets and the database clock.
-func (s *Store) summaryContext(ctx context.Context) ([]queuereport.QueueTarget, time.Time, error) {
+// summaryContext reads the queues' targets, the pools' capacity and the database clock.
+func (s *Store) summaryContext(ctx context.Context) ([]queuereport.QueueTarget, []queuereport.PoolCapacity, time.Time, error) {
 	var targets []queuereport.QueueTarget
-	err := forEachRow(ctx, s.pool, `SELECT name, service_share, max_wait_s FROM queues`, nil, func(rows pgx.Rows) error {
+	err := forEachRow(ctx, s.pool, reportTargetsSQL, nil, func(rows pgx.Rows) error {
 		var t queuereport.QueueTarget
 		var maxWait float64
-		if err := rows.Scan(&t.Queue, &t.ServiceShare, &maxWait); err != nil {
+		if err := rows.Scan(&t.Queue, &t.ServiceShare, &maxWait, &t.MinShare, &t.MaxShare); err != nil {
 			return err
 		}
 		t.MaxWait = time.Duration(math.Round(maxWait * float64(time.Second))) // as LoadReportInput reads it
@@ -166,13 +166,25 @@ func (s *Store) summaryContext(ctx context.Context) ([]queuereport.QueueTarget, 
 		return nil
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read queues: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("read queues: %w", err)
+	}
+	var capacity []queuereport.PoolCapacity
+	err = forEachRow(ctx, s.pool, reportCapacitySQL, nil, func(rows pgx.Rows) error {
+		var c queuereport.PoolCapacity
+		if err := rows.Scan(&c.Pool, &c.GPUs); err != nil {
+			return err
+		}
+		capacity = append(capacity, c)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("read pool capacity: %w", err)
 	}
 	var now time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read the clock: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("read the clock: %w", err)
 	}
-	return targets, now, nil
+	return targets, capacity, now, nil
 }
 
 // ceilHour is t rounded up to a whole hour (UTC).

@@ -204,7 +204,7 @@ func TestQueueReportProjectScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	var own queuereport.Input
-	own.Releases, own.Targets = whole.Releases, whole.Targets
+	own.Releases, own.Targets, own.Capacity = whole.Releases, whole.Targets, whole.Capacity
 	keep := map[string]bool{}
 	for _, j := range whole.Jobs {
 		if j.Project == "vision" {

@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -63,8 +64,11 @@ type Store struct {
 	// usageHalfLifeNS is the half-life of project usage decay in
 	// nanoseconds (SetUsageHalfLife); ≤ 0 means no decay.
 	usageHalfLifeNS atomic.Int64
-	cache           snapshotCache   // what LoadSnapshot reuses between calls
-	tracer          pgx.QueryTracer // set on the pool's connections at Open
+	// projectWeights are the policy's fair-share weights (SetProjectWeights),
+	// the base of the queue report's project_target_share.
+	projectWeights atomic.Pointer[map[string]float64]
+	cache          snapshotCache   // what LoadSnapshot reuses between calls
+	tracer         pgx.QueryTracer // set on the pool's connections at Open
 }
 
 // Option configures a Store at Open.
@@ -83,6 +87,24 @@ func WithQueryTracer(t pgx.QueryTracer) Option { return func(s *Store) { s.trace
 // scheduling.DecayUsage. A store starts with DefaultUsageHalfLife. Safe for
 // concurrent use.
 func (s *Store) SetUsageHalfLife(d time.Duration) { s.usageHalfLifeNS.Store(int64(d)) }
+
+// SetProjectWeights sets the projects' fair-share weights the queue report
+// measures project_target_share against: the policy's
+// fair_share.project_weights, which serve applies at start and on every
+// reload (nil: every project weighs 1). The map is copied. Safe for
+// concurrent use.
+func (s *Store) SetProjectWeights(w map[string]float64) {
+	c := maps.Clone(w)
+	s.projectWeights.Store(&c)
+}
+
+// reportProjectWeights returns the weights SetProjectWeights set (nil: none); read-only.
+func (s *Store) reportProjectWeights() map[string]float64 {
+	if p := s.projectWeights.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // usageHalfLifeSeconds returns the usage half-life in seconds (≤ 0: no decay).
 func (s *Store) usageHalfLifeSeconds() float64 {

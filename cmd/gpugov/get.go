@@ -111,6 +111,8 @@ func printJob(w io.Writer, j *api.Job) error {
 			row("PLACED ON", describePlacement(p))
 		}
 		if j.State.Pending() {
+			row("NEXT EVAL", describeNextEvaluation(e))
+			row("AGING", describeOvertake(e.Overtake))
 			for _, sg := range e.Suggestions {
 				row("WOULD FIT", sg.Text)
 			}
@@ -119,6 +121,7 @@ func printJob(w io.Writer, j *api.Job) error {
 			}
 		}
 	}
+	row("LAST ACTION", describeLastDecision(j.LastDecision))
 	row("NOTE", j.Note)
 	return tw.Flush()
 }
@@ -209,14 +212,19 @@ func describeRecovery(r api.Recovery) string {
 }
 
 // describePriority renders the score by parts, e.g. "20,450 = tier
-// key-project 20,000 + aging 300 + fair share 150".
+// key-project 20,000 + aging 300 + fair share 150", and the min-share boost
+// that served the job ahead of its score, when it had one.
 func describePriority(tier string, p api.Priority) string {
 	aging := "aging " + formatPoints(p.AgingCredit)
 	if p.AgingCapped {
 		aging += " (at its cap)"
 	}
-	return fmt.Sprintf("%s = tier %s %s + %s + fair share %s", formatPoints(p.Score), tier,
+	s := fmt.Sprintf("%s = tier %s %s + %s + fair share %s", formatPoints(p.Score), tier,
 		formatPoints(p.TierBase), aging, formatPoints(p.FairShare))
+	if p.MinShareBoost != "" {
+		s += "; served before queues at or above their min_share (not before production): " + p.MinShareBoost
+	}
+	return s
 }
 
 // describePlacement renders where the job was placed.

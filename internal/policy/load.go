@@ -529,28 +529,79 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		out := []Queue{}
 		first := map[string]string{}
+		var minSum float64
+		var minAt []string // the queues with a min_share, for the sum's message
 		d.list(n, path, func(c *yaml.Node, at string) {
 			var q Queue
 			if !d.mapping(c, at, fields{
-				"name":       d.name(&q.Name),
-				"tier":       d.tier(&q.Tier),
-				"share":      number(d, &q.Share, nonNegative),
-				"max_wait_s": integer(d, &q.MaxWaitSeconds, nonNegative),
-				"protected":  d.boolean(&q.Protected),
-				"low_risk":   d.boolean(&q.LowRisk),
+				"name":               d.name(&q.Name),
+				"tier":               d.tier(&q.Tier),
+				"share":              number(d, &q.Share, nonNegative),
+				"max_wait_s":         integer(d, &q.MaxWaitSeconds, nonNegative),
+				"protected":          d.boolean(&q.Protected),
+				"low_risk":           d.boolean(&q.LowRisk),
+				"aging_ceiling_tier": d.tier(&q.AgingCeilingTier),
+				"aging_cap_points": func(n *yaml.Node, path string) {
+					var v float64
+					number(d, &v, nonNegative)(n, path)
+					q.AgingCapPoints = &v
+				},
+				"min_share": number(d, &q.MinShare, between(0.0, 1.0)),
+				"max_share": number(d, &q.MaxShare, maxShare),
 			}) {
 				return
 			}
 			d.required(c, at, "name", "tier")
+			d.agingCeiling(c, at, &q)
 			if prev, ok := first[q.Name]; ok && q.Name != "" {
 				d.fail(d.lineNode(at+".name", c), at+".name", "%q repeats %s", q.Name, prev)
 			} else {
 				first[q.Name] = at
 			}
+			if q.MaxShare > 0 && q.MinShare > q.MaxShare {
+				d.fail(d.lineNode(at+".max_share", c), at+".max_share", "%v is below min_share %v, want min_share ≤ max_share", q.MaxShare, q.MinShare)
+			}
+			if q.MinShare > 0 {
+				minSum += q.MinShare
+				minAt = append(minAt, fmt.Sprintf("%s %v", q.Name, q.MinShare))
+				// A sum past 1 promises more than a pool holds; the queue
+				// that passes it is named (every queue's share applies in
+				// every pool). The small tolerance absorbs decimal rounding.
+				if minSum > 1+1e-9 {
+					d.fail(d.lineNode(at+".min_share", c), at+".min_share", "the queues' min_share add up to %v (%s), want at most 1: each is a fraction of every pool's GPUs",
+						math.Round(minSum*1e6)/1e6, strings.Join(minAt, " + "))
+				}
+			}
 			out = append(out, q)
 		})
 		*dst = out
 	}
+}
+
+// agingCeiling checks a queue's aging ceiling tier: never production, and
+// not below the queue's own tier (docs/design.md §4).
+func (d *decoder) agingCeiling(c *yaml.Node, at string, q *Queue) {
+	if q.AgingCeilingTier == "" || q.Tier == "" {
+		return
+	}
+	path := at + ".aging_ceiling_tier"
+	ceiling, err1 := vocab.ParseTier(q.AgingCeilingTier)
+	own, err2 := vocab.ParseTier(q.Tier)
+	switch {
+	case err1 != nil || err2 != nil:
+	case ceiling == vocab.TierProduction:
+		d.fail(d.lineNode(path, c), path, "production is not allowed: aging never lifts a job into production (docs/design.md invariant 5)")
+	case ceiling < own:
+		d.fail(d.lineNode(path, c), path, "%s is below the queue's tier %s", q.AgingCeilingTier, q.Tier)
+	}
+}
+
+// maxShare accepts a queue cap: a fraction above 0, at most 1.
+func maxShare(v float64) string {
+	if v <= 0 || v > 1 {
+		return fmt.Sprintf("%v is outside (0, 1]: a cap is a fraction of the pool above 0 (leave max_share out for no cap)", v)
+	}
+	return ""
 }
 
 func (d *decoder) quotas(dst *[]Quota) fieldFunc {

@@ -132,6 +132,23 @@ type Queue struct {
 	MaxWaitSeconds int64   `json:"max_wait_s"` // wait objective; 0 means none
 	Protected      bool    `json:"protected"`  // never preempted or reclaimed
 	LowRisk        bool    `json:"low_risk"`   // the trial stage may act on it
+	// MinShare is the fraction (0..1) of each pool's usable GPUs guaranteed
+	// to the queue while it has demand (scheduling.Queue.MinShare); 0 (left
+	// out) means none. The queues' minimums add up to at most 1.
+	MinShare float64 `json:"min_share,omitempty"`
+	// MaxShare caps the queue at this fraction (min_share ≤ MaxShare ≤ 1,
+	// above 0) of each pool's usable GPUs (scheduling.Queue.MaxShare); 0
+	// (left out) means no cap.
+	MaxShare float64 `json:"max_share,omitempty"`
+	// AgingCeilingTier is the highest tier whose band aging may lift the
+	// queue's jobs into: their score stays below the base of the tier above
+	// it. Never production, never below Tier; "" keeps the production
+	// ceiling alone (scheduling.QueueAging).
+	AgingCeilingTier string `json:"aging_ceiling_tier,omitempty"`
+	// AgingCapPoints is the queue's aging cap in points, in place of
+	// aging.cap_points; it may exceed the gap to the next tier. nil: the
+	// policy's cap.
+	AgingCapPoints *float64 `json:"aging_cap_points,omitempty"`
 }
 
 // Quota is one project's quota in one pool (scheduling.Quota), in milli-GPUs.
@@ -292,7 +309,8 @@ func Default() *Policy {
 
 // Scheduling returns the scheduling rules in internal/scheduling's type,
 // with Version set to Hash, so every cycle's result names the policy
-// version it ran with. Tier names the scheduler does not know are left out
+// version it ran with, and the queues' aging bounds in Aging.Queues. Tier
+// names the scheduler does not know are left out
 // (Load refuses them).
 func (p *Policy) Scheduling() *scheduling.Policy {
 	sp := &scheduling.Policy{Version: p.Hash(), TierBase: make(map[vocab.Tier]float64, len(p.TierBase)),
@@ -309,6 +327,21 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 			sp.TierBase[t] = v
 		}
 	}
+	for _, q := range p.Queues {
+		var qa scheduling.QueueAging
+		if q.AgingCapPoints != nil {
+			qa.HasCap, qa.CapPoints = true, *q.AgingCapPoints
+		}
+		if t, err := vocab.ParseTier(q.AgingCeilingTier); err == nil {
+			qa.HasCeiling, qa.CeilingTier = true, t
+		}
+		if qa.HasCap || qa.HasCeiling {
+			if sp.Aging.Queues == nil {
+				sp.Aging.Queues = make(map[string]scheduling.QueueAging)
+			}
+			sp.Aging.Queues[q.Name] = qa
+		}
+	}
 	return sp
 }
 
@@ -322,7 +355,8 @@ func SchedulingQueues(queues []Queue) ([]scheduling.Queue, error) {
 			return nil, fmt.Errorf("queues[%d].tier: %w", i, err)
 		}
 		out = append(out, scheduling.Queue{Name: q.Name, Tier: t, ServiceShare: q.Share,
-			MaxWait: time.Duration(q.MaxWaitSeconds) * time.Second, LowRisk: q.LowRisk, Protected: q.Protected})
+			MaxWait: time.Duration(q.MaxWaitSeconds) * time.Second, LowRisk: q.LowRisk, Protected: q.Protected,
+			MinShare: q.MinShare, MaxShare: q.MaxShare})
 	}
 	return out, nil
 }

@@ -78,6 +78,8 @@ var groupMetrics = []metricDef{
 	ptrMetric("service_share", func(g *Group) *float64 { return g.ServiceShare }),
 	ptrMetric("target_share", func(g *Group) *float64 { return g.TargetShare }),
 	ptrMetric("share_vs_target", func(g *Group) *float64 { return g.ShareVsTarget }),
+	ptrMetric("pool_share", func(g *Group) *float64 { return g.PoolShare }),
+	ptrMetric("project_share", func(g *Group) *float64 { return g.ProjectShare }),
 	countMetric("starving_jobs", func(g *Group) int { return g.StarvingJobs }),
 	countMetric("overtaken_jobs", func(g *Group) int { return g.OvertakenJobs }),
 	countMetric("release_starved_jobs", func(g *Group) int { return g.ReleaseStarvedJobs }),

@@ -125,5 +125,7 @@ func Compute(in Input, opts Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return c.report(), nil
+	r := c.report()
+	setShares(&r, in.Targets, ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights})
+	return r, nil
 }

@@ -56,6 +56,21 @@
 //     scope (its GPU-seconds over the same denominator) / target_share; it
 //     equals service_share / target_share unless job_type or project splits
 //     the queue into several rows, which then all show the queue's comparison.
+//   - pool_share (grouped by queue): the whole queue's gpu_seconds in the
+//     group's scope (its pool when grouped by pool, else every pool of
+//     Input.Capacity) over the scope's usable GPUs (Input.Capacity: healthy
+//     GPUs on schedulable nodes, taken as constant over the window) × the
+//     seconds from Window.From to end: the time-averaged share of the
+//     pools' GPUs the queue held, to compare with min_share and max_share
+//     (the queue's QueueTarget.MinShare and MaxShare, reported when set).
+//     A pool without capacity gives no pool_share. Compute and Assemble
+//     derive it from the finished groups alike.
+//   - project_share and project_target_share (grouped by project): the
+//     whole project's gpu_seconds over the report's (fair share counts
+//     usage across pools), and its fair-share entitlement: its weight in
+//     Input.ProjectWeights (1 when not listed) over the weights of the
+//     projects with a group in the report (the policy's normalisation,
+//     policy.ApplyProjectWeights, over the projects present).
 //   - wait_reason_seconds: wait-event intervals clipped to the window, summed per
 //     reason (an event still open runs to end).
 //

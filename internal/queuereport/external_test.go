@@ -108,7 +108,7 @@ func TestAssembleEqualsCompute(t *testing.T) {
 			}
 			parts = append([]*queuereport.Summary{roundTrip(t, head)}, parts[k:]...)
 		}
-		got, err := queuereport.Assemble(o, in.Targets, parts, reporttest.Details(in, at(from), at(end)))
+		got, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}, parts, reporttest.Details(in, at(from), at(end)))
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -140,7 +140,7 @@ func TestAssembleOfFixture(t *testing.T) {
 	}
 	o := f.Options
 	parts := summarizeParts(t, f.Input, 0, 8*3600, cuts, o.Now, nil, 0)
-	got, err := queuereport.Assemble(o, f.Input.Targets, parts, reporttest.Details(f.Input, o.Window.From, o.Now))
+	got, err := queuereport.Assemble(o, f.Input.Targets, queuereport.ShareBase{Capacity: f.Input.Capacity, ProjectWeights: f.Input.ProjectWeights}, parts, reporttest.Details(f.Input, o.Window.From, o.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,22 +158,22 @@ func TestAssembleRefusesWhatItCannotAnswer(t *testing.T) {
 	o := queuereport.Options{Window: queuereport.Window{From: at(0), To: at(1000)}, Now: at(1000)}
 	a := summarizeParts(t, in, 0, 500, nil, at(1000), nil, 0)[0]
 	b := summarizeParts(t, in, 600, 1000, nil, at(1000), nil, 0)[0]
-	if _, err := queuereport.Assemble(o, in.Targets, []*queuereport.Summary{a, b}, nil); err == nil {
+	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}, []*queuereport.Summary{a, b}, nil); err == nil {
 		t.Error("a gap between parts was accepted")
 	}
 	whole := summarizeParts(t, in, 0, 1000, nil, at(1000), nil, 0)
 	o.GroupBy = []string{queuereport.KeyProject}
-	if _, err := queuereport.Assemble(o, in.Targets, whole, nil); err == nil {
+	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}, whole, nil); err == nil {
 		t.Error("group_by project from summaries without it was accepted")
 	}
 	byQueue := summarizeParts(t, in, 0, 1000, nil, at(1000), []string{queuereport.KeyQueue}, 0)
 	o.GroupBy = []string{queuereport.KeyQueue}
-	if _, err := queuereport.Assemble(o, in.Targets, byQueue, nil); err == nil {
+	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{}, byQueue, nil); err == nil {
 		t.Error("summaries without pool were accepted: the reason shares are per pool")
 	}
 	o.GroupBy = nil
 	long := summarizeParts(t, in, 0, 1000, nil, at(1000), nil, 10*time.Minute)
-	if _, err := queuereport.Assemble(o, in.Targets, long, nil); err == nil {
+	if _, err := queuereport.Assemble(o, in.Targets, queuereport.ShareBase{Capacity: in.Capacity, ProjectWeights: in.ProjectWeights}, long, nil); err == nil {
 		t.Error("summaries listing waits from 10 min were accepted for objectives of 2 min")
 	}
 	if _, err := queuereport.Summarize(in, queuereport.Window{From: at(0), To: at(1000)}, at(900), nil, 0); err == nil {

@@ -53,6 +53,10 @@ import (
 // Group D: sample [600]; GPU-s 7200 / 39600; environment_not_ready 600.
 // Total: 10 jobs, samples [0, 0, 300, 600, 600, 900, 2100, 7200] → P50 rank 4 →
 // 600, P95 rank ⌈7.6⌉ = 8 → 7200; waits ended 10, cancelled 1 → 0.1; GPU-s 100500.
+// Pool shares: p1 and p2 have 8 GPUs each and the observed window is 28800 s,
+// 230400 GPU-s per pool: A 37800, C 32400, B 23100, D 7200 of it (0.1640625,
+// 0.140625, 0.10026…, 0.03125); qa's min_share 0.25 and max_share 0.5 are
+// reported on A and C.
 // Reason shares (per pool, events clipped to [0, 28800), GPU-s = s × GPUs):
 // p1 capacity_busy J1 1800 + J2 600 + J3 6900 + J4 900 + J7 300 = 10500 s,
 // 1800 + 600 + 13800 + 900 + 300 = 17400 GPU-s; reserved 1800 s = 1800 GPU-s;

@@ -25,6 +25,9 @@ func (c *computer) loadTargets() error {
 		if t.MaxWait < 0 {
 			return fmt.Errorf("targets: queue %q: max_wait must not be negative", t.Queue)
 		}
+		if err := t.checkShares(); err != nil {
+			return err
+		}
 		sum += t.ServiceShare
 	}
 	for _, t := range c.in.Targets {

@@ -26,6 +26,8 @@ func RenderReport(w io.Writer, r Report) error {
 		o.OvertakenThreshold, o.StarvationReleases, o.TierArrivalThreshold, floorLabel(o.StarvationMinWaitS))
 	rows := append(append([]Group(nil), r.Groups...), r.Total)
 	renderGroups(ew, o.GroupBy, rows)
+	renderQueuePoolShares(ew, o.GroupBy, r.Groups)
+	renderProjectShares(ew, o.GroupBy, r.Groups)
 	renderReasons(ew, o.GroupBy, rows)
 	renderStarving(ew, r)
 	renderStuck(ew, r)
@@ -52,6 +54,53 @@ func renderGroups(ew *errWriter, groupBy []string, rows []Group) {
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
 	ew.printf("(LONGEST + : still waiting at the end; SHARE: of the pool's GPU-seconds when grouped by pool)\n")
+}
+
+// renderQueuePoolShares writes each queue group's delivered share of the pools'
+// GPUs against its min_share and max_share, when some group has one.
+func renderQueuePoolShares(ew *errWriter, groupBy []string, groups []Group) {
+	has := false
+	for _, g := range groups {
+		has = has || g.PoolShare != nil || g.MinShare != nil || g.MaxShare != nil
+	}
+	if !has {
+		return
+	}
+	ew.printf("\nPool shares (time-averaged share of the pool's usable GPUs vs the queue's min_share and max_share):\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	writeRow(tw, append(keyHeads(groupBy), "POOL_SHARE", "MIN_SHARE", "MAX_SHARE", "STATUS"))
+	for _, g := range groups {
+		status := ""
+		switch {
+		case g.PoolShare == nil:
+		case g.MinShare != nil && *g.PoolShare < *g.MinShare:
+			status = "below min_share"
+			if g.StillWaiting == 0 {
+				status += " (no job left waiting)"
+			}
+		case g.MaxShare != nil && *g.PoolShare > *g.MaxShare:
+			status = "above max_share"
+		case g.MinShare != nil || g.MaxShare != nil:
+			status = "within"
+		}
+		writeRow(tw, append(keyCells(groupBy, g.Key), pct(g.PoolShare), pct(g.MinShare), pct(g.MaxShare), status))
+	}
+	ew.err = firstErr(ew.err, tw.Flush())
+}
+
+// renderProjectShares writes each project group's share of the report's
+// GPU-seconds against its fair-share entitlement, when grouped by project.
+func renderProjectShares(ew *errWriter, groupBy []string, groups []Group) {
+	if len(groups) == 0 || groups[0].ProjectTargetShare == nil {
+		return
+	}
+	ew.printf("\nProject fair shares (share of the report's GPU-seconds vs the fair-share weight's share):\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	writeRow(tw, append(keyHeads(groupBy), "PROJECT_SHARE", "FAIR_TARGET"))
+	for _, g := range groups {
+		writeRow(tw, append(keyCells(groupBy, g.Key), pct(g.ProjectShare), pct(g.ProjectTargetShare)))
+	}
+	ew.err = firstErr(ew.err, tw.Flush())
 }
 
 // renderReasons writes the time waited per reason, one column per reason

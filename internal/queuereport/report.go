@@ -58,6 +58,19 @@ type Group struct {
 	ServiceShare  *float64 `json:"service_share"`   // delivered share of the pool's (or the report's) GPU-seconds
 	TargetShare   *float64 `json:"target_share"`    // the queue's normalised ServiceShare (grouped by queue only)
 	ShareVsTarget *float64 `json:"share_vs_target"` // the whole queue's delivered share in the same scope / target_share
+	// PoolShare is the whole queue's time-averaged share of the pools' GPUs
+	// in the same scope (its GPU-seconds over capacity GPUs × observed
+	// window seconds), to hold against MinShare and MaxShare (grouped by
+	// queue, with the pools' capacity known).
+	PoolShare *float64 `json:"pool_share,omitempty"`
+	MinShare  *float64 `json:"min_share,omitempty"` // the queue's guaranteed fraction of each pool's GPUs, when it has one
+	MaxShare  *float64 `json:"max_share,omitempty"` // the queue's cap as a fraction of each pool's GPUs, when it has one
+	// ProjectShare is the whole project's share of the report's GPU-seconds
+	// (fair share counts usage across pools), and ProjectTargetShare its
+	// fair-share entitlement: its weight over the weights of the report's
+	// projects (grouped by project).
+	ProjectShare       *float64 `json:"project_share,omitempty"`
+	ProjectTargetShare *float64 `json:"project_target_share,omitempty"`
 
 	// WaitReasonSeconds maps a wait reason to the seconds of wait events clipped
 	// to the window; reasons with no time are left out.

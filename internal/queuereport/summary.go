@@ -539,8 +539,9 @@ type DetailFunc func(jobIDs []string) (map[string]JobDetail, error)
 // report on the same records. Errors: bad options (as Compute), summaries
 // that do not cover the window, are not grouped by every key opts.GroupBy
 // names or by pool (the reason shares are per pool), or list waits only
-// from longer than RequiredMinWait, bad targets, or details' error.
-func Assemble(opts Options, targets []QueueTarget, parts []*Summary, details DetailFunc) (Report, error) {
+// from longer than RequiredMinWait, bad targets, or details' error. base
+// holds the pools' capacity and the project weights the shares need.
+func Assemble(opts Options, targets []QueueTarget, base ShareBase, parts []*Summary, details DetailFunc) (Report, error) {
 	o, err := opts.normalized()
 	if err != nil {
 		return Report{}, err
@@ -574,7 +575,11 @@ func Assemble(opts Options, targets []QueueTarget, parts []*Summary, details Det
 	a.addGroups(m)
 	a.pools = summaryPoolTimes(m)
 	a.addWaits(parts)
-	return a.report(details)
+	r, err := a.report(details)
+	if err == nil {
+		setShares(&r, targets, base)
+	}
+	return r, err
 }
 
 // mergeShallow merges the parts' groups, leaving the waits to a waitCursor.
@@ -652,6 +657,9 @@ func newAssembler(o Options, targets []QueueTarget, end int64) (*assembler, erro
 		}
 		if t.MaxWait < 0 {
 			return nil, fmt.Errorf("targets: queue %q: max_wait must not be negative", t.Queue)
+		}
+		if err := t.checkShares(); err != nil {
+			return nil, err
 		}
 		a.maxWait[t.Queue] = int64(t.MaxWait)
 		sum += t.ServiceShare

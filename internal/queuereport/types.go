@@ -125,11 +125,14 @@ type Release struct {
 	GPUMilli int64     `json:"gpu_milli"`            // milli-GPU freed (informational; not used for matching)
 }
 
-// QueueTarget is a queue's configured service share and wait objective.
+// QueueTarget is a queue's configured service share, wait objective and
+// pool shares (scheduling.Queue).
 type QueueTarget struct {
 	Queue        string
 	ServiceShare float64       // relative weight of the queue's share of a pool; normalised over all targets
 	MaxWait      time.Duration // wait objective; 0 means none
+	MinShare     float64       // guaranteed fraction of each pool's GPUs (0..1); 0 means none
+	MaxShare     float64       // cap as a fraction of each pool's GPUs (0..1); 0 means none
 }
 
 // queueTargetJSON is QueueTarget's JSON form: the objective is in seconds.
@@ -137,11 +140,14 @@ type queueTargetJSON struct {
 	Queue        string  `json:"queue"`
 	ServiceShare float64 `json:"service_share"`
 	MaxWaitS     float64 `json:"max_wait_s"`
+	MinShare     float64 `json:"min_share,omitempty"`
+	MaxShare     float64 `json:"max_share,omitempty"`
 }
 
 // MarshalJSON writes the target with MaxWait in seconds (max_wait_s).
 func (q QueueTarget) MarshalJSON() ([]byte, error) {
-	return json.Marshal(queueTargetJSON{Queue: q.Queue, ServiceShare: q.ServiceShare, MaxWaitS: q.MaxWait.Seconds()})
+	return json.Marshal(queueTargetJSON{Queue: q.Queue, ServiceShare: q.ServiceShare, MaxWaitS: q.MaxWait.Seconds(),
+		MinShare: q.MinShare, MaxShare: q.MaxShare})
 }
 
 // UnmarshalJSON reads the form MarshalJSON writes.
@@ -150,7 +156,8 @@ func (q *QueueTarget) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*q = QueueTarget{Queue: v.Queue, ServiceShare: v.ServiceShare, MaxWait: time.Duration(math.Round(v.MaxWaitS * float64(time.Second)))}
+	*q = QueueTarget{Queue: v.Queue, ServiceShare: v.ServiceShare, MaxWait: time.Duration(math.Round(v.MaxWaitS * float64(time.Second))),
+		MinShare: v.MinShare, MaxShare: v.MaxShare}
 	return nil
 }
 
@@ -158,7 +165,37 @@ func (q *QueueTarget) UnmarshalJSON(b []byte) error {
 func TargetsOf(queues []scheduling.Queue) []QueueTarget {
 	out := make([]QueueTarget, 0, len(queues))
 	for _, q := range queues {
-		out = append(out, QueueTarget{Queue: q.Name, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait})
+		out = append(out, QueueTarget{Queue: q.Name, ServiceShare: q.ServiceShare, MaxWait: q.MaxWait,
+			MinShare: q.MinShare, MaxShare: q.MaxShare})
+	}
+	return out
+}
+
+// PoolCapacity is the GPUs a pool offers, the base of the queues' pool
+// shares: its usable GPUs (healthy, on schedulable nodes), as Plan counts
+// them for min_share and max_share, taken as constant over the window.
+type PoolCapacity struct {
+	Pool string  `json:"pool"`
+	GPUs float64 `json:"gpus"`
+}
+
+// CapacityOf returns the usable GPUs of each pool (healthy GPUs on
+// schedulable nodes), in the pools' order.
+func CapacityOf(pools []scheduling.Pool) []PoolCapacity {
+	out := make([]PoolCapacity, 0, len(pools))
+	for _, p := range pools {
+		var n float64
+		for _, nd := range p.Nodes {
+			if !nd.Schedulable {
+				continue
+			}
+			for _, g := range nd.GPUs {
+				if g.Healthy {
+					n++
+				}
+			}
+		}
+		out = append(out, PoolCapacity{Pool: p.Name, GPUs: n})
 	}
 	return out
 }
@@ -171,6 +208,20 @@ type Input struct {
 	WaitEvents []WaitEvent   `json:"wait_events"`
 	Releases   []Release     `json:"releases"`
 	Targets    []QueueTarget `json:"targets"`
+	// Capacity is each pool's usable GPUs, the base of pool_share; a pool
+	// not listed has no pool_share.
+	Capacity []PoolCapacity `json:"capacity,omitempty"`
+	// ProjectWeights are the projects' fair-share weights (the policy's
+	// fair_share.project_weights; a project not listed weighs 1), the base
+	// of project_target_share.
+	ProjectWeights map[string]float64 `json:"project_weights,omitempty"`
+}
+
+// ShareBase is what a report's shares are measured against besides the
+// queue targets: Input's Capacity and ProjectWeights, given to Assemble.
+type ShareBase struct {
+	Capacity       []PoolCapacity
+	ProjectWeights map[string]float64
 }
 
 // Window is the half-open time interval [From, To) a report covers.

@@ -41,15 +41,65 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 		p = &d
 	}
 	c := newCycle(s, p, now, slow)
+	if c.shares == nil || !c.shares.hasMin {
+		for r, pos := range c.order {
+			je := &c.jobs[pos]
+			je.rank = int32(r + 1)
+			c.serve(je)
+		}
+		c.nextEvaluations()
+		return c.res
+	}
+	// Queue minimums (docs/design.md §4): production jobs and the jobs of
+	// queues below their min_share in their pool are served first, in rank
+	// order; whether a queue is below its minimum is read when its job comes
+	// up, so the queue stops being served first as soon as this cycle's
+	// placements bring it to its minimum. The others follow in rank order.
+	// A job the first pass leaves is never served first later in the cycle
+	// (use only grows within a cycle).
+	deferred := make([]int32, 0, len(c.order))
 	for r, pos := range c.order {
 		je := &c.jobs[pos]
-		je.rank, je.prevInPool = int32(r+1), -1
-		if ps := je.ps; ps != nil {
-			je.prevInPool, ps.lastRanked = ps.lastRanked, pos
+		je.rank = int32(r + 1)
+		if !je.firstPass() {
+			deferred = append(deferred, pos)
+			continue
 		}
-		c.decide(je)
+		if je.tier != vocab.TierProduction {
+			c.prios[je.rank-1].MinShareBoost = je.share.boostNote()
+		}
+		c.serve(je)
 	}
+	// The aging clause compares a job with the one served before it; a
+	// deferred job can overtake only deferred jobs by aging.
+	for _, ps := range c.cap.sorted {
+		ps.lastRanked = -1
+	}
+	for _, pos := range deferred {
+		c.serve(&c.jobs[pos])
+	}
+	c.nextEvaluations()
 	return c.res
+}
+
+// serve decides a job as the next one of the cycle: its place among its
+// pool's jobs in the serving order (Placement.Rank, WaitStatus.Rank) and the
+// job served before it in its pool.
+func (c *cycle) serve(je *jobEntry) {
+	je.prevInPool = -1
+	if ps := je.ps; ps != nil {
+		je.prevInPool, ps.lastRanked = ps.lastRanked, je.pos
+		ps.ranked++
+		je.poolRank = ps.ranked
+	} else {
+		if c.unknownPools == nil {
+			c.unknownPools = make(map[string]int32)
+		}
+		name := je.job.Request.Pool
+		c.unknownPools[name]++
+		je.poolRank = c.unknownPools[name]
+	}
+	c.decide(je)
 }
 
 // jobEntry is one pending job of the cycle. cycle.jobs is in Snapshot.Pending
@@ -66,8 +116,12 @@ type jobEntry struct {
 	ps      *poolState // the requested pool; nil when unknown
 	sh      *shapeInfo // the request's shape in ps; nil when not needed
 	qrow    *quotaRow  // the project's quota in ps; nil when unlimited
-	rank    int32      // 1-based, set when the job is decided
-	pos     int32      // index in cycle.jobs
+	share   *shareRow  // the queue's service share in ps; nil when the queue has none
+	rank    int32      // 1-based score rank (index into cycle.prios + 1), set when the job is decided
+	// poolRank is the job's 1-based place among its pool's jobs in the
+	// serving order (Placement.Rank, WaitStatus.Rank).
+	poolRank int32
+	pos      int32 // index in cycle.jobs
 	// prevInPool is the entry of the next higher-ranked job of the same pool
 	// (−1 when none), for the "when aging lifts rank above" clause.
 	prevInPool int32
@@ -84,23 +138,27 @@ const (
 
 // cycle is the working state of one Plan call.
 type cycle struct {
-	s       *Snapshot
-	p       *Policy
-	now     time.Time
-	cap     *capacityIndex
-	quota   *quotaState
-	queues  map[string]*Queue
-	victims *victimIndex // built beside ranking when preemption is on, else on first need
-	jobs    []jobEntry   // in Snapshot.Pending order
-	prios   []Priority   // by rank
-	aging   []agingRule  // by rank
-	order   []int32      // Snapshot.Pending index by rank
-	res     *Result
-	keyBuf  []byte
-	models  []string
-	freed   []int32
-	scratch []int32
-	textBuf []byte
+	s      *Snapshot
+	p      *Policy
+	now    time.Time
+	cap    *capacityIndex
+	quota  *quotaState
+	queues map[string]*Queue
+	shares *shareState // queue service shares; nil when no queue has one
+	// unknownPools counts, per pool the inventory lacks, its jobs decided
+	// so far (their pool ranks).
+	unknownPools map[string]int32
+	victims      *victimIndex // built beside ranking when preemption is on, else on first need
+	jobs         []jobEntry   // in Snapshot.Pending order
+	prios        []Priority   // by rank
+	aging        []agingRule  // by rank
+	order        []int32      // Snapshot.Pending index by rank
+	res          *Result
+	keyBuf       []byte
+	models       []string
+	freed        []int32
+	scratch      []int32
+	textBuf      []byte
 	// projects caches project lookups (project); last* remembers the latest.
 	projects        map[string]*projectInfo
 	lastProject     *projectInfo
@@ -129,6 +187,7 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 		ps.slow = slow
 	}
 	c.quota = newQuotaState(s, c.cap, runningProjects(s))
+	c.shares = newShareState(s, c.queues, c.cap)
 	for _, ps := range c.cap.sorted {
 		ps.quota = c.quota.pools[ps.name]
 	}
@@ -210,6 +269,7 @@ func (c *cycle) fillEntry(je *jobEntry, j *PendingJob, ps *poolState) {
 		return
 	}
 	je.sh = c.shape(ps, &j.Request)
+	je.share = c.shares.entryRow(c.queues, j.Queue, ps)
 	if ps.quota == nil {
 		return
 	}
@@ -233,7 +293,8 @@ func (c *cycle) shape(ps *poolState, r *ResourceRequest) *shapeInfo {
 
 // decide places one job or records its wait reason. Reasons are decided in
 // this precedence: held > pool_unavailable > environment_not_ready >
-// preemption_in_progress > no_matching_capacity > quota_exhausted >
+// preemption_in_progress > no_matching_capacity > quota_exhausted (the
+// project's quota, then the queue's max_share) >
 // reserved_for_higher_priority > fragmented > capacity_busy.
 func (c *cycle) decide(je *jobEntry) {
 	ps, sh := je.ps, je.sh
@@ -280,6 +341,11 @@ func (c *cycle) decide(je *jobEntry) {
 		w.Releases = c.quotaReleases(ps, qv.row, canBorrow(je.tier), je.need)
 		return
 	}
+	if je.share.overCap(je.need) {
+		d, re := je.share.capStatus(je.need)
+		c.wait(je, vocab.ReasonQuotaExhausted, d, re, "")
+		return
+	}
 	if !sh.noFitFree {
 		if ch, ok := ps.search(sh, searchFree); ok {
 			c.place(je, ps, sh, ch, qv)
@@ -294,8 +360,9 @@ func (c *cycle) decide(je *jobEntry) {
 func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv quotaVerdict) {
 	ps.apply(sh, ch)
 	ps.quota.charge(qv.row, qv.need)
+	je.share.charge(je.need)
 	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
-		Rank: int(je.rank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
+		Rank: int(je.poolRank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
 	if len(ch.gpus) > 0 {
 		pl.GPUs = make([]GPUShare, len(ch.gpus))
 		for i, gi := range ch.gpus {
@@ -344,13 +411,17 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 			detail += "; " + phrase
 		}
 	}
+	var ot *Overtake
 	if above >= 0 && c.p.Aging.Enabled {
-		if at, ok := c.overtakeTime(je, &c.jobs[above]); ok {
-			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
+		ot = c.overtake(je, &c.jobs[above])
+		if ot.Never {
+			reEval = appendNeverClause(reEval, ot)
+		} else {
+			reEval = appendAgingClause(reEval, ot.At, ot.AheadJobID)
 		}
 	}
 	w := c.wait(je, rc.reason, detail, reEval, blocking)
-	w.Suggestions, w.Releases = suggest, releases
+	w.Suggestions, w.Releases, w.Overtake = suggest, releases, ot
 }
 
 // capacityReason returns reserved_for_higher_priority (fits only on reserved
@@ -396,6 +467,42 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 // (suggestions, releases).
 func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) *WaitStatus {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
-		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.rank), Priority: c.prios[je.rank-1]})
+		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.poolRank), Priority: c.prios[je.rank-1]})
 	return &c.res.Waiting[len(c.res.Waiting)-1]
+}
+
+// nextEvaluations dates every wait status's next re-evaluation once the
+// cycle has decided all jobs (so that every part of a status, its expected
+// releases included, is known): the earliest of its aging overtake and its
+// earliest expected release still in the future, else the next timer cycle
+// (Snapshot.CycleIntervalSeconds after now; left zero when that is 0).
+func (c *cycle) nextEvaluations() {
+	var timer time.Time
+	if iv := c.s.CycleIntervalSeconds; iv > 0 {
+		timer = c.now.Add(time.Duration(iv * float64(time.Second)))
+	}
+	for i := range c.res.Waiting {
+		c.res.Waiting[i].Next = nextEvaluation(&c.res.Waiting[i], c.now, timer)
+	}
+}
+
+// nextEvaluation is one status's next re-evaluation (see nextEvaluations);
+// timer is the next timer cycle, zero when unknown.
+func nextEvaluation(w *WaitStatus, now, timer time.Time) NextEvaluation {
+	var next NextEvaluation
+	if ot := w.Overtake; ot != nil && !ot.Never && ot.At.After(now) {
+		next = NextEvaluation{At: ot.At, Kind: vocab.NextEvalAgingOvertake}
+	}
+	for _, r := range w.Releases { // earliest first: the first future one
+		if r.ExpectedEnd.After(now) {
+			if next.At.IsZero() || r.ExpectedEnd.Before(next.At) {
+				next = NextEvaluation{At: r.ExpectedEnd, Kind: vocab.NextEvalReleaseEstimate, Estimate: true}
+			}
+			break
+		}
+	}
+	if next.At.IsZero() && !timer.IsZero() {
+		next = NextEvaluation{At: timer, Kind: vocab.NextEvalTimer}
+	}
+	return next
 }

@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"math"
 	"math/rand"
 	"reflect"
 	"slices"
@@ -47,6 +48,16 @@ func randomSnapshot(rng *rand.Rand) *Snapshot {
 		}
 		if rng.Intn(10) == 0 {
 			s.Running[i].RecentPreemptions = []time.Time{t0.Add(-time.Hour), t0.Add(-2 * time.Hour), t0.Add(-3 * time.Hour)}
+		}
+	}
+	if rng.Intn(2) == 0 { // queue service shares
+		for i := range s.Queues {
+			switch rng.Intn(3) {
+			case 0:
+				s.Queues[i].MinShare = 0.05 * float64(1+rng.Intn(4))
+			case 1:
+				s.Queues[i].MaxShare = 0.1 * float64(1+rng.Intn(6))
+			}
 		}
 	}
 	return s
@@ -227,13 +238,21 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 		pending[s.Pending[i].ID] = &s.Pending[i]
 	}
 	seen := map[string]bool{}
-	ranks := map[int]bool{}
+	type poolRank struct {
+		pool string
+		rank int
+	}
+	ranks := map[poolRank]bool{} // ranks are per pool
+	perPool := map[string]int{}
+	for _, j := range s.Pending {
+		perPool[j.Request.Pool]++
+	}
 	for _, pl := range res.Placements {
 		j := pending[pl.JobID]
-		if j == nil || seen[pl.JobID] || ranks[pl.Rank] {
-			return fmt.Errorf("placement %s: unknown or repeated", pl.JobID)
+		if j == nil || seen[pl.JobID] || ranks[poolRank{pl.Pool, pl.Rank}] || pl.Rank < 1 || pl.Rank > perPool[pl.Pool] {
+			return fmt.Errorf("placement %s: unknown or repeated, or rank %d outside its pool's", pl.JobID, pl.Rank)
 		}
-		seen[pl.JobID], ranks[pl.Rank] = true, true
+		seen[pl.JobID], ranks[poolRank{pl.Pool, pl.Rank}] = true, true
 		if err := checkPlacement(j, pl, gpus); err != nil {
 			return err
 		}
@@ -258,10 +277,14 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 		rankOf[pl.JobID] = pl.Rank
 	}
 	for _, w := range res.Waiting {
-		if pending[w.JobID] == nil || seen[w.JobID] || ranks[w.Rank] {
+		j := pending[w.JobID]
+		if j == nil || seen[w.JobID] {
 			return fmt.Errorf("wait %s: unknown or repeated", w.JobID)
 		}
-		seen[w.JobID], ranks[w.Rank] = true, true
+		if pr := (poolRank{j.Request.Pool, w.Rank}); ranks[pr] || w.Rank < 1 || w.Rank > perPool[pr.pool] {
+			return fmt.Errorf("wait %s: rank %d repeated or outside pool %q's %d jobs", w.JobID, w.Rank, pr.pool, perPool[pr.pool])
+		}
+		seen[w.JobID], ranks[poolRank{j.Request.Pool, w.Rank}] = true, true
 		if !slices.Contains(vocab.WaitReasons, w.Reason) || w.Detail == "" || w.ReEvaluate == "" {
 			return fmt.Errorf("wait %s: bad status %+v", w.JobID, w)
 		}
@@ -273,7 +296,54 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 	if len(seen) != len(s.Pending) {
 		return fmt.Errorf("%d of %d jobs have an outcome", len(seen), len(s.Pending))
 	}
+	if err := checkShareCaps(s, res); err != nil {
+		return err
+	}
 	return checkProposals(s, p, res)
+}
+
+// checkShareCaps verifies that no queue with a max_share was placed past
+// its cap in a pool: its running allocations plus this cycle's placements
+// stay within MaxShare of the pool's usable GPUs.
+func checkShareCaps(s *Snapshot, res *Result) error {
+	capOf := map[string]int64{}
+	for _, p := range s.Pools {
+		for _, n := range p.Nodes {
+			for _, g := range n.GPUs {
+				if g.Healthy && n.Schedulable {
+					capOf[p.Name] += MilliPerGPU
+				}
+			}
+		}
+	}
+	queues := map[string]Queue{}
+	for _, q := range s.Queues {
+		queues[q.Name] = q
+	}
+	used, placed := map[[2]string]int64{}, map[[2]string]int64{}
+	for _, r := range s.Running {
+		for _, g := range r.Allocation.GPUs {
+			used[[2]string{r.Queue, r.Allocation.Pool}] += int64(g.Milli)
+		}
+	}
+	pending := map[string]*PendingJob{}
+	for i := range s.Pending {
+		pending[s.Pending[i].ID] = &s.Pending[i]
+	}
+	for _, pl := range res.Placements {
+		j := pending[pl.JobID]
+		placed[[2]string{j.Queue, pl.Pool}] += j.Request.TotalMilli()
+	}
+	for k, m := range placed {
+		q, ok := queues[k[0]]
+		if !ok || q.MaxShare <= 0 {
+			continue
+		}
+		if limit := int64(math.Round(q.MaxShare * float64(capOf[k[1]]))); used[k]+m > limit {
+			return fmt.Errorf("queue %s placed %d milli in pool %s over its max_share %v (%d held, cap %d)", k[0], m, k[1], q.MaxShare, used[k], limit)
+		}
+	}
+	return nil
 }
 
 // checkPlacement verifies that a placement honours its request.

@@ -214,6 +214,18 @@ type Queue struct {
 	MaxWait      time.Duration // wait objective; 0 means none
 	LowRisk      bool          // victims in this queue may be preempted in the trial stage
 	Protected    bool          // jobs in this queue are never preempted or reclaimed
+	// MinShare is the fraction (0..1) of each pool's usable GPUs (healthy,
+	// on schedulable nodes) guaranteed to the queue while it has demand
+	// (Kueue's nominal quota, KAI's deserved quota): while the queue's
+	// allocations in a pool hold less, Plan serves its jobs there before
+	// the non-production jobs of queues at or above their minimum
+	// (docs/design.md §4, "Queue service shares"). It orders; it never
+	// preempts. 0 means no guarantee.
+	MinShare float64
+	// MaxShare caps the queue's allocations in each pool at this fraction
+	// (0 < MaxShare ≤ 1) of the pool's usable GPUs: a job that would pass
+	// it waits with quota_exhausted naming the cap. 0 means no cap.
+	MaxShare float64
 }
 
 // ProjectUsage is a project's decayed GPU usage, the input to the fair-share factor.
@@ -243,4 +255,8 @@ type Snapshot struct {
 	Queues            []Queue
 	Usage             []ProjectUsage
 	ProtectionWindows []ProtectionWindow
+	// CycleIntervalSeconds is the scheduler's timer period: a cycle runs at
+	// the latest this long after the snapshot's instant without a signal.
+	// It dates the "timer" next re-evaluation; 0 means unknown (none given).
+	CycleIntervalSeconds float64
 }

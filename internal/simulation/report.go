@@ -237,7 +237,8 @@ func (e *engine) serviceReports() (in queuereport.Input, window queuereport.Wind
 // targets. A pod the trace never scheduled is deleted by its owner at its
 // deletion time (Cancelled), while waiting or after running.
 func (e *engine) serviceRecords() queuereport.Input {
-	in := queuereport.Input{Releases: e.releases, Targets: queuereport.TargetsOf(e.cfg.Queues)}
+	in := queuereport.Input{Releases: e.releases, Targets: queuereport.TargetsOf(e.cfg.Queues), Capacity: queuereport.CapacityOf(e.pools),
+		ProjectWeights: e.cfg.ProjectWeights}
 	for _, j := range e.jobs {
 		if j.state == stFuture {
 			continue
@@ -458,8 +459,23 @@ func (e *engine) fillStarvedAndUnfinished(r *Report, starving []queuereport.Star
 func (e *engine) assumptions(r *Report) []string {
 	c := e.cfg
 	var objectives []string
+	var shares []string
 	for _, q := range c.Queues {
 		objectives = append(objectives, fmt.Sprintf("%s %ds", q.Name, int64(q.MaxWait/time.Second)))
+		if q.MinShare > 0 {
+			shares = append(shares, fmt.Sprintf("%s min_share %g", q.Name, q.MinShare))
+		}
+		if q.MaxShare > 0 {
+			shares = append(shares, fmt.Sprintf("%s max_share %g", q.Name, q.MaxShare))
+		}
+	}
+	sharesText := "no queue has a min_share or max_share"
+	if len(shares) > 0 {
+		sharesText = "pool shares (fractions of the pool's usable GPUs) " + strings.Join(shares, ", ")
+	}
+	fairText := "equal fair shares"
+	if len(c.ProjectWeights) > 0 {
+		fairText = "fair-share weights from the policy's fair_share.project_weights (a project not listed weighs 1)"
 	}
 	var tiers []string
 	for _, t := range c.Recovery.Tiers {
@@ -473,11 +489,11 @@ func (e *engine) assumptions(r *Report) []string {
 		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
 			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
 		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim saves no checkpoint on the way out and is requeued keeping its submit time and aging; its effective run loss is the service's formula (lost since the last periodic checkpoint + save/restore, 0 without a save after the notice, + recompute), per GPU held. Recompute is the time its next run takes to be back at the step of the notice: %g s restore plus the lost seconds, counted when that run gets there (preemptions whose next run does not are counted in recompute_unmeasured); its remaining run time grows by the restore and lost seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
-		fmt.Sprintf("Projects are not in the trace: pods are hashed into %d projects (FNV-1a of the pod name, project-NN) with equal fair shares; the trace has no quotas, so only the policy file's apply.", c.Projects),
-		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s.", strings.Join(objectives, ", ")),
+		fmt.Sprintf("Projects are not in the trace: pods are hashed into %d projects (FNV-1a of the pod name, project-NN) with %s; the trace has no quotas, so only the policy file's apply.", c.Projects, fairText),
+		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s; %s.", strings.Join(objectives, ", "), sharesText),
 		fmt.Sprintf("Nodes form one pool %q; GPU UUIDs are synthetic (GPU-<sn>-<i>); GPU memory of the undisclosed models is assumed (G1 32768, G2 and G3 81920 MiB); 8-GPU V100 and G-model nodes are one NVLink domain each; multi-GPU pods need one node.", c.PoolName),
 		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
-		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitChanged and NotYetEvaluatedSince, combined in WaitTransition: a new event when a cycle's reason or detail changes, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
+		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitChanged, WaitRefreshed and NotYetEvaluatedSince, combined in WaitTransition: a new event when a cycle's reason changes, the open event's detail refreshed in place when only its quantities change, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
 		"Wait percentiles are nearest-rank (the ceil(p/100·n)-th smallest wait); the sim percentiles cover the first waits of jobs scheduled in the trace that started in the simulation, the trace percentiles those jobs' scheduled_time − creation_time.",
 		"gpu_utilization is allocated GPU-seconds (a share of g milli-GPU counts g/1000) over GPUs × span, the span running from the first arrival to the last event.",
 		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, when it was still waiting at the end (never started, or never resumed after a preemption), or when queuereport's starvation signals fired in one of its waits: overtaken by ≥ %d later job of the pool that fit the same GPUs, ≥ %d releases of matching GPUs, or ≥ %d arrivals of higher tiers.",

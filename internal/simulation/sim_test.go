@@ -430,6 +430,34 @@ func BenchmarkSimulateDefaultTrace(b *testing.B) {
 	}
 }
 
+// TestMinShareInSimulation replays testdata/pods_minshare.csv on two T4s: a
+// key-project stream (k1–k8, 100 s each, two at a time) keeps both GPUs
+// busy while experiment job x (arriving at 5, 300 s) waits. Without a
+// min_share x starts only when the stream is done, at 400 (wait 395); with
+// the experiment queue's min_share 0.5 (1 of the 2 GPUs) it takes the first
+// GPU freed after its arrival, at 100 (wait 95), and the stream runs on the
+// other GPU. The simulator's Plan reads the queue shares from Config.Queues.
+func TestMinShareInSimulation(t *testing.T) {
+	in := readInput(t, "testdata/nodes_two_t4.csv", "testdata/pods_minshare.csv")
+	run := func(minShare float64) Group {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.Recovery.Probability = 0
+		for i := range cfg.Queues {
+			if cfg.Queues[i].Tier == vocab.TierExperiment {
+				cfg.Queues[i].MinShare = minShare
+			}
+		}
+		r, err := Run(in, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return groupOf(t, r, "experiment")
+	}
+	eq(t, "experiment wait without min_share", run(0).WaitMaxS, 395)
+	eq(t, "experiment wait with min_share 0.5", run(0.5).WaitMaxS, 95)
+}
+
 // TestDeclaredRunSeconds checks that each simulated job declares the run
 // time the replay submits as run_seconds (the trace's run time; deletion −
 // creation for a pod never scheduled; at least 1 s), which its running job

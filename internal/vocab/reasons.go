@@ -105,7 +105,7 @@ var Reasons = []ReasonInfo{
 	{Code: ReasonEnvironmentNotReady, Meaning: "a prerequisite is not ready",
 		NextAction: "fix the prerequisite", Group: GroupEnvironmentOperator},
 	{Code: ReasonQuotaExhausted, Meaning: "the project's or queue's quota or service share in this pool is used",
-		NextAction: "quota adjustment or wait for the project's own jobs to end", TimeCanChange: true, EarnsAging: true, Group: GroupQuota},
+		NextAction: "quota (or the queue's max_share) adjustment, or wait for the project's (or queue's) own jobs to end", TimeCanChange: true, EarnsAging: true, Group: GroupQuota},
 	{Code: ReasonNoMatchingCapacity, Meaning: "no node in the pool could run the job even if empty (model, memory, count, topology)",
 		NextAction: "fix the request; waiting will not help", Group: GroupFragmentationSpec},
 	{Code: ReasonFragmented, Meaning: "enough matching GPUs are free in total, but not together as the topology asks",

@@ -144,17 +144,19 @@ func LoadFixture(t testing.TB) Fixture {
 }
 
 // Queues are the queues RandomInput uses, with their tiers; Targets are their
-// targets (qd has none).
+// targets (qd has none), with pool shares for qa and qc.
 var (
 	Queues = []struct {
 		Name string
 		Tier vocab.Tier
 	}{{"qa", vocab.TierStandard}, {"qb", vocab.TierProduction}, {"qc", vocab.TierExperiment}, {"qd", vocab.TierKeyProject}}
 	Targets = []queuereport.QueueTarget{
-		{Queue: "qa", ServiceShare: 3, MaxWait: 300 * time.Second},
+		{Queue: "qa", ServiceShare: 3, MaxWait: 300 * time.Second, MinShare: 0.2, MaxShare: 0.6},
 		{Queue: "qb", ServiceShare: 1, MaxWait: 120 * time.Second},
-		{Queue: "qc", ServiceShare: 0},
+		{Queue: "qc", ServiceShare: 0, MaxShare: 0.3},
 	}
+	// Capacity is RandomInput's pool capacity: pool q is not listed (no pool share there).
+	Capacity = []queuereport.PoolCapacity{{Pool: "p", GPUs: 8}}
 	// Pools are RandomInput's pools; Models the GPU models of their nodes.
 	Pools  = []string{"p", "q"}
 	Models = []string{"A", "B"}
@@ -172,7 +174,8 @@ var (
 func RandomInput(rng *rand.Rand, n int, t0 time.Time, unit time.Duration) queuereport.Input {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s) * unit) }
 	atp := func(s float64) *time.Time { t := at(s); return &t }
-	in := queuereport.Input{Targets: append([]queuereport.QueueTarget(nil), Targets...)}
+	in := queuereport.Input{Targets: append([]queuereport.QueueTarget(nil), Targets...),
+		Capacity: append([]queuereport.PoolCapacity(nil), Capacity...), ProjectWeights: map[string]float64{"vision": 3}}
 	modelSets := [][]string{nil, {"A"}, {"B"}, {"A", "B"}}
 	events := func(id string, a, b float64, open bool) {
 		for t := a; ; {
