@@ -30,7 +30,8 @@ const (
 	AuditDenyQuotaRequest    = "deny_quota_request"    // subject the request ID; evidence: the quota (unchanged) and what was wanted
 )
 
-// MaxQuotaText bounds a quota change's reason and a decision's comment, in bytes.
+// MaxQuotaText bounds a quota change's reason and a decision's comment, in
+// bytes; the reasons the store composes from them are cut to it (clipText).
 const MaxQuotaText = 1024
 
 // QuotaChange is one quota to set: the project's nominal quota and borrowing
@@ -108,6 +109,24 @@ func textField(field, v string) error {
 		return invalidf(field, "%s is not valid UTF-8", field)
 	}
 	return nil
+}
+
+// clipMarker ends a text clipText cut.
+const clipMarker = "…"
+
+// clipText bounds a reason the store composes from bounded parts (an
+// approval's comment and the request's reason, a quota change's reason
+// with who set it) to MaxQuotaText bytes, as each audited reason is: a
+// longer one is cut at a rune boundary and ends with clipMarker.
+func clipText(v string) string {
+	if len(v) <= MaxQuotaText {
+		return v
+	}
+	end := MaxQuotaText - len(clipMarker)
+	for end > 0 && !utf8.RuneStart(v[end]) {
+		end--
+	}
+	return v[:end] + clipMarker
 }
 
 // knownPoolTx returns an ErrInvalid naming "pool" unless the pool exists.
@@ -204,7 +223,7 @@ func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]
 			ON CONFLICT (hash) DO NOTHING`, res.Policy, derived.Canonical(), activeHash, base); err != nil {
 			return nil, err
 		}
-		why := fmt.Sprintf("quota of %s in %s set by %s: %s", c.Project, c.Pool, c.Actor, c.Reason)
+		why := clipText(fmt.Sprintf("quota of %s in %s set by %s: %s", c.Project, c.Pool, c.Actor, c.Reason))
 		if err := activatePolicyTx(ctx, tx, res.Policy, c.Actor, why); err != nil {
 			return nil, err
 		}
@@ -360,7 +379,8 @@ func (s *Store) ListQuotaRequests(ctx context.Context, f QuotaRequestFilter) ([]
 // comment, in one transaction. Approval sets the quota as SetQuota does
 // (the asked nominal quota; the asked borrowing limit, or the current one
 // when the request names none, 0 for a project without a quota), with the
-// request's ID in the set_quota evidence, and audits
+// request's ID in the set_quota evidence and as reason "quota request <id>
+// approved: <comment> (asked: <reason>)", cut to MaxQuotaText, and audits
 // AuditApproveQuotaRequest with before and after; denial changes no quota
 // and audits AuditDenyQuotaRequest. It returns the decided request and, for
 // an approval, what the quota change did. Errors: an empty actor or
@@ -409,7 +429,7 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 			}
 			change, err = setQuotaTx(ctx, tx, QuotaChange{Pool: r.Pool, Project: r.Project, NominalMilli: r.NominalMilli,
 				BorrowingLimitMilli: borrow, Actor: actor,
-				Reason: fmt.Sprintf("quota request %s approved: %s (asked: %s)", id, comment, r.Reason)},
+				Reason: clipText(fmt.Sprintf("quota request %s approved: %s (asked: %s)", id, comment, r.Reason))},
 				map[string]any{"request_id": id})
 			if err != nil {
 				return err

@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -250,5 +252,34 @@ func TestSetQuotaDerivesFromTheExamplePolicy(t *testing.T) {
 	got.Quotas = nil
 	if got.Hash() != p.Hash() {
 		t.Fatal("the derived version differs from the example beyond its quotas")
+	}
+}
+
+// TestApprovalReasonIsBounded: approving a request whose reason and comment
+// each take MaxQuotaText bytes audits the quota change and the policy switch
+// with reasons of at most MaxQuotaText bytes, valid UTF-8, marked as cut.
+func TestApprovalReasonIsBounded(t *testing.T) {
+	t.Parallel()
+	s, _ := quotaStore(t)
+	ctx := context.Background()
+	long := strings.Repeat("é", store.MaxQuotaText/2) // 2-byte runes: a cut could split one
+	r, err := s.CreateQuotaRequest(ctx, store.NewQuotaRequest{Pool: "p", Project: "vision", NominalMilli: 2000, Reason: long, Actor: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.DecideQuotaRequest(ctx, r.ID, true, "root", "x"+long[2:]); err != nil {
+		t.Fatal(err)
+	}
+	set, _ := s.AuditFor(ctx, "p/vision", 0)
+	active, _ := s.ActivePolicyHash(ctx)
+	switched, _ := s.AuditFor(ctx, active, 0)
+	if len(set) != 1 || len(switched) != 1 {
+		t.Fatalf("audit: set_quota %+v, activate_policy %+v", set, switched)
+	}
+	for _, e := range []store.AuditEntry{set[0], switched[0]} {
+		if len(e.Reason) > store.MaxQuotaText || !utf8.ValidString(e.Reason) || !strings.HasSuffix(e.Reason, "…") ||
+			!strings.Contains(e.Reason, r.ID) {
+			t.Fatalf("%s reason (%d bytes) %q, want at most %d bytes, cut with …", e.Action, len(e.Reason), e.Reason, store.MaxQuotaText)
+		}
 	}
 }
