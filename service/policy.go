@@ -140,7 +140,8 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 // ActivatePolicyVersion, which audits the switch), the low-risk flags and
 // the queues (when p names queues; at start, without any, the default
 // queues are created in an empty store), the quotas (store.SyncQuotas: the
-// stored quotas become p's, each change audited), and the pool stages; p
+// stored quotas become the active version's — p's, unless a quota change
+// derived a version from it since — each change audited), and the pool stages; p
 // is then the policy in force. It returns the first store error.
 func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
 	hash := p.Hash()
@@ -173,8 +174,9 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 			s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
 		}
 	}
-	// The stored quotas (what the snapshot reads) are the version's, exactly.
-	if _, err := s.store.SyncQuotas(ctx, p.SchedulingQuotas(), PolicyActor, reason); err != nil {
+	// The stored quotas (what the snapshot reads) are the active version's,
+	// exactly: p's, or the one a quota change derived from it meanwhile.
+	if _, err := s.store.SyncQuotas(ctx, PolicyActor, reason); err != nil {
 		return fmt.Errorf("quotas: %w", err)
 	}
 	// Usage decays as the policy's fair share says, in the store's charges

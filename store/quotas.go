@@ -167,43 +167,56 @@ func quotaDoc(q *scheduling.Quota) map[string]any {
 // active policy version that concurrent switches keep moving.
 const maxActiveLockAttempts = 32
 
-// setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
-func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
-	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
-		return nil, err
-	}
-	var activeHash, base string
+// lockActiveVersionTx locks the active policy version's row in tx (FOR
+// UPDATE: no other switch, quota change or quota sync commits until tx
+// ends) and returns its hash, its base hash (its own for a file-loaded
+// version) and its decoded policy. Errors: no active version (ErrNotFound),
+// a body that does not decode to its hash, database errors.
+func lockActiveVersionTx(ctx context.Context, tx pgx.Tx) (hash, base string, p *policy.Policy, err error) {
 	var body []byte
-	var err error
 	// A concurrent switch (another quota change, a reload) that commits
 	// while this lock waits leaves the locked row inactive, and the
 	// statement then returns no row: a fresh statement sees the new active
 	// version, unless there is none at all.
 	for range maxActiveLockAttempts {
 		err = tx.QueryRow(ctx, `SELECT hash, body, coalesce(base_hash, hash) FROM policy_versions WHERE active FOR UPDATE`).
-			Scan(&activeHash, &body, &base)
+			Scan(&hash, &body, &base)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
 		var exists bool
 		if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM policy_versions WHERE active)`).Scan(&exists); qerr != nil {
-			return nil, qerr
+			return "", "", nil, qerr
 		} else if !exists {
 			break
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil, fmt.Errorf("no active policy version: %w", ErrNotFound)
+	}
+	if err != nil {
+		return "", "", nil, err
+	}
+	if p, err = policy.FromCanonical(body); err != nil {
+		return "", "", nil, fmt.Errorf("active policy version %s: %w", hash, err)
+	}
+	if p.Hash() != hash {
+		return "", "", nil, fmt.Errorf("active policy version %s decodes to %s: it cannot be derived from exactly", hash, p.Hash())
+	}
+	return hash, base, p, nil
+}
+
+// setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
+func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
+	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
+		return nil, err
+	}
+	activeHash, base, active, err := lockActiveVersionTx(ctx, tx)
+	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("no active policy version to derive the quota change from (serve stores one at start): %w", ErrConflict)
 	}
 	if err != nil {
 		return nil, err
-	}
-	active, err := policy.FromCanonical(body)
-	if err != nil {
-		return nil, fmt.Errorf("active policy version %s: %w", activeHash, err)
-	}
-	if active.Hash() != activeHash {
-		return nil, fmt.Errorf("active policy version %s decodes to %s: it cannot be derived from exactly", activeHash, active.Hash())
 	}
 	before, err := storedQuotaTx(ctx, tx, c.Pool, c.Project)
 	if err != nil {
@@ -454,22 +467,32 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 	return &out, change, nil
 }
 
-// SyncQuotas makes the stored quotas exactly quotas (the active policy
-// version's, docs/design.md §4): it deletes the stored quotas the list
-// leaves out, inserts or updates the others, and audits each quota that
-// changed (AuditSetQuota, actor and reason as given, before and after; after
-// null for a removed quota, which leaves the project unlimited in the pool),
-// in one transaction. It returns the changed pairs as "pool/project",
-// sorted. Repeating the call changes nothing. A duplicate (project, pool)
-// pair keeps its first entry, as the scheduler does. Errors are wrapped
+// SyncQuotas makes the stored quotas (what the snapshot reads) exactly the
+// active policy version's (docs/design.md §4), read with that version's
+// row locked in the same transaction: a quota change (SetQuota, an
+// approval) that committed after the caller activated a version derived
+// its own version from it, which is then the active one, and is kept. It
+// deletes the stored quotas the version leaves out, inserts or updates the
+// others, and audits each quota that changed (AuditSetQuota, actor and
+// reason as given, before and after, and the policy hash; after null for a
+// removed quota, which leaves the project unlimited in the pool), in one
+// transaction. It returns the changed pairs as "pool/project", sorted.
+// Repeating the call changes nothing. A duplicate (project, pool) pair
+// keeps its first entry, as the scheduler does. Errors: an empty actor
+// (ErrInvalid), no active version (ErrNotFound), database errors; wrapped
 // with "sync quotas".
-func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor, reason string) ([]string, error) {
+func (s *Store) SyncQuotas(ctx context.Context, actor, reason string) ([]string, error) {
 	if err := required("actor", actor); err != nil {
 		return nil, fmt.Errorf("store: sync quotas: %w", err)
 	}
 	var changed []string
 	err := s.inTx(ctx, "sync quotas", func(tx pgx.Tx) error {
 		changed = nil
+		hash, _, active, err := lockActiveVersionTx(ctx, tx)
+		if err != nil {
+			return err
+		}
+		quotas := active.SchedulingQuotas()
 		rows, err := tx.Query(ctx, `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas
 			ORDER BY project COLLATE "C", pool COLLATE "C" FOR UPDATE`)
 		if err != nil {
@@ -532,7 +555,7 @@ func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor
 			subject := k.pool + "/" + k.project
 			changed = append(changed, subject)
 			if err := appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: AuditSetQuota, Subject: subject, Reason: reason,
-				Evidence: map[string]any{"pool": k.pool, "project": k.project, "before": beforeDoc, "after": afterDoc}}); err != nil {
+				Evidence: map[string]any{"pool": k.pool, "project": k.project, "before": beforeDoc, "after": afterDoc, "policy": hash}}); err != nil {
 				return err
 			}
 		}

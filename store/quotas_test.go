@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -184,9 +185,21 @@ func TestQuotaRequests(t *testing.T) {
 	}
 }
 
-// TestSyncQuotas: the stored quotas become exactly the list, each change
-// audited with before and after (after null for a removed quota); a repeat
-// changes nothing.
+// activatePolicy stores and activates p as serve does at a reload.
+func activatePolicy(t *testing.T, s *store.Store, p *policy.Policy, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.SavePolicyVersion(ctx, p.Hash(), p.Canonical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivatePolicyVersion(ctx, p.Hash(), "serve", reason); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSyncQuotas: the stored quotas become exactly the active version's,
+// each change audited with before and after (after null for a removed
+// quota); a repeat changes nothing.
 func TestSyncQuotas(t *testing.T) {
 	t.Parallel()
 	s, _ := quotaStore(t) // vision 1000 in p
@@ -194,9 +207,12 @@ func TestSyncQuotas(t *testing.T) {
 	if err := s.UpsertQuotas(ctx, []scheduling.Quota{{Project: "audio", Pool: "p", NominalMilli: 500}}); err != nil {
 		t.Fatal(err)
 	}
-	want := []scheduling.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}, {Project: "text", Pool: "p", NominalMilli: 100},
+	p := policy.Default()
+	p.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}, {Project: "text", Pool: "p", NominalMilli: 100},
 		{Project: "text", Pool: "p", NominalMilli: 999}} // a duplicate: the first entry wins
-	changed, err := s.SyncQuotas(ctx, want, "serve", "loaded from policy.yaml")
+	activatePolicy(t, s, p, "loaded from policy.yaml")
+	want := p.SchedulingQuotas()
+	changed, err := s.SyncQuotas(ctx, "serve", "loaded from policy.yaml")
 	if err != nil || len(changed) != 3 || changed[0] != "p/audio" || changed[1] != "p/text" || changed[2] != "p/vision" {
 		t.Fatalf("sync: %v %v", changed, err)
 	}
@@ -205,11 +221,44 @@ func TestSyncQuotas(t *testing.T) {
 		t.Fatalf("stored quotas %+v", snap.Quotas)
 	}
 	removed, _ := s.AuditFor(ctx, "p/audio", 0)
-	if len(removed) != 1 || removed[0].Evidence["after"] != nil || removed[0].Evidence["before"].(map[string]any)["nominal_milli"] != float64(500) {
+	if len(removed) != 1 || removed[0].Evidence["after"] != nil || removed[0].Evidence["before"].(map[string]any)["nominal_milli"] != float64(500) ||
+		removed[0].Evidence["policy"] != p.Hash() {
 		t.Fatalf("removal audit %+v", removed)
 	}
-	if changed, err := s.SyncQuotas(ctx, want, "serve", "again"); err != nil || len(changed) != 0 {
+	if changed, err := s.SyncQuotas(ctx, "serve", "again"); err != nil || len(changed) != 0 {
 		t.Fatalf("repeat: %v %v", changed, err)
+	}
+}
+
+// TestReloadKeepsAQuotaChangeMadeDuringIt runs a reload's store steps with
+// a quota change committed between the activation and the quota sync, as
+// a race orders them: the change derived its version from the reload's,
+// and the sync keeps it, so the stored quotas and the active version agree.
+func TestReloadKeepsAQuotaChangeMadeDuringIt(t *testing.T) {
+	t.Parallel()
+	s, _ := quotaStore(t) // vision 1000 in p
+	ctx := context.Background()
+	file := policy.Default()
+	file.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}}
+	activatePolicy(t, s, file, "loaded from policy.yaml")
+	res, err := s.SetQuota(ctx, store.QuotaChange{Pool: "p", Project: "vision", NominalMilli: 3000, Actor: "root", Reason: "deadline"})
+	if err != nil || res.PreviousPolicy != file.Hash() {
+		t.Fatalf("set: %+v %v", res, err)
+	}
+	if _, err := s.SyncQuotas(ctx, "serve", "loaded from policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.ActivePolicyVersion(ctx)
+	if err != nil || active.Hash != res.Policy {
+		t.Fatalf("active %+v %v, want the quota change's %s", active, err, res.Policy)
+	}
+	v, err := policy.FromCanonical(active.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := s.LoadSnapshot(ctx, time.Now())
+	if !reflect.DeepEqual(snap.Quotas, v.SchedulingQuotas()) || snap.Quotas[0].NominalMilli != 3000 {
+		t.Fatalf("stored quotas %+v, active version's %+v", snap.Quotas, v.SchedulingQuotas())
 	}
 }
 
