@@ -566,3 +566,58 @@ func (s *Store) SyncQuotas(ctx context.Context, actor, reason string) ([]string,
 	}
 	return changed, nil
 }
+
+// LoadQuotaAccounting returns what scheduling.QuotaLedger reads, from one
+// read-only repeatable-read transaction (one instant): the stored quotas
+// (by project then pool), the active allocations of placed and running jobs
+// (ID, job, pool, node and GPU shares in milli-GPU; by job ID) and those
+// jobs as Running entries with ID, project, pool and allocation. It is
+// the quota ledger's source for GET /v1/quotas: LoadSnapshot's
+// accounting, read without the inventory, the pending jobs or
+// LoadSnapshot's cache (and its lock), so a reader never delays the
+// scheduler's snapshot. Errors are wrapped with "load quota accounting".
+func (s *Store) LoadQuotaAccounting(ctx context.Context) (*scheduling.Snapshot, error) {
+	snap := &scheduling.Snapshot{}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			snap.Quotas, snap.Allocations, snap.Running = nil, nil, nil
+			return runQueries(ctx, tx, []rowQuery{
+				{sql: `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas
+					ORDER BY project COLLATE "C", pool COLLATE "C"`, fn: func(rows pgx.Rows) error {
+					var q scheduling.Quota
+					err := rows.Scan(&q.Project, &q.Pool, &q.NominalMilli, &q.BorrowingLimitMilli)
+					snap.Quotas = append(snap.Quotas, q)
+					return err
+				}},
+				{sql: `SELECT a.id, a.job_id, a.pool, a.node, a.gpu_uuids, a.gpu_milli, j.project
+					FROM allocations a
+					JOIN job_queue q ON q.job_id = a.job_id AND q.state IN ('placed', 'running')
+					JOIN jobs j ON j.id = a.job_id
+					WHERE a.released_at IS NULL
+					ORDER BY a.job_id`, fn: func(rows pgx.Rows) error {
+					var a scheduling.Allocation
+					var r scheduling.RunningJob
+					var uuids []string
+					var milli []int32
+					if err := rows.Scan(&a.ID, &a.JobID, &a.Pool, &a.Node, &uuids, &milli, &r.Project); err != nil {
+						return err
+					}
+					if len(uuids) != len(milli) {
+						return fmt.Errorf("allocation %s: %d GPUs but %d shares", a.ID, len(uuids), len(milli))
+					}
+					a.GPUs = make([]scheduling.GPUShare, len(uuids))
+					for i := range uuids {
+						a.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+					}
+					r.ID, r.Request.Pool, r.Allocation = a.JobID, a.Pool, a
+					snap.Allocations = append(snap.Allocations, a)
+					snap.Running = append(snap.Running, r)
+					return nil
+				}},
+			})
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: load quota accounting: %w", err)
+	}
+	return snap, nil
+}

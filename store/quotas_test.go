@@ -332,3 +332,54 @@ func TestApprovalReasonIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadQuotaAccounting: the quota ledger over LoadQuotaAccounting is the
+// one over the scheduler's snapshot, and the load does not wait for a
+// snapshot load in progress (LoadSnapshot's lock held).
+func TestLoadQuotaAccounting(t *testing.T) {
+	t.Parallel()
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{testPool("p", 1, 4)}, Queues: []scheduling.Queue{storetest.TrainQueue}})
+	ctx := context.Background()
+	if err := s.UpsertQuotas(ctx, []scheduling.Quota{{Project: "audio", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 500},
+		{Project: "vision", Pool: "p", NominalMilli: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	var placements []scheduling.Placement
+	for i, gpus := range []int{2, 1} {
+		j, _, err := s.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,
+			Request: scheduling.ResourceRequest{GPUs: gpus, Pool: "p"}, RunSeconds: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares := []scheduling.GPUShare{{UUID: storetest.GPUName("p", 0, 2*i), Milli: 1000}}
+		if gpus == 2 {
+			shares = append(shares, scheduling.GPUShare{UUID: storetest.GPUName("p", 0, 1), Milli: 1000})
+		}
+		placements = append(placements, scheduling.Placement{JobID: j.ID, Pool: "p", Node: storetest.NodeName("p", 0), Rank: i + 1, GPUs: shares})
+	}
+	if _, _, err := s.CreateJob(ctx, &store.NewJob{Project: "audio", Queue: "train", Tier: vocab.TierStandard,
+		Request: scheduling.ResourceRequest{GPUs: 1, Pool: "p"}, RunSeconds: 100}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{At: now, Placements: placements}, now); err != nil || len(out.Placed) != 2 {
+		t.Fatalf("placement: %+v %v", out, err)
+	}
+	snap, err := s.LoadSnapshot(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := scheduling.QuotaLedger(snap)
+	unlock := s.LockSnapshotCache()
+	defer unlock()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	acc, err := s.LoadQuotaAccounting(lctx)
+	if err != nil {
+		t.Fatalf("load while a snapshot load holds its lock: %v", err)
+	}
+	got := scheduling.QuotaLedger(acc)
+	if !reflect.DeepEqual(got, want) || len(got) != 2 || got[1].Project != "vision" || got[1].UsedMilli != 3000 || got[1].BorrowedMilli != 2000 {
+		t.Fatalf("ledger %+v, want the snapshot's %+v (vision using 3000)", got, want)
+	}
+}
