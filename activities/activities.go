@@ -116,6 +116,10 @@ type Deps struct {
 	// HTTPClient sends webhook deliveries (each attempt is bounded by the
 	// policy's notifications.delivery.timeout_s); nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// CycleIntervalSeconds is the scheduler workflow's timer period
+	// (SchedulerInput.CycleIntervalSeconds): every cycle's snapshot carries
+	// it to date the "timer" next re-evaluation; 0 dates none.
+	CycleIntervalSeconds int64
 }
 
 // Register registers every activity of the service task queue on w, on d:

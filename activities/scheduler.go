@@ -34,6 +34,9 @@ type Scheduler struct {
 	// weights set the snapshot's fair shares. nil: neither applies.
 	Governance func() *policy.Policy
 	Now        func() time.Time
+	// CycleIntervalSeconds is the scheduler's timer period, copied into every
+	// cycle's snapshot (scheduling.Snapshot.CycleIntervalSeconds); 0: unknown.
+	CycleIntervalSeconds int64
 	// SignalConcurrency bounds the wait-reason signals in flight; 0 means 16.
 	SignalConcurrency int
 
@@ -49,7 +52,8 @@ type signalledReasons struct {
 
 // NewScheduler returns the scheduler activities on d's dependencies.
 func NewScheduler(d Deps) *Scheduler {
-	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now, Governance: d.Governance}
+	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now, Governance: d.Governance,
+		CycleIntervalSeconds: d.CycleIntervalSeconds}
 }
 
 // RunCycleInput identifies one scheduling cycle.
@@ -103,8 +107,8 @@ type RunCycleResult struct {
 }
 
 // RunCycle runs one scheduling cycle: load the snapshot (completed with the
-// policy's protection windows and project weights, and downgraded recovery
-// evidence), plan, apply the plan in one store transaction (idempotent by
+// policy's protection windows and project weights, the timer period, and
+// downgraded recovery evidence), plan, apply the plan in one store transaction (idempotent by
 // CycleID), then signal `wait-reason` to
 // the waiting jobs whose reason changed. It returns the placements for the
 // scheduler workflow to signal. Errors of loading, policy and applying are
@@ -119,6 +123,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
 	a.addGovernance(snap)
+	snap.CycleIntervalSeconds = float64(a.CycleIntervalSeconds)
 	pol, err := a.policy(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)

@@ -193,7 +193,7 @@ func (s *Server) loadOwnedJob(ctx context.Context, c *gin.Context) (*store.Job, 
 }
 
 // getJob handles GET /v1/jobs/:id: the job with its current wait (reason,
-// detail, since) and the last cycle's explanation.
+// detail, since), the last cycle's explanation and the last scheduling action.
 func (s *Server) getJob(c *gin.Context) {
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
@@ -207,6 +207,12 @@ func (s *Server) getJob(c *gin.Context) {
 		return
 	}
 	out := jobFromStore(job, wait)
+	last, err := s.store.LastDecision(ctx, job)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	out.LastDecision = lastDecisionFromStore(last)
 	if job.StartedAt != nil { // a job that never ran has no run to read
 		run, err := s.store.LastRun(ctx, job.ID)
 		if err != nil {
@@ -233,7 +239,9 @@ func (s *Server) currentWait(ctx context.Context, job *store.Job) (*store.WaitEv
 	return nil, nil
 }
 
-// jobEvents handles GET /v1/jobs/:id/events: every wait event, oldest first.
+// jobEvents handles GET /v1/jobs/:id/events: every wait event, oldest
+// first, with the job's why record (submit, waiting since, explanation, last
+// scheduling action).
 func (s *Server) jobEvents(c *gin.Context) {
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
@@ -246,8 +254,21 @@ func (s *Server) jobEvents(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	last, err := s.store.LastDecision(ctx, job)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
 	now := s.now()
-	out := WaitEventList{JobID: job.ID, Events: make([]WaitEvent, 0, len(events))}
+	out := WaitEventList{JobID: job.ID, State: job.State, SubmittedAt: job.SubmitTime,
+		LastDecision: lastDecisionFromStore(last), Events: make([]WaitEvent, 0, len(events))}
+	if job.State.Pending() {
+		since := job.WaitingSince
+		out.WaitingSince = &since
+	}
+	if job.Explanation != nil {
+		out.Explanation = explanationFromStore(job.Explanation, job.Request.Pool)
+	}
 	for _, e := range events {
 		out.Events = append(out.Events, waitEventFromStore(e, now))
 	}

@@ -485,6 +485,56 @@ func TestGetJobExplainsWait(t *testing.T) {
 	}
 }
 
+// TestWhyRecordFields checks the why record's new fields in GET
+// /v1/jobs/{id} and /events: one wait event for one reason whose numbers
+// changed, the explanation's cycle, next re-evaluation and overtake, and the
+// last scheduling action with its start; the events answer carries the same
+// record with the submit time and the wait's start.
+func TestWhyRecordFields(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	j := env.mustSubmit(tokAlice, validSpec())
+	t0 := time.Now().UTC().Add(time.Minute).Truncate(time.Second)
+	over := t0.Add(3 * time.Hour)
+	for c := range 3 {
+		at := t0.Add(time.Duration(c) * time.Minute)
+		applyWait(t, env, fmt.Sprintf("w%d", c), at, scheduling.WaitStatus{
+			JobID: j.ID, Reason: vocab.ReasonCapacityBusy, Rank: 2,
+			Detail:   fmt.Sprintf("needs 2 × ≥40960 MiB on one node; 2 match in pool, %d free", c%2),
+			Overtake: &scheduling.Overtake{AheadJobID: "j-ahead", GapPoints: 50, HeadroomPoints: 2000, BoundPoints: 3000, At: over},
+			Next:     scheduling.NextEvaluation{At: over, Kind: vocab.NextEvalAgingOvertake},
+		})
+	}
+	var got Job
+	env.do(http.MethodGet, "/v1/jobs/"+j.ID, tokAlice, nil).decode(t, &got)
+	e, d := got.Explanation, got.LastDecision
+	if e == nil || e.CycleID != "w2" || e.EvaluatedAt == nil || !e.EvaluatedAt.Equal(t0.Add(2*time.Minute)) ||
+		e.NextEvaluation == nil || e.NextEvaluation.Kind != "aging_overtake" || !e.NextEvaluation.At.Equal(over) ||
+		e.Overtake == nil || e.Overtake.AheadJobID != "j-ahead" || e.Overtake.At == nil || e.Overtake.Never {
+		t.Fatalf("explanation %+v", e)
+	}
+	if d == nil || d.Action != "left_waiting" || d.CycleID != "w2" || d.Reason != "capacity_busy" || !d.Since.Equal(t0) ||
+		d.Rank != 2 {
+		t.Fatalf("last decision %+v", d)
+	}
+	if got.Wait == nil || !got.Wait.Since.Equal(t0) || !strings.HasSuffix(got.Wait.Detail, "0 free") {
+		t.Fatalf("wait %+v: want one wait since the first cycle with the latest detail", got.Wait)
+	}
+	var events WaitEventList
+	env.do(http.MethodGet, "/v1/jobs/"+j.ID+"/events", tokAlice, nil).decode(t, &events)
+	busy := 0
+	for _, ev := range events.Events {
+		if ev.Reason == "capacity_busy" {
+			busy++
+		}
+	}
+	if busy != 1 || events.State != vocab.JobWaiting || !events.SubmittedAt.Equal(got.SubmittedAt) ||
+		events.WaitingSince == nil || events.LastDecision == nil || events.LastDecision.CycleID != "w2" ||
+		events.Explanation == nil || events.Explanation.Rank != 2 || events.Explanation.NextEvaluation == nil {
+		t.Fatalf("events %+v", events)
+	}
+}
+
 // applyWait records one cycle in which the given job waits.
 func applyWait(t testing.TB, env *testEnv, cycle string, at time.Time, w scheduling.WaitStatus) {
 	t.Helper()

@@ -47,6 +47,7 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (*store.Job, error)
 	ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, string, error)
 	JobWaitEvents(ctx context.Context, jobID string) ([]store.WaitEvent, error)
+	LastDecision(ctx context.Context, job *store.Job) (*store.LastDecision, error)
 	LastRun(ctx context.Context, jobID string) (*store.RunSummary, error)
 	SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error
 	CancelJob(ctx context.Context, jobID, actor, reason string) error

@@ -42,6 +42,9 @@ type Job struct {
 	// LastRun is how the job's latest run went; only GET /v1/jobs/{id} fills
 	// it, once the job has run.
 	LastRun *Run `json:"last_run,omitempty"`
+	// LastDecision is the last scheduling action for the job; only GET
+	// /v1/jobs/{id} fills it, once a cycle has decided about the job.
+	LastDecision *LastDecision `json:"last_decision,omitempty"`
 	// Note tells the client something about this answer, e.g. that the job
 	// workflow will be started by the reconciler (202 on submit).
 	Note string `json:"note,omitempty"`
@@ -92,10 +95,10 @@ type Wait struct {
 	Since         time.Time `json:"since"` // start of this reason's wait event
 }
 
-// Explanation is the last scheduling cycle's account of a job: rank, effective
-// priority by parts, and what would change its wait.
+// Explanation is the last scheduling cycle's account of a job: rank in its
+// pool, effective priority by parts, and what would change its wait.
 type Explanation struct {
-	Rank          int       `json:"rank"`
+	Rank          int       `json:"rank"` // among the cycle's pending jobs of Pool, 1 = first
 	Pool          string    `json:"pool"`
 	Priority      Priority  `json:"priority"`
 	Reason        string    `json:"reason,omitempty"`
@@ -109,6 +112,67 @@ type Explanation struct {
 	// Releases are the running jobs whose end would free what the job
 	// needs, earliest first, for capacity_busy and quota_exhausted.
 	Releases []ExpectedRelease `json:"releases,omitempty"`
+	// CycleID and EvaluatedAt name the cycle that wrote the explanation.
+	CycleID     string     `json:"cycle_id,omitempty"`
+	EvaluatedAt *time.Time `json:"evaluated_at,omitempty"`
+	// NextEvaluation is when a cycle is next expected to evaluate the job
+	// with a chance of a different outcome; absent when unknown.
+	NextEvaluation *NextEvaluation `json:"next_evaluation,omitempty"`
+	// Overtake is aging's comparison with the job ahead in the pool; absent
+	// when no job is ahead, aging is off or the reason is not a capacity one.
+	Overtake *Overtake `json:"overtake,omitempty"`
+}
+
+// NextEvaluation is a waiting job's expected next re-evaluation
+// (docs/design.md §1): the timer's next cycle, the instant aging lifts it
+// above the job ahead in its pool, or a running job's expected end from its
+// declared run time (estimate true).
+type NextEvaluation struct {
+	At       time.Time `json:"at"`
+	Kind     string    `json:"kind"` // vocab.NextEvalKinds
+	Estimate bool      `json:"estimate,omitempty"`
+}
+
+// Overtake is what aging does to a blocked job's place behind the job ahead
+// (both aging, each up to its own bound). Points are priority points; At is
+// absent when never is true: the gap is larger than what this job can still
+// gain beyond what the job ahead gains.
+type Overtake struct {
+	AheadJobID          string     `json:"ahead_job_id"`
+	GapPoints           float64    `json:"gap_points"`
+	HeadroomPoints      float64    `json:"headroom_points"`
+	AheadHeadroomPoints float64    `json:"ahead_headroom_points"`
+	BoundPoints         float64    `json:"bound_points"`
+	At                  *time.Time `json:"at,omitempty"`
+	Never               bool       `json:"never,omitempty"`
+}
+
+// LastDecision is the last scheduling action for a job (docs/design.md §1,
+// "last scheduling action"; store.LastDecision).
+type LastDecision struct {
+	CycleID string    `json:"cycle_id"`
+	At      time.Time `json:"at"`     // the cycle's time
+	Action  string    `json:"action"` // vocab.SchedulingActions
+	// Reason is the wait reason of left_waiting, held_by_reservation and skipped.
+	Reason string `json:"reason,omitempty"`
+	// JobID is the job holding the reservation (held_by_reservation).
+	JobID string `json:"job_id,omitempty"`
+	// Victims are the jobs a started or proposed preemption stops.
+	Victims []string `json:"victims,omitempty"`
+	// Detail is a refused placement's refusal or a proposal's reason.
+	Detail string `json:"detail,omitempty"`
+	Rank   int    `json:"rank,omitempty"` // in the job's pool, that cycle
+	// Since is when cycles began taking this action without a break.
+	Since time.Time `json:"since"`
+}
+
+// lastDecisionFromStore converts a last decision; nil stays nil.
+func lastDecisionFromStore(d *store.LastDecision) *LastDecision {
+	if d == nil {
+		return nil
+	}
+	return &LastDecision{CycleID: d.CycleID, At: d.At, Action: string(d.Action), Reason: string(d.Reason), JobID: d.JobID,
+		Victims: d.Victims, Detail: d.Detail, Rank: d.Rank, Since: d.Since}
 }
 
 // Suggestion is one changed request that would fit the job's pool: field
@@ -184,10 +248,18 @@ type WaitEvent struct {
 	DurationSeconds float64    `json:"duration_s"`
 }
 
-// WaitEventList is the body of GET /v1/jobs/{id}/events, oldest first.
+// WaitEventList is the body of GET /v1/jobs/{id}/events: the job's wait
+// events, oldest first, with the rest of its why record — state, submit
+// time, the current wait's start, the last cycle's explanation (rank in
+// pool, next re-evaluation, overtake) and the last scheduling action.
 type WaitEventList struct {
-	JobID  string      `json:"job_id"`
-	Events []WaitEvent `json:"events"`
+	JobID        string         `json:"job_id"`
+	State        vocab.JobState `json:"state"`
+	SubmittedAt  time.Time      `json:"submitted_at"`
+	WaitingSince *time.Time     `json:"waiting_since,omitempty"` // only while pending
+	Explanation  *Explanation   `json:"explanation,omitempty"`
+	LastDecision *LastDecision  `json:"last_decision,omitempty"`
+	Events       []WaitEvent    `json:"events"`
 }
 
 // Queue is a service lane (docs/design.md "queue").
@@ -305,11 +377,19 @@ func recoveryFromStore(r scheduling.RecoveryEvidence) Recovery {
 func explanationFromStore(e *store.Explanation, pool string) *Explanation {
 	out := &Explanation{
 		Rank: e.Rank, Pool: pool, Reason: string(e.Reason), ReEvaluate: e.ReEvaluate, BlockingJobID: e.BlockingJobID,
+		CycleID: e.CycleID, EvaluatedAt: e.EvaluatedAt,
 		Priority: Priority{
 			Score: e.Priority.Score, TierBase: e.Priority.TierBase, AgingCredit: e.Priority.AgingCredit,
 			AgingCapped: e.Priority.AgingCapped, FairShare: e.Priority.FairShare, FairFactor: e.Priority.FairFactor,
 			SubmitTime: e.Priority.SubmitTime, MinShareBoost: e.Priority.MinShareBoost,
 		},
+	}
+	if n := e.NextEvaluation; n != nil {
+		out.NextEvaluation = &NextEvaluation{At: n.At, Kind: string(n.Kind), Estimate: n.Estimate}
+	}
+	if o := e.Overtake; o != nil {
+		out.Overtake = &Overtake{AheadJobID: o.AheadJobID, GapPoints: o.GapPoints, HeadroomPoints: o.HeadroomPoints,
+			AheadHeadroomPoints: o.AheadHeadroomPoints, BoundPoints: o.BoundPoints, At: o.At, Never: o.Never}
 	}
 	for _, sg := range e.Suggestions {
 		out.Suggestions = append(out.Suggestions, Suggestion(sg))

@@ -107,8 +107,12 @@ type Config struct {
 	// utilisation samples) are kept; 0 means DefaultGPUSampleRetention. Start
 	// refuses one shorter than the reclaim observation window.
 	GPUSampleRetention time.Duration
-	// RetentionInterval is the period of the gpu_samples retention pass; 0
-	// means DefaultRetentionInterval.
+	// DecisionRetention is how long decisions rows (what each scheduling
+	// cycle did per job; the last scheduling action reads them) are kept; 0
+	// means DefaultDecisionRetention.
+	DecisionRetention time.Duration
+	// RetentionInterval is the period of the gpu_samples and decisions
+	// retention pass; 0 means DefaultRetentionInterval.
 	RetentionInterval time.Duration
 
 	// Logger receives the service's logs; nil means slog.Default().
@@ -155,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GPUSampleRetention == 0 {
 		c.GPUSampleRetention = DefaultGPUSampleRetention
+	}
+	if c.DecisionRetention == 0 {
+		c.DecisionRetention = DefaultDecisionRetention
 	}
 	if c.RetentionInterval <= 0 {
 		c.RetentionInterval = DefaultRetentionInterval

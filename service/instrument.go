@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/activities"
+	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -46,10 +48,10 @@ type instrumentedStore struct {
 }
 
 // waitState is what opens a new wait event when it changes between cycles:
-// the reason and its detail (store.applyWaits compares the same two).
+// the reason (accounting.WaitChanged, the rule store.applyWaits applies; a
+// changed detail refreshes the open event and is no transition).
 type waitState struct {
-	reason string
-	detail string
+	reason vocab.WaitReason
 }
 
 var _ activities.Store = (*instrumentedStore)(nil)
@@ -124,7 +126,7 @@ func (s *instrumentedStore) recordCycle(ctx context.Context, out *store.CycleOut
 // waitTransitions counts the cycle's wait-reason transitions by new reason.
 // store.CycleOutcome gives only their total (WaitTransitions), so they are
 // counted here the way the store opens wait events: a job waiting with a
-// reason or detail other than in the previous cycle, or not waiting then
+// reason other than in the previous cycle, or not waiting then
 // (new, requeued). Jobs placed by the cycle are not waiting; jobs whose
 // placement conflicted keep their previous wait. The first cycle of the
 // process has no previous cycle: its counts are kept only when their total
@@ -145,10 +147,10 @@ func (s *instrumentedStore) waitTransitions(out *store.CycleOutcome, res *schedu
 		if _, dup := cur[w.JobID]; dup || placed[w.JobID] {
 			continue
 		}
-		st := waitState{reason: string(w.Reason), detail: w.Detail}
+		st := waitState{reason: w.Reason}
 		cur[w.JobID] = st
-		if was, ok := prev[w.JobID]; !ok || was != st {
-			byReason[st.reason]++
+		if was, ok := prev[w.JobID]; accounting.WaitChanged(ok, was.reason, st.reason) {
+			byReason[string(st.reason)]++
 			total++
 		}
 	}

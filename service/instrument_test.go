@@ -139,7 +139,7 @@ func TestInstrumentedStore(t *testing.T) {
 }
 
 // TestWaitTransitions counts transitions the way the store opens wait events:
-// by new reason, for a changed reason or detail or a job not waiting before;
+// by new reason, for a changed reason (not a changed detail) or a job not waiting before;
 // placed jobs are skipped, conflicted jobs keep their wait, and a first cycle
 // whose total disagrees with the store's is not counted.
 func TestWaitTransitions(t *testing.T) {
@@ -158,14 +158,15 @@ func TestWaitTransitions(t *testing.T) {
 		t.Errorf("first cycle, store total 3: %v, want 2 × %s and 1 × %s", got, capacity, quota)
 	}
 	second := &scheduling.Result{Waiting: []scheduling.WaitStatus{
-		wait("a", capacity, "1 free"), // detail changed
+		wait("a", capacity, "1 free"), // detail changed: the same wait goes on
 		wait("b", quota, ""),          // unchanged
 		wait("c", quota, ""),          // new
 		wait("d", capacity, "placed"), // placed by the same cycle
+		wait("f", capacity, ""),       // new
 	}} // e was planned for placement, which conflicted: it still waits as before
 	out := &store.CycleOutcome{Placed: []store.PlacedJob{{JobID: "d"}}, Conflicts: []store.Conflict{{JobID: "e"}}}
 	if got := is.waitTransitions(out, second); len(got) != 2 || got[string(capacity)] != 1 || got[string(quota)] != 1 {
-		t.Errorf("second cycle: %v, want a's new detail and c's arrival", got)
+		t.Errorf("second cycle: %v, want c's and f's arrivals, not a's new detail", got)
 	}
 	third := &scheduling.Result{Waiting: []scheduling.WaitStatus{wait("e", capacity, "0 free"), wait("d", capacity, "requeued")}}
 	if got := is.waitTransitions(&store.CycleOutcome{}, third); len(got) != 1 || got[string(capacity)] != 1 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/store"
 )
 
 // Defaults of the gpu_samples retention (Config.GPUSampleRetention and
@@ -15,9 +16,12 @@ const (
 	// are kept: 7 days, well beyond the reclaim scan's observation window
 	// (policy.DefaultObservationWindowSeconds, 30 min), the only reader.
 	DefaultGPUSampleRetention = 7 * 24 * time.Hour
-	// DefaultRetentionInterval is how often samples older than the
-	// retention are deleted.
+	// DefaultRetentionInterval is how often samples and decisions older than
+	// their retention are deleted.
 	DefaultRetentionInterval = time.Hour
+	// DefaultDecisionRetention is how long scheduling decisions are kept
+	// (Config.DecisionRetention): store.DefaultDecisionRetention, 7 days.
+	DefaultDecisionRetention = store.DefaultDecisionRetention
 )
 
 // observationWindow is the reclaim scan's observation window in force: the
@@ -39,7 +43,8 @@ func (s *Service) checkRetention() error {
 	return nil
 }
 
-// retentionLoop deletes the gpu_samples older than the retention every
+// retentionLoop deletes the gpu_samples older than the retention, and the
+// decisions older than theirs (Config.DecisionRetention), every
 // RetentionInterval, first at once, until ctx ends. The cutoff is
 // now − max(retention, observation window): a policy file reloaded with
 // a longer window than the retention keeps the samples the scan reads (and
@@ -51,6 +56,7 @@ func (s *Service) retentionLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s.pruneGPUSamples(ctx, time.Now())
+		s.pruneDecisions(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -76,4 +82,18 @@ func (s *Service) pruneGPUSamples(ctx context.Context, now time.Time) {
 		return
 	}
 	s.cfg.Logger.Info("GPU samples pruned", "before", cutoff, "deleted", deleted)
+}
+
+// pruneDecisions runs one decisions retention pass at now
+// (store.PruneDecisions keeps every unfinished job's latest wait decision).
+func (s *Service) pruneDecisions(ctx context.Context, now time.Time) {
+	cutoff := now.Add(-s.cfg.DecisionRetention)
+	deleted, err := s.store.PruneDecisions(ctx, cutoff, 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("decisions not pruned", "before", cutoff, "deleted", deleted, "err", err)
+		}
+		return
+	}
+	s.cfg.Logger.Info("decisions pruned", "before", cutoff, "deleted", deleted)
 }

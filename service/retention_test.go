@@ -137,4 +137,41 @@ func TestRetentionLoopPrunesOldSamples(t *testing.T) {
 			t.Errorf("kept a sample %s old", now.Sub(sm.At))
 		}
 	}
+	// Decisions older than their retention (the default, 7 days) go too;
+	// a recent one stays.
+	old := now.Add(-DefaultDecisionRetention - time.Hour)
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO scheduling_cycles (id, at, policy_version) VALUES ('old', $1, 'v')`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctx, `
+		INSERT INTO decisions (cycle_id, job_id, kind, body, at) VALUES
+			('old', 'j-gone', 'place', '{}', $1), ('old', 'j-new', 'place', '{}', $2)`, old, now); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var left []string
+		rows, err := st.Pool().Query(ctx, `SELECT job_id FROM decisions`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			left = append(left, id)
+		}
+		rows.Close()
+		if len(left) == 1 && left[0] == "j-new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions left %v, want [j-new]; log:\n%s", left, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "decisions pruned") {
+		t.Fatalf("no decisions pass logged:\n%s", logs.String())
+	}
 }

@@ -104,6 +104,8 @@ func validate(cfg Config) error {
 		return errors.New("service: at least one API token is required")
 	case cfg.GPUSampleRetention < 0:
 		return fmt.Errorf("service: GPU sample retention (--gpu-sample-retention) is %s; want a positive duration", cfg.GPUSampleRetention)
+	case cfg.DecisionRetention < 0:
+		return fmt.Errorf("service: decision retention (--decision-retention) is %s; want a positive duration", cfg.DecisionRetention)
 	}
 	return nil
 }
@@ -252,6 +254,7 @@ func (s *Service) StartWorkers() error {
 	workflows.RegisterServiceWorker(svc, activities.Deps{
 		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
+		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds,
 	})
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default

@@ -36,8 +36,12 @@ type CycleOutcome struct {
 	// Act set whose victim allocation had no preemption in progress); the
 	// caller starts one PreemptionWorkflow for each.
 	Preemptions []StartedPreemption `json:"preemptions"`
-	// WaitTransitions counts the wait events opened (reason or detail changed).
+	// WaitTransitions counts the wait events opened (the reason changed, or
+	// the job had no open event).
 	WaitTransitions int `json:"wait_transitions"`
+	// WaitRefreshes counts open wait events whose detail, re-evaluation
+	// condition or blocking job the cycle rewrote in place (same reason).
+	WaitRefreshes int `json:"wait_refreshes"`
 	// StaleWaits counts wait statuses ignored because their job was no longer
 	// pending (cancelled, or placed by an earlier cycle).
 	StaleWaits int `json:"stale_waits"`
@@ -77,9 +81,12 @@ type StartedPreemption struct {
 //     constraint is the backstop); placed jobs become
 //     placed, their open wait event closes at now and their current eligible
 //     stretch (aging_since to now) is added to AccruedAgingS;
-//   - each wait status updates the job's reason and explanation and writes a
-//     wait-event transition only when the reason or detail changed
-//     (accounting.WaitChanged); a reason that earns no aging
+//   - each wait status updates the job's reason and explanation (which names
+//     the cycle, its instant, the next re-evaluation and the aging overtake)
+//     and writes a wait-event transition only when the reason changed
+//     (accounting.WaitChanged); with the same reason the open event takes the
+//     new detail, re-evaluation condition and blocking job in place, keeping
+//     its start (accounting.WaitRefreshed); a reason that earns no aging
 //     (vocab.WaitReason.EarnsAging) stops the job's eligible stretch at now,
 //     one that earns starts it (accounting.AgingClock.OnReason);
 //   - a job this cycle places or gives a reason while it has no open wait
@@ -87,7 +94,10 @@ type StartedPreemption struct {
 //     gets a closed vocab.ReasonNotYetEvaluated event from then (jobs.waiting_since,
 //     or the end of its previous event if later) to now, so that its wait
 //     events cover every second from submit to placement;
-//   - placements and preemption proposals are recorded as decisions and in
+//   - placements, refused placements and preemption proposals are recorded
+//     as decisions, and so is a wait status whose reason or blocking job
+//     differs from the open event's (the scheduler's action for the job
+//     changed; LastDecision reads them); placements and proposals also go to
 //     the audit log (actor "scheduler"); proposals with Act start preemptions.
 //   - the submitter's notifications (docs/design.md §3, notifications) go
 //     into the outbox in the same transaction: job.placed per granted
@@ -167,7 +177,7 @@ func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *schedulin
 	}
 	stats := map[string]int{
 		"placements": len(out.Placed), "conflicts": len(out.Conflicts), "waiting": len(res.Waiting),
-		"wait_transitions": out.WaitTransitions, "stale_waits": out.StaleWaits,
+		"wait_transitions": out.WaitTransitions, "wait_refreshes": out.WaitRefreshes, "stale_waits": out.StaleWaits,
 		"proposals": len(res.Preemptions), "preemptions_started": len(out.Preemptions),
 	}
 	if _, err := tx.Exec(ctx, `UPDATE scheduling_cycles SET stats = $2, outcome = $3 WHERE id = $1`,
@@ -314,7 +324,7 @@ func applyPlacements(ctx context.Context, tx pgx.Tx, cycleID string, ps []schedu
 		}
 		placed[p.JobID] = true
 		allocID := newID("a-")
-		grant(&rows, allocID, p, jobs[p.JobID], gpus)
+		grant(&rows, cycleID, now, allocID, p, jobs[p.JobID], gpus)
 		out.Placed = append(out.Placed, PlacedJob{JobID: p.JobID, AllocationID: allocID, Pool: p.Pool, Node: p.Node,
 			GPUs: slices.Clone(p.GPUs)})
 		body := map[string]any{"allocation_id": allocID, "pool": p.Pool, "node": p.Node, "gpus": gpuSharesJ(p.GPUs),
@@ -390,7 +400,9 @@ func admit(p scheduling.Placement, jobs map[string]cycleJob, gpus map[string]*lo
 }
 
 // grant charges p's shares to the locked GPUs and appends its rows.
-func grant(rows *placementRows, allocID string, p scheduling.Placement, j cycleJob, gpus map[string]*lockedGPU) {
+func grant(rows *placementRows, cycleID string, at time.Time, allocID string, p scheduling.Placement, j cycleJob,
+	gpus map[string]*lockedGPU) {
+	at = at.UTC()
 	rows.allocIDs = append(rows.allocIDs, allocID)
 	rows.jobIDs = append(rows.jobIDs, p.JobID)
 	rows.pools = append(rows.pools, p.Pool)
@@ -398,7 +410,7 @@ func grant(rows *placementRows, allocID string, p scheduling.Placement, j cycleJ
 	rows.cpu = append(rows.cpu, j.cpuMilli)
 	rows.mem = append(rows.mem, j.memMi)
 	rows.borrowed = append(rows.borrowed, p.Borrowed)
-	rows.explanations = append(rows.explanations, string(mustJSON(Explanation{Rank: p.Rank,
+	rows.explanations = append(rows.explanations, string(mustJSON(Explanation{Rank: p.Rank, CycleID: cycleID, EvaluatedAt: &at,
 		Priority: priorityParts(p.Priority),
 		Placed:   &PlacedOn{Pool: p.Pool, Node: p.Node, GPUs: gpuSharesJ(p.GPUs), Borrowed: p.Borrowed}})))
 	for i, s := range p.GPUs {
@@ -511,12 +523,14 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 }
 
 // applyWaits refreshes the reason and explanation of every job the result
-// explains that is still pending, and writes a wait-event transition (close
-// the open event, open a new one) where the reason or detail differs from the
-// open event. The jobs update locks the rows it changes, and the transitions
-// are written only for rows it changed, so a job cancelled or placed
-// concurrently gets no new wait event. Rows whose reason and explanation are
-// unchanged are not rewritten, so a steady queue costs reads, not writes.
+// explains that is still pending, and writes its wait events: a transition
+// (close the open event, open a new one) where the reason differs from the
+// open event's or there is none, an in-place refresh of the open event's
+// detail, re-evaluation condition and blocking job where only they differ.
+// The jobs update locks the rows it changes, and the events are written only
+// for rows it changed, so a job cancelled or placed concurrently gets no new
+// wait event. Every pending job's row is rewritten each cycle: its
+// explanation names the cycle and dates the next re-evaluation.
 func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.WaitStatus,
 	placed map[string]bool, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
 	ws = pendingWaits(ws, placed, out)
@@ -528,18 +542,19 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		ids[i] = w.JobID
 	}
 	type current struct {
-		pending        bool
-		open           bool
-		reason, detail string
+		pending                          bool
+		open                             bool
+		reason, detail, reeval, blocking string
 	}
 	cur := make(map[string]current, len(ws))
 	err := forEachRow(ctx, tx, `
-		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''), coalesce(w.detail, '')
+		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''),
+			coalesce(w.detail, ''), coalesce(w.reevaluate, ''), coalesce(w.blocking_job_id, '')
 		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL
 		WHERE j.id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
 		var id string
 		var c current
-		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail); err != nil {
+		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail, &c.reeval, &c.blocking); err != nil {
 			return err
 		}
 		cur[id] = c
@@ -551,20 +566,23 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	var upd, updReason, updExpl []string
 	var updEarns []bool
 	expls := make([]string, len(ws)) // parallel to ws
-	transition := map[string]bool{}
+	transition, refresh, decide := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	at := now.UTC()
 	for i, w := range ws {
 		c := cur[w.JobID]
 		if !c.pending {
 			out.StaleWaits++
 			continue
 		}
-		expls[i] = string(mustJSON(Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
-			ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority),
-			Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases)}))
+		expls[i] = string(mustJSON(waitExplanation(cycleID, at, &w)))
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
 		updEarns = append(updEarns, w.Reason.EarnsAging())
-		if accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), c.detail, w.Reason, w.Detail) {
-			transition[w.JobID] = true
+		switch {
+		case accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), w.Reason):
+			transition[w.JobID], decide[w.JobID] = true, true
+		case accounting.WaitRefreshed(c.detail, w.Detail) || c.reeval != w.ReEvaluate || c.blocking != w.BlockingJobID:
+			refresh[w.JobID] = true
+			decide[w.JobID] = c.blocking != w.BlockingJobID // held back by another job now
 		}
 	}
 	changed := make(map[string]bool, len(upd))
@@ -575,7 +593,6 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			aging_since = CASE WHEN u.earns THEN coalesce(j.aging_since, $4::timestamptz) ELSE NULL END
 		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[]) AS u(id, reason, expl, earns)
 		WHERE j.id = u.id AND j.state IN ('submitted', 'waiting')
-			AND (j.state <> 'waiting' OR j.reason IS DISTINCT FROM u.reason OR j.explanation IS DISTINCT FROM u.expl::jsonb)
 		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns}, func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
@@ -585,24 +602,30 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	if err != nil {
 		return fmt.Errorf("update waiting jobs: %w", err)
 	}
-	var tr waitRows
+	var tr, rf waitRows
 	var decisions []decisionRow
 	for i, w := range ws {
-		if !transition[w.JobID] {
+		if !transition[w.JobID] && !refresh[w.JobID] {
 			continue
 		}
 		if !changed[w.JobID] { // no longer pending when the update ran
 			out.StaleWaits++
 			continue
 		}
-		tr.add(w)
-		decisions = append(decisions, decisionRow{w.JobID, "wait", []byte(expls[i])})
-		if prev := vocab.WaitReason(cur[w.JobID].reason); prev != w.Reason && w.Reason.NotifiesSubmitter() {
-			*notes = append(*notes, noteRow{jobID: w.JobID, kind: vocab.NotifyWaitReason, data: map[string]any{
-				"reason": w.Reason, "previous_reason": prev, "detail": w.Detail, "next_action": w.Reason.NextAction()}})
+		if transition[w.JobID] {
+			tr.add(w)
+			if prev := vocab.WaitReason(cur[w.JobID].reason); prev != w.Reason && w.Reason.NotifiesSubmitter() {
+				*notes = append(*notes, noteRow{jobID: w.JobID, kind: vocab.NotifyWaitReason, data: map[string]any{
+					"reason": w.Reason, "previous_reason": prev, "detail": w.Detail, "next_action": w.Reason.NextAction()}})
+			}
+		} else {
+			rf.add(w)
+		}
+		if decide[w.JobID] {
+			decisions = append(decisions, decisionRow{w.JobID, "wait", []byte(expls[i])})
 		}
 	}
-	out.WaitTransitions = len(tr.jobIDs)
+	out.WaitTransitions, out.WaitRefreshes = len(tr.jobIDs), len(rf.jobIDs)
 	if err := recordNotYetEvaluated(ctx, tx, tr.jobIDs, now); err != nil {
 		return err
 	}
@@ -616,7 +639,36 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		tr.jobIDs, tr.reasons, tr.details, tr.next, tr.reeval, tr.blocking, now); err != nil {
 		return fmt.Errorf("open wait events: %w", err)
 	}
+	if len(rf.jobIDs) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE wait_events w SET detail = u.d, reevaluate = u.e, blocking_job_id = nullif(u.b, '')
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(j, d, e, b)
+			WHERE w.job_id = u.j AND w.ended_at IS NULL`,
+			rf.jobIDs, rf.details, rf.reeval, rf.blocking); err != nil {
+			return fmt.Errorf("refresh wait events: %w", err)
+		}
+	}
 	return insertDecisions(ctx, tx, cycleID, decisions, now)
+}
+
+// waitExplanation is the stored explanation of a wait status given by the
+// cycle cycleID at at.
+func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Explanation {
+	e := Explanation{Reason: w.Reason, Detail: w.Detail, NextAction: w.Reason.NextAction(),
+		ReEvaluate: w.ReEvaluate, BlockingJobID: w.BlockingJobID, Rank: w.Rank, Priority: priorityParts(w.Priority),
+		CycleID: cycleID, EvaluatedAt: &at, Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases)}
+	if n := w.Next; !n.At.IsZero() {
+		e.NextEvaluation = &NextEvaluation{At: n.At.UTC(), Kind: n.Kind, Estimate: n.Estimate}
+	}
+	if o := w.Overtake; o != nil {
+		e.Overtake = &OvertakeParts{AheadJobID: o.AheadJobID, GapPoints: o.GapPoints, HeadroomPoints: o.HeadroomPoints,
+			AheadHeadroomPoints: o.AheadHeadroomPoints, BoundPoints: o.BoundPoints, Never: o.Never}
+		if !o.Never {
+			t := o.At.UTC()
+			e.Overtake.At = &t
+		}
+	}
+	return e
 }
 
 // pendingWaits drops the wait statuses of jobs the result also places and

@@ -79,8 +79,9 @@ type Explanation struct {
 	NextAction    string           `json:"next_action,omitempty"`
 	ReEvaluate    string           `json:"reevaluate,omitempty"`
 	BlockingJobID string           `json:"blocking_job_id,omitempty"`
-	Rank          int              `json:"rank"`
-	Priority      PriorityParts    `json:"priority"`
+	// Rank is the job's rank among the cycle's pending jobs of its pool.
+	Rank     int           `json:"rank"`
+	Priority PriorityParts `json:"priority"`
 	// Placed is set when the cycle placed the job: pool, node and GPU shares.
 	Placed *PlacedOn `json:"placed,omitempty"`
 	// Suggestions are the nearest requests that would fit
@@ -89,6 +90,37 @@ type Explanation struct {
 	// Releases are the running jobs whose expected end would free what the
 	// job needs (capacity_busy, quota_exhausted; scheduling.ExpectedRelease).
 	Releases []ReleaseJ `json:"releases,omitempty"`
+	// CycleID and EvaluatedAt name the scheduling cycle that wrote this
+	// explanation and its instant; empty in explanations stored before
+	// they were recorded.
+	CycleID     string     `json:"cycle_id,omitempty"`
+	EvaluatedAt *time.Time `json:"evaluated_at,omitempty"`
+	// NextEvaluation is when a cycle is next expected to evaluate the
+	// waiting job with a chance of a different outcome
+	// (scheduling.NextEvaluation); nil when unknown.
+	NextEvaluation *NextEvaluation `json:"next_evaluation,omitempty"`
+	// Overtake is aging's comparison with the job ahead in the pool
+	// (scheduling.Overtake); nil when none applies.
+	Overtake *OvertakeParts `json:"overtake,omitempty"`
+}
+
+// NextEvaluation is scheduling.NextEvaluation with JSON names.
+type NextEvaluation struct {
+	At       time.Time          `json:"at"`
+	Kind     vocab.NextEvalKind `json:"kind"`
+	Estimate bool               `json:"estimate,omitempty"`
+}
+
+// OvertakeParts is scheduling.Overtake with JSON names; points are priority
+// points, At is nil when Never.
+type OvertakeParts struct {
+	AheadJobID          string     `json:"ahead_job_id"`
+	GapPoints           float64    `json:"gap_points"`
+	HeadroomPoints      float64    `json:"headroom_points"`
+	AheadHeadroomPoints float64    `json:"ahead_headroom_points"`
+	BoundPoints         float64    `json:"bound_points"`
+	At                  *time.Time `json:"at,omitempty"`
+	Never               bool       `json:"never,omitempty"`
 }
 
 // SuggestionJ is scheduling.Suggestion with stable JSON names.

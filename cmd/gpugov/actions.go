@@ -174,8 +174,11 @@ func eventsCmd() *cobra.Command {
 		Use:   "events JOB-ID",
 		Short: "Show a job's wait events: since, until, duration, reason, detail, next action",
 		Long: `events lists the job's wait events, oldest first: one row per continuous wait
-for one reason, with when it started and ended ("now" for the current one), how
-long it lasted, the reason, its detail and the next action the reason implies.`,
+for one reason (however its quantities changed; the detail is the latest), with
+when it started and ended ("now" for the current one), how long it lasted, the
+reason, its detail and the next action the reason implies. Above the table: the
+job's state, submit time and start of its wait, its rank in its pool, the
+expected next re-evaluation and the last scheduling action.`,
 		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -197,8 +200,31 @@ long it lasted, the reason, its detail and the next action the reason implies.`,
 	return cmd
 }
 
-// printWaitEvents writes the events as an aligned table, or says there are none.
+// printWaitEvents writes the job's why record (state, submit, wait start,
+// rank, next re-evaluation, last scheduling action) and the events as an
+// aligned table, or says there are none.
 func printWaitEvents(w io.Writer, l *api.WaitEventList) error {
+	head := fmt.Sprintf("%s %s; submitted %s", l.JobID, l.State, formatClock(l.SubmittedAt))
+	if l.WaitingSince != nil {
+		head += fmt.Sprintf("; waiting since %s (%s)", formatClock(*l.WaitingSince), formatDuration(clientNow().Sub(*l.WaitingSince)))
+	}
+	if e := l.Explanation; e != nil && l.State.Pending() {
+		head += fmt.Sprintf("; rank %d in pool %s", e.Rank, e.Pool)
+	}
+	if _, err := fmt.Fprintln(w, head); err != nil {
+		return err
+	}
+	if e := l.Explanation; e != nil && l.State.Pending() {
+		if n := describeNextEvaluation(e); n != "" {
+			fmt.Fprintf(w, "next re-evaluation: %s\n", n)
+		}
+		if o := describeOvertake(e.Overtake); o != "" {
+			fmt.Fprintf(w, "aging: %s\n", o)
+		}
+	}
+	if d := describeLastDecision(l.LastDecision); d != "" {
+		fmt.Fprintf(w, "last scheduling action: %s\n", d)
+	}
 	if len(l.Events) == 0 {
 		_, err := fmt.Fprintf(w, "%s has no wait events (no scheduling cycle has evaluated it while it waited)\n", l.JobID)
 		return err

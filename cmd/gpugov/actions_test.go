@@ -176,8 +176,14 @@ func TestEventsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("events: %v", err)
 	}
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "SINCE") || !strings.Contains(lines[0], "NEXT ACTION") {
+	all := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	// The why record first: state, submit, wait start, rank; the last action.
+	if len(all) != 6 || !strings.HasPrefix(all[0], id+" waiting; submitted ") || !strings.Contains(all[0], "(25m); rank 1 in pool a100-east") ||
+		!strings.HasPrefix(all[1], "last scheduling action: ") || !strings.Contains(all[1], "(cycle c2): evaluated and left waiting (capacity_busy)") {
+		t.Fatalf("events:\n%s", out)
+	}
+	lines := all[2:]
+	if !strings.HasPrefix(lines[0], "SINCE") || !strings.Contains(lines[0], "NEXT ACTION") {
 		t.Fatalf("events:\n%s", out)
 	}
 	clock := func(d time.Duration) string { return since.Add(d).UTC().Format("15:04") }

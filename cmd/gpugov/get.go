@@ -111,6 +111,8 @@ func printJob(w io.Writer, j *api.Job) error {
 			row("PLACED ON", describePlacement(p))
 		}
 		if j.State.Pending() {
+			row("NEXT EVAL", describeNextEvaluation(e))
+			row("AGING", describeOvertake(e.Overtake))
 			for _, sg := range e.Suggestions {
 				row("WOULD FIT", sg.Text)
 			}
@@ -119,6 +121,7 @@ func printJob(w io.Writer, j *api.Job) error {
 			}
 		}
 	}
+	row("LAST ACTION", describeLastDecision(j.LastDecision))
 	row("NOTE", j.Note)
 	return tw.Flush()
 }

@@ -40,6 +40,7 @@ type serveOptions struct {
 	simSpeed          float64
 	reconcileInterval time.Duration
 	sampleRetention   time.Duration
+	decisionRetention time.Duration
 	logLevel          string
 }
 
@@ -57,6 +58,9 @@ SIGTERM, then shuts down gracefully. Pending jobs' workflows are reconciled
 every --reconcile-interval. Node agents' GPU utilisation samples older than
 --gpu-sample-retention are deleted hourly; a retention shorter than the reclaim
 observation window (the policy's reclaim.observation_window_s) is refused.
+Scheduling decisions (what each cycle did per job, read by why's last
+scheduling action) older than --decision-retention are deleted hourly too,
+keeping each unfinished job's latest wait decision.
 
 Without --tokens-file (or GPUGOV_TOKENS_FILE) it warns and uses the development
 tokens of ` + devTokensFile + ` (admin token "dev-admin").
@@ -95,6 +99,8 @@ compresses runs and arrivals alike.`,
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
 	f.DurationVar(&o.sampleRetention, "gpu-sample-retention", service.DefaultGPUSampleRetention,
 		"how long GPU utilisation samples are kept (at least the reclaim observation window)")
+	f.DurationVar(&o.decisionRetention, "decision-retention", service.DefaultDecisionRetention,
+		"how long scheduling decisions are kept (each unfinished job keeps its latest wait decision)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
 }
@@ -128,11 +134,14 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		return service.Config{}, newUsageError("--reconcile-interval must be > 0, got %s", o.reconcileInterval)
 	case o.sampleRetention <= 0:
 		return service.Config{}, newUsageError("--gpu-sample-retention must be > 0, got %s", o.sampleRetention)
+	case o.decisionRetention <= 0:
+		return service.Config{}, newUsageError("--decision-retention must be > 0, got %s", o.decisionRetention)
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
 		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
-		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention, Logger: logger,
+		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention,
+		DecisionRetention: o.decisionRetention, Logger: logger,
 	}
 	tokens, err := loadServeTokens(o.tokensFile, logger)
 	if err != nil {

@@ -48,27 +48,29 @@ func TestDeployFiles(t *testing.T) {
 func TestServeConfig(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, reconcileInterval: time.Second, tokensFile: devTokens,
-		sampleRetention: 48 * time.Hour,
-		inventoryFile:   "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
+		sampleRetention: 48 * time.Hour, decisionRetention: 72 * time.Hour,
+		inventoryFile: "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
 		policyFile: "../../deploy/gpugov/policy.yaml"}
 	cfg, err := good.config(logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.GPUSampleRetention != 48*time.Hour {
-		t.Errorf("config %+v: want tokens, one pool, the policy file, 48h retention", cfg)
+	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.GPUSampleRetention != 48*time.Hour ||
+		cfg.DecisionRetention != 72*time.Hour {
+		t.Errorf("config %+v: want tokens, one pool, the policy file, 48h sample and 72h decision retention", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
-		"cycle interval":   func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
-		"sim speed":        func(o *serveOptions) { o.simSpeed = 0 },
-		"reconcile":        func(o *serveOptions) { o.reconcileInterval = 0 },
-		"sample retention": func(o *serveOptions) { o.sampleRetention = 0 },
-		"tokens file":      func(o *serveOptions) { o.tokensFile = "missing.yaml" },
-		"no tokens":        func(o *serveOptions) { o.tokensFile = "" }, // no deploy/ under cmd/gpugov
-		"inventory file":   func(o *serveOptions) { o.inventoryFile = devTokens },
-		"inventory format": func(o *serveOptions) { o.inventoryFormat = "xml" },
-		"policy file":      func(o *serveOptions) { o.policyFile = devTokens },
-		"no policy file":   func(o *serveOptions) { o.policyFile = "missing.yaml" },
+		"cycle interval":     func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
+		"sim speed":          func(o *serveOptions) { o.simSpeed = 0 },
+		"reconcile":          func(o *serveOptions) { o.reconcileInterval = 0 },
+		"sample retention":   func(o *serveOptions) { o.sampleRetention = 0 },
+		"decision retention": func(o *serveOptions) { o.decisionRetention = -time.Hour },
+		"tokens file":        func(o *serveOptions) { o.tokensFile = "missing.yaml" },
+		"no tokens":          func(o *serveOptions) { o.tokensFile = "" }, // no deploy/ under cmd/gpugov
+		"inventory file":     func(o *serveOptions) { o.inventoryFile = devTokens },
+		"inventory format":   func(o *serveOptions) { o.inventoryFormat = "xml" },
+		"policy file":        func(o *serveOptions) { o.policyFile = devTokens },
+		"no policy file":     func(o *serveOptions) { o.policyFile = "missing.yaml" },
 	} {
 		o := good
 		mutate(&o)

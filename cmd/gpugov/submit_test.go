@@ -143,6 +143,22 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A later cycle: the same reason with new numbers (one wait event), the
+	// next re-evaluation dated by aging overtaking the job ahead.
+	c2 := since.Add(14 * time.Minute)
+	overtakeAt := c2.Add(50 * time.Minute)
+	_, err = env.store.ApplyCycle(context.Background(), "c2", &scheduling.Result{At: c2, Waiting: []scheduling.WaitStatus{{
+		JobID: id, Reason: vocab.ReasonCapacityBusy, Rank: 3,
+		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 1 free",
+		ReEvaluate: "when 2 matching GPUs on one node are free",
+		Priority:   scheduling.Priority{Score: 10450, TierBase: 10000, AgingCredit: 300, AgingCapped: true, FairShare: 150},
+		Overtake: &scheduling.Overtake{AheadJobID: "j-ahead", GapPoints: 400, HeadroomPoints: 2700, BoundPoints: 3000,
+			AheadHeadroomPoints: 0, At: overtakeAt},
+		Next: scheduling.NextEvaluation{At: overtakeAt, Kind: vocab.NextEvalAgingOvertake},
+	}}}, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	displayLocation = time.UTC
 	clientNow = func() time.Time { return since.Add(14*time.Minute + 10*time.Second) }
 	t.Cleanup(func() { displayLocation, clientNow = time.Local, time.Now })
@@ -151,19 +167,37 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("why: %v", err)
 	}
-	// why prints the clock alone when since is on the client's day, with the
-	// date when the 14 minutes crossed midnight (formatClock).
-	sinceText := since.UTC().Format("15:04")
-	if y, m, d := since.UTC().Date(); clientNow().UTC().Day() != d || clientNow().UTC().Month() != m || clientNow().UTC().Year() != y {
-		sinceText = since.UTC().Format("2006-01-02 15:04")
-	}
-	want := id + " waiting 14m (since " + sinceText + ") — capacity_busy: needs 2 × ≥40960 MiB on one node; " +
-		"2 match in pool, 0 free; rank 3 in pool a100-east; priority 10,450 = tier standard 10,000 + aging 300 (at its cap) + " +
-		"fair share 150; next re-evaluation: when 2 matching GPUs on one node are free\n" +
+	clock := formatClock // as the CLI prints times (the test runs at any hour)
+	want := id + " waiting 14m (since " + clock(since) + ") — capacity_busy: needs 2 × ≥40960 MiB on one node; " +
+		"2 match in pool, 1 free; rank 3 in pool a100-east; priority 10,450 = tier standard 10,000 + aging 300 (at its cap) + " +
+		"fair share 150\n" +
+		"submitted: " + clock(job.SubmitTime) + " (14m ago); waiting since " + clock(since) + "; capacity_busy since " + clock(since) + " (14m)\n" +
+		"what would change it: when 2 matching GPUs on one node are free\n" +
+		"next re-evaluation: " + clock(overtakeAt) + " (in 49m), when aging lifts its rank above job j-ahead\n" +
+		"last scheduling action: " + clock(c2) + " (cycle c2): evaluated and left waiting (capacity_busy), rank 3 in its pool; the same since " + clock(since) + "\n" +
 		"next action: wait for release, preemption if eligible, or capacity\n"
 	if out != want {
 		t.Fatalf("why:\n got %q\nwant %q", out, want)
 	}
+	t.Logf("gpugov why %s:\n%s", id, out)
+	out, _, err = env.run(t, "events", id)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	for _, line := range []string{
+		id + " waiting; submitted " + clock(job.SubmitTime) + "; waiting since " + clock(since) + " (14m); rank 3 in pool a100-east\n",
+		"next re-evaluation: " + clock(overtakeAt) + " (in 49m), when aging lifts its rank above job j-ahead\n",
+		"last scheduling action: " + clock(c2) + " (cycle c2): evaluated and left waiting (capacity_busy)",
+		"capacity_busy  needs 2 × ≥40960 MiB on one node; 2 match in pool, 1 free",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("events lacks %q:\n%s", line, out)
+		}
+	}
+	if n := strings.Count(out, "capacity_busy  "); n != 1 {
+		t.Errorf("events: %d capacity_busy rows, want 1 (one wait for one reason):\n%s", n, out)
+	}
+	t.Logf("gpugov events %s:\n%s", id, out)
 
 	out, _, err = env.run(t, "get", id)
 	if err != nil {
@@ -187,6 +221,33 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil || !strings.Contains(out, "train") || !strings.Contains(out, "standard") {
 		t.Fatalf("queues: %v\n%s", err, out)
 	}
+	// Aging can never lift it above the job ahead: why says so with the numbers.
+	_, err = env.store.ApplyCycle(context.Background(), "c3", &scheduling.Result{At: c2, Waiting: []scheduling.WaitStatus{{
+		JobID: id, Reason: vocab.ReasonReservedForHigherPriority, Rank: 3, BlockingJobID: "j-ahead",
+		Detail:     "needs 2 × ≥40960 MiB on one node; 2 match in pool, 2 free (2 reserved for higher-ranked jobs); it fits only on GPUs reserved for job j-ahead",
+		ReEvaluate: "when job j-ahead starts or no longer reserves them",
+		Priority:   scheduling.Priority{Score: 13150, TierBase: 10000, AgingCredit: 3000, AgingCapped: true, FairShare: 150},
+		Overtake:   &scheduling.Overtake{AheadJobID: "j-ahead", GapPoints: 6850, BoundPoints: 3000, AheadHeadroomPoints: 3000, Never: true},
+		Next:       scheduling.NextEvaluation{At: c2.Add(15 * time.Second), Kind: vocab.NextEvalTimer},
+	}}}, c2.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = env.run(t, "why", id)
+	if err != nil {
+		t.Fatalf("why: %v", err)
+	}
+	for _, line := range []string{
+		"next re-evaluation: " + clock(c2) + " (in 5s), the next timer cycle; nothing known changes the outcome before it\n",
+		"aging: never lifts it above job j-ahead: 6,850 points ahead; this job's credit can still grow 0 (bound 3,000), job j-ahead's 3,000 — waiting alone will not reorder them\n",
+		"last scheduling action: " + clock(c2) + " (cycle c3): held back by a reservation for job j-ahead, rank 3 in its pool\n",
+		"blocked by: j-ahead\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("why lacks %q:\n%s", line, out)
+		}
+	}
+	t.Logf("gpugov why %s (never overtakes):\n%s", id, out)
 }
 
 // TestClientExitCodes checks that a rejected spec is a usage error (exit 2)

@@ -18,9 +18,14 @@ func init() {
 		Use:   "why JOB-ID",
 		Short: "Explain in plain words why a job is waiting (or where it runs)",
 		Long: `why explains a job's current state from the last scheduling cycle: how long it
-has waited and since when, the wait reason with its quantities, its rank in the
-pool, its effective priority by parts (tier + aging + fair share), what would
-change the reason and the next action the reason implies.`,
+has waited and since when (submit time, start of the wait, start of the current
+reason), the wait reason with its quantities, its rank in its pool, its
+effective priority by parts (tier + aging + fair share), what would change the
+reason, the expected next re-evaluation (the next timer cycle, the time aging
+lifts its rank above the job ahead, or an estimated release from running jobs'
+declared run times), whether aging can ever lift it above the job ahead (with
+the numbers when it cannot), the last scheduling action for the job, and the
+next action the reason implies.`,
 		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -90,10 +95,23 @@ func explainWait(b *strings.Builder, j *api.Job) {
 	if e != nil {
 		fmt.Fprintf(b, "; rank %d in pool %s; priority %s", e.Rank, e.Pool, describePriority(j.Tier, e.Priority))
 	}
-	if w.ReEvaluate != "" {
-		fmt.Fprintf(b, "; next re-evaluation: %s", w.ReEvaluate)
-	}
 	b.WriteString("\n")
+	fmt.Fprintf(b, "submitted: %s (%s ago); waiting since %s; %s since %s (%s)\n", formatClock(j.SubmittedAt),
+		formatDuration(now.Sub(j.SubmittedAt)), formatClock(since), w.Reason, formatClock(w.Since), formatDuration(now.Sub(w.Since)))
+	if w.ReEvaluate != "" {
+		fmt.Fprintf(b, "what would change it: %s\n", w.ReEvaluate)
+	}
+	if e != nil {
+		if n := describeNextEvaluation(e); n != "" {
+			fmt.Fprintf(b, "next re-evaluation: %s\n", n)
+		}
+		if o := describeOvertake(e.Overtake); o != "" {
+			fmt.Fprintf(b, "aging: %s\n", o)
+		}
+	}
+	if d := describeLastDecision(j.LastDecision); d != "" {
+		fmt.Fprintf(b, "last scheduling action: %s\n", d)
+	}
 	if w.BlockingJobID != "" {
 		fmt.Fprintf(b, "blocked by: %s\n", w.BlockingJobID)
 	}
@@ -136,6 +154,77 @@ func actionCommand(j *api.Job, reason vocab.WaitReason) string {
 		return fmt.Sprintf("gpugov amend %s -f resources.yaml (with a request the pool's nodes can hold; GET /v1/inventory lists them)", j.ID)
 	}
 	return ""
+}
+
+// describeNextEvaluation renders the explanation's next re-evaluation,
+// e.g. "12:05 (in 5s), the next timer cycle", or "" when none is known.
+func describeNextEvaluation(e *api.Explanation) string {
+	n := e.NextEvaluation
+	if n == nil {
+		return ""
+	}
+	when := fmt.Sprintf("%s (in %s)", formatClock(n.At), formatDuration(n.At.Sub(clientNow())))
+	switch vocab.NextEvalKind(n.Kind) {
+	case vocab.NextEvalTimer:
+		return when + ", the next timer cycle; nothing known changes the outcome before it"
+	case vocab.NextEvalAgingOvertake:
+		ahead := ""
+		if o := e.Overtake; o != nil {
+			ahead = " " + o.AheadJobID
+		}
+		return when + ", when aging lifts its rank above job" + ahead
+	case vocab.NextEvalReleaseEstimate:
+		return "≈ " + when + ", estimate: a running job's declared run time ends then, freeing GPUs it could use"
+	}
+	return when + ", " + n.Kind
+}
+
+// describeOvertake says whether aging can lift the job above the job ahead:
+// "" when it can (the next re-evaluation dates it) or nothing is known, and
+// "never lifts it above job X: …" with the numbers when it cannot.
+func describeOvertake(o *api.Overtake) string {
+	if o == nil || !o.Never {
+		return ""
+	}
+	return fmt.Sprintf("never lifts it above job %s: %s points ahead; this job's credit can still grow %s (bound %s), "+
+		"job %s's %s — waiting alone will not reorder them", o.AheadJobID, formatPoints(o.GapPoints),
+		formatPoints(o.HeadroomPoints), formatPoints(o.BoundPoints), o.AheadJobID, formatPoints(o.AheadHeadroomPoints))
+}
+
+// describeLastDecision renders the last scheduling action, e.g. "12:04
+// (cycle c-…): evaluated and left waiting (capacity_busy), rank 3 in its
+// pool; the same since 11:50", or "" when there is none.
+func describeLastDecision(d *api.LastDecision) string {
+	if d == nil {
+		return ""
+	}
+	var what string
+	switch vocab.SchedulingAction(d.Action) {
+	case vocab.ActionPlaced:
+		what = "placed"
+	case vocab.ActionPlacementRefused:
+		what = "planned a placement, refused when applied: " + d.Detail
+	case vocab.ActionPreemptionStarted:
+		what = "started preemption of " + strings.Join(d.Victims, ", ") + ": " + d.Detail
+	case vocab.ActionPreemptionProposed:
+		what = "proposed preemption of " + strings.Join(d.Victims, ", ") + " (not carried out): " + d.Detail
+	case vocab.ActionHeldByReservation:
+		what = "held back by a reservation for job " + d.JobID
+	case vocab.ActionLeftWaiting:
+		what = "evaluated and left waiting (" + d.Reason + ")"
+	case vocab.ActionSkipped:
+		what = "skipped as not ready (" + d.Reason + ")"
+	default:
+		what = d.Action
+	}
+	out := fmt.Sprintf("%s (cycle %s): %s", formatClock(d.At), d.CycleID, what)
+	if d.Rank > 0 {
+		out += fmt.Sprintf(", rank %d in its pool", d.Rank)
+	}
+	if d.Since.Before(d.At) {
+		out += "; the same since " + formatClock(d.Since)
+	}
+	return out
 }
 
 // suggestionValue is a suggestion's value as a resources file writes it.

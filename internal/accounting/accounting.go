@@ -8,8 +8,9 @@
 //     GPU is granted more than 1000 milli in all. The store checks every
 //     placement with them before it writes the allocation (its gpu_usage
 //     CHECK constraint stays the backstop); the simulator checks every grant.
-//   - wait-event segmentation: WaitChanged (a new event when the reason or
-//     detail changes) and NotYetEvaluatedSince (the closed
+//   - wait-event segmentation: WaitChanged (a new event when the reason
+//     changes), WaitRefreshed (the open event takes a changed detail in
+//     place, keeping its start) and NotYetEvaluatedSince (the closed
 //     vocab.ReasonNotYetEvaluated event from submit or requeue to a job's
 //     first evaluation). The store calls the two where it holds the rows
 //     (store/cycle.go); the simulator calls WaitTransition, which combines

@@ -59,8 +59,10 @@ func TestWaitTransition(t *testing.T) {
 	if s := WaitTransition(open, false, busy, "d1", at(9)); s != (WaitStep{}) {
 		t.Errorf("same reason and detail: %+v, want nothing", s)
 	}
-	if s := WaitTransition(open, false, busy, "d2", at(9)); s != (WaitStep{Close: true, Open: true}) {
-		t.Errorf("detail changed: %+v", s)
+	// One continuous wait for one reason is one event: a new detail
+	// (quantities changed) refreshes the open event in place.
+	if s := WaitTransition(open, false, busy, "d2", at(9)); s != (WaitStep{Refresh: true}) {
+		t.Errorf("detail changed: %+v, want a refresh of the open event", s)
 	}
 	if s := WaitTransition(open, false, frag, "d1", at(9)); s != (WaitStep{Close: true, Open: true}) {
 		t.Errorf("reason changed: %+v", s)

@@ -22,12 +22,22 @@ type WaitState struct {
 	LastEnded time.Time
 }
 
-// WaitChanged reports whether a cycle's wait status (reason, detail) for a
-// pending job opens a new wait event: when the job has no open event, or the
-// open event's reason or detail differs. A status equal to the open event
-// extends it and writes nothing.
-func WaitChanged(open bool, curReason vocab.WaitReason, curDetail string, reason vocab.WaitReason, detail string) bool {
-	return !open || curReason != reason || curDetail != detail
+// WaitChanged reports whether a cycle's wait status for a pending job opens a
+// new wait event: when the job has no open event, or the open event's reason
+// differs. One continuous wait for one reason is one event however its
+// detail's quantities change (docs/design.md §1, wait events): a status with
+// the open event's reason extends it (WaitRefreshed says whether its text is
+// rewritten).
+func WaitChanged(open bool, curReason, reason vocab.WaitReason) bool {
+	return !open || curReason != reason
+}
+
+// WaitRefreshed reports whether a status that WaitChanged does not call a
+// change rewrites the open event's text in place: its detail differs from
+// the event's (the store compares the re-evaluation condition and the
+// blocking job the same way). The event keeps its start.
+func WaitRefreshed(curDetail, detail string) bool {
+	return curDetail != detail
 }
 
 // NotYetEvaluatedSince returns the start of the closed vocab.ReasonNotYetEvaluated
@@ -67,20 +77,24 @@ type WaitStep struct {
 	Close bool
 	// Open is true when a new event for the status's reason and detail opens at now.
 	Open bool
+	// Refresh is true when the open event continues (same reason) and takes
+	// the status's detail in place, keeping its start (WaitRefreshed).
+	Refresh bool
 }
 
 // WaitTransition decides what a cycle at now does to a pending job's wait
 // events, as the store's ApplyCycle does: a placement (placed true) writes
 // the not-yet-evaluated event when due and closes the open event; a wait
-// status (reason, detail) that WaitChanged calls a change writes the
-// not-yet-evaluated event when due, closes the open event and opens one for
-// the new status; an unchanged status does nothing. The simulator calls it
+// status whose reason WaitChanged calls a change writes the not-yet-evaluated
+// event when due, closes the open event and opens one for the new status; a
+// status with the open event's reason only refreshes its detail when that
+// differs (WaitRefreshed), and otherwise does nothing. The simulator calls it
 // as a whole; the store applies its two parts where it holds the rows they
 // read: WaitChanged before it updates the job rows, NotYetEvaluatedSince
 // after the update has locked them (store.ApplyCycle).
 func WaitTransition(st WaitState, placed bool, reason vocab.WaitReason, detail string, now time.Time) WaitStep {
-	if !placed && !WaitChanged(st.Open, st.Reason, st.Detail, reason, detail) {
-		return WaitStep{}
+	if !placed && !WaitChanged(st.Open, st.Reason, reason) {
+		return WaitStep{Refresh: WaitRefreshed(st.Detail, detail)}
 	}
 	var s WaitStep
 	if since, ok := NotYetEvaluatedSince(st, now); ok {

@@ -534,18 +534,25 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 		d.list(n, path, func(c *yaml.Node, at string) {
 			var q Queue
 			if !d.mapping(c, at, fields{
-				"name":       d.name(&q.Name),
-				"tier":       d.tier(&q.Tier),
-				"share":      number(d, &q.Share, nonNegative),
-				"max_wait_s": integer(d, &q.MaxWaitSeconds, nonNegative),
-				"protected":  d.boolean(&q.Protected),
-				"low_risk":   d.boolean(&q.LowRisk),
-				"min_share":  number(d, &q.MinShare, between(0.0, 1.0)),
-				"max_share":  number(d, &q.MaxShare, maxShare),
+				"name":               d.name(&q.Name),
+				"tier":               d.tier(&q.Tier),
+				"share":              number(d, &q.Share, nonNegative),
+				"max_wait_s":         integer(d, &q.MaxWaitSeconds, nonNegative),
+				"protected":          d.boolean(&q.Protected),
+				"low_risk":           d.boolean(&q.LowRisk),
+				"aging_ceiling_tier": d.tier(&q.AgingCeilingTier),
+				"aging_cap_points": func(n *yaml.Node, path string) {
+					var v float64
+					number(d, &v, nonNegative)(n, path)
+					q.AgingCapPoints = &v
+				},
+				"min_share": number(d, &q.MinShare, between(0.0, 1.0)),
+				"max_share": number(d, &q.MaxShare, maxShare),
 			}) {
 				return
 			}
 			d.required(c, at, "name", "tier")
+			d.agingCeiling(c, at, &q)
 			if prev, ok := first[q.Name]; ok && q.Name != "" {
 				d.fail(d.lineNode(at+".name", c), at+".name", "%q repeats %s", q.Name, prev)
 			} else {
@@ -568,6 +575,24 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 			out = append(out, q)
 		})
 		*dst = out
+	}
+}
+
+// agingCeiling checks a queue's aging ceiling tier: never production, and
+// not below the queue's own tier (docs/design.md §4).
+func (d *decoder) agingCeiling(c *yaml.Node, at string, q *Queue) {
+	if q.AgingCeilingTier == "" || q.Tier == "" {
+		return
+	}
+	path := at + ".aging_ceiling_tier"
+	ceiling, err1 := vocab.ParseTier(q.AgingCeilingTier)
+	own, err2 := vocab.ParseTier(q.Tier)
+	switch {
+	case err1 != nil || err2 != nil:
+	case ceiling == vocab.TierProduction:
+		d.fail(d.lineNode(path, c), path, "production is not allowed: aging never lifts a job into production (docs/design.md invariant 5)")
+	case ceiling < own:
+		d.fail(d.lineNode(path, c), path, "%s is below the queue's tier %s", q.AgingCeilingTier, q.Tier)
 	}
 }
 

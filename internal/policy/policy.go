@@ -140,6 +140,15 @@ type Queue struct {
 	// above 0) of each pool's usable GPUs (scheduling.Queue.MaxShare); 0
 	// (left out) means no cap.
 	MaxShare float64 `json:"max_share,omitempty"`
+	// AgingCeilingTier is the highest tier whose band aging may lift the
+	// queue's jobs into: their score stays below the base of the tier above
+	// it. Never production, never below Tier; "" keeps the production
+	// ceiling alone (scheduling.QueueAging).
+	AgingCeilingTier string `json:"aging_ceiling_tier,omitempty"`
+	// AgingCapPoints is the queue's aging cap in points, in place of
+	// aging.cap_points; it may exceed the gap to the next tier. nil: the
+	// policy's cap.
+	AgingCapPoints *float64 `json:"aging_cap_points,omitempty"`
 }
 
 // Quota is one project's quota in one pool (scheduling.Quota), in milli-GPUs.
@@ -300,7 +309,8 @@ func Default() *Policy {
 
 // Scheduling returns the scheduling rules in internal/scheduling's type,
 // with Version set to Hash, so every cycle's result names the policy
-// version it ran with. Tier names the scheduler does not know are left out
+// version it ran with, and the queues' aging bounds in Aging.Queues. Tier
+// names the scheduler does not know are left out
 // (Load refuses them).
 func (p *Policy) Scheduling() *scheduling.Policy {
 	sp := &scheduling.Policy{Version: p.Hash(), TierBase: make(map[vocab.Tier]float64, len(p.TierBase)),
@@ -315,6 +325,21 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 	for name, v := range p.TierBase {
 		if t, err := vocab.ParseTier(name); err == nil {
 			sp.TierBase[t] = v
+		}
+	}
+	for _, q := range p.Queues {
+		var qa scheduling.QueueAging
+		if q.AgingCapPoints != nil {
+			qa.HasCap, qa.CapPoints = true, *q.AgingCapPoints
+		}
+		if t, err := vocab.ParseTier(q.AgingCeilingTier); err == nil {
+			qa.HasCeiling, qa.CeilingTier = true, t
+		}
+		if qa.HasCap || qa.HasCeiling {
+			if sp.Aging.Queues == nil {
+				sp.Aging.Queues = make(map[string]scheduling.QueueAging)
+			}
+			sp.Aging.Queues[q.Name] = qa
 		}
 	}
 	return sp

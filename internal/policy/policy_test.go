@@ -181,6 +181,14 @@ func TestLoadErrors(t *testing.T) {
 		{"window time", v + "protection_windows:\n  - {name: w, start: tomorrow, end: 2026-01-01T00:00:00Z}\n", `p.yaml:3: protection_windows[0].start: want an RFC 3339 time`},
 		{"window without end", v + "protection_windows:\n  - {name: w, start: 2026-01-01T00:00:00Z}\n", "p.yaml:3: protection_windows[0].end: is required"},
 		{"queue without tier", v + "queues:\n  - {name: a}\n", "p.yaml:3: queues[0].tier: is required"},
+		{"aging ceiling production", v + "queues:\n  - {name: a, tier: standard, aging_ceiling_tier: production}\n",
+			"p.yaml:3: queues[0].aging_ceiling_tier: production is not allowed"},
+		{"aging ceiling below the tier", v + "queues:\n  - {name: a, tier: key-project, aging_ceiling_tier: standard}\n",
+			"p.yaml:3: queues[0].aging_ceiling_tier: standard is below the queue's tier key-project"},
+		{"aging ceiling unknown", v + "queues:\n  - {name: a, tier: standard, aging_ceiling_tier: gold}\n",
+			`p.yaml:3: queues[0].aging_ceiling_tier: "gold" is not production`},
+		{"negative queue aging cap", v + "queues:\n  - {name: a, tier: standard, aging_cap_points: -1}\n",
+			"p.yaml:3: queues[0].aging_cap_points: -1 is negative"},
 		{"min share above 1", v + "queues:\n  - name: a\n    tier: standard\n    min_share: 1.5\n", "p.yaml:5: queues[0].min_share: 1.5 is outside 0..1"},
 		{"negative min share", v + "queues:\n  - {name: a, tier: standard, min_share: -0.1}\n", "p.yaml:3: queues[0].min_share: -0.1 is outside 0..1"},
 		{"zero max share", v + "queues:\n  - {name: a, tier: standard, max_share: 0}\n", "p.yaml:3: queues[0].max_share: 0 is outside (0, 1]"},
@@ -332,5 +340,39 @@ func TestWatcherKeepsLastGoodPolicyAndReportsChanges(t *testing.T) {
 	}
 	if _, err := NewWatcher(filepath.Join(t.TempDir(), "absent.yaml")); err == nil {
 		t.Error("a watcher started on a missing file")
+	}
+}
+
+// TestQueueAging checks the per-queue aging fields: loaded, part of the
+// hash, and carried into the scheduling policy's Aging.Queues (only for
+// queues that set one), which serve and simulate both plan with.
+func TestQueueAging(t *testing.T) {
+	const base = "version: gpugov.policy/v1\nqueues:\n  - {name: prod, tier: production}\n"
+	p, err := Parse("p.yaml", []byte(base+"  - {name: std, tier: standard, aging_ceiling_tier: key-project, aging_cap_points: 15000}\n"+
+		"  - {name: capped, tier: experiment, aging_cap_points: 0}\n  - {name: plain, tier: standard}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := p.Queues[1]; q.AgingCeilingTier != "key-project" || q.AgingCapPoints == nil || *q.AgingCapPoints != 15000 {
+		t.Fatalf("queue %+v", q)
+	}
+	want := map[string]scheduling.QueueAging{
+		"std":    {HasCap: true, CapPoints: 15000, HasCeiling: true, CeilingTier: vocab.TierKeyProject},
+		"capped": {HasCap: true, CapPoints: 0},
+	}
+	if got := p.Scheduling().Aging.Queues; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Aging.Queues %+v, want %+v", got, want)
+	}
+	// serve runs the stored version: the fields survive its canonical body.
+	back, err := FromCanonical(p.Canonical())
+	if err != nil || !reflect.DeepEqual(back.Scheduling().Aging.Queues, want) || back.Hash() != p.Hash() {
+		t.Fatalf("from the canonical body: %v, %+v", err, back)
+	}
+	plain, err := Parse("p.yaml", []byte(base+"  - {name: std, tier: standard}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Scheduling().Aging.Queues != nil || plain.Hash() == p.Hash() {
+		t.Fatalf("a policy without queue aging: %+v, hash %s (the other %s)", plain.Scheduling().Aging.Queues, plain.Hash(), p.Hash())
 	}
 }

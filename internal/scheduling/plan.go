@@ -47,6 +47,7 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 			je.rank = int32(r + 1)
 			c.serve(je)
 		}
+		c.nextEvaluations()
 		return c.res
 	}
 	// Queue minimums (docs/design.md §4): production jobs and the jobs of
@@ -77,16 +78,26 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 	for _, pos := range deferred {
 		c.serve(&c.jobs[pos])
 	}
+	c.nextEvaluations()
 	return c.res
 }
 
-// serve decides a job as the next one of the cycle: its serving position
-// (Placement.Rank, WaitStatus.Rank) and the job served before it in its pool.
+// serve decides a job as the next one of the cycle: its place among its
+// pool's jobs in the serving order (Placement.Rank, WaitStatus.Rank) and the
+// job served before it in its pool.
 func (c *cycle) serve(je *jobEntry) {
-	c.served++
-	je.served, je.prevInPool = c.served, -1
+	je.prevInPool = -1
 	if ps := je.ps; ps != nil {
 		je.prevInPool, ps.lastRanked = ps.lastRanked, je.pos
+		ps.ranked++
+		je.poolRank = ps.ranked
+	} else {
+		if c.unknownPools == nil {
+			c.unknownPools = make(map[string]int32)
+		}
+		name := je.job.Request.Pool
+		c.unknownPools[name]++
+		je.poolRank = c.unknownPools[name]
 	}
 	c.decide(je)
 }
@@ -107,8 +118,10 @@ type jobEntry struct {
 	qrow    *quotaRow  // the project's quota in ps; nil when unlimited
 	share   *shareRow  // the queue's service share in ps; nil when the queue has none
 	rank    int32      // 1-based score rank (index into cycle.prios + 1), set when the job is decided
-	served  int32      // 1-based position in the order the cycle decided the jobs
-	pos     int32      // index in cycle.jobs
+	// poolRank is the job's 1-based place among its pool's jobs in the
+	// serving order (Placement.Rank, WaitStatus.Rank).
+	poolRank int32
+	pos      int32 // index in cycle.jobs
 	// prevInPool is the entry of the next higher-ranked job of the same pool
 	// (−1 when none), for the "when aging lifts rank above" clause.
 	prevInPool int32
@@ -125,25 +138,27 @@ const (
 
 // cycle is the working state of one Plan call.
 type cycle struct {
-	s       *Snapshot
-	p       *Policy
-	now     time.Time
-	cap     *capacityIndex
-	quota   *quotaState
-	queues  map[string]*Queue
-	shares  *shareState  // queue service shares; nil when no queue has one
-	served  int32        // jobs decided so far
-	victims *victimIndex // built beside ranking when preemption is on, else on first need
-	jobs    []jobEntry   // in Snapshot.Pending order
-	prios   []Priority   // by rank
-	aging   []agingRule  // by rank
-	order   []int32      // Snapshot.Pending index by rank
-	res     *Result
-	keyBuf  []byte
-	models  []string
-	freed   []int32
-	scratch []int32
-	textBuf []byte
+	s      *Snapshot
+	p      *Policy
+	now    time.Time
+	cap    *capacityIndex
+	quota  *quotaState
+	queues map[string]*Queue
+	shares *shareState // queue service shares; nil when no queue has one
+	// unknownPools counts, per pool the inventory lacks, its jobs decided
+	// so far (their pool ranks).
+	unknownPools map[string]int32
+	victims      *victimIndex // built beside ranking when preemption is on, else on first need
+	jobs         []jobEntry   // in Snapshot.Pending order
+	prios        []Priority   // by rank
+	aging        []agingRule  // by rank
+	order        []int32      // Snapshot.Pending index by rank
+	res          *Result
+	keyBuf       []byte
+	models       []string
+	freed        []int32
+	scratch      []int32
+	textBuf      []byte
 	// projects caches project lookups (project); last* remembers the latest.
 	projects        map[string]*projectInfo
 	lastProject     *projectInfo
@@ -347,7 +362,7 @@ func (c *cycle) place(je *jobEntry, ps *poolState, sh *shapeInfo, ch choice, qv 
 	ps.quota.charge(qv.row, qv.need)
 	je.share.charge(je.need)
 	pl := Placement{JobID: je.id, Pool: ps.name, Node: ps.nodes[ch.node].name, Borrowed: qv.borrowed,
-		Rank: int(je.served), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
+		Rank: int(je.poolRank), Priority: c.prios[je.rank-1], RequestVersion: je.job.RequestVersion}
 	if len(ch.gpus) > 0 {
 		pl.GPUs = make([]GPUShare, len(ch.gpus))
 		for i, gi := range ch.gpus {
@@ -396,13 +411,17 @@ func (c *cycle) blocked(je *jobEntry, ps *poolState, sh *shapeInfo, qv quotaVerd
 			detail += "; " + phrase
 		}
 	}
+	var ot *Overtake
 	if above >= 0 && c.p.Aging.Enabled {
-		if at, ok := c.overtakeTime(je, &c.jobs[above]); ok {
-			reEval = appendAgingClause(reEval, at, c.jobs[above].id)
+		ot = c.overtake(je, &c.jobs[above])
+		if ot.Never {
+			reEval = appendNeverClause(reEval, ot)
+		} else {
+			reEval = appendAgingClause(reEval, ot.At, ot.AheadJobID)
 		}
 	}
 	w := c.wait(je, rc.reason, detail, reEval, blocking)
-	w.Suggestions, w.Releases = suggest, releases
+	w.Suggestions, w.Releases, w.Overtake = suggest, releases, ot
 }
 
 // capacityReason returns reserved_for_higher_priority (fits only on reserved
@@ -448,6 +467,42 @@ func (c *cycle) capacityReason(ps *poolState, sh *shapeInfo) *reasonCache {
 // (suggestions, releases).
 func (c *cycle) wait(je *jobEntry, reason vocab.WaitReason, detail, reEval, blocking string) *WaitStatus {
 	c.res.Waiting = append(c.res.Waiting, WaitStatus{JobID: je.id, Reason: reason, Detail: detail,
-		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.served), Priority: c.prios[je.rank-1]})
+		ReEvaluate: reEval, BlockingJobID: blocking, Rank: int(je.poolRank), Priority: c.prios[je.rank-1]})
 	return &c.res.Waiting[len(c.res.Waiting)-1]
+}
+
+// nextEvaluations dates every wait status's next re-evaluation once the
+// cycle has decided all jobs (so that every part of a status, its expected
+// releases included, is known): the earliest of its aging overtake and its
+// earliest expected release still in the future, else the next timer cycle
+// (Snapshot.CycleIntervalSeconds after now; left zero when that is 0).
+func (c *cycle) nextEvaluations() {
+	var timer time.Time
+	if iv := c.s.CycleIntervalSeconds; iv > 0 {
+		timer = c.now.Add(time.Duration(iv * float64(time.Second)))
+	}
+	for i := range c.res.Waiting {
+		c.res.Waiting[i].Next = nextEvaluation(&c.res.Waiting[i], c.now, timer)
+	}
+}
+
+// nextEvaluation is one status's next re-evaluation (see nextEvaluations);
+// timer is the next timer cycle, zero when unknown.
+func nextEvaluation(w *WaitStatus, now, timer time.Time) NextEvaluation {
+	var next NextEvaluation
+	if ot := w.Overtake; ot != nil && !ot.Never && ot.At.After(now) {
+		next = NextEvaluation{At: ot.At, Kind: vocab.NextEvalAgingOvertake}
+	}
+	for _, r := range w.Releases { // earliest first: the first future one
+		if r.ExpectedEnd.After(now) {
+			if next.At.IsZero() || r.ExpectedEnd.Before(next.At) {
+				next = NextEvaluation{At: r.ExpectedEnd, Kind: vocab.NextEvalReleaseEstimate, Estimate: true}
+			}
+			break
+		}
+	}
+	if next.At.IsZero() && !timer.IsZero() {
+		next = NextEvaluation{At: timer, Kind: vocab.NextEvalTimer}
+	}
+	return next
 }

@@ -19,13 +19,33 @@ type Policy struct {
 }
 
 // AgingPolicy is the bounded aging rule: a waiting job gains StepPoints for each
-// full IntervalSeconds of eligible wait, up to CapPoints. Aging never lifts a
-// job's score to or above the production tier's base (docs/design.md invariant 5).
+// full IntervalSeconds of eligible wait, up to CapPoints (or its queue's cap).
+// Aging never lifts a job's score to or above the production tier's base
+// (docs/design.md invariant 5), nor, for a queue with an aging ceiling tier,
+// to or above the base of the tier above that ceiling.
 type AgingPolicy struct {
 	Enabled         bool
 	StepPoints      float64
 	IntervalSeconds float64
 	CapPoints       float64
+	// Queues holds per-queue bounds by queue name; a queue not listed has
+	// CapPoints and the production ceiling alone.
+	Queues map[string]QueueAging
+}
+
+// QueueAging is one queue's aging bound (docs/design.md §4): a cap that
+// may exceed the gap to the next tier, and the highest tier whose band
+// aging may lift the queue's jobs into.
+type QueueAging struct {
+	// HasCap selects CapPoints over AgingPolicy.CapPoints.
+	HasCap    bool
+	CapPoints float64
+	// HasCeiling selects CeilingTier (never production, never below the
+	// queue's tier): a job's score stays at least one point below the base
+	// of the tier directly above it. Without it the production ceiling alone
+	// bounds the score.
+	HasCeiling  bool
+	CeilingTier vocab.Tier
 }
 
 // FairSharePolicy is Slurm's classic multifactor fair-share term:

@@ -187,9 +187,11 @@ func (r *priorityRules) fairOf(project string) float64 {
 // priority computes a pending job's effective priority with every part:
 // TierBase[tier] + aging credit + fair-share points (Weight × fairFactor).
 // Aging gives StepPoints per full IntervalSeconds of eligible wait, bounded
-// by CapPoints (CapPoints ≤ 0 gives no credit) and, for non-production jobs,
-// bounded so the score stays at least one point below TierBase[production]
-// (docs/design.md invariant 5). A tier missing from TierBase starts from 0 points.
+// by CapPoints — the job's queue's (AgingPolicy.Queues) when it sets one —
+// (a cap ≤ 0 gives no credit) and, for non-production jobs, bounded so the
+// score stays at least one point below TierBase[production] (docs/design.md
+// invariant 5) and, when the queue sets an aging ceiling tier, below the
+// base of the tier above it. A tier missing from TierBase starts from 0 points.
 func (r *priorityRules) priority(j *PendingJob, fairFactor float64) (Priority, agingRule) {
 	p := r.p
 	pr := Priority{TierBase: r.base(j.Tier), SubmitTime: j.SubmitTime}
@@ -200,9 +202,22 @@ func (r *priorityRules) priority(j *PendingJob, fairFactor float64) (Priority, a
 	rule := agingRule{waitS: eligibleWaitSeconds(j, r.now)}
 	if p.Aging.Enabled {
 		rule.interval, rule.step, rule.capEff = p.Aging.IntervalSeconds, p.Aging.StepPoints, p.Aging.CapPoints
+		qa, hasQueue := QueueAging{}, false
+		if len(p.Aging.Queues) > 0 {
+			qa, hasQueue = p.Aging.Queues[j.Queue]
+		}
+		if hasQueue && qa.HasCap {
+			rule.capEff = qa.CapPoints
+		}
 		if r.hasProd && j.Tier != vocab.TierProduction {
 			ceiling := math.Max(0, r.prodBase-pr.TierBase-pr.FairShare-1)
 			rule.capEff = math.Min(rule.capEff, ceiling)
+		}
+		if hasQueue && qa.HasCeiling && qa.CeilingTier < vocab.TierProduction && j.Tier <= qa.CeilingTier {
+			// The score stays below the base of the tier above the ceiling.
+			if above, ok := p.TierBase[qa.CeilingTier+1]; ok {
+				rule.capEff = math.Min(rule.capEff, math.Max(0, above-pr.TierBase-pr.FairShare-1))
+			}
 		}
 		rule.capEff = math.Max(0, rule.capEff)
 		pr.AgingCredit = rule.credit(rule.waitS)

@@ -238,13 +238,21 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 		pending[s.Pending[i].ID] = &s.Pending[i]
 	}
 	seen := map[string]bool{}
-	ranks := map[int]bool{}
+	type poolRank struct {
+		pool string
+		rank int
+	}
+	ranks := map[poolRank]bool{} // ranks are per pool
+	perPool := map[string]int{}
+	for _, j := range s.Pending {
+		perPool[j.Request.Pool]++
+	}
 	for _, pl := range res.Placements {
 		j := pending[pl.JobID]
-		if j == nil || seen[pl.JobID] || ranks[pl.Rank] {
-			return fmt.Errorf("placement %s: unknown or repeated", pl.JobID)
+		if j == nil || seen[pl.JobID] || ranks[poolRank{pl.Pool, pl.Rank}] || pl.Rank < 1 || pl.Rank > perPool[pl.Pool] {
+			return fmt.Errorf("placement %s: unknown or repeated, or rank %d outside its pool's", pl.JobID, pl.Rank)
 		}
-		seen[pl.JobID], ranks[pl.Rank] = true, true
+		seen[pl.JobID], ranks[poolRank{pl.Pool, pl.Rank}] = true, true
 		if err := checkPlacement(j, pl, gpus); err != nil {
 			return err
 		}
@@ -269,10 +277,14 @@ func checkInvariants(s *Snapshot, p *Policy, res *Result) error {
 		rankOf[pl.JobID] = pl.Rank
 	}
 	for _, w := range res.Waiting {
-		if pending[w.JobID] == nil || seen[w.JobID] || ranks[w.Rank] {
+		j := pending[w.JobID]
+		if j == nil || seen[w.JobID] {
 			return fmt.Errorf("wait %s: unknown or repeated", w.JobID)
 		}
-		seen[w.JobID], ranks[w.Rank] = true, true
+		if pr := (poolRank{j.Request.Pool, w.Rank}); ranks[pr] || w.Rank < 1 || w.Rank > perPool[pr.pool] {
+			return fmt.Errorf("wait %s: rank %d repeated or outside pool %q's %d jobs", w.JobID, w.Rank, pr.pool, perPool[pr.pool])
+		}
+		seen[w.JobID], ranks[poolRank{j.Request.Pool, w.Rank}] = true, true
 		if !slices.Contains(vocab.WaitReasons, w.Reason) || w.Detail == "" || w.ReEvaluate == "" {
 			return fmt.Errorf("wait %s: bad status %+v", w.JobID, w)
 		}

@@ -81,20 +81,27 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-// overtakeTime returns the first instant at which aging lifts job me above
-// job above (both keep aging; base and fair-share points stay as they are),
-// when that happens before me's credit reaches its bound.
-func (c *cycle) overtakeTime(me, above *jobEntry) (time.Time, bool) {
+// overtake compares job me with job above under aging: the first instant at
+// which aging lifts me above it (both keep aging, each up to its own bound;
+// base and fair-share points stay as they are), or Never with the numbers
+// when that cannot happen before me's credit reaches its bound.
+func (c *cycle) overtake(me, above *jobEntry) *Overtake {
 	mp, ap := &c.prios[me.rank-1], &c.prios[above.rank-1]
-	if mp.AgingCredit >= c.aging[me.rank-1].capEff {
-		return time.Time{}, false
+	mr, ar := c.aging[me.rank-1], c.aging[above.rank-1]
+	ot := &Overtake{AheadJobID: above.id, GapPoints: math.Max(0, ap.Score-mp.Score),
+		HeadroomPoints: math.Max(0, mr.capEff-mp.AgingCredit), AheadHeadroomPoints: math.Max(0, ar.capEff-ap.AgingCredit),
+		BoundPoints: mr.capEff}
+	if mp.AgingCredit >= mr.capEff {
+		ot.Never = true
+		return ot
 	}
-	secs, ok := overtakeAfter(c.aging[me.rank-1], c.aging[above.rank-1], mp.Score-mp.AgingCredit, ap.Score-ap.AgingCredit,
-		ranksAtTie(mp, ap, me.id, above.id))
+	secs, ok := overtakeAfter(mr, ar, mp.Score-mp.AgingCredit, ap.Score-ap.AgingCredit, ranksAtTie(mp, ap, me.id, above.id))
 	if !ok {
-		return time.Time{}, false
+		ot.Never = true
+		return ot
 	}
-	return c.now.Add(time.Duration(secs * float64(time.Second))), true
+	ot.At = c.now.Add(time.Duration(secs * float64(time.Second)))
+	return ot
 }
 
 // overtakeAfter returns in how many seconds a job with aging rule mine and

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -251,5 +252,25 @@ func appendAgingClause(reEval string, at time.Time, above string) string {
 	b = at.UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, " when aging lifts rank above job "...)
 	b = append(b, above...)
+	return string(b)
+}
+
+// appendNeverClause adds "; aging never lifts rank above job X: …" with the
+// numbers of ot (Overtake.Never), in whole points: the gap and what each job
+// can still gain.
+func appendNeverClause(reEval string, ot *Overtake) string {
+	pts := func(b []byte, v float64) []byte { return strconv.AppendFloat(b, math.Round(v), 'f', 0, 64) }
+	b := make([]byte, 0, len(reEval)+160)
+	b = append(b, reEval...)
+	b = append(b, "; aging never lifts rank above job "...)
+	b = append(b, ot.AheadJobID...)
+	b = append(b, ": it is "...)
+	b = pts(b, ot.GapPoints)
+	b = append(b, " points ahead, this job's credit can still grow "...)
+	b = pts(b, ot.HeadroomPoints)
+	b = append(b, " (bound "...)
+	b = pts(b, ot.BoundPoints)
+	b = append(b, "), its own "...)
+	b = pts(b, ot.AheadHeadroomPoints)
 	return string(b)
 }

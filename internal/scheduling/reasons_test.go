@@ -265,10 +265,24 @@ func TestAgingClause(t *testing.T) {
 	if a := waitOf(res, "above"); strings.Contains(a.ReEvaluate, "aging") {
 		t.Fatalf("top job has an aging clause: %q", a.ReEvaluate)
 	}
+	if ot := w.Overtake; ot == nil || ot.Never || !ot.At.Equal(t0.Add(110*time.Minute)) || ot.AheadJobID != "above" ||
+		ot.GapPoints != 1000 || w.Next.Kind != vocab.NextEvalAgingOvertake || !w.Next.At.Equal(ot.At) {
+		t.Fatalf("overtake %+v, next %+v", w.Overtake, w.Next)
+	}
 	// An experiment job (0 points, at most 3,000 from aging) never passes
-	// 13,000: no clause.
+	// 13,000: no time is promised, the clause says never with the numbers,
+	// and the next re-evaluation is the timer's.
 	s.Pending[0].Tier = vocab.TierExperiment
-	if w := waitOf(Plan(s, p, t0), "me"); w.Rank != 2 || strings.Contains(w.ReEvaluate, "aging") {
-		t.Fatalf("unreachable overtake reported: %+v", w)
+	s.CycleIntervalSeconds = 5
+	w = waitOf(Plan(s, p, t0), "me")
+	never := "aging never lifts rank above job above: it is 13000 points ahead, this job's credit can still grow 3000 (bound 3000), its own 0"
+	if w.Rank != 2 || !strings.Contains(w.ReEvaluate, never) || strings.Contains(w.ReEvaluate, " when aging lifts") {
+		t.Fatalf("unreachable overtake: %q, want %q", w.ReEvaluate, never)
+	}
+	if ot := w.Overtake; ot == nil || !ot.Never || !ot.At.IsZero() || ot.GapPoints != 13000 || ot.HeadroomPoints != 3000 {
+		t.Fatalf("overtake %+v", w.Overtake)
+	}
+	if w.Next != (NextEvaluation{At: t0.Add(5 * time.Second), Kind: vocab.NextEvalTimer}) {
+		t.Fatalf("next %+v, want the timer at +5 s", w.Next)
 	}
 }

@@ -32,7 +32,7 @@ type Placement struct {
 	Node     string // node of the first GPU
 	GPUs     []GPUShare
 	Borrowed bool // some of the grant is beyond the project's nominal quota
-	Rank     int  // the job's place in the order this cycle served the jobs (1 = first): by score, with queues below their min_share moved ahead (docs/design.md §4)
+	Rank     int  // the job's place among its pool's jobs in the order this cycle served them (1 = first): by score, with queues below their min_share moved ahead (docs/design.md §4)
 	Priority Priority
 	// RequestVersion is the job's PendingJob.RequestVersion: the version of
 	// the request this placement was planned on (0: unknown).
@@ -52,14 +52,24 @@ type WaitStatus struct {
 	// BlockingJobID names the higher-ranked job holding a reservation, for
 	// reserved_for_higher_priority; the job a preemption is running for, etc.
 	BlockingJobID string
-	Rank          int // as Placement.Rank: the job's place in the cycle's serving order
-	Priority      Priority
+	// Rank is as Placement.Rank: the job's place among its pool's jobs in
+	// the order this cycle served them (1 = first).
+	Rank     int
+	Priority Priority
 	// Suggestions are the nearest requests that would fit, for
 	// no_matching_capacity and fragmented: one field of the request changed
 	// at a time, at most MaxSuggestions, in the order of docs/design.md §1
 	// "What would change it"; nil when no single change fits.
 	Suggestions []Suggestion
 	Releases    []ExpectedRelease // earliest first, at most 5; nil when none is known
+	// Overtake compares the job with the job directly ahead of it in its
+	// pool (or the job whose reservation blocks it) under aging; nil when
+	// no job is ahead, aging is off, or the reason is not a capacity reason
+	// (reserved_for_higher_priority, fragmented, capacity_busy).
+	Overtake *Overtake
+	// Next is when a cycle is next expected to evaluate the job with a
+	// chance of a different outcome (docs/design.md §1, "next re-evaluation").
+	Next NextEvaluation
 }
 
 // ExpectedRelease is a running job whose end would free milli-GPU a waiting
@@ -69,6 +79,41 @@ type ExpectedRelease struct {
 	JobID       string
 	Milli       int64     // milli-GPU its end frees that the waiting job could use
 	ExpectedEnd time.Time // StartedAt + declared run seconds: an estimate, never a promise
+}
+
+// Overtake is what aging does to a blocked job's place behind the job ahead
+// of it: both jobs keep aging (each up to its own bound), their tier and
+// fair-share points stay as they are. Points are priority points.
+type Overtake struct {
+	AheadJobID string
+	// GapPoints is the job ahead's score minus this job's, now (≥ 0).
+	GapPoints float64
+	// HeadroomPoints is the aging credit this job can still gain before its
+	// bound (BoundPoints); AheadHeadroomPoints is the same for the job ahead.
+	HeadroomPoints      float64
+	AheadHeadroomPoints float64
+	// BoundPoints is this job's aging bound: the cap (its queue's, else the
+	// policy's), lowered so that its score stays below the base of the tier
+	// above its aging ceiling tier (production by default).
+	BoundPoints float64
+	// At is the first instant aging ranks this job above the job ahead;
+	// zero when Never.
+	At time.Time
+	// Never is true when aging can never rank it above: the gap is larger
+	// than what this job can still gain beyond what the job ahead gains.
+	Never bool
+}
+
+// NextEvaluation is when a cycle is next expected to evaluate a waiting job
+// with a chance of a different outcome: the earliest of its aging overtake
+// and the earliest expected release (a future one), else the scheduler's
+// next timer cycle. At is zero when none is known (no timer period given).
+type NextEvaluation struct {
+	At   time.Time
+	Kind vocab.NextEvalKind
+	// Estimate is true when At rests on running jobs' declared run times
+	// (vocab.NextEvalReleaseEstimate): an estimate, never a promise.
+	Estimate bool
 }
 
 // Suggestion is one changed request that would fit the job's pool: the

@@ -255,4 +255,8 @@ type Snapshot struct {
 	Queues            []Queue
 	Usage             []ProjectUsage
 	ProtectionWindows []ProtectionWindow
+	// CycleIntervalSeconds is the scheduler's timer period: a cycle runs at
+	// the latest this long after the snapshot's instant without a signal.
+	// It dates the "timer" next re-evaluation; 0 means unknown (none given).
+	CycleIntervalSeconds float64
 }

@@ -29,7 +29,7 @@ func TestFromPolicyGood(t *testing.T) {
 	}
 	// Fields the file leaves out keep their defaults.
 	if c.Policy.Preemption.MaxPreemptions != d.Policy.Preemption.MaxPreemptions ||
-		!c.Policy.Preemption.RequireVerifiedResume || c.Policy.Aging != d.Policy.Aging ||
+		!c.Policy.Preemption.RequireVerifiedResume || !reflect.DeepEqual(c.Policy.Aging, d.Policy.Aging) ||
 		!reflect.DeepEqual(c.Policy.TierBase, d.Policy.TierBase) || c.Projects != d.Projects ||
 		c.CycleIntervalSeconds != d.CycleIntervalSeconds || c.Recovery.VerifiedResumes != 1 {
 		t.Errorf("defaults not kept: %+v", c)
@@ -92,5 +92,26 @@ func TestRunRejectsInvalidConfig(t *testing.T) {
 	cfg.Queues = cfg.Queues[:3]
 	if _, err := Run(Input{}, cfg, nil); err == nil || !strings.Contains(err.Error(), `no queue named "experiment"`) {
 		t.Fatalf("error %v, want the missing experiment queue", err)
+	}
+}
+
+// TestFromPolicyQueueAging checks that a queue's aging ceiling and cap reach
+// the simulator's scheduling policy as they reach serve's (Policy.Scheduling),
+// so both plan with the same rule.
+func TestFromPolicyQueueAging(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte("version: gpugov.policy/v1\nqueues:\n"+
+		"  - {name: production, tier: production}\n  - {name: key-project, tier: key-project}\n"+
+		"  - {name: standard, tier: standard, aging_ceiling_tier: key-project, aging_cap_points: 15000}\n"+
+		"  - {name: experiment, tier: experiment}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromPolicy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]scheduling.QueueAging{"standard": {HasCap: true, CapPoints: 15000, HasCeiling: true, CeilingTier: vocab.TierKeyProject}}
+	if !reflect.DeepEqual(c.Policy.Aging.Queues, want) || !reflect.DeepEqual(c.Policy.Aging, p.Scheduling().Aging) {
+		t.Fatalf("simulator aging %+v, want serve's %+v", c.Policy.Aging, p.Scheduling().Aging)
 	}
 }

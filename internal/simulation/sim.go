@@ -396,6 +396,7 @@ func (e *engine) cycle(t int64) (bool, error) {
 	snap := &scheduling.Snapshot{
 		Pools: e.pools, Allocations: e.allocs, Running: e.running, Pending: e.pending,
 		Quotas: e.cfg.Quotas, Queues: e.cfg.Queues, Usage: e.usageAt(now),
+		CycleIntervalSeconds: float64(e.cfg.CycleIntervalSeconds),
 	}
 	res := scheduling.Plan(snap, &e.cfg.Policy, now)
 	if res == nil {
@@ -667,8 +668,8 @@ func (e *engine) removePending(j *simJob) {
 
 // segment applies one accounting.WaitStep of j at t (reason and detail are
 // the cycle's wait status, empty for a placement): the closed
-// not-yet-evaluated event, the close of the open event, the new open event,
-// as the store writes them.
+// not-yet-evaluated event, the close of the open event, the new open event
+// or the refresh of the open one's detail, as the store writes them.
 func (e *engine) segment(j *simJob, st accounting.WaitStep, reason vocab.WaitReason, detail string, t int64) {
 	if st.NotYetEvaluated {
 		from := int64(st.NotYetEvaluatedFrom.Sub(e.epoch) / time.Second)
@@ -681,6 +682,9 @@ func (e *engine) segment(j *simJob, st accounting.WaitStep, reason vocab.WaitRea
 	if st.Open {
 		j.wait.Open, j.wait.Reason, j.wait.Detail = true, reason, detail
 		j.openAt = t
+	}
+	if st.Refresh { // the same wait goes on: its latest detail, its start kept
+		j.wait.Detail = detail
 	}
 }
 

@@ -244,3 +244,49 @@ func (o RunOutcome) EndsJobAs() JobState {
 	}
 	return ""
 }
+
+// NextEvalKind says what a waiting job's expected next re-evaluation rests
+// on (docs/design.md §1, "next re-evaluation"; scheduling.NextEvaluation).
+type NextEvalKind string
+
+// The kinds of next re-evaluation.
+const (
+	// NextEvalTimer: the scheduler's next timer cycle; nothing known to
+	// change the outcome before it.
+	NextEvalTimer NextEvalKind = "timer"
+	// NextEvalAgingOvertake: the instant aging lifts the job's rank above
+	// the job directly ahead of it in its pool (that job aging too).
+	NextEvalAgingOvertake NextEvalKind = "aging_overtake"
+	// NextEvalReleaseEstimate: the earliest end of a running job that would
+	// free what the job needs, from its declared run time: an estimate.
+	NextEvalReleaseEstimate NextEvalKind = "release_estimate"
+)
+
+// NextEvalKinds lists every kind of next re-evaluation.
+var NextEvalKinds = []NextEvalKind{NextEvalTimer, NextEvalAgingOvertake, NextEvalReleaseEstimate}
+
+// Valid reports whether k is one of NextEvalKinds.
+func (k NextEvalKind) Valid() bool { return slices.Contains(NextEvalKinds, k) }
+
+// SchedulingAction is what the last scheduling cycle that decided about a
+// job did with it (docs/design.md §1, "last scheduling action"; the store's
+// LastDecision reads it from the cycle's decisions and the job's explanation).
+type SchedulingAction string
+
+// The scheduling actions.
+const (
+	ActionPlaced             SchedulingAction = "placed"              // granted GPUs
+	ActionPlacementRefused   SchedulingAction = "placement_refused"   // planned, refused when the cycle was applied (capacity taken, request amended, …)
+	ActionPreemptionStarted  SchedulingAction = "preemption_started"  // preemption of running jobs started for it
+	ActionPreemptionProposed SchedulingAction = "preemption_proposed" // preemption proposed, not carried out (the pool's stage)
+	ActionHeldByReservation  SchedulingAction = "held_by_reservation" // fits only on GPUs reserved for a higher-ranked job
+	ActionLeftWaiting        SchedulingAction = "left_waiting"        // evaluated against capacity and quota and left waiting
+	ActionSkipped            SchedulingAction = "skipped"             // not considered for GPUs: held, prerequisite not ready, pool unavailable
+)
+
+// SchedulingActions lists every scheduling action.
+var SchedulingActions = []SchedulingAction{ActionPlaced, ActionPlacementRefused, ActionPreemptionStarted,
+	ActionPreemptionProposed, ActionHeldByReservation, ActionLeftWaiting, ActionSkipped}
+
+// Valid reports whether a is one of SchedulingActions.
+func (a SchedulingAction) Valid() bool { return slices.Contains(SchedulingActions, a) }
