@@ -30,7 +30,7 @@ import (
 // given to New must implement it for those routes to work (StoreFrom's value
 // does); otherwise they answer 500.
 type QuotaStore interface {
-	LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error)
+	LoadQuotaAccounting(ctx context.Context) (*scheduling.Snapshot, error)
 	ActivePolicyHash(ctx context.Context) (string, error)
 	SetQuota(ctx context.Context, c store.QuotaChange) (*store.QuotaChangeResult, error)
 	CreateQuotaRequest(ctx context.Context, nr store.NewQuotaRequest) (*store.QuotaRequest, error)
@@ -171,7 +171,9 @@ func requireAdmin(c *gin.Context, what string) bool {
 
 // listQuotas handles GET /v1/quotas[?pool=]: every quota (of the pool) with
 // the accounting the next scheduling cycle decides on (scheduling.QuotaLedger
-// over the scheduler's own snapshot). Every person's role may read it: a
+// over store.LoadQuotaAccounting, the snapshot's quotas, allocations and
+// running jobs read without the scheduler's snapshot cache, so a reader
+// never delays a cycle). Every person's role may read it: a
 // project sees whom its quota is lent to, and who lends to it.
 func (s *Server) listQuotas(c *gin.Context) {
 	qs, ctx, cancel, ok := s.quotaStore(c)
@@ -184,7 +186,7 @@ func (s *Server) listQuotas(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	snap, err := qs.LoadSnapshot(ctx, s.now())
+	snap, err := qs.LoadQuotaAccounting(ctx)
 	if err != nil {
 		writeError(c, err)
 		return

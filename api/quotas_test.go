@@ -31,7 +31,7 @@ func newQuotaTestEnv(t *testing.T) (*testEnv, string) {
 	if err := e.store.ActivatePolicyVersion(ctx, p.Hash(), "serve", "test policy"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.SyncQuotas(ctx, p.SchedulingQuotas(), "serve", "test policy"); err != nil {
+	if _, err := e.store.SyncQuotas(ctx, "serve", "test policy"); err != nil {
 		t.Fatal(err)
 	}
 	j, _, err := e.store.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,

@@ -76,8 +76,11 @@ func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, err
 // when it changed: a quota change through the API activates a derived
 // version (store.SetQuota), which the next cycle thus plans and records
 // with, without a restart. It reads only the active hash unless that
-// differs from the policy in force.
+// differs from the policy in force. It holds policyMu, as applyPolicy
+// does, so it never stores a version a concurrent reload superseded.
 func (s *Service) refreshPolicy(ctx context.Context) error {
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
 	hash, err := s.store.ActivePolicyHash(ctx)
 	if err != nil {
 		return err
@@ -97,6 +100,9 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 		return fmt.Errorf("active policy version %s decodes to %s", v.Hash, p.Hash())
 	}
 	p.KeepUnhashed(s.filePolicy())
+	if s.refreshLoaded != nil {
+		s.refreshLoaded()
+	}
 	s.inForce.Store(p)
 	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom)
 	return nil
@@ -140,9 +146,13 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 // ActivatePolicyVersion, which audits the switch), the low-risk flags and
 // the queues (when p names queues; at start, without any, the default
 // queues are created in an empty store), the quotas (store.SyncQuotas: the
-// stored quotas become p's, each change audited), and the pool stages; p
-// is then the policy in force. It returns the first store error.
+// stored quotas become the active version's — p's, unless a quota change
+// derived a version from it since — each change audited), and the pool stages; p
+// is then the policy in force. It holds policyMu (see refreshPolicy). It
+// returns the first store error.
 func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
 	hash := p.Hash()
 	if err := s.store.SavePolicyVersion(ctx, hash, p.Canonical()); err != nil {
 		return fmt.Errorf("policy version: %w", err)
@@ -173,8 +183,9 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 			s.cfg.Logger.Info("no queue configured: created the default queue of each tier")
 		}
 	}
-	// The stored quotas (what the snapshot reads) are the version's, exactly.
-	if _, err := s.store.SyncQuotas(ctx, p.SchedulingQuotas(), PolicyActor, reason); err != nil {
+	// The stored quotas (what the snapshot reads) are the active version's,
+	// exactly: p's, or the one a quota change derived from it meanwhile.
+	if _, err := s.store.SyncQuotas(ctx, PolicyActor, reason); err != nil {
 		return fmt.Errorf("quotas: %w", err)
 	}
 	// Usage decays as the policy's fair share says, in the store's charges

@@ -79,3 +79,47 @@ func TestQuotaChangeIsThePolicyInForce(t *testing.T) {
 		t.Fatalf("the superseded quota's removal is not audited: %+v", audit)
 	}
 }
+
+// TestRefreshDoesNotUndoAReload runs a reload while a cycle's refresh has
+// loaded the previously active version (a quota change's) but not yet made
+// it the policy in force, as a race orders them: the reload waits for the
+// refresh, and its version is the policy in force after both, as it is the
+// active one.
+func TestRefreshDoesNotUndoAReload(t *testing.T) {
+	t.Parallel()
+	st, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{storetest.Pool("p", vocab.StageObserve, 1, 2)}})
+	ctx := context.Background()
+	file := policy.Default()
+	file.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 1000}}
+	s := &Service{cfg: Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, store: st, static: file}
+	if err := s.applyStartPolicy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetQuota(ctx, store.QuotaChange{Pool: "p", Project: "speech", NominalMilli: 500, Actor: "root", Reason: "new team"}); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := policy.Default()
+	reloaded.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 3000}}
+	applied := make(chan error, 1)
+	s.refreshLoaded = func() {
+		s.refreshLoaded = nil
+		go func() { applied <- s.applyPolicy(ctx, reloaded, "loaded from policy.yaml", false) }()
+		// Without serialization the reload completes here; with it, it
+		// waits for this refresh to end.
+		select {
+		case err := <-applied:
+			applied <- err
+		case <-time.After(time.Second):
+		}
+	}
+	if err := s.refreshPolicy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	active, _ := st.ActivePolicyHash(ctx)
+	if got := s.currentPolicy().Hash(); active != reloaded.Hash() || got != active {
+		t.Fatalf("in force %s, active %s, want the reload's %s", got, active, reloaded.Hash())
+	}
+}

@@ -51,6 +51,15 @@ type Service struct {
 	// inForce is the policy in force once applyStartPolicy ran: the active
 	// stored version (applyPolicy, refreshPolicy).
 	inForce atomic.Pointer[policy.Policy]
+	// policyMu serializes refreshPolicy and applyPolicy: a refresh that
+	// loaded the active version just before a reload activated another
+	// would otherwise store it over the reload's, and the cycle (and the
+	// governance and notification activities reading currentPolicy) would
+	// run with a version no longer active.
+	policyMu sync.Mutex
+	// refreshLoaded, when set (tests only), runs in refreshPolicy between
+	// loading the changed active version and making it the policy in force.
+	refreshLoaded func()
 
 	mu      sync.Mutex
 	workers []worker.Worker // nil while stopped (StopWorkers)

@@ -30,7 +30,8 @@ const (
 	AuditDenyQuotaRequest    = "deny_quota_request"    // subject the request ID; evidence: the quota (unchanged) and what was wanted
 )
 
-// MaxQuotaText bounds a quota change's reason and a decision's comment, in bytes.
+// MaxQuotaText bounds a quota change's reason and a decision's comment, in
+// bytes; the reasons the store composes from them are cut to it (clipText).
 const MaxQuotaText = 1024
 
 // QuotaChange is one quota to set: the project's nominal quota and borrowing
@@ -110,6 +111,24 @@ func textField(field, v string) error {
 	return nil
 }
 
+// clipMarker ends a text clipText cut.
+const clipMarker = "…"
+
+// clipText bounds a reason the store composes from bounded parts (an
+// approval's comment and the request's reason, a quota change's reason
+// with who set it) to MaxQuotaText bytes, as each audited reason is: a
+// longer one is cut at a rune boundary and ends with clipMarker.
+func clipText(v string) string {
+	if len(v) <= MaxQuotaText {
+		return v
+	}
+	end := MaxQuotaText - len(clipMarker)
+	for end > 0 && !utf8.RuneStart(v[end]) {
+		end--
+	}
+	return v[:end] + clipMarker
+}
+
 // knownPoolTx returns an ErrInvalid naming "pool" unless the pool exists.
 func knownPoolTx(ctx context.Context, tx pgx.Tx, pool string) error {
 	var known bool
@@ -148,43 +167,56 @@ func quotaDoc(q *scheduling.Quota) map[string]any {
 // active policy version that concurrent switches keep moving.
 const maxActiveLockAttempts = 32
 
-// setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
-func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
-	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
-		return nil, err
-	}
-	var activeHash, base string
+// lockActiveVersionTx locks the active policy version's row in tx (FOR
+// UPDATE: no other switch, quota change or quota sync commits until tx
+// ends) and returns its hash, its base hash (its own for a file-loaded
+// version) and its decoded policy. Errors: no active version (ErrNotFound),
+// a body that does not decode to its hash, database errors.
+func lockActiveVersionTx(ctx context.Context, tx pgx.Tx) (hash, base string, p *policy.Policy, err error) {
 	var body []byte
-	var err error
 	// A concurrent switch (another quota change, a reload) that commits
 	// while this lock waits leaves the locked row inactive, and the
 	// statement then returns no row: a fresh statement sees the new active
 	// version, unless there is none at all.
 	for range maxActiveLockAttempts {
 		err = tx.QueryRow(ctx, `SELECT hash, body, coalesce(base_hash, hash) FROM policy_versions WHERE active FOR UPDATE`).
-			Scan(&activeHash, &body, &base)
+			Scan(&hash, &body, &base)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
 		var exists bool
 		if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM policy_versions WHERE active)`).Scan(&exists); qerr != nil {
-			return nil, qerr
+			return "", "", nil, qerr
 		} else if !exists {
 			break
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil, fmt.Errorf("no active policy version: %w", ErrNotFound)
+	}
+	if err != nil {
+		return "", "", nil, err
+	}
+	if p, err = policy.FromCanonical(body); err != nil {
+		return "", "", nil, fmt.Errorf("active policy version %s: %w", hash, err)
+	}
+	if p.Hash() != hash {
+		return "", "", nil, fmt.Errorf("active policy version %s decodes to %s: it cannot be derived from exactly", hash, p.Hash())
+	}
+	return hash, base, p, nil
+}
+
+// setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
+func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
+	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
+		return nil, err
+	}
+	activeHash, base, active, err := lockActiveVersionTx(ctx, tx)
+	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("no active policy version to derive the quota change from (serve stores one at start): %w", ErrConflict)
 	}
 	if err != nil {
 		return nil, err
-	}
-	active, err := policy.FromCanonical(body)
-	if err != nil {
-		return nil, fmt.Errorf("active policy version %s: %w", activeHash, err)
-	}
-	if active.Hash() != activeHash {
-		return nil, fmt.Errorf("active policy version %s decodes to %s: it cannot be derived from exactly", activeHash, active.Hash())
 	}
 	before, err := storedQuotaTx(ctx, tx, c.Pool, c.Project)
 	if err != nil {
@@ -204,7 +236,7 @@ func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]
 			ON CONFLICT (hash) DO NOTHING`, res.Policy, derived.Canonical(), activeHash, base); err != nil {
 			return nil, err
 		}
-		why := fmt.Sprintf("quota of %s in %s set by %s: %s", c.Project, c.Pool, c.Actor, c.Reason)
+		why := clipText(fmt.Sprintf("quota of %s in %s set by %s: %s", c.Project, c.Pool, c.Actor, c.Reason))
 		if err := activatePolicyTx(ctx, tx, res.Policy, c.Actor, why); err != nil {
 			return nil, err
 		}
@@ -360,7 +392,8 @@ func (s *Store) ListQuotaRequests(ctx context.Context, f QuotaRequestFilter) ([]
 // comment, in one transaction. Approval sets the quota as SetQuota does
 // (the asked nominal quota; the asked borrowing limit, or the current one
 // when the request names none, 0 for a project without a quota), with the
-// request's ID in the set_quota evidence, and audits
+// request's ID in the set_quota evidence and as reason "quota request <id>
+// approved: <comment> (asked: <reason>)", cut to MaxQuotaText, and audits
 // AuditApproveQuotaRequest with before and after; denial changes no quota
 // and audits AuditDenyQuotaRequest. It returns the decided request and, for
 // an approval, what the quota change did. Errors: an empty actor or
@@ -409,7 +442,7 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 			}
 			change, err = setQuotaTx(ctx, tx, QuotaChange{Pool: r.Pool, Project: r.Project, NominalMilli: r.NominalMilli,
 				BorrowingLimitMilli: borrow, Actor: actor,
-				Reason: fmt.Sprintf("quota request %s approved: %s (asked: %s)", id, comment, r.Reason)},
+				Reason: clipText(fmt.Sprintf("quota request %s approved: %s (asked: %s)", id, comment, r.Reason))},
 				map[string]any{"request_id": id})
 			if err != nil {
 				return err
@@ -434,22 +467,32 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 	return &out, change, nil
 }
 
-// SyncQuotas makes the stored quotas exactly quotas (the active policy
-// version's, docs/design.md §4): it deletes the stored quotas the list
-// leaves out, inserts or updates the others, and audits each quota that
-// changed (AuditSetQuota, actor and reason as given, before and after; after
-// null for a removed quota, which leaves the project unlimited in the pool),
-// in one transaction. It returns the changed pairs as "pool/project",
-// sorted. Repeating the call changes nothing. A duplicate (project, pool)
-// pair keeps its first entry, as the scheduler does. Errors are wrapped
+// SyncQuotas makes the stored quotas (what the snapshot reads) exactly the
+// active policy version's (docs/design.md §4), read with that version's
+// row locked in the same transaction: a quota change (SetQuota, an
+// approval) that committed after the caller activated a version derived
+// its own version from it, which is then the active one, and is kept. It
+// deletes the stored quotas the version leaves out, inserts or updates the
+// others, and audits each quota that changed (AuditSetQuota, actor and
+// reason as given, before and after, and the policy hash; after null for a
+// removed quota, which leaves the project unlimited in the pool), in one
+// transaction. It returns the changed pairs as "pool/project", sorted.
+// Repeating the call changes nothing. A duplicate (project, pool) pair
+// keeps its first entry, as the scheduler does. Errors: an empty actor
+// (ErrInvalid), no active version (ErrNotFound), database errors; wrapped
 // with "sync quotas".
-func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor, reason string) ([]string, error) {
+func (s *Store) SyncQuotas(ctx context.Context, actor, reason string) ([]string, error) {
 	if err := required("actor", actor); err != nil {
 		return nil, fmt.Errorf("store: sync quotas: %w", err)
 	}
 	var changed []string
 	err := s.inTx(ctx, "sync quotas", func(tx pgx.Tx) error {
 		changed = nil
+		hash, _, active, err := lockActiveVersionTx(ctx, tx)
+		if err != nil {
+			return err
+		}
+		quotas := active.SchedulingQuotas()
 		rows, err := tx.Query(ctx, `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas
 			ORDER BY project COLLATE "C", pool COLLATE "C" FOR UPDATE`)
 		if err != nil {
@@ -512,7 +555,7 @@ func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor
 			subject := k.pool + "/" + k.project
 			changed = append(changed, subject)
 			if err := appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: AuditSetQuota, Subject: subject, Reason: reason,
-				Evidence: map[string]any{"pool": k.pool, "project": k.project, "before": beforeDoc, "after": afterDoc}}); err != nil {
+				Evidence: map[string]any{"pool": k.pool, "project": k.project, "before": beforeDoc, "after": afterDoc, "policy": hash}}); err != nil {
 				return err
 			}
 		}
@@ -522,4 +565,59 @@ func (s *Store) SyncQuotas(ctx context.Context, quotas []scheduling.Quota, actor
 		return nil, err
 	}
 	return changed, nil
+}
+
+// LoadQuotaAccounting returns what scheduling.QuotaLedger reads, from one
+// read-only repeatable-read transaction (one instant): the stored quotas
+// (by project then pool), the active allocations of placed and running jobs
+// (ID, job, pool, node and GPU shares in milli-GPU; by job ID) and those
+// jobs as Running entries with ID, project, pool and allocation. It is
+// the quota ledger's source for GET /v1/quotas: LoadSnapshot's
+// accounting, read without the inventory, the pending jobs or
+// LoadSnapshot's cache (and its lock), so a reader never delays the
+// scheduler's snapshot. Errors are wrapped with "load quota accounting".
+func (s *Store) LoadQuotaAccounting(ctx context.Context) (*scheduling.Snapshot, error) {
+	snap := &scheduling.Snapshot{}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			snap.Quotas, snap.Allocations, snap.Running = nil, nil, nil
+			return runQueries(ctx, tx, []rowQuery{
+				{sql: `SELECT project, pool, nominal_milli, borrowing_limit_milli FROM quotas
+					ORDER BY project COLLATE "C", pool COLLATE "C"`, fn: func(rows pgx.Rows) error {
+					var q scheduling.Quota
+					err := rows.Scan(&q.Project, &q.Pool, &q.NominalMilli, &q.BorrowingLimitMilli)
+					snap.Quotas = append(snap.Quotas, q)
+					return err
+				}},
+				{sql: `SELECT a.id, a.job_id, a.pool, a.node, a.gpu_uuids, a.gpu_milli, j.project
+					FROM allocations a
+					JOIN job_queue q ON q.job_id = a.job_id AND q.state IN ('placed', 'running')
+					JOIN jobs j ON j.id = a.job_id
+					WHERE a.released_at IS NULL
+					ORDER BY a.job_id`, fn: func(rows pgx.Rows) error {
+					var a scheduling.Allocation
+					var r scheduling.RunningJob
+					var uuids []string
+					var milli []int32
+					if err := rows.Scan(&a.ID, &a.JobID, &a.Pool, &a.Node, &uuids, &milli, &r.Project); err != nil {
+						return err
+					}
+					if len(uuids) != len(milli) {
+						return fmt.Errorf("allocation %s: %d GPUs but %d shares", a.ID, len(uuids), len(milli))
+					}
+					a.GPUs = make([]scheduling.GPUShare, len(uuids))
+					for i := range uuids {
+						a.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+					}
+					r.ID, r.Request.Pool, r.Allocation = a.JobID, a.Pool, a
+					snap.Allocations = append(snap.Allocations, a)
+					snap.Running = append(snap.Running, r)
+					return nil
+				}},
+			})
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: load quota accounting: %w", err)
+	}
+	return snap, nil
 }

@@ -3,8 +3,11 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -182,9 +185,21 @@ func TestQuotaRequests(t *testing.T) {
 	}
 }
 
-// TestSyncQuotas: the stored quotas become exactly the list, each change
-// audited with before and after (after null for a removed quota); a repeat
-// changes nothing.
+// activatePolicy stores and activates p as serve does at a reload.
+func activatePolicy(t *testing.T, s *store.Store, p *policy.Policy, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.SavePolicyVersion(ctx, p.Hash(), p.Canonical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivatePolicyVersion(ctx, p.Hash(), "serve", reason); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSyncQuotas: the stored quotas become exactly the active version's,
+// each change audited with before and after (after null for a removed
+// quota); a repeat changes nothing.
 func TestSyncQuotas(t *testing.T) {
 	t.Parallel()
 	s, _ := quotaStore(t) // vision 1000 in p
@@ -192,9 +207,12 @@ func TestSyncQuotas(t *testing.T) {
 	if err := s.UpsertQuotas(ctx, []scheduling.Quota{{Project: "audio", Pool: "p", NominalMilli: 500}}); err != nil {
 		t.Fatal(err)
 	}
-	want := []scheduling.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}, {Project: "text", Pool: "p", NominalMilli: 100},
+	p := policy.Default()
+	p.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}, {Project: "text", Pool: "p", NominalMilli: 100},
 		{Project: "text", Pool: "p", NominalMilli: 999}} // a duplicate: the first entry wins
-	changed, err := s.SyncQuotas(ctx, want, "serve", "loaded from policy.yaml")
+	activatePolicy(t, s, p, "loaded from policy.yaml")
+	want := p.SchedulingQuotas()
+	changed, err := s.SyncQuotas(ctx, "serve", "loaded from policy.yaml")
 	if err != nil || len(changed) != 3 || changed[0] != "p/audio" || changed[1] != "p/text" || changed[2] != "p/vision" {
 		t.Fatalf("sync: %v %v", changed, err)
 	}
@@ -203,11 +221,44 @@ func TestSyncQuotas(t *testing.T) {
 		t.Fatalf("stored quotas %+v", snap.Quotas)
 	}
 	removed, _ := s.AuditFor(ctx, "p/audio", 0)
-	if len(removed) != 1 || removed[0].Evidence["after"] != nil || removed[0].Evidence["before"].(map[string]any)["nominal_milli"] != float64(500) {
+	if len(removed) != 1 || removed[0].Evidence["after"] != nil || removed[0].Evidence["before"].(map[string]any)["nominal_milli"] != float64(500) ||
+		removed[0].Evidence["policy"] != p.Hash() {
 		t.Fatalf("removal audit %+v", removed)
 	}
-	if changed, err := s.SyncQuotas(ctx, want, "serve", "again"); err != nil || len(changed) != 0 {
+	if changed, err := s.SyncQuotas(ctx, "serve", "again"); err != nil || len(changed) != 0 {
 		t.Fatalf("repeat: %v %v", changed, err)
+	}
+}
+
+// TestReloadKeepsAQuotaChangeMadeDuringIt runs a reload's store steps with
+// a quota change committed between the activation and the quota sync, as
+// a race orders them: the change derived its version from the reload's,
+// and the sync keeps it, so the stored quotas and the active version agree.
+func TestReloadKeepsAQuotaChangeMadeDuringIt(t *testing.T) {
+	t.Parallel()
+	s, _ := quotaStore(t) // vision 1000 in p
+	ctx := context.Background()
+	file := policy.Default()
+	file.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}}
+	activatePolicy(t, s, file, "loaded from policy.yaml")
+	res, err := s.SetQuota(ctx, store.QuotaChange{Pool: "p", Project: "vision", NominalMilli: 3000, Actor: "root", Reason: "deadline"})
+	if err != nil || res.PreviousPolicy != file.Hash() {
+		t.Fatalf("set: %+v %v", res, err)
+	}
+	if _, err := s.SyncQuotas(ctx, "serve", "loaded from policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.ActivePolicyVersion(ctx)
+	if err != nil || active.Hash != res.Policy {
+		t.Fatalf("active %+v %v, want the quota change's %s", active, err, res.Policy)
+	}
+	v, err := policy.FromCanonical(active.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := s.LoadSnapshot(ctx, time.Now())
+	if !reflect.DeepEqual(snap.Quotas, v.SchedulingQuotas()) || snap.Quotas[0].NominalMilli != 3000 {
+		t.Fatalf("stored quotas %+v, active version's %+v", snap.Quotas, v.SchedulingQuotas())
 	}
 }
 
@@ -250,5 +301,85 @@ func TestSetQuotaDerivesFromTheExamplePolicy(t *testing.T) {
 	got.Quotas = nil
 	if got.Hash() != p.Hash() {
 		t.Fatal("the derived version differs from the example beyond its quotas")
+	}
+}
+
+// TestApprovalReasonIsBounded: approving a request whose reason and comment
+// each take MaxQuotaText bytes audits the quota change and the policy switch
+// with reasons of at most MaxQuotaText bytes, valid UTF-8, marked as cut.
+func TestApprovalReasonIsBounded(t *testing.T) {
+	t.Parallel()
+	s, _ := quotaStore(t)
+	ctx := context.Background()
+	long := strings.Repeat("é", store.MaxQuotaText/2) // 2-byte runes: a cut could split one
+	r, err := s.CreateQuotaRequest(ctx, store.NewQuotaRequest{Pool: "p", Project: "vision", NominalMilli: 2000, Reason: long, Actor: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.DecideQuotaRequest(ctx, r.ID, true, "root", "x"+long[2:]); err != nil {
+		t.Fatal(err)
+	}
+	set, _ := s.AuditFor(ctx, "p/vision", 0)
+	active, _ := s.ActivePolicyHash(ctx)
+	switched, _ := s.AuditFor(ctx, active, 0)
+	if len(set) != 1 || len(switched) != 1 {
+		t.Fatalf("audit: set_quota %+v, activate_policy %+v", set, switched)
+	}
+	for _, e := range []store.AuditEntry{set[0], switched[0]} {
+		if len(e.Reason) > store.MaxQuotaText || !utf8.ValidString(e.Reason) || !strings.HasSuffix(e.Reason, "…") ||
+			!strings.Contains(e.Reason, r.ID) {
+			t.Fatalf("%s reason (%d bytes) %q, want at most %d bytes, cut with …", e.Action, len(e.Reason), e.Reason, store.MaxQuotaText)
+		}
+	}
+}
+
+// TestLoadQuotaAccounting: the quota ledger over LoadQuotaAccounting is the
+// one over the scheduler's snapshot, and the load does not wait for a
+// snapshot load in progress (LoadSnapshot's lock held).
+func TestLoadQuotaAccounting(t *testing.T) {
+	t.Parallel()
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{testPool("p", 1, 4)}, Queues: []scheduling.Queue{storetest.TrainQueue}})
+	ctx := context.Background()
+	if err := s.UpsertQuotas(ctx, []scheduling.Quota{{Project: "audio", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 500},
+		{Project: "vision", Pool: "p", NominalMilli: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	var placements []scheduling.Placement
+	for i, gpus := range []int{2, 1} {
+		j, _, err := s.CreateJob(ctx, &store.NewJob{Project: "vision", Queue: "train", Tier: vocab.TierStandard,
+			Request: scheduling.ResourceRequest{GPUs: gpus, Pool: "p"}, RunSeconds: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares := []scheduling.GPUShare{{UUID: storetest.GPUName("p", 0, 2*i), Milli: 1000}}
+		if gpus == 2 {
+			shares = append(shares, scheduling.GPUShare{UUID: storetest.GPUName("p", 0, 1), Milli: 1000})
+		}
+		placements = append(placements, scheduling.Placement{JobID: j.ID, Pool: "p", Node: storetest.NodeName("p", 0), Rank: i + 1, GPUs: shares})
+	}
+	if _, _, err := s.CreateJob(ctx, &store.NewJob{Project: "audio", Queue: "train", Tier: vocab.TierStandard,
+		Request: scheduling.ResourceRequest{GPUs: 1, Pool: "p"}, RunSeconds: 100}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{At: now, Placements: placements}, now); err != nil || len(out.Placed) != 2 {
+		t.Fatalf("placement: %+v %v", out, err)
+	}
+	snap, err := s.LoadSnapshot(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := scheduling.QuotaLedger(snap)
+	unlock := s.LockSnapshotCache()
+	defer unlock()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	acc, err := s.LoadQuotaAccounting(lctx)
+	if err != nil {
+		t.Fatalf("load while a snapshot load holds its lock: %v", err)
+	}
+	got := scheduling.QuotaLedger(acc)
+	if !reflect.DeepEqual(got, want) || len(got) != 2 || got[1].Project != "vision" || got[1].UsedMilli != 3000 || got[1].BorrowedMilli != 2000 {
+		t.Fatalf("ledger %+v, want the snapshot's %+v (vision using 3000)", got, want)
 	}
 }

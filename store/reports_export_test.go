@@ -23,3 +23,10 @@ func ReportExplainQueries(from, tail, now time.Time) []ExplainQuery {
 		{"live tail: releases", reportReleasesSQL, []any{tail, now}},
 	}
 }
+
+// LockSnapshotCache takes the lock LoadSnapshot holds for a whole load, as
+// a scheduler's load in progress does, and returns its unlock.
+func (s *Store) LockSnapshotCache() func() {
+	s.cache.mu.Lock()
+	return s.cache.mu.Unlock
+}

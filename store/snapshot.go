@@ -33,8 +33,9 @@ import (
 // request and submit time are cached, keyed by job_queue.seq, from the load
 // that first sees the job until it finishes (they are immutable after
 // submission, except the request, which AmendJob changes together with the
-// job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple; the
-// scheduler is the single caller anyway. The returned snapshot is the
+// job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple, so a
+// call waits for any load in progress: only the scheduler (and tools and
+// tests) should call it; GET /v1/quotas reads LoadQuotaAccounting instead. The returned snapshot is the
 // caller's own, except that request GPU-model slices, request label maps and
 // node label maps are shared with the cache: treat them as read-only
 // (scheduling.Plan does).

@@ -31,7 +31,7 @@ func newQuotaCLIEnv(t *testing.T) *cliEnv {
 	if err := st.ActivatePolicyVersion(ctx, p.Hash(), "serve", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.SyncQuotas(ctx, p.SchedulingQuotas(), "serve", "test"); err != nil {
+	if _, err := st.SyncQuotas(ctx, "serve", "test"); err != nil {
 		t.Fatal(err)
 	}
 	return serveCLIEnv(t, st, startedWorkflows{}, map[string]api.Principal{

@@ -7,10 +7,12 @@ import (
 )
 
 // TestFromCanonicalRoundTrips: a stored body, even re-encoded with its keys
-// reordered (as jsonb returns it), decodes to the policy it was made from,
-// with the same hash; other documents are refused.
+// reordered (as jsonb returns it), decodes to the policy it was made from —
+// every hashed field, webhooks, delivery schedule, queue shares and quotas
+// included (testdata/roundtrip.yaml sets each) — with the same hash and the
+// default simulation section; other documents are refused.
 func TestFromCanonicalRoundTrips(t *testing.T) {
-	for _, path := range []string{"testdata/good.yaml", "../../deploy/gpugov/policy.yaml"} {
+	for _, path := range []string{"testdata/good.yaml", "testdata/roundtrip.yaml", "../../deploy/gpugov/policy.yaml"} {
 		p := mustLoad(t, path)
 		var generic map[string]any
 		if err := json.Unmarshal(p.Canonical(), &generic); err != nil {
@@ -23,6 +25,15 @@ func TestFromCanonicalRoundTrips(t *testing.T) {
 		}
 		if got.Hash() != p.Hash() || !reflect.DeepEqual(got.Simulation, Default().Simulation) {
 			t.Fatalf("%s: decoded hash %s, want %s", path, got.Hash(), p.Hash())
+		}
+		if path == "testdata/roundtrip.yaml" && (len(p.Notifications.Webhooks) != 2 || p.Notifications.Webhooks[1].SecretFile == "" ||
+			p.Queues[0].MinShare != 0.25 || len(p.Quotas) != 2 || p.Notifications.Delivery.MaxAttempts != 5) {
+			t.Fatalf("%s: the fixture lost what it sets: %+v", path, p)
+		}
+		want := *p
+		want.Simulation = Default().Simulation // not stored: FromCanonical gives the default
+		if !reflect.DeepEqual(got, &want) {
+			t.Fatalf("%s: decoded\n%+v\nwant\n%+v", path, got, &want)
 		}
 	}
 	for _, bad := range []string{`{"version": "gpugov.policy/v1", "stage": 1}`, `{"version": "v0"}`, `{}`, `[1]`, `{"version": "gpugov.policy/v1"} {}`} {

@@ -395,3 +395,46 @@ func TestSortEndsPacked(t *testing.T) {
 		t.Fatal("packed sort accepted ends that are not whole microseconds")
 	}
 }
+
+// TestQuotaReleasesAfterPlacement checks that two same-size waits of one
+// project in one cycle each get the releases their own shortfall needs: a
+// job of the project placed between them raises the project's usage, so the
+// later wait lacks more quota and lists more of the project's jobs.
+func TestQuotaReleasesAfterPlacement(t *testing.T) {
+	n := mkNode("n", 8, "H100", 81920, 0)
+	own := func(id string, runFor time.Duration, gpu int) RunningJob {
+		r := mkRunning(id, vocab.TierStandard, "p", "n", time.Hour, n.GPUs[gpu].UUID)
+		r.Project, r.RunSeconds = "proj-a", int64(runFor/time.Second)
+		return r
+	}
+	job := func(id string, gpus int, age time.Duration) PendingJob {
+		j := mkJob(id, vocab.TierKeyProject, gpus, "p", age) // key-project may not borrow
+		j.Project = "proj-a"
+		return j
+	}
+	// Quota 3000, 2000 used: "first" (2 GPUs) lacks 1000, "small" (1 GPU)
+	// fits and is placed, then "second" (2 GPUs) lacks 2000.
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)},
+		Pending: []PendingJob{job("first", 2, 3*time.Hour), job("small", 1, 2*time.Hour), job("second", 2, time.Hour)},
+		Quotas:  []Quota{{Project: "proj-a", Pool: "p", NominalMilli: 3000}}}
+	withRunning(s, own("a-late", 3*time.Hour, 0), own("a-soon", 90*time.Minute, 1))
+	for _, slow := range []bool{false, true} {
+		r := plan(s, testPolicy(), t0, slow)
+		if placementOf(r, "small") == nil {
+			t.Fatalf("slow=%v: small not placed; waits %+v", slow, r.Waiting)
+		}
+		for id, want := range map[string]string{"first": "a-soon", "second": "a-soon,a-late"} {
+			w := waitOf(r, id)
+			if w == nil || w.Reason != vocab.ReasonQuotaExhausted {
+				t.Fatalf("slow=%v: %s wait = %+v, want quota_exhausted", slow, id, w)
+			}
+			var got []string
+			for _, rel := range w.Releases {
+				got = append(got, rel.JobID)
+			}
+			if strings.Join(got, ",") != want {
+				t.Fatalf("slow=%v: %s releases %v, want %s", slow, id, got, want)
+			}
+		}
+	}
+}

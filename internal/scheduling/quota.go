@@ -12,9 +12,10 @@ import (
 type quotaRow struct {
 	q    Quota
 	used int64
-	// releases caches quotaReleases by need (shifted left, bit 0: may
-	// borrow); ends are the indices in the pool's ends of the project's
-	// running jobs there, listed on first need (endsDone).
+	// releases caches quotaReleases by shortfall in milli-GPU (which
+	// follows used as the cycle charges it); ends are the indices in the
+	// pool's ends of the project's running jobs there, listed on first
+	// need (endsDone).
 	releases map[int64][]ExpectedRelease
 	ends     []int32
 	endsDone bool

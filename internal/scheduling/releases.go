@@ -228,17 +228,15 @@ func (ps *poolState) unitOf(topo Topology, gi int32) (unit, first, end int32) {
 // quotaReleases lists, for a job of project waiting with quota_exhausted in
 // the pool, the project's own running jobs there, earliest expected end
 // first, until their milli-GPU covers what the quota check lacks
-// (quotaShortfall); at most MaxReleases. Results are kept per quota row and
-// need for the cycle.
+// (poolQuota.shortfall); at most MaxReleases. Results are kept per quota
+// row and shortfall for the cycle: the list depends only on these, and the
+// shortfall of one need grows as the cycle places the project's jobs.
 func (c *cycle) quotaReleases(ps *poolState, row *quotaRow, borrow bool, need int64) []ExpectedRelease {
 	if row == nil {
 		return nil
 	}
-	key := need << 1
-	if borrow {
-		key |= 1
-	}
-	if rel, ok := row.releases[key]; ok {
+	short := ps.quota.shortfall(row, borrow, need)
+	if rel, ok := row.releases[short]; ok {
 		return rel
 	}
 	c.buildEnds()
@@ -250,7 +248,6 @@ func (c *cycle) quotaReleases(ps *poolState, row *quotaRow, borrow bool, need in
 			}
 		}
 	}
-	short := ps.quota.shortfall(row, borrow, need)
 	var out []ExpectedRelease
 	var freed int64
 	for _, i := range row.ends {
@@ -264,7 +261,7 @@ func (c *cycle) quotaReleases(ps *poolState, row *quotaRow, borrow bool, need in
 	if row.releases == nil {
 		row.releases = map[int64][]ExpectedRelease{}
 	}
-	row.releases[key] = out
+	row.releases[short] = out
 	return out
 }
 
