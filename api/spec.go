@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/store"
 )
 
 // MaxSpecBytes bounds a job spec body; larger bodies are rejected as malformed.
@@ -31,7 +32,8 @@ type JobSpec struct {
 	Command []string          `json:"command,omitempty" yaml:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
 	// RunSeconds is how long a simulated job computes, in seconds; required
-	// (> 0) without a command, optional (an estimate) with one.
+	// (> 0) without a command, optional (an estimate) with one; at most
+	// store.MaxRunSeconds (10 years).
 	RunSeconds    float64            `json:"run_seconds,omitempty" yaml:"run_seconds,omitempty"`
 	Recovery      RecoverySpec       `json:"recovery,omitzero" yaml:"recovery,omitempty"`
 	Prerequisites []PrerequisiteSpec `json:"prerequisites,omitempty" yaml:"prerequisites,omitempty"`
@@ -287,6 +289,8 @@ func validateRun(spec *JobSpec) []FieldError {
 		add("run_seconds", "a job without a command is simulated and needs run_seconds > 0, got %g", spec.RunSeconds)
 	case !spec.Simulated() && !(spec.RunSeconds >= 0):
 		add("run_seconds", "must be ≥ 0 seconds, got %g", spec.RunSeconds)
+	case !(spec.RunSeconds <= store.MaxRunSeconds):
+		add("run_seconds", "must be at most %d seconds (10 years), got %g", store.MaxRunSeconds, spec.RunSeconds)
 	}
 	for i, arg := range spec.Command {
 		if i == 0 && strings.TrimSpace(arg) == "" {

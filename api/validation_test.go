@@ -64,6 +64,8 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 		{"node_selector value not a string", tokAlice, with(func(s map[string]any) { res(s)["node_selector"] = map[string]any{"network": 1} }), "", 400, CodeMalformed, "resources.node_selector"},
 		{"simulated without run_seconds", tokAlice, with(func(s map[string]any) { delete(s, "run_seconds") }), "", 422, CodeInvalid, "run_seconds"},
 		{"run_seconds negative with command", tokAlice, with(func(s map[string]any) { s["command"] = []string{"python"}; s["run_seconds"] = -1 }), "", 422, CodeInvalid, "run_seconds"},
+		{"run_seconds 1e300", tokAlice, with(func(s map[string]any) { s["run_seconds"] = 1e300 }), "", 422, CodeInvalid, "run_seconds"},
+		{"run_seconds above ten years with command", tokAlice, with(func(s map[string]any) { s["command"] = []string{"python"}; s["run_seconds"] = 1e12 }), "", 422, CodeInvalid, "run_seconds"},
 		{"empty program", tokAlice, with(func(s map[string]any) { s["command"] = []string{"", "x"} }), "", 422, CodeInvalid, "command[0]"},
 		{"bad env name", tokAlice, with(func(s map[string]any) { s["env"] = map[string]string{"A=B": "1"} }), "", 422, CodeInvalid, "env"},
 		{"checkpoint interval negative", tokAlice, with(func(s map[string]any) {

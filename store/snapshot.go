@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -81,6 +82,17 @@ type snapshotCache struct {
 	generation uint64
 	lastCounts rowCounts
 }
+
+// MaxRunSeconds bounds a job spec's run_seconds: ten years (10 × 31,536,000
+// s), far beyond any real job, yet small enough that the value fits a bigint
+// and a time.Duration (about 292 years) with room to add to a timestamp. The
+// API refuses larger values (422 on run_seconds); the snapshot clamps rows
+// stored before that rule so one bad row cannot stop every scheduling cycle
+// (docs/design.md "job spec bounds").
+const MaxRunSeconds = 10 * 31_536_000
+
+// maxRunSecondsSQL is MaxRunSeconds as an SQL literal.
+var maxRunSecondsSQL = strconv.Itoa(MaxRunSeconds)
 
 // jobStatic is the part of a job that never changes after submission, but
 // for the request AmendJob replaces (it gives the job a new seq, so its old
@@ -392,7 +404,7 @@ func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error
 		return nil
 	}
 	return forEachRow(ctx, tx, `SELECT q.seq, q.job_id, q.project, q.queue, q.tier, q.submit_time,
-		coalesce(ceil((j.spec->>'run_seconds')::float8), 0)::bigint, `+requestColumns+`
+		least(greatest(coalesce(ceil((j.spec->>'run_seconds')::float8), 0), 0), `+maxRunSecondsSQL+`)::bigint, `+requestColumns+`
 		FROM job_queue q JOIN jobs j ON j.id = q.job_id WHERE q.seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
 		var seq int64
 		var tier string

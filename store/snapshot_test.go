@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 func TestUpsertInventoryKeepsGPUsWithActiveAllocations(t *testing.T) {
@@ -297,3 +298,35 @@ func compareSnapshots(t *testing.T, got, want *scheduling.Snapshot) {
 }
 
 func dump(v any) string { return fmt.Sprintf("%+v", v) }
+
+// TestLoadSnapshotClampsStoredRunSeconds checks that run_seconds stored
+// before the API's bound (docs/design.md "job spec bounds") cannot break the
+// snapshot: a huge value is read as store.MaxRunSeconds, a huge negative one
+// as 0, and every scheduling cycle keeps loading.
+func TestLoadSnapshotClampsStoredRunSeconds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testPool("p", 1, 2)
+	s := newStoreWith(t, pool)
+	node := pool.Nodes[0]
+	huge := submit(t, s, "nlp", "p", 1, 0)
+	negative := submit(t, s, "nlp", "p", 1, 0)
+	for id, v := range map[string]string{huge.ID: "1e300", negative.ID: "-1e300"} {
+		if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET spec = jsonb_set(spec, '{run_seconds}', $2::jsonb) WHERE id = $1`, id, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.Place(t, s, "c0", t0, place(huge.ID, "p", node.Name, 1000, node.GPUs[0].UUID),
+		place(negative.ID, "p", node.Name, 1000, node.GPUs[1].UUID))
+	snap, err := s.LoadSnapshot(ctx, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatalf("LoadSnapshot with huge stored run_seconds: %v", err)
+	}
+	got := map[string]int64{}
+	for _, r := range snap.Running {
+		got[r.ID] = r.RunSeconds
+	}
+	if want := map[string]int64{huge.ID: store.MaxRunSeconds, negative.ID: 0}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("running RunSeconds %v, want %v", got, want)
+	}
+}
