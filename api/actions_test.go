@@ -238,6 +238,8 @@ func TestAmendJobRejects(t *testing.T) {
 		patch("unknown resource field", tokAlice, res("gpu_mili", 500), 400, "resources.gpu_mili"),
 		patch("wrong type", tokAlice, `{"resources": {"gpus": "two", "pool": "a100-east"}}`, 400, "resources.gpus"),
 		patch("no GPUs", tokAlice, res("gpus", 0), 422, "resources.gpus"),
+		patch("gpus above int32", tokAlice, res("gpus", int64(2147483648)), 422, "resources.gpus"),
+		patch("memory too large", tokAlice, res("memory_mib", int64(MaxMemoryMiB)+1), 422, "resources.memory_mib"),
 		patch("share too large", tokAlice, res("gpu_milli", 1500), 422, "resources.gpu_milli"),
 		patch("share with 2 GPUs", tokAlice, res("gpus", 2, "gpu_milli", 500), 422, "resources.gpu_milli"),
 		patch("bad topology", tokAlice, res("topology", "ring"), 422, "resources.topology"),

@@ -67,6 +67,17 @@ type ResourceSpec struct {
 // 1..inventory.MaxLabelLength bytes, like a node label.
 const MaxNodeSelectorPairs = 16
 
+// Upper bounds of a job's resource request (docs/design.md "Job spec
+// bounds"): generous beyond any real job, and small enough that every value
+// fits its job_queue column (gpus is an integer) and sums over thousands of
+// jobs stay far from int64 overflow.
+const (
+	MaxGPUs         = 4096    // resources.gpus
+	MaxGPUMemoryMiB = 1 << 20 // resources.gpu_memory_mib, per GPU: 1 TiB
+	MaxCPUMilli     = 1 << 30 // resources.cpu_milli: about 1 million cores
+	MaxMemoryMiB    = 1 << 30 // resources.memory_mib: 1 PiB
+)
+
 // RecoverySpec is what the submitter declares about saving and resuming.
 type RecoverySpec struct {
 	Checkpointable            bool  `json:"checkpointable,omitempty" yaml:"checkpointable,omitempty"`
@@ -188,8 +199,8 @@ func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
 	}
 	errs = append(errs, validateResources(spec.Resources)...)
 	errs = append(errs, validateRun(spec)...)
-	if spec.Recovery.CheckpointIntervalSeconds < 0 {
-		add("recovery.checkpoint_interval_s", "must be ≥ 0 seconds, got %d", spec.Recovery.CheckpointIntervalSeconds)
+	if spec.Recovery.CheckpointIntervalSeconds < 0 || spec.Recovery.CheckpointIntervalSeconds > store.MaxRunSeconds {
+		add("recovery.checkpoint_interval_s", "must be 0..%d seconds, got %d", store.MaxRunSeconds, spec.Recovery.CheckpointIntervalSeconds)
 	}
 	if spec.Recovery.CheckpointIntervalSeconds > 0 && !spec.Recovery.Checkpointable {
 		add("recovery.checkpoint_interval_s", "only meaningful with recovery.checkpointable: true")
@@ -233,8 +244,11 @@ func validateResources(r ResourceSpec) []FieldError {
 	// gpugov schedules GPUs only: a job without GPUs would never be placed
 	// (CPU-only work belongs to the cluster's own scheduler), so it is refused
 	// here rather than left waiting forever.
-	if r.GPUs < 1 {
+	switch {
+	case r.GPUs < 1:
 		add("gpus", "must be ≥ 1 (gpugov schedules GPU jobs only), got %d", r.GPUs)
+	case r.GPUs > MaxGPUs:
+		add("gpus", "must be at most %d, got %d", MaxGPUs, r.GPUs)
 	}
 	switch {
 	case r.GPUMilli < 0 || r.GPUMilli > scheduling.MilliPerGPU:
@@ -242,8 +256,8 @@ func validateResources(r ResourceSpec) []FieldError {
 	case r.GPUMilli > 0 && r.GPUs != 1:
 		add("gpu_milli", "a GPU share is only allowed with gpus: 1 (gpus is %d)", r.GPUs)
 	}
-	if r.GPUMemoryMiB < 0 {
-		add("gpu_memory_mib", "must be ≥ 0 MiB, got %d", r.GPUMemoryMiB)
+	if r.GPUMemoryMiB < 0 || r.GPUMemoryMiB > MaxGPUMemoryMiB {
+		add("gpu_memory_mib", "must be 0..%d MiB, got %d", MaxGPUMemoryMiB, r.GPUMemoryMiB)
 	}
 	for i, m := range r.GPUModels {
 		if strings.TrimSpace(m) == "" {
@@ -258,11 +272,11 @@ func validateResources(r ResourceSpec) []FieldError {
 	default:
 		add("topology", "must be any, same-node or nvlink-domain, got %q", r.Topology)
 	}
-	if r.CPUMilli < 0 {
-		add("cpu_milli", "must be ≥ 0 milli-cores, got %d", r.CPUMilli)
+	if r.CPUMilli < 0 || r.CPUMilli > MaxCPUMilli {
+		add("cpu_milli", "must be 0..%d milli-cores, got %d", MaxCPUMilli, r.CPUMilli)
 	}
-	if r.MemoryMiB < 0 {
-		add("memory_mib", "must be ≥ 0 MiB, got %d", r.MemoryMiB)
+	if r.MemoryMiB < 0 || r.MemoryMiB > MaxMemoryMiB {
+		add("memory_mib", "must be 0..%d MiB, got %d", MaxMemoryMiB, r.MemoryMiB)
 	}
 	if len(r.NodeSelector) > MaxNodeSelectorPairs {
 		add("node_selector", "%d pairs, at most %d allowed", len(r.NodeSelector), MaxNodeSelectorPairs)

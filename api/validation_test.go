@@ -38,6 +38,14 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 		{"queue missing", tokAlice, with(func(s map[string]any) { delete(s, "queue") }), "", 422, CodeInvalid, "queue"},
 		{"queue unknown", tokAlice, with(func(s map[string]any) { s["queue"] = "gold" }), "", 422, CodeInvalid, "queue"},
 		{"gpus negative", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = -1 }), "", 422, CodeInvalid, "resources.gpus"},
+		{"gpus above int32", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = int64(2147483648) }), "", 422, CodeInvalid, "resources.gpus"},
+		{"gpus above MaxGPUs", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = MaxGPUs + 1 }), "", 422, CodeInvalid, "resources.gpus"},
+		{"gpu_memory_mib too large", tokAlice, with(func(s map[string]any) { res(s)["gpu_memory_mib"] = MaxGPUMemoryMiB + 1 }), "", 422, CodeInvalid, "resources.gpu_memory_mib"},
+		{"cpu_milli too large", tokAlice, with(func(s map[string]any) { res(s)["cpu_milli"] = int64(MaxCPUMilli) + 1 }), "", 422, CodeInvalid, "resources.cpu_milli"},
+		{"memory_mib too large", tokAlice, with(func(s map[string]any) { res(s)["memory_mib"] = int64(1) << 62 }), "", 422, CodeInvalid, "resources.memory_mib"},
+		{"checkpoint interval too large", tokAlice, with(func(s map[string]any) {
+			s["recovery"] = map[string]any{"checkpointable": true, "checkpoint_interval_s": int64(1) << 40}
+		}), "", 422, CodeInvalid, "recovery.checkpoint_interval_s"},
 		{"gpu_milli above 1000", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = 1; res(s)["gpu_milli"] = 1500 }), "", 422, CodeInvalid, "resources.gpu_milli"},
 		{"gpu_milli negative", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = 1; res(s)["gpu_milli"] = -3 }), "", 422, CodeInvalid, "resources.gpu_milli"},
 		{"gpu_milli with 2 gpus", tokAlice, with(func(s map[string]any) { res(s)["gpu_milli"] = 500 }), "", 422, CodeInvalid, "resources.gpu_milli"},
