@@ -246,6 +246,7 @@ func TestAmendJobRejects(t *testing.T) {
 		patch("negative memory", tokAlice, res("gpu_memory_mib", -1), 422, "resources.gpu_memory_mib"),
 		patch("empty model", tokAlice, res("gpu_models", []string{""}), 422, "resources.gpu_models[0]"),
 		patch("no pool", tokAlice, map[string]any{"resources": map[string]any{"gpus": 1}}, 422, "resources.pool"),
+		patch("model too long", tokAlice, res("gpu_models", []string{strings.Repeat("m", MaxGPUModelLength+1)}), 422, "resources.gpu_models[0]"),
 		patch("another pool", tokAlice, res("pool", "h100-west"), 422, "resources.pool"),
 		patch("another project", tokBob, res(), 403, ""),
 		{name: "agent", token: tokAgent, method: http.MethodPatch, path: path, body: res(), status: 403},

@@ -78,6 +78,13 @@ const (
 	MaxMemoryMiB    = 1 << 30 // resources.memory_mib: 1 PiB
 )
 
+// MaxGPUModelLength bounds each resources.gpu_models entry, in bytes: NVML
+// model names ("NVIDIA H100 80GB HBM3") are far shorter. resources.pool
+// follows the node pool name rule of node reports (namePattern, at most 253
+// bytes), so a job can name every pool a node can have and the pool fits
+// the GpugovPool search attribute (docs/design.md "Job spec bounds").
+const MaxGPUModelLength = 128
+
 // RecoverySpec is what the submitter declares about saving and resuming.
 type RecoverySpec struct {
 	Checkpointable            bool  `json:"checkpointable,omitempty" yaml:"checkpointable,omitempty"`
@@ -260,12 +267,18 @@ func validateResources(r ResourceSpec) []FieldError {
 		add("gpu_memory_mib", "must be 0..%d MiB, got %d", MaxGPUMemoryMiB, r.GPUMemoryMiB)
 	}
 	for i, m := range r.GPUModels {
-		if strings.TrimSpace(m) == "" {
+		switch {
+		case strings.TrimSpace(m) == "":
 			add(fmt.Sprintf("gpu_models[%d]", i), "empty model name")
+		case len(m) > MaxGPUModelLength:
+			add(fmt.Sprintf("gpu_models[%d]", i), "model name of %d bytes, at most %d allowed", len(m), MaxGPUModelLength)
 		}
 	}
-	if strings.TrimSpace(r.Pool) == "" {
+	switch {
+	case strings.TrimSpace(r.Pool) == "":
 		add("pool", "required")
+	case !namePattern.MatchString(r.Pool):
+		add("pool", "must be a node pool name: 1-253 letters, digits, '.', '_' or '-' starting with a letter or digit")
 	}
 	switch scheduling.Topology(r.Topology) {
 	case "", scheduling.TopologyAny, scheduling.TopologySameNode, scheduling.TopologyNVLinkDomain:

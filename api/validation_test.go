@@ -38,6 +38,12 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 		{"queue missing", tokAlice, with(func(s map[string]any) { delete(s, "queue") }), "", 422, CodeInvalid, "queue"},
 		{"queue unknown", tokAlice, with(func(s map[string]any) { s["queue"] = "gold" }), "", 422, CodeInvalid, "queue"},
 		{"gpus negative", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = -1 }), "", 422, CodeInvalid, "resources.gpus"},
+		{"pool of 100 KB", tokAlice, with(func(s map[string]any) { res(s)["pool"] = strings.Repeat("p", 100_000) }), "", 422, CodeInvalid, "resources.pool"},
+		{"pool of 254 bytes", tokAlice, with(func(s map[string]any) { res(s)["pool"] = strings.Repeat("p", 254) }), "", 422, CodeInvalid, "resources.pool"},
+		{"pool with a space", tokAlice, with(func(s map[string]any) { res(s)["pool"] = "a100 east" }), "", 422, CodeInvalid, "resources.pool"},
+		{"gpu model too long", tokAlice, with(func(s map[string]any) {
+			res(s)["gpu_models"] = []string{"T4", strings.Repeat("m", MaxGPUModelLength+1)}
+		}), "", 422, CodeInvalid, "resources.gpu_models[1]"},
 		{"gpus above int32", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = int64(2147483648) }), "", 422, CodeInvalid, "resources.gpus"},
 		{"gpus above MaxGPUs", tokAlice, with(func(s map[string]any) { res(s)["gpus"] = MaxGPUs + 1 }), "", 422, CodeInvalid, "resources.gpus"},
 		{"gpu_memory_mib too large", tokAlice, with(func(s map[string]any) { res(s)["gpu_memory_mib"] = MaxGPUMemoryMiB + 1 }), "", 422, CodeInvalid, "resources.gpu_memory_mib"},
