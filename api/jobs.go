@@ -406,6 +406,9 @@ func jobFilter(c *gin.Context, p Principal) (store.JobFilter, *Error) {
 	case !p.Role.SeesAllProjects():
 		f.Project = p.Project
 	}
+	if f.AfterID != "" && !store.IsJobID(f.AfterID) {
+		return f, newError(http.StatusBadRequest, CodeMalformed, "cursor", "not a cursor from next_cursor: %q", f.AfterID)
+	}
 	if f.State != "" && !f.State.Valid() {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "state", "unknown state %q (want one of %s)", f.State, strings.Join(names(vocab.JobStates), ", "))
 	}

@@ -411,6 +411,9 @@ func TestListJobsPaginates(t *testing.T) {
 		{"limit=ten", 400, "limit"},
 		{"state=sleeping", 422, "state"},
 		{"reason=bored", 422, "reason"},
+		{"cursor=garbage", 400, "cursor"},
+		{"cursor=" + strings.ToLower(ids[0]), 400, "cursor"},
+		{"cursor=" + ids[0] + "X", 400, "cursor"},
 	} {
 		r := env.do(http.MethodGet, "/v1/jobs?"+tc.query, tokAlice, nil)
 		if r.status != tc.status || r.apiError(t).Field != tc.field {

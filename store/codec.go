@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -128,6 +129,22 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("store: encode %T: %v", v, err))
 	}
 	return b
+}
+
+// IsJobID reports whether s has the shape of a job ID newID makes: "j-"
+// and 26 characters of crockford. GET /v1/jobs uses it to refuse a cursor
+// that no page handed out.
+func IsJobID(s string) bool {
+	rest, ok := strings.CutPrefix(s, "j-")
+	if !ok || len(rest) != 26 {
+		return false
+	}
+	for i := range len(rest) {
+		if strings.IndexByte(crockford, rest[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // crockford is the ULID alphabet (Crockford's base32 without I, L, O, U).

@@ -38,9 +38,12 @@ jobs (a submitter token sees only its project's jobs); --cursor pages on.`,
 	f.StringVar(&list.Queue, "queue", "", "list: only this queue")
 	f.StringVar(&list.State, "state", "", "list: only this state")
 	f.StringVar(&list.Reason, "reason", "", "list: only this wait reason")
-	f.IntVar(&list.Limit, "limit", 0, "list: page size (server default 100)")
+	f.IntVar(&list.Limit, "limit", 0, "list: page size, 1..1000 (server default 100)")
 	f.StringVar(&list.Cursor, "cursor", "", "list: the next-page cursor printed by the previous page")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkLimit(cmd.Flags(), list.Limit); err != nil {
+			return err
+		}
 		client, err := connect(newClient, format, "table", "json")
 		if err != nil {
 			return err

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/store"
 )
 
 func init() {
@@ -45,16 +47,27 @@ func init() {
 type listCmd struct {
 	format    string
 	limit     *int
+	flags     *pflag.FlagSet
 	newClient func() (*apiclient.Client, error)
 }
 
 // addListFlags adds --format, --limit (into limit) and the API client's
 // flags to cmd.
 func addListFlags(cmd *cobra.Command, limit *int) *listCmd {
-	l := &listCmd{limit: limit, newClient: apiclient.AddFlags(cmd.Flags())}
+	l := &listCmd{limit: limit, flags: cmd.Flags(), newClient: apiclient.AddFlags(cmd.Flags())}
 	cmd.Flags().StringVar(&l.format, "format", "table", "output: table or json")
 	cmd.Flags().IntVar(limit, "limit", 0, "at most this many (1..1000; default 100)")
 	return l
+}
+
+// checkLimit refuses a --limit given outside 1..store.MaxListLimit, the
+// API's page-size bound, as a usage error (exit code 2); an absent --limit
+// leaves the server's default.
+func checkLimit(flags *pflag.FlagSet, limit int) error {
+	if flags.Changed("limit") && (limit < 1 || limit > store.MaxListLimit) {
+		return newUsageError("--limit %d: want 1..%d", limit, store.MaxListLimit)
+	}
+	return nil
 }
 
 // client checks --format and --limit and returns the API client; a bad
@@ -63,8 +76,8 @@ func (l *listCmd) client() (*apiclient.Client, error) {
 	if err := checkFormat(l.format, "table", "json"); err != nil {
 		return nil, err
 	}
-	if *l.limit < 0 || *l.limit > 1000 {
-		return nil, newUsageError("--limit %d: want 1..1000", *l.limit)
+	if err := checkLimit(l.flags, *l.limit); err != nil {
+		return nil, err
 	}
 	c, err := l.newClient()
 	if err != nil {
