@@ -193,6 +193,9 @@ func (s *Service) openStore(ctx context.Context) error {
 		return fmt.Errorf("service: %w", err)
 	}
 	s.store = st
+	// Simulated runs last run_seconds/SimSpeed of real time: the planner's
+	// expected releases are dated so (docs/design.md §1).
+	st.SetSimulatedRunSpeed(s.cfg.SimSpeed)
 	s.instr = newInstrumentedStore(st, s.tel.Metrics, s.cfg.AfterCycleCommit, s.cfg.Logger)
 	return nil
 }

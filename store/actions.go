@@ -130,7 +130,7 @@ func (s *Store) AmendJob(ctx context.Context, jobID string, req scheduling.Resou
 			return fmt.Errorf("job is %s; only a submitted or waiting job can be amended: %w", state, ErrConflict)
 		}
 		if doc.Pool != req.Pool {
-			return invalidf("resources.pool", "resources.pool cannot be amended (job %s is in pool %q, not %q): "+
+			return invalidf("resources.pool", "cannot be amended (job %s is in pool %q, not %q): "+
 				"cancel it and submit again to change pools", jobID, doc.Pool, req.Pool)
 		}
 		after := toRequestDoc(req)

@@ -476,7 +476,8 @@ func lockJob(ctx context.Context, tx pgx.Tx, id string) (state vocab.JobState, h
 // (actions "hold" and "release_hold"). Holding a job that is already held (or
 // releasing one that is not) changes and audits nothing, so retries are safe.
 // The next scheduling cycle gives a held pending job the reason held. Errors
-// wrap ErrNotFound, ErrConflict for a finished job, or database errors.
+// wrap ErrNotFound, ErrConflict for a finished job or for holding a placed or
+// running one, or database errors.
 func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error {
 	return s.inTx(ctx, "set hold on "+jobID, func(tx pgx.Tx) error {
 		state, cur, _, err := lockJob(ctx, tx, jobID)
@@ -485,6 +486,12 @@ func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, rea
 		}
 		if state.Final() {
 			return fmt.Errorf("job is %s: %w", state, ErrConflict)
+		}
+		// A hold keeps a pending job from being placed (Slurm's scontrol
+		// hold); a placed or running job has its GPUs already, so a hold
+		// would change nothing and is refused. Releasing is always allowed.
+		if held && !state.Pending() {
+			return fmt.Errorf("job is %s; only a submitted or waiting job can be held: %w", state, ErrConflict)
 		}
 		if cur == held {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -53,6 +54,7 @@ func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Sn
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			l.reset()
+			l.simSpeed = s.simulatedRunSpeed()
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
 				return err
 			}
@@ -104,7 +106,18 @@ type jobStatic struct {
 	request     scheduling.ResourceRequest
 	submitTime  time.Time
 	runSeconds  int64  // the spec's run_seconds, rounded up (0: none declared)
+	simulated   bool   // no command: the simulated executor runs it (at SetSimulatedRunSpeed's pace)
 	seen        uint64 // generation of the last load that saw the job live
+}
+
+// realRunSeconds is the job's declared run time in real seconds: a
+// simulated job's divided by the simulated executor's speed, rounded up
+// (Store.SetSimulatedRunSpeed); 0 stays 0 (none declared).
+func (st *jobStatic) realRunSeconds(simSpeed float64) int64 {
+	if !st.simulated || simSpeed <= 1 || st.runSeconds <= 0 {
+		return st.runSeconds
+	}
+	return int64(math.Ceil(float64(st.runSeconds) / simSpeed))
 }
 
 // snapshotLoader collects the rows of one load. Rows are scanned straight
@@ -120,9 +133,11 @@ type jobStatic struct {
 // scan targets by reflection for every row, 18,000 rows per load here. Keep
 // each select list and its Scan in the same order.
 type snapshotLoader struct {
-	cache   *snapshotCache
-	inv     inventoryLoader
-	version int64
+	cache *snapshotCache
+	// simSpeed is Store.simulatedRunSpeed at the load (≥ 1).
+	simSpeed float64
+	inv      inventoryLoader
+	version  int64
 
 	allocs []scheduling.Allocation // ordered by job ID
 
@@ -404,13 +419,13 @@ func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error
 		return nil
 	}
 	return forEachRow(ctx, tx, `SELECT q.seq, q.job_id, q.project, q.queue, q.tier, q.submit_time,
-		least(greatest(coalesce(ceil((j.spec->>'run_seconds')::float8), 0), 0), `+maxRunSecondsSQL+`)::bigint, `+requestColumns+`
+		least(greatest(coalesce(ceil((j.spec->>'run_seconds')::float8), 0), 0), `+maxRunSecondsSQL+`)::bigint, NOT (j.spec ? 'command'), `+requestColumns+`
 		FROM job_queue q JOIN jobs j ON j.id = q.job_id WHERE q.seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
 		var seq int64
 		var tier string
 		st := &jobStatic{seen: l.cache.generation}
 		var c requestCols
-		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds}, c.targets()...)...); err != nil {
+		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds, &st.simulated}, c.targets()...)...); err != nil {
 			return err
 		}
 		var ok bool
@@ -442,12 +457,11 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		a := &l.allocs[l.runningAlloc[i]]
 		a.JobID = st.id
 		rj.ID, rj.Project, rj.Queue, rj.Tier, rj.Request, rj.Allocation = st.id, st.project, st.queue, st.tier, st.request, *a
-		rj.RunSeconds = st.runSeconds
 		cp, err := decodeCheckpoint(l.runningCheckpoint[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", rj.ID, err)
 		}
-		rj.Recovery.LastCheckpoint, rj.RecentPreemptions, rj.RunSeconds = cp, l.preempted[rj.ID], st.runSeconds
+		rj.Recovery.LastCheckpoint, rj.RecentPreemptions, rj.RunSeconds = cp, l.preempted[rj.ID], st.realRunSeconds(l.simSpeed)
 	}
 
 	for i := range l.pending {

@@ -224,6 +224,20 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	roundUsage(again, want)
 	compareSnapshots(t, again, want)
 
+	// Under a simulated executor's speed the declared run time of a job
+	// without a command is given in real seconds (7201 / 600, rounded up).
+	s.SetSimulatedRunSpeed(600)
+	fast, err := s.LoadSnapshot(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rj := range fast.Running {
+		if want := map[bool]int64{true: 13, false: 0}[rj.ID == runningIDs[0]]; rj.RunSeconds != want {
+			t.Errorf("running job %s at 600x: RunSeconds %d, want %d (7201 s / 600; none declared: 0)", rj.ID, rj.RunSeconds, want)
+		}
+	}
+	s.SetSimulatedRunSpeed(1)
+
 	// Changes after the cache was filled show up: a new submission, a
 	// cancelled job, an inventory change.
 	extra := store.NewJob{Project: "nlp", Queue: "train", Tier: vocab.TierStandard, SubmitTime: t0.Add(3 * time.Second),

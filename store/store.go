@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -67,8 +68,11 @@ type Store struct {
 	// projectWeights are the policy's fair-share weights (SetProjectWeights),
 	// the base of the queue report's project_target_share.
 	projectWeights atomic.Pointer[map[string]float64]
-	cache          snapshotCache   // what LoadSnapshot reuses between calls
-	tracer         pgx.QueryTracer // set on the pool's connections at Open
+	// simRunSpeedBits is math.Float64bits of the simulated executor's speed
+	// (SetSimulatedRunSpeed); 0 means 1.
+	simRunSpeedBits atomic.Uint64
+	cache           snapshotCache   // what LoadSnapshot reuses between calls
+	tracer          pgx.QueryTracer // set on the pool's connections at Open
 }
 
 // Option configures a Store at Open.
@@ -87,6 +91,27 @@ func WithQueryTracer(t pgx.QueryTracer) Option { return func(s *Store) { s.trace
 // scheduling.DecayUsage. A store starts with DefaultUsageHalfLife. Safe for
 // concurrent use.
 func (s *Store) SetUsageHalfLife(d time.Duration) { s.usageHalfLifeNS.Store(int64(d)) }
+
+// SetSimulatedRunSpeed sets the speed of the simulated executor (serve's
+// --sim-speed: seconds of job work per real second) so that LoadSnapshot
+// gives a simulated job's RunningJob.RunSeconds in real seconds: its
+// declared run_seconds divided by the speed, rounded up. The expected
+// releases and next re-evaluation times the planner derives from them
+// (docs/design.md §1, "What would change it") then read in wall-clock time
+// under `make run`'s 600×. A job with a command runs on a node agent at its
+// declared pace and is not scaled. A value ≤ 1 means no scaling (the
+// default). Safe for concurrent use.
+func (s *Store) SetSimulatedRunSpeed(speed float64) {
+	s.simRunSpeedBits.Store(math.Float64bits(max(speed, 1)))
+}
+
+// simulatedRunSpeed is the speed SetSimulatedRunSpeed set (≥ 1).
+func (s *Store) simulatedRunSpeed() float64 {
+	if b := s.simRunSpeedBits.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return 1
+}
 
 // SetProjectWeights sets the projects' fair-share weights the queue report
 // measures project_target_share against: the policy's

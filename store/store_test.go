@@ -534,6 +534,12 @@ func TestCancelAndHold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := s.SetHold(ctx, running.ID, true, "alice", "too late"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("hold on a placed job: %v, want ErrConflict", err)
+	}
+	if r, _ := s.GetJob(ctx, running.ID); r.Held {
+		t.Fatal("a refused hold marked the placed job held")
+	}
 	for range 2 {
 		if err := s.CancelJob(ctx, waiting.ID, "alice", "not needed"); err != nil {
 			t.Fatal(err)

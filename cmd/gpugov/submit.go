@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -108,11 +109,17 @@ func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]
 		return nil, newUsageError("%s: %w", command, err)
 	}
 	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, newUsageError("%s: %s: %w", command, path, err)
 	}
 	if doc == nil {
 		return nil, newUsageError("%s: %s is empty", command, path)
+	}
+	// One document per file: a second one would be dropped unseen.
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, newUsageError("%s: %s holds more than one YAML document; submit one job per file", command, path)
 	}
 	body, err := json.Marshal(wrap(doc))
 	if err != nil {

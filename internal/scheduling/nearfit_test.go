@@ -438,3 +438,28 @@ func TestQuotaReleasesAfterPlacement(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaTooSmallForTheRequestAlone: a request larger than nominal +
+// borrowing limit lists no release (none can make it fit) and its
+// re-evaluation says only a quota raise helps, not "when usage is at most 0".
+func TestQuotaTooSmallForTheRequestAlone(t *testing.T) {
+	n := mkNode("n", 8, "H100", 81920, 0)
+	own := mkRunning("a-own", vocab.TierStandard, "p", "n", time.Hour, n.GPUs[0].UUID)
+	own.Project, own.RunSeconds = "proj-a", 5400
+	j := mkJob("j", vocab.TierStandard, 4, "p", 0)
+	j.Project = "proj-a"
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j},
+		Quotas: []Quota{{Project: "proj-a", Pool: "p", NominalMilli: 2000, BorrowingLimitMilli: 1000}}}
+	withRunning(s, own)
+	r, _ := planBoth(t, s, "j")
+	w := waitOf(r, "j")
+	if w == nil || w.Reason != vocab.ReasonQuotaExhausted {
+		t.Fatalf("wait = %+v, want quota_exhausted", w)
+	}
+	if len(w.Releases) != 0 {
+		t.Fatalf("releases %+v, want none: no release makes a 4000 milli-GPU request fit 2000 + 1000", w.Releases)
+	}
+	if !strings.Contains(w.ReEvaluate, "only when the quota is raised") || !strings.Contains(w.ReEvaluate, "3000") {
+		t.Fatalf("re-evaluation %q, want the quota raise with nominal + limit 3000", w.ReEvaluate)
+	}
+}

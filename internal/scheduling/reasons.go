@@ -184,6 +184,12 @@ func quotaStatus(project, pool string, v quotaVerdict) (string, string) {
 	b = strconv.AppendInt(b, v.row.q.BorrowingLimitMilli, 10)
 	b = append(b, "); "...)
 	b = append(b, v.why...)
+	if reach := v.row.q.NominalMilli + v.row.q.BorrowingLimitMilli; v.need > reach {
+		// No release of the project's own jobs can make room: the request
+		// alone is larger than what the quota can ever grant.
+		return string(b), "only when the quota is raised: the request alone needs " + strconv.FormatInt(v.need, 10) +
+			" milli-GPU, more than nominal + borrowing limit " + strconv.FormatInt(reach, 10) + "; waiting will not help"
+	}
 	re := "when project " + project + "'s usage in pool " + pool + " is at most " +
 		strconv.FormatInt(max(0, v.row.q.NominalMilli-v.need), 10) + " milli-GPU or its quota is raised"
 	return string(b), re

@@ -250,7 +250,13 @@ func (c *cycle) quotaReleases(ps *poolState, row *quotaRow, borrow bool, need in
 	}
 	var out []ExpectedRelease
 	var freed int64
-	for _, i := range row.ends {
+	ends := row.ends
+	if short > row.used {
+		// Even with every own job ended the request would not pass: only a
+		// quota change helps, and no release is worth listing.
+		ends = nil
+	}
+	for _, i := range ends {
 		e := &ps.ends[i]
 		out = append(out, c.release(e, e.total))
 		freed += e.total
