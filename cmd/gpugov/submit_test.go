@@ -280,9 +280,9 @@ func TestSubmitGetWhy(t *testing.T) {
 		t.Fatalf("why: %v", err)
 	}
 	for _, line := range []string{
-		"next re-evaluation: " + clock(c2) + " (in 5s), the next timer cycle; nothing known changes the outcome before it\n",
+		"next re-evaluation: " + clock(c2.Add(15*time.Second)) + " (in 5s), the next timer cycle; nothing known changes the outcome before it\n",
 		"aging: never lifts it above job j-ahead: 6,850 points ahead; this job's credit can still grow 0 (bound 3,000), job j-ahead's 3,000 — waiting alone will not reorder them\n",
-		"last scheduling action: " + clock(c2) + " (cycle c3): held back by a reservation for job j-ahead, rank 3 in its pool\n",
+		"last scheduling action: " + clock(c2.Add(10*time.Second)) + " (cycle c3): held back by a reservation for job j-ahead, rank 3 in its pool\n",
 		"blocked by: j-ahead\n",
 	} {
 		if !strings.Contains(out, line) {
