@@ -132,8 +132,8 @@ into the file.` + quotaExitCodes,
 		Args: cobra.ExactArgs(2),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
-	cmd.Flags().Int64Var(&nominal, "nominal-milli", -1, "nominal quota in milli-GPU (required)")
-	cmd.Flags().Int64Var(&borrow, "borrowing-limit-milli", -1, "how much beyond nominal it may borrow, milli-GPU (required; 0: none)")
+	cmd.Flags().Int64Var(&nominal, "nominal-milli", 0, "nominal quota in milli-GPU (required)")
+	cmd.Flags().Int64Var(&borrow, "borrowing-limit-milli", 0, "how much beyond nominal it may borrow, milli-GPU (required; 0: none)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log (required)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -198,8 +198,8 @@ it (the quota changes, as quota set) or denies it, with a comment.` + quotaExitC
 		Args: cobra.ExactArgs(2),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
-	cmd.Flags().Int64Var(&nominal, "nominal-milli", -1, "nominal quota wanted, milli-GPU (required)")
-	cmd.Flags().Int64Var(&borrow, "borrowing-limit-milli", -1, "borrowing limit wanted, milli-GPU (default: keep the current one)")
+	cmd.Flags().Int64Var(&nominal, "nominal-milli", 0, "nominal quota wanted, milli-GPU (required)")
+	cmd.Flags().Int64Var(&borrow, "borrowing-limit-milli", 0, "borrowing limit wanted, milli-GPU (default: keep the current one)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why the project needs it (required)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
