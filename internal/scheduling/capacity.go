@@ -86,7 +86,7 @@ type poolState struct {
 	shapes       map[string]*shapeInfo // by shapeKeyBytes
 	schedulable  int                   // schedulable nodes
 	heldDepth    int                   // reservations counted against ReservationPolicy.Depth
-	lastRanked   int32                 // entry of the last job of this pool decided so far; −1 none
+	lastRanked   int32                 // entry of the last job of this pool decided so far and left waiting for GPUs; −1 none
 	ranked       int32                 // jobs of this pool decided so far (the pool rank of the last)
 	quota        *poolQuota            // nil when the pool has no quota rows
 	nodeByName   map[string]int32

@@ -88,7 +88,7 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 func (c *cycle) serve(je *jobEntry) {
 	je.prevInPool = -1
 	if ps := je.ps; ps != nil {
-		je.prevInPool, ps.lastRanked = ps.lastRanked, je.pos
+		je.prevInPool = ps.lastRanked
 		ps.ranked++
 		je.poolRank = ps.ranked
 	} else {
@@ -99,7 +99,17 @@ func (c *cycle) serve(je *jobEntry) {
 		c.unknownPools[name]++
 		je.poolRank = c.unknownPools[name]
 	}
+	waiting := len(c.res.Waiting)
 	c.decide(je)
+	// Only a job left waiting for GPUs (its reason earns aging) stands ahead
+	// of the next one in the aging clause: a job placed now, held, or waiting
+	// on its spec, quota or environment does not compete for the GPUs.
+	if ps := je.ps; ps != nil && len(c.res.Waiting) > waiting {
+		if w := &c.res.Waiting[len(c.res.Waiting)-1]; w.JobID == je.id && w.Reason.EarnsAging() &&
+			w.Reason != vocab.ReasonQuotaExhausted {
+			ps.lastRanked = je.pos
+		}
+	}
 }
 
 // jobEntry is one pending job of the cycle. cycle.jobs is in Snapshot.Pending
@@ -122,8 +132,9 @@ type jobEntry struct {
 	// serving order (Placement.Rank, WaitStatus.Rank).
 	poolRank int32
 	pos      int32 // index in cycle.jobs
-	// prevInPool is the entry of the next higher-ranked job of the same pool
-	// (−1 when none), for the "when aging lifts rank above" clause.
+	// prevInPool is the entry of the nearest higher-ranked job of the same
+	// pool left waiting for GPUs (a reason that earns aging, quota aside;
+	// −1 when none), for the "when aging lifts rank above" clause.
 	prevInPool int32
 }
 

@@ -63,7 +63,9 @@ type WaitStatus struct {
 	Suggestions []Suggestion
 	Releases    []ExpectedRelease // earliest first, at most 5; nil when none is known
 	// Overtake compares the job with the job directly ahead of it in its
-	// pool (or the job whose reservation blocks it) under aging; nil when
+	// pool among those left waiting for GPUs — not one placed this cycle,
+	// held, or waiting on spec, quota or environment — (or the job whose
+	// reservation blocks it) under aging; nil when
 	// no job is ahead, aging is off, or the reason is not a capacity reason
 	// (reserved_for_higher_priority, fragmented, capacity_busy).
 	Overtake *Overtake
