@@ -150,8 +150,9 @@ const DefaultDecisionRetention = 7 * 24 * time.Hour
 // means DefaultPruneBatch), oldest first through decisions_at_idx
 // (migration 00150), until one deletes fewer than batch; a cancelled ctx
 // stops it between statements. It keeps, for every job not yet final, its
-// latest wait decision, which LastDecision reads as the start of the
-// current action. A cycle writes one row per placement, refused placement
+// latest decision of any kind (a job running for longer than the retention
+// keeps its placement, which LastDecision reports) and its latest wait
+// decision, which LastDecision reads as the start of the current action. A cycle writes one row per placement, refused placement
 // and preemption proposal and one per waiting job whose reason or blocking
 // job changed, so the table grows with changes and proposals, not with
 // waiting jobs × cycles. Errors are wrapped with "prune decisions" and come
@@ -165,9 +166,10 @@ func (s *Store) PruneDecisions(ctx context.Context, before time.Time, batch int)
 		tag, err := s.pool.Exec(ctx, `
 			DELETE FROM decisions WHERE id IN (
 				SELECT d.id FROM decisions d
-				WHERE d.at < $1 AND NOT (d.kind = 'wait'
-					AND EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = d.job_id)
-					AND d.at = (SELECT max(x.at) FROM decisions x WHERE x.job_id = d.job_id AND x.kind = 'wait'))
+				WHERE d.at < $1 AND NOT (EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = d.job_id)
+					AND (d.at = (SELECT max(x.at) FROM decisions x WHERE x.job_id = d.job_id)
+						OR (d.kind = 'wait'
+							AND d.at = (SELECT max(x.at) FROM decisions x WHERE x.job_id = d.job_id AND x.kind = 'wait'))))
 				ORDER BY d.at LIMIT $2)`, before, batch)
 		if err != nil {
 			return deleted, fmt.Errorf("store: prune decisions: %w", err)
