@@ -34,8 +34,11 @@ func WaitChanged(open bool, curReason, reason vocab.WaitReason) bool {
 
 // WaitRefreshed reports whether a status that WaitChanged does not call a
 // change rewrites the open event's text in place: its detail differs from
-// the event's (the store compares the re-evaluation condition and the
-// blocking job the same way). The event keeps its start.
+// the event's. The event keeps its start. The store's events also hold the
+// re-evaluation condition and the blocking job, which the simulator's do
+// not, and it refreshes on a change of those too (store.ApplyCycle), so its
+// refresh count (CycleOutcome.WaitRefreshes) can exceed the simulator's;
+// events' starts, ends and reasons are the same on both sides.
 func WaitRefreshed(curDetail, detail string) bool {
 	return curDetail != detail
 }
