@@ -47,10 +47,26 @@ func (s *Service) loadPolicy() error {
 // applyPolicy and refreshPolicy — and before that the watcher's or the
 // static one.
 func (s *Service) currentPolicy() *policy.Policy {
-	if p := s.inForce.Load(); p != nil {
-		return p
+	if f := s.inForce.Load(); f != nil {
+		return f.p
 	}
 	return s.filePolicy()
+}
+
+// policyInForce is the policy in force with what every cycle reads of it,
+// computed once when it becomes current rather than per cycle: its hash
+// (policy.Hash: canonical JSON and SHA-256) and its scheduling view
+// (policy.Scheduling, whose Version is that hash).
+type policyInForce struct {
+	p     *policy.Policy
+	hash  string
+	sched *scheduling.Policy
+}
+
+// newPolicyInForce computes p's hash and scheduling view once.
+func newPolicyInForce(p *policy.Policy) *policyInForce {
+	sp := p.Scheduling()
+	return &policyInForce{p: p, hash: sp.Version, sched: sp}
 }
 
 // filePolicy is the policy the file (or Config.Policy, or the default)
@@ -69,6 +85,10 @@ func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, err
 	if err := s.refreshPolicy(ctx); err != nil {
 		return nil, fmt.Errorf("service: policy in force: %w", err)
 	}
+	if f := s.inForce.Load(); f != nil {
+		sp := *f.sched // the caller's own copy of the top-level fields
+		return &sp, nil
+	}
 	return s.currentPolicy().Scheduling(), nil
 }
 
@@ -85,7 +105,7 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cur := s.inForce.Load(); cur != nil && cur.Hash() == hash {
+	if cur := s.inForce.Load(); cur != nil && cur.hash == hash {
 		return nil
 	}
 	v, err := s.store.ActivePolicyVersion(ctx)
@@ -103,7 +123,7 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if s.refreshLoaded != nil {
 		s.refreshLoaded()
 	}
-	s.inForce.Store(p)
+	s.inForce.Store(newPolicyInForce(p))
 	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom)
 	return nil
 }
@@ -197,7 +217,7 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)
 	}
-	s.inForce.Store(p)
+	s.inForce.Store(newPolicyInForce(p))
 	s.cfg.Logger.Info("policy applied", "hash", hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
 	return nil
 }

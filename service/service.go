@@ -49,8 +49,9 @@ type Service struct {
 	policy     *policy.Watcher              // Config.PolicyFile's; nil without one
 	static     *policy.Policy               // the policy in force without a file
 	// inForce is the policy in force once applyStartPolicy ran: the active
-	// stored version (applyPolicy, refreshPolicy).
-	inForce atomic.Pointer[policy.Policy]
+	// stored version (applyPolicy, refreshPolicy), with its hash and
+	// scheduling view computed once.
+	inForce atomic.Pointer[policyInForce]
 	// policyMu serializes refreshPolicy and applyPolicy: a refresh that
 	// loaded the active version just before a reload activated another
 	// would otherwise store it over the reload's, and the cycle (and the
