@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -110,7 +111,7 @@ func storeError(err error) *Error {
 	case errors.Is(err, store.ErrNotFound):
 		return newError(http.StatusNotFound, CodeNotFound, "", "job not found")
 	case errors.Is(err, store.ErrConflict):
-		return newError(http.StatusConflict, CodeConflict, "", "%v", err)
+		return newError(http.StatusConflict, CodeConflict, "", "%s", conflictMessage(err))
 	case errors.As(err, &invalidInput):
 		return invalid([]FieldError{{Field: invalidInput.Field, Message: invalidInput.Message}})
 	case unreachable(err):
@@ -120,6 +121,20 @@ func storeError(err error) *Error {
 		return newError(499, CodeStoreUnavailable, "", "request cancelled")
 	}
 	return newError(http.StatusInternalServerError, CodeInternal, "", "internal error")
+}
+
+// conflictMessage is what a conflict tells the caller: the store's reason
+// ("job is running; only a submitted or waiting job can be held") without
+// the store's operation prefix ("store: set hold on j-…: ", added by its
+// transaction wrapper) or the sentinel's own text at the end.
+func conflictMessage(err error) string {
+	msg := strings.TrimSuffix(err.Error(), ": "+store.ErrConflict.Error())
+	if rest, ok := strings.CutPrefix(msg, "store: "); ok {
+		if _, reason, found := strings.Cut(rest, ": "); found && reason != "" {
+			msg = reason
+		}
+	}
+	return msg
 }
 
 // unreachable reports whether err means PostgreSQL could not be reached or

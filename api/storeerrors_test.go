@@ -93,3 +93,15 @@ func TestStoreErrorClassification(t *testing.T) {
 		}
 	}
 }
+
+// TestConflictMessageIsTheStoresReason: a 409 says why (the store's reason),
+// not the store's operation prefix and sentinel text.
+func TestConflictMessageIsTheStoresReason(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("store: set hold on j-1: %w",
+		fmt.Errorf("job is running; only a submitted or waiting job can be held: %w", store.ErrConflict))
+	got := storeError(err)
+	if want := "job is running; only a submitted or waiting job can be held"; got.Status != http.StatusConflict || got.Body.Message != want {
+		t.Fatalf("%d %q, want 409 %q", got.Status, got.Body.Message, want)
+	}
+}
