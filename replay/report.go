@@ -331,7 +331,7 @@ func (res *Result) Render(w io.Writer, header string) error {
 			traceSecs(tr.N, tr.P50), traceSecs(tr.N, tr.P95), traceSecs(tr.N, tr.P99), traceSecs(tr.N, tr.Max), g.StillWaiting)
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
-	ew.printf("\nCurrent wait reasons\n")
+	ew.printf("\nCurrent wait reasons of the replayed jobs\n")
 	if len(res.Reasons) == 0 {
 		ew.printf("  (no job is waiting)\n")
 	}
@@ -341,7 +341,7 @@ func (res *Result) Render(w io.Writer, header string) error {
 			ew.printf("  %-12s %-30s %d\n", tier, reason, reasons[reason])
 		}
 	}
-	ew.printf("\nWait-reason shares and main problem\n")
+	ew.printf("\nWait-reason shares and main problem, over the replayed jobs only\n")
 	ew.err = firstErr(ew.err, queuereport.RenderPoolShares(ew, res.Report.ReasonShares))
 	ew.printf("\nJobs by state:")
 	for _, s := range vocab.JobStates {
