@@ -35,15 +35,20 @@ func num(v float64) string {
 	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
-// withUnit renders a value with its unit ("412 s", "3 jobs", "0.25");
+// withUnit renders a value with its unit ("412 s", "3 jobs", "1 job", "0.25");
 // "no value" for nil.
 func withUnit(v *float64, unit string) string {
 	if v == nil {
 		return "no value"
 	}
-	switch unit {
-	case queuereport.UnitSeconds, queuereport.UnitGPUSeconds, queuereport.UnitJobs:
-		return num(*v) + " " + unit
+	switch n := num(*v); unit {
+	case queuereport.UnitJobs:
+		if n == "1" {
+			return "1 job"
+		}
+		return n + " jobs"
+	case queuereport.UnitSeconds, queuereport.UnitGPUSeconds:
+		return n + " " + unit
 	}
 	return num(*v)
 }
