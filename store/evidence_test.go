@@ -74,7 +74,7 @@ func TestResumeEvidenceByProfile(t *testing.T) {
 	rec("crash/r-1", b, vocab.EvidenceCrash, vocab.ResumeVerified, t0.Add(-time.Hour))
 	rec("d-1", b, vocab.EvidenceDrill, vocab.ResumeWrongStep, t0.Add(-30*time.Minute))
 	rec("p-3", other, vocab.EvidencePreemption, vocab.ResumeFailed, t0.Add(-time.Minute))
-	rec("p-2", b, vocab.EvidenceDrill, vocab.ResumeFailed, t0) // same key: kept as first stored
+	rec("p-2", b, vocab.EvidenceDrill, vocab.ResumeFailed, t0)                       // same key: kept as first stored
 	rec("later", a, vocab.EvidencePreemption, vocab.ResumeFailed, t0.Add(time.Hour)) // after now: not counted
 
 	window := 30 * 24 * time.Hour
