@@ -98,12 +98,18 @@ type recoveryDoc struct {
 	CheckpointIntervalS int64          `json:"checkpoint_interval_s,omitempty"`
 	LastCheckpoint      *checkpointDoc `json:"last_checkpoint,omitempty"`
 	VerifiedResumes     int            `json:"verified_resumes"`
+	// Profile is the job's recovery profile (ProfileOf), set at submission.
+	Profile string `json:"profile,omitempty"`
+	// TotalSteps is the job's declared work in steps (recovery.total_steps);
+	// 0 when none is declared.
+	TotalSteps int64 `json:"total_steps,omitempty"`
 }
 
 func toRecoveryDoc(r scheduling.RecoveryEvidence) recoveryDoc {
 	return recoveryDoc{
 		Checkpointable: r.Checkpointable, CheckpointIntervalS: r.CheckpointIntervalSeconds,
 		LastCheckpoint: toCheckpointDoc(r.LastCheckpoint), VerifiedResumes: r.VerifiedResumes,
+		Profile: r.Profile, TotalSteps: r.TotalSteps,
 	}
 }
 
@@ -111,6 +117,7 @@ func (d recoveryDoc) recovery() scheduling.RecoveryEvidence {
 	return scheduling.RecoveryEvidence{
 		Checkpointable: d.Checkpointable, CheckpointIntervalSeconds: d.CheckpointIntervalS,
 		LastCheckpoint: d.LastCheckpoint.checkpoint(), VerifiedResumes: d.VerifiedResumes,
+		Profile: d.Profile, TotalSteps: d.TotalSteps,
 	}
 }
 

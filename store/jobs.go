@@ -16,7 +16,9 @@ import (
 // NewJob is a submission. Request.Pool names the pool; Tier normally comes from
 // the queue. RunSeconds is the simulated executor's run duration in seconds.
 // IdempotencyKey, when not empty, makes a repeated submission of the same
-// project return the first job. SubmitTime zero means now.
+// project return the first job. SubmitTime zero means now. Recovery.Profile
+// is the job's recovery profile as ProfileOf gives it; empty means the
+// default profile of its project and command.
 type NewJob struct {
 	Project        string
 	Queue          string
@@ -282,6 +284,16 @@ func queryJob(ctx context.Context, q querier, where string, args ...any) (*Job, 
 	return r.job()
 }
 
+// recoveryDoc is the submission's stored recovery evidence: Recovery with
+// its profile, ProfileOf(project, "", command) when Recovery.Profile is empty.
+func (nj *NewJob) recoveryDoc() recoveryDoc {
+	d := toRecoveryDoc(nj.Recovery)
+	if d.Profile == "" {
+		d.Profile = ProfileOf(nj.Project, "", nj.Command)
+	}
+	return d
+}
+
 // checkNewJob refuses a submission without project or queue or with an
 // unknown tier, with a *ValidationError whose field is prefix + the field.
 func checkNewJob(nj *NewJob, prefix string) error {
@@ -323,7 +335,7 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 			VALUES ($1, $2, $3, $4, $5, 'submitted', $6, $6, $6, $7, $8, $9, $10, $11, $12)
 			ON CONFLICT (project, idempotency_key) DO NOTHING`,
 			id, nj.Project, nj.Queue, nj.Tier.String(), mustJSON(toRequestDoc(nj.Request)), submit, nj.Held,
-			mustJSON(toPrerequisiteDocs(nj.Prerequisites)), mustJSON(toRecoveryDoc(nj.Recovery)), nj.Protected, key,
+			mustJSON(toPrerequisiteDocs(nj.Prerequisites)), mustJSON(nj.recoveryDoc()), nj.Protected, key,
 			mustJSON(specDoc{Command: nj.Command, Env: nj.Env, RunSeconds: nj.RunSeconds}))
 		if err != nil {
 			return err
@@ -662,7 +674,7 @@ func (c *jobColumnsIn) add(nj *NewJob, now time.Time) {
 	c.submits = append(c.submits, submit)
 	c.held = append(c.held, nj.Held)
 	c.prereqs = append(c.prereqs, string(mustJSON(toPrerequisiteDocs(nj.Prerequisites))))
-	c.recovery = append(c.recovery, string(mustJSON(toRecoveryDoc(nj.Recovery))))
+	c.recovery = append(c.recovery, string(mustJSON(nj.recoveryDoc())))
 	c.protected = append(c.protected, nj.Protected)
 	c.keys = append(c.keys, nj.IdempotencyKey)
 	c.specs = append(c.specs, string(mustJSON(specDoc{Command: nj.Command, Env: nj.Env, RunSeconds: nj.RunSeconds})))

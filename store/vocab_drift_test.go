@@ -124,6 +124,8 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"reclaims", "state", strs(vocab.ReclaimStates)},
 		{"notifications", "kind", strs(vocab.NotificationKinds)},
 		{"notifications", "state", strs(vocab.NotificationStates)},
+		{"resume_evidence", "kind", strs(vocab.ResumeEvidenceKinds)},
+		{"resume_evidence", "outcome", strs(vocab.ResumeOutcomes)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

@@ -111,9 +111,36 @@ type RecoveryEvidence struct {
 	CheckpointIntervalSeconds int64
 	LastCheckpoint            *Checkpoint // nil when the current run has none yet
 	VerifiedResumes           int         // count of resumes verified to start at the saved step
+	// TotalSteps is the job's declared work in steps, the highest step a
+	// checkpoint may report (recovery.total_steps; a job without a command
+	// declares its run_seconds, one step per second); 0 when none is declared.
+	TotalSteps int64
 	// ResumeDowngraded is true after a resume from the wrong step, until a
 	// verified resume: the job is then not preempted automatically.
 	ResumeDowngraded bool
+	// Profile is the job's recovery profile, "<project>/<name>"
+	// (docs/design.md §1 "recovery profile"; store.ProfileOf).
+	Profile string
+	// ProfileVerifiedResumes and ProfileFailedResumes are the profile's
+	// record over the policy's evidence window (preemption.evidence_window_s):
+	// resumes of any of its jobs that were verified, and those that failed or
+	// started from the wrong step. The preemption gate reads them, not
+	// VerifiedResumes (the job's own count, kept as information); a new job
+	// inherits them (docs/design.md §5 "The evidence rule"). The simulator
+	// gives them from its recovery rule.
+	ProfileVerifiedResumes int
+	ProfileFailedResumes   int
+}
+
+// ProfileFailureRate is ProfileFailedResumes / (ProfileVerifiedResumes +
+// ProfileFailedResumes); ok is false when the profile has no observed
+// resume in the window.
+func (r *RecoveryEvidence) ProfileFailureRate() (rate float64, ok bool) {
+	n := r.ProfileVerifiedResumes + r.ProfileFailedResumes
+	if n <= 0 {
+		return 0, false
+	}
+	return float64(r.ProfileFailedResumes) / float64(n), true
 }
 
 // PendingJob is a job waiting for an allocation.
