@@ -90,16 +90,19 @@ var TopLevelGroups = map[string]vocab.PolicyGroup{
 	"pools":              vocab.PolicyAutomationStage,
 	"protection_windows": vocab.PolicyProtection,
 	"notifications":      vocab.PolicyNotifications,
+	"drills":             vocab.PolicyPreemption,
+	"automation":         vocab.PolicyAutomationStage,
 	"quotas":             vocab.PolicyQuota,
 	"queues":             vocab.PolicyQueueService,
 }
 
 // queueFieldGroups are the queue fields outside the queue-service group.
 var queueFieldGroups = map[string]vocab.PolicyGroup{
-	"aging_cap_points":   vocab.PolicyAging,
-	"aging_ceiling_tier": vocab.PolicyAging,
-	"protected":          vocab.PolicyProtection,
-	"low_risk":           vocab.PolicyProtection,
+	"aging_cap_points":    vocab.PolicyAging,
+	"aging_ceiling_tier":  vocab.PolicyAging,
+	"protected":           vocab.PolicyProtection,
+	"low_risk":            vocab.PolicyProtection,
+	"protection_explicit": vocab.PolicyProtection,
 }
 
 // listIdentity names the entries of the lists compared by identity, keyed

@@ -68,7 +68,8 @@ func TestTopLevelGroupsCoverEveryField(t *testing.T) {
 	// Every queue field refined out of queue_service exists.
 	var q map[string]any
 	cap := 1.0
-	b, _ := json.Marshal(Queue{Name: "x", MinShare: 1, MaxShare: 1, AgingCeilingTier: "standard", AgingCapPoints: &cap})
+	b, _ := json.Marshal(Queue{Name: "x", MinShare: 1, MaxShare: 1, AgingCeilingTier: "standard", AgingCapPoints: &cap,
+		ProtectionExplicit: true})
 	_ = json.Unmarshal(b, &q)
 	for f := range queueFieldGroups {
 		if _, ok := q[f]; !ok {
@@ -170,6 +171,7 @@ func TestDiffGroupsEveryChange(t *testing.T) {
 		{vocab.PolicyProtection, []FieldChange{
 			{"protection_windows[launch]", "", `{"end":"2026-12-02T00:00:00Z","name":"launch","queues":["production"],"start":"2026-12-01T00:00:00Z"}`},
 			{"queues[experiment].low_risk", "true", "false"},
+			{"queues[experiment].protection_explicit", "true", ""},
 		}},
 	}
 	// Whole entries are the canonical object with sorted keys; compare them as values.

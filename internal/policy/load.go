@@ -428,6 +428,8 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"protection_windows": d.windows(&p.ProtectionWindows),
 		"reclaim":            d.reclaim(&p.Reclaim),
 		"notifications":      d.notifications(&p.Notifications),
+		"drills":             d.drills(p.Drills),
+		"automation":         d.automation(p.Automation),
 		"simulation":         d.simulation(&p.Simulation),
 	})
 }
@@ -552,6 +554,7 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 				return
 			}
 			d.required(c, at, "name", "tier")
+			q.ProtectionExplicit = d.has(at+".protected") || d.has(at+".low_risk")
 			d.agingCeiling(c, at, &q)
 			if prev, ok := first[q.Name]; ok && q.Name != "" {
 				d.fail(d.lineNode(at+".name", c), at+".name", "%q repeats %s", q.Name, prev)
@@ -721,6 +724,39 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 					"probability":           number(d, &r.Probability, between(0.0, 1.0)),
 					"checkpoint_interval_s": integer(d, &r.CheckpointIntervalSeconds, atLeastOne),
 					"verified_resumes":      integer(d, &r.VerifiedResumes, nonNegative),
+				})
+			},
+		})
+	}
+}
+
+// drills decodes the resume drill rule over dst (Default's).
+func (d *decoder) drills(dst *Drills) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"auto_in_trial":       d.boolean(&dst.AutoInTrial),
+			"per_profile_per_day": integer(d, &dst.PerProfilePerDay, atLeastOne),
+		})
+	}
+}
+
+// automation decodes the readiness rule over dst (Default's).
+func (d *decoder) automation(dst *Automation) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		d.mapping(n, path, fields{
+			"recovery_loss_budget_gpu_s_per_day": number(d, &dst.RecoveryLossBudgetGPUSecondsPerDay, nonNegative),
+			"readiness": func(n *yaml.Node, path string) {
+				r := &dst.Readiness
+				d.mapping(n, path, fields{
+					"window_s":                    number(d, &r.WindowSeconds, positive),
+					"min_reason_share":            number(d, &r.MinReasonShare, between(0.0, 1.0)),
+					"max_not_yet_evaluated_share": number(d, &r.MaxNotYetEvaluatedShare, between(0.0, 1.0)),
+					"min_observed_share":          number(d, &r.MinObservedShare, between(0.0, 1.0)),
+					"freshness_s":                 number(d, &r.FreshnessSeconds, positive),
+					"longest_wait_floor_s":        number(d, &r.LongestWaitFloorSeconds, nonNegative),
+					"max_longest_wait_growth":     number(d, &r.MaxLongestWaitGrowth, nonNegative),
+					"max_starving_jobs":           integer(d, &r.MaxStarvingJobs, nonNegative),
+					"max_key_jobs_over_objective": integer(d, &r.MaxKeyJobsOverObjective, nonNegative),
 				})
 			},
 		})

@@ -71,6 +71,13 @@ type Policy struct {
 	Reclaim           Reclaim  `json:"reclaim"`
 	// Notifications are the projects' webhooks and their delivery schedule.
 	Notifications Notifications `json:"notifications"`
+	// Drills is the resume drill rule (DrillRule reads it). nil only in a
+	// version stored before the field existed, which means DefaultDrills;
+	// a loaded policy always has it.
+	Drills *Drills `json:"drills,omitempty"`
+	// Automation holds the readiness a pool must show before its stage
+	// widens (AutomationRule reads it); nil as Drills.
+	Automation *Automation `json:"automation,omitempty"`
 	// Simulation holds what only `gpugov simulate` reads; serve ignores it
 	// and it is not part of Hash.
 	Simulation Simulation `json:"-"`
@@ -132,6 +139,11 @@ type Queue struct {
 	MaxWaitSeconds int64   `json:"max_wait_s"` // wait objective; 0 means none
 	Protected      bool    `json:"protected"`  // never preempted or reclaimed
 	LowRisk        bool    `json:"low_risk"`   // the trial stage may act on it
+	// ProtectionExplicit is true when the queue's entry in the policy file
+	// sets protected or low_risk (to true or false): an operator decided
+	// how much automation may touch it. Set by the loader, never written in
+	// a file; pool readiness's protection_explicit check reads it.
+	ProtectionExplicit bool `json:"protection_explicit,omitempty"`
 	// MinShare is the fraction (0..1) of each pool's usable GPUs guaranteed
 	// to the queue while it has demand (scheduling.Queue.MinShare); 0 (left
 	// out) means none. The queues' minimums add up to at most 1.
@@ -296,6 +308,8 @@ func Default() *Policy {
 			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
 			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
 		Notifications: Notifications{Delivery: DefaultDelivery()},
+		Drills:        ptr(DefaultDrills()),
+		Automation:    ptr(DefaultAutomation()),
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
 			CycleIntervalSeconds: 600, StarvationFactor: 4,
 			Recovery: Recovery{Tiers: []string{"standard", "experiment"}, Probability: 0.5,
@@ -458,6 +472,9 @@ func ApplyProjectWeights(usage []scheduling.ProjectUsage, weights map[string]flo
 
 // Seconds converts a seconds field to a duration.
 func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
 
 // LowRisk reports whether the policy lists queue as low-risk.
 func (p *Policy) LowRisk(queue string) bool { return slices.Contains(p.LowRiskQueues(), queue) }

@@ -43,8 +43,8 @@ func TestLoadGoodFile(t *testing.T) {
 		p.Preemption.RecomputeTimeoutSeconds != DefaultRecomputeTimeoutSeconds {
 		t.Errorf("reservation %+v preemption %+v", p.Reservation, p.Preemption)
 	}
-	wantQueues := []Queue{{Name: "prod", Tier: "production", Share: 4, MaxWaitSeconds: 60, Protected: true},
-		{Name: "exp", Tier: "experiment", Share: 1, LowRisk: true, MinShare: 0.2, MaxShare: 0.5}}
+	wantQueues := []Queue{{Name: "prod", Tier: "production", Share: 4, MaxWaitSeconds: 60, Protected: true, ProtectionExplicit: true},
+		{Name: "exp", Tier: "experiment", Share: 1, LowRisk: true, ProtectionExplicit: true, MinShare: 0.2, MaxShare: 0.5}}
 	if !reflect.DeepEqual(p.Queues, wantQueues) || !reflect.DeepEqual(p.LowRiskQueues(), []string{"exp"}) || !p.LowRisk("exp") || p.LowRisk("prod") {
 		t.Errorf("queues %+v", p.Queues)
 	}

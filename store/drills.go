@@ -1,0 +1,253 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
+
+// A resume drill (docs/design.md §5 "Resume drills") is a preemption of
+// kind drill: the whole PreemptionWorkflow on a running checkpointable job
+// with no beneficiary, recorded in preemptions with its effective run
+// loss, its resume recorded as the recovery profile's evidence (kind
+// drill).
+
+// ActorGovernance is the audit actor (and drill actor) of what the
+// governance loop does on its own: an automatic drill of a trial pool.
+const ActorGovernance = "governance"
+
+// AuditDrill is the audit action of a drill's start (subject: the job;
+// evidence: the drill's ID, its allocation and run, and who asked).
+const AuditDrill = "drill"
+
+// NewDrill asks for a resume drill of JobID. Actor is who asks (an
+// operator's token name, or ActorGovernance) and Reason why, both required;
+// Reason is stored as the record's reason. ProtectionWindow names the
+// protection window the job's queue is inside now ("" when none: the
+// caller reads the policy in force), At is the drill's start.
+type NewDrill struct {
+	JobID            string
+	Actor            string
+	Reason           string
+	ProtectionWindow string
+	At               time.Time
+}
+
+// StartedDrill is a drill OpenDrill recorded: its preemption record's ID
+// and what the PreemptionWorkflow needs (temporalx.PreemptionWorkflowID of
+// the job and RunID names it).
+type StartedDrill struct {
+	PreemptionID string
+	JobID        string
+	AllocationID string
+	RunID        string
+	Pool         string
+}
+
+// drillTarget is what OpenDrill reads of the job under its lock.
+type drillTarget struct {
+	State          vocab.JobState `db:"state"`
+	Queue          string         `db:"queue"`
+	Protected      bool           `db:"protected"`
+	QueueProtected bool           `db:"queue_protected"`
+	Checkpointable bool           `db:"checkpointable"`
+	AllocationID   string         `db:"allocation_id"`
+	Pool           string         `db:"pool"`
+	RunID          string         `db:"run_id"`
+	OpenPreemption string         `db:"open_preemption"`
+	OpenKind       string         `db:"open_kind"`
+}
+
+// OpenDrill records a resume drill of d.JobID — a preemptions row of kind
+// drill, in progress, with no trigger job and no cycle, whose reason is
+// d.Reason — and audits it (AuditDrill, by d.Actor), in one transaction
+// holding the job's row lock. The caller then starts its
+// PreemptionWorkflow (workflows.Client.StartDrill), which runs it as any
+// preemption. A drill is refused, nothing stored, with an error wrapping
+// ErrConflict whose message names why, when the job is not running (a
+// placed job whose run has not started included), is protected or in a
+// protected queue, is not checkpointable, is already in a preemption or
+// drill (its allocation has one open), or its queue is inside protection
+// window d.ProtectionWindow. Other errors: a missing job ID, actor or
+// reason, a reason over MaxQuotaText bytes (ErrInvalid naming job_id,
+// actor or reason), an unknown job (ErrNotFound), database errors; all
+// wrapped with "open drill".
+func (s *Store) OpenDrill(ctx context.Context, d NewDrill) (*StartedDrill, error) {
+	if err := required("job_id", d.JobID, "actor", d.Actor, "reason", d.Reason); err != nil {
+		return nil, fmt.Errorf("store: open drill: %w", err)
+	}
+	if err := textField("reason", d.Reason); err != nil {
+		return nil, fmt.Errorf("store: open drill: %w", err)
+	}
+	if d.At.IsZero() {
+		d.At = time.Now()
+	}
+	var out *StartedDrill
+	err := s.inTx(ctx, "open drill of "+d.JobID, func(tx pgx.Tx) error {
+		if _, _, _, err := lockJob(ctx, tx, d.JobID); err != nil {
+			return err
+		}
+		t, err := queryOne[drillTarget](ctx, tx, `
+			SELECT j.state, j.queue, j.protected, coalesce(q.protected, false) AS queue_protected,
+				coalesce((j.recovery->>'checkpointable')::boolean, false) AS checkpointable,
+				coalesce(a.id, '') AS allocation_id, coalesce(a.pool, '') AS pool, coalesce(r.id, '') AS run_id,
+				coalesce(p.id, '') AS open_preemption, coalesce(p.kind, '') AS open_kind
+			FROM jobs j
+			LEFT JOIN queues q ON q.name = j.queue
+			LEFT JOIN allocations a ON a.job_id = j.id AND a.released_at IS NULL
+			LEFT JOIN runs r ON r.id = a.run_id AND r.ended_at IS NULL
+			LEFT JOIN preemptions p ON p.allocation_id = a.id AND p.ended_at IS NULL AND p.state <> 'observed'
+			WHERE j.id = $1`, d.JobID)
+		if err != nil {
+			return err
+		}
+		if why := drillRefusal(t, d.ProtectionWindow); why != "" {
+			return fmt.Errorf("%s: %w", why, ErrConflict)
+		}
+		id := newID("p-")
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO preemptions (id, kind, drill_actor, victim_job_id, allocation_id, reason, pool, victim_queue,
+				started_at, gpus)
+			VALUES ($1, 'drill', $2, $3, $4, $5, $6, $7, $8,
+				(SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = $4))`,
+			id, d.Actor, d.JobID, t.AllocationID, d.Reason, t.Pool, t.Queue, d.At); err != nil {
+			return err
+		}
+		out = &StartedDrill{PreemptionID: id, JobID: d.JobID, AllocationID: t.AllocationID, RunID: t.RunID, Pool: t.Pool}
+		return appendAuditTx(ctx, tx, AuditEntry{At: d.At, Actor: d.Actor, Action: AuditDrill, Subject: d.JobID,
+			Reason: d.Reason, Evidence: map[string]any{"preemption_id": id, "allocation_id": t.AllocationID,
+				"run_id": t.RunID, "pool": t.Pool, "queue": t.Queue}})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: open drill: %w", err)
+	}
+	return out, nil
+}
+
+// drillRefusal says why job t may not be drilled now, or "".
+func drillRefusal(t drillTarget, window string) string {
+	switch {
+	case t.State != vocab.JobRunning:
+		return fmt.Sprintf("job is %s; only a running job can be drilled", t.State)
+	case t.AllocationID == "" || t.RunID == "":
+		return "job has no run going; only a running job can be drilled"
+	case t.OpenPreemption != "" && t.OpenKind == string(vocab.PreemptionDrill):
+		return "job is already in drill " + t.OpenPreemption
+	case t.OpenPreemption != "":
+		return "job is already in preemption " + t.OpenPreemption
+	case !t.Checkpointable:
+		return "job is not checkpointable (recovery.checkpointable false): a drill needs a job that saves and resumes"
+	case t.Protected:
+		return "job is protected: it is never preempted, drills included"
+	case t.QueueProtected:
+		return "job's queue " + t.Queue + " is protected: its jobs are never preempted, drills included"
+	case window != "":
+		return "job's queue " + t.Queue + " is inside protection window " + window
+	}
+	return ""
+}
+
+// DrillsSince counts, per recovery profile (jobs.recovery.profile; the
+// project's "<project>/simulated" when a job has none), the drills started
+// at or after since, whatever became of them: what the daily bound on
+// automatic drills reads (drills.per_profile_per_day). Errors are database
+// errors.
+func (s *Store) DrillsSince(ctx context.Context, since time.Time) (map[string]int, error) {
+	out := map[string]int{}
+	err := forEachRow(ctx, s.pool, `
+		SELECT coalesce(j.recovery->>'profile', j.project || '/simulated'), count(*)
+		FROM preemptions p JOIN jobs j ON j.id = p.victim_job_id
+		WHERE p.kind = 'drill' AND p.started_at >= $1
+		GROUP BY 1`, []any{since}, func(rows pgx.Rows) error {
+		var profile string
+		var n int
+		err := rows.Scan(&profile, &n)
+		out[profile] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: drills since %s: %w", since.UTC().Format(time.RFC3339), err)
+	}
+	return out, nil
+}
+
+// UnstartedDrills returns the drills opened before olderThan whose
+// PreemptionWorkflow never took its first step (no notice, not finished):
+// a start that failed after OpenDrill committed. The governance loop starts
+// their workflows again (starting is idempotent by workflow ID). Errors
+// are database errors.
+func (s *Store) UnstartedDrills(ctx context.Context, olderThan time.Time) ([]StartedDrill, error) {
+	var out []StartedDrill
+	err := forEachRow(ctx, s.pool, `
+		SELECT p.id, p.victim_job_id, p.allocation_id, coalesce(a.run_id, ''), p.pool
+		FROM preemptions p JOIN allocations a ON a.id = p.allocation_id
+		WHERE p.kind = 'drill' AND p.notified_at IS NULL AND p.finished_at IS NULL AND p.started_at < $1
+		ORDER BY p.started_at, p.id`, []any{olderThan}, func(rows pgx.Rows) error {
+		var d StartedDrill
+		err := rows.Scan(&d.PreemptionID, &d.JobID, &d.AllocationID, &d.RunID, &d.Pool)
+		out = append(out, d)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: unstarted drills: %w", err)
+	}
+	return out, nil
+}
+
+// DrillResumeOutcome maps a finished drill's record to the resume evidence
+// it gives its recovery profile (docs/design.md §5 "Resume drills"): a
+// completed drill whose next run started at the saved step and passed it
+// is verified; one that started there but did not pass it, and one whose
+// victim saved nothing within its grace (aborted_no_checkpoint: the save
+// is what a drill tests), failed; a resume from another step is
+// wrong_step. A drill that proves nothing about save and restore — its
+// next run never observed, the job ineligible or ended before the release
+// — gives none (ok false).
+func DrillResumeOutcome(rec *PreemptionRecord) (vocab.ResumeOutcome, bool) {
+	switch rec.Outcome {
+	case vocab.PreemptionCompleted:
+		if rec.PassedAt != nil {
+			return vocab.ResumeVerified, true
+		}
+		return vocab.ResumeFailed, true
+	case vocab.PreemptionResumeFailed:
+		return vocab.ResumeWrongStep, true
+	case vocab.PreemptionResumeNotObserved:
+		if rec.ResumedRunID != "" {
+			return vocab.ResumeFailed, true
+		}
+	case vocab.PreemptionAbortedNoCkpt:
+		return vocab.ResumeFailed, true
+	}
+	return "", false
+}
+
+// RecordDrillEvidence records the resume evidence finished drill id gives
+// its job's recovery profile (DrillResumeOutcome; kind drill, keyed by the
+// drill's ID, so a retried step records it once) and returns the outcome
+// recorded ("" when the drill gives none). A record of kind preemption, or
+// one not finished, records nothing. Errors wrap ErrNotFound or database
+// errors.
+func (s *Store) RecordDrillEvidence(ctx context.Context, id string) (vocab.ResumeOutcome, error) {
+	rec, err := s.GetPreemption(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if rec.Kind != vocab.PreemptionDrill || rec.FinishedAt == nil {
+		return "", nil
+	}
+	outcome, ok := DrillResumeOutcome(rec)
+	if !ok {
+		return "", nil
+	}
+	err = s.RecordResumeEvidence(ctx, ResumeEvidence{Key: rec.ID, JobID: rec.VictimJobID, Kind: vocab.EvidenceDrill,
+		Outcome: outcome, At: *rec.FinishedAt, Detail: "drill " + rec.ID + ": " + string(rec.Outcome) + ": " + rec.Detail})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
