@@ -34,6 +34,7 @@ type GovernanceStore interface {
 	FinishPreemption(ctx context.Context, id string, r store.PreemptionResume) (*store.PreemptionRecord, error)
 	NotifyResumed(ctx context.Context, r store.ResumeObserved) error
 	GetRunProgress(ctx context.Context, runID string) (*store.RunProgress, error)
+	RecordDrillEvidence(ctx context.Context, id string) (vocab.ResumeOutcome, error)
 
 	ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error)
 	OpenReclaim(ctx context.Context, nr store.NewReclaim) (*store.Reclaim, bool, error)

@@ -60,7 +60,8 @@ type NotifyResult struct {
 
 // Notify is the first step. It re-reads the victim and ends the preemption
 // (aborted_ineligible) when it became protected (job, queue or protection
-// window), is not checkpointable or had its recovery evidence downgraded,
+// window), is not checkpointable or had its recovery evidence downgraded
+// (a drill proceeds on a downgraded job: it is how the job earns evidence back),
 // or (victim_ended) when its run or allocation already ended. Otherwise it
 // records the notice (time, run, GPUs, aging credit, last valid checkpoint)
 // and sends `preempt` to the victim's job workflow, which cancels its run
@@ -125,7 +126,8 @@ func (a *Preemptions) ineligible(rec *store.PreemptionRecord, v *store.Preemptio
 		return vocab.PreemptionAbortedIneligible, "the victim's queue " + v.Queue + " is protected"
 	case !v.Checkpointable:
 		return vocab.PreemptionAbortedIneligible, "the victim is not checkpointable"
-	case v.ResumeDowngraded:
+	case v.ResumeDowngraded && rec.Kind != vocab.PreemptionDrill:
+		// A drill is how a downgraded job earns its evidence back.
 		return vocab.PreemptionAbortedIneligible, "the victim's recovery evidence was downgraded by a wrong-step resume"
 	}
 	if w := cfg.InProtectionWindow(v.Queue, a.d.now()); w != "" {
@@ -206,7 +208,9 @@ type AbortInput struct {
 
 // Abort ends the preemption with its outcome and, when the victim was
 // stopped but keeps its GPUs, tells its job workflow to run again from its
-// last checkpoint.
+// last checkpoint. A drill aborted because no checkpoint came within its
+// grace records a failed resume for its recovery profile
+// (store.RecordDrillEvidence).
 func (a *Preemptions) Abort(ctx context.Context, in *AbortInput) error {
 	if in == nil || in.PreemptionID == "" {
 		return invalidInput("abort: preemption ID is required")
@@ -215,6 +219,10 @@ func (a *Preemptions) Abort(ctx context.Context, in *AbortInput) error {
 		return nonRetryable(err)
 	}
 	a.d.recordPreemption(ctx, in.PreemptionID)
+	// A drill whose victim saved nothing in its grace failed its save.
+	if _, err := a.d.Store.RecordDrillEvidence(ctx, in.PreemptionID); err != nil {
+		return nonRetryable(err)
+	}
 	if !in.ResumeVictim {
 		return nil
 	}
@@ -243,6 +251,9 @@ func (a *Preemptions) Release(ctx context.Context, in *PreemptionStep) (*Release
 		return nil, invalidInput("release: preemption ID is required")
 	}
 	detail := fmt.Sprintf("preempted for job %s by preemption %s", in.ForJobID, in.PreemptionID)
+	if in.ForJobID == "" {
+		detail = "stopped by resume drill " + in.PreemptionID
+	}
 	out, err := a.d.Store.ReleasePreempted(ctx, in.PreemptionID, detail, a.d.now())
 	if err != nil {
 		return nil, nonRetryable(err)
@@ -311,6 +322,8 @@ type VerifyResumeResult struct {
 // the recompute time, computes the effective run loss
 // (accounting.EffectiveRunLoss) and records it all. A wrong-step resume is a
 // failure that downgrades the job's recovery evidence (store.FinishPreemption).
+// A drill's resume is then recorded as its recovery profile's evidence
+// (store.RecordDrillEvidence, kind drill; docs/design.md §5 "Resume drills").
 func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (*VerifyResumeResult, error) {
 	if in == nil || in.PreemptionID == "" {
 		return nil, invalidInput("verify resume: preemption ID is required")
@@ -319,7 +332,10 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 	if err != nil {
 		return nil, nonRetryable(err)
 	}
-	if rec.FinishedAt != nil {
+	if rec.FinishedAt != nil { // a retry: the drill's evidence may not be recorded yet
+		if _, err := a.d.Store.RecordDrillEvidence(ctx, in.PreemptionID); err != nil {
+			return nil, nonRetryable(err)
+		}
 		return verifyResult(rec), nil
 	}
 	r := store.PreemptionResume{Outcome: vocab.PreemptionResumeNotObserved, Failures: append([]string(nil), in.Failures...)}
@@ -349,6 +365,10 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 		return nil, nonRetryable(err)
 	}
 	a.d.recordPreemption(ctx, in.PreemptionID)
+	// A drill's resume is its recovery profile's evidence (kind drill).
+	if _, err := a.d.Store.RecordDrillEvidence(ctx, in.PreemptionID); err != nil {
+		return nil, nonRetryable(err)
+	}
 	return verifyResult(rec), nil
 }
 

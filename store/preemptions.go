@@ -18,7 +18,11 @@ import (
 // Times are nil until the step ran; seconds and GPU-seconds are nil until
 // measured.
 type PreemptionRecord struct {
-	ID           string                  `db:"id"`
+	ID string `db:"id"`
+	// Kind is preemption (for ForJobID, opened by cycle CycleID) or drill
+	// (a resume drill: ForJobID and CycleID are "", DrillActor started it).
+	Kind         vocab.PreemptionKind    `db:"kind"`
+	DrillActor   string                  `db:"drill_actor"`
 	CycleID      string                  `db:"cycle_id"`
 	WorkflowID   string                  `db:"workflow_id"`
 	ForJobID     string                  `db:"for_job_id"`
@@ -61,8 +65,10 @@ type PreemptionRecord struct {
 }
 
 // preemptionColumns is the select list of preemptionRow: the preemptions
-// columns, with NULL text columns read as "".
-const preemptionColumns = `id, cycle_id, coalesce(workflow_id, '') AS workflow_id, for_job_id, for_queue, victim_job_id,
+// columns, with NULL text columns read as "" (a drill has no cycle and no
+// trigger job).
+const preemptionColumns = `id, kind, drill_actor, coalesce(cycle_id, '') AS cycle_id, coalesce(workflow_id, '') AS workflow_id,
+	coalesce(for_job_id, '') AS for_job_id, for_queue, victim_job_id,
 	victim_queue, allocation_id, pool, reason, state, coalesce(outcome, '') AS outcome, detail,
 	coalesce(run_id, '') AS run_id, coalesce(gpus, 0) AS gpus, estimated_loss_gpu_s, effective_loss_gpu_s,
 	run_started_at, accrued_aging_s, checkpoint_at_notice, saved_checkpoint, checkpoint_in_grace, step_at_notice,
@@ -111,7 +117,8 @@ type PreemptionFilter struct {
 	State   vocab.PreemptionState
 	Outcome vocab.PreemptionOutcome
 	Pool    string
-	JobID   string // trigger or victim
+	JobID   string               // trigger or victim
+	Kind    vocab.PreemptionKind // preemption or drill
 	Limit   int
 }
 
@@ -125,8 +132,8 @@ func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]Pree
 	limit = min(limit, MaxListLimit)
 	rows, err := queryAll[preemptionRow](ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
 		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR outcome = $2) AND ($3 = '' OR pool = $3)
-			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4)
-		ORDER BY started_at DESC, id DESC LIMIT $5`, f.State, f.Outcome, f.Pool, f.JobID, limit)
+			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4) AND ($6 = '' OR kind = $6)
+		ORDER BY started_at DESC, id DESC LIMIT $5`, f.State, f.Outcome, f.Pool, f.JobID, limit, f.Kind)
 	if err != nil {
 		return nil, fmt.Errorf("store: list preemptions: %w", err)
 	}
@@ -233,22 +240,24 @@ func (s *Store) GetPreemptionVictim(ctx context.Context, id string) (*Preemption
 // NoticePreemption records the notice of preemption id, sent by workflow
 // workflowID at at: the victim's run and its start, the GPUs held, the
 // victim's aging credit and its last valid checkpoint at that moment, and
-// the queues of both jobs; in the same transaction, the victim submitter's
-// job.preemption_notice notification (docs/design.md §3 step 7). The first
+// the queues of both jobs (a drill has no trigger job: its for_queue stays
+// ""); in the same transaction, the victim submitter's
+// job.preemption_notice notification (docs/design.md §3 step 7; its data
+// names the record's kind, preemption or drill). The first
 // call's values are kept, so retries are safe and return the same record
 // (and write no second notification). Errors wrap ErrNotFound or database errors.
 func (s *Store) NoticePreemption(ctx context.Context, id, workflowID string, at time.Time) (*PreemptionRecord, error) {
 	err := s.inTx(ctx, "notice preemption "+id, func(tx pgx.Tx) error {
-		var victim, forJob, reason string
+		var victim, forJob, reason, kind string
 		err := tx.QueryRow(ctx, `
 			UPDATE preemptions p SET notified_at = $3, workflow_id = $2, run_id = a.run_id, run_started_at = r.started_at,
 				gpus = (SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = p.allocation_id),
 				accrued_aging_s = vj.accrued_aging_s, checkpoint_at_notice = vj.recovery->'last_checkpoint',
-				pool = a.pool, victim_queue = vj.queue, for_queue = fj.queue
-			FROM allocations a LEFT JOIN runs r ON r.id = a.run_id, jobs vj, jobs fj
-			WHERE p.id = $1 AND a.id = p.allocation_id AND vj.id = p.victim_job_id AND fj.id = p.for_job_id
-				AND p.notified_at IS NULL
-			RETURNING p.victim_job_id, p.for_job_id, p.reason`, id, workflowID, at).Scan(&victim, &forJob, &reason)
+				pool = a.pool, victim_queue = vj.queue, for_queue = coalesce(fj.queue, '')
+			FROM allocations a LEFT JOIN runs r ON r.id = a.run_id, jobs vj LEFT JOIN jobs fj ON fj.id = (
+				SELECT for_job_id FROM preemptions WHERE id = $1)
+			WHERE p.id = $1 AND a.id = p.allocation_id AND vj.id = p.victim_job_id AND p.notified_at IS NULL
+			RETURNING p.victim_job_id, coalesce(p.for_job_id, ''), p.reason, p.kind`, id, workflowID, at).Scan(&victim, &forJob, &reason, &kind)
 		if errors.Is(err, pgx.ErrNoRows) { // noticed before, or no such preemption (GetPreemption says)
 			return nil
 		}
@@ -257,7 +266,7 @@ func (s *Store) NoticePreemption(ctx context.Context, id, workflowID string, at 
 		}
 		// The victim's submitter learns that its run must checkpoint and stop.
 		return insertNotifications(ctx, tx, []noteRow{{jobID: victim, kind: vocab.NotifyPreemptionNotice, data: map[string]any{
-			"preemption_id": id, "for_job_id": forJob, "reason": reason, "notified_at": at.UTC()}}}, at)
+			"preemption_id": id, "for_job_id": forJob, "reason": reason, "notified_at": at.UTC(), "kind": kind}}}, at)
 	})
 	if err != nil {
 		return nil, err
@@ -449,6 +458,9 @@ type Requeue struct {
 // RequeueDetail is the wait detail given to a preempted victim.
 const RequeueDetail = "requeued after preemption %s for job %s; original submit time and aging credit kept"
 
+// RequeueDrillDetail is the wait detail given to the job of a resume drill.
+const RequeueDrillDetail = "requeued by resume drill %s; original submit time and aging credit kept"
+
 // RequeuePreempted completes the reschedule step of preemption id: the
 // victim, back to waiting with its original submit time and its accrued
 // aging (FinishRun did that), gets the wait reason capacity_busy with a
@@ -465,12 +477,19 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 		out.AgingAtNotice = *rec.AccruedAgingS
 	}
 	detail := fmt.Sprintf(RequeueDetail, id, rec.ForJobID)
+	if rec.Kind == vocab.PreemptionDrill {
+		detail = fmt.Sprintf(RequeueDrillDetail, id)
+	}
 	err = s.inTx(ctx, "requeue victim of "+id, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
 			return err
 		}
 		expl := mustJSON(Explanation{Reason: vocab.ReasonCapacityBusy, Detail: detail,
 			NextAction: vocab.ReasonCapacityBusy.NextAction(), BlockingJobID: rec.ForJobID})
+		var blocking any
+		if rec.ForJobID != "" {
+			blocking = rec.ForJobID
+		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE jobs SET reason = 'capacity_busy', explanation = $2, updated_at = $3
 			WHERE id = $1 AND state = 'waiting' AND reason IS NULL`, rec.VictimJobID, expl, at)
@@ -482,7 +501,7 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 				INSERT INTO wait_events (job_id, reason, detail, next_action, blocking_job_id, started_at)
 				SELECT $1, 'capacity_busy', $2, $3, $4, $5
 				WHERE NOT EXISTS (SELECT 1 FROM wait_events WHERE job_id = $1 AND ended_at IS NULL)`,
-				rec.VictimJobID, detail, vocab.ReasonCapacityBusy.NextAction(), rec.ForJobID, at); err != nil {
+				rec.VictimJobID, detail, vocab.ReasonCapacityBusy.NextAction(), blocking, at); err != nil {
 				return err
 			}
 		}

@@ -254,8 +254,9 @@ func (l *snapshotLoader) queries() []rowQuery {
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
 			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
+		// Drills (for_job_id NULL) serve no pending job.
 		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
-			WHERE ended_at IS NULL ORDER BY victim_job_id`,
+			WHERE ended_at IS NULL AND for_job_id IS NOT NULL ORDER BY victim_job_id`,
 			fn: func(rows pgx.Rows) error {
 				var forJob, victim string
 				var notice time.Time

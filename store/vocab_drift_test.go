@@ -126,6 +126,10 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"notifications", "state", strs(vocab.NotificationStates)},
 		{"resume_evidence", "kind", strs(vocab.ResumeEvidenceKinds)},
 		{"resume_evidence", "outcome", strs(vocab.ResumeOutcomes)},
+		{"preemptions", "kind", strs(vocab.PreemptionKinds)},
+		{"pool_stage_changes", "from_stage", strs(vocab.AutomationStages)},
+		{"pool_stage_changes", "to_stage", strs(vocab.AutomationStages)},
+		{"pool_stage_changes", "outcome", strs(vocab.StageChangeOutcomes)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

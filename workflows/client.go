@@ -146,6 +146,33 @@ func (t *Client) DecideReclaim(ctx context.Context, allocationID, signal, actor,
 	return nil
 }
 
+// StartDrill starts the PreemptionWorkflow of resume drill preemptionID —
+// the record store.OpenDrill wrote for job jobID's allocation and run —
+// with ID "preempt/<job>/<run>" (temporalx.PreemptionWorkflowID, as the
+// scheduler names its preemptions; the allocation when the run is "") and
+// no trigger job. The workflow runs the drill as any preemption
+// (docs/design.md §5 "Resume drills"). A workflow with that ID already
+// running or a closed one being reused is fine: a second start of the same
+// drill is answered as started. It returns the client's error when the
+// server refuses otherwise.
+func (t *Client) StartDrill(ctx context.Context, preemptionID, jobID, allocationID, runID string) error {
+	run := runID
+	if run == "" {
+		run = allocationID
+	}
+	opts := client.StartWorkflowOptions{
+		ID:                    temporalx.PreemptionWorkflowID(jobID, run),
+		TaskQueue:             temporalx.ServiceTaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}
+	_, err := t.client.ExecuteWorkflow(ctx, opts, PreemptionWorkflowName, &PreemptionInput{PreemptionID: preemptionID,
+		VictimJobID: jobID, AllocationID: allocationID, RunID: runID})
+	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		return fmt.Errorf("start drill %s (%s): %w", preemptionID, opts.ID, err)
+	}
+	return nil
+}
+
 // schedulerInput returns in, or an empty input, with its shard defaulted.
 func schedulerInput(in *SchedulerInput) *SchedulerInput {
 	out := SchedulerInput{}
