@@ -41,8 +41,8 @@ func mkJob(id string, tier vocab.Tier, gpus int, pool string, age time.Duration)
 // verified resume and its recovery profile's.
 func mkRunning(id string, tier vocab.Tier, pool, node string, startedAgo time.Duration, uuids ...string) RunningJob {
 	r := RunningJob{ID: id, Project: "proj-" + id, Queue: "q-" + tier.String(), Tier: tier,
-		Request:    ResourceRequest{GPUs: len(uuids), Pool: pool},
-		StartedAt:  t0.Add(-startedAgo),
+		Request:   ResourceRequest{GPUs: len(uuids), Pool: pool},
+		StartedAt: t0.Add(-startedAgo),
 		Recovery: RecoveryEvidence{Checkpointable: true, VerifiedResumes: 1, CheckpointIntervalSeconds: 600,
 			Profile: "proj-" + id + "/simulated", ProfileVerifiedResumes: 1},
 		Allocation: Allocation{ID: "alloc-" + id, JobID: id, Pool: pool, Node: node}}
