@@ -244,6 +244,9 @@ func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reas
 	// Usage decays as the policy's fair share says, in the store's charges
 	// and snapshot as in the planner (docs/design.md §5).
 	s.store.SetUsageHalfLife(time.Duration(p.FairShare.HalfLifeSeconds * float64(time.Second)))
+	// The recovery profiles' records the preemption gate reads cover the
+	// policy's evidence window (docs/design.md §5 "The evidence rule").
+	s.store.SetEvidenceWindow(p.Preemption.EvidenceWindow())
 	// The queue report measures projects against the same weights (§6).
 	s.store.SetProjectWeights(p.FairShare.ProjectWeights)
 	pools, err := s.store.SetPoolStages(ctx, p.Stages(), PolicyActor, reason)

@@ -21,7 +21,9 @@ import (
 // same instant: inventory, active allocations, running jobs (placed or
 // running, with their allocation, run start, current-run checkpoint and
 // recent preemptions), pending jobs (submitted or waiting, with the victims of
-// preemptions in progress for them), quotas, queues and project usage.
+// preemptions in progress for them), quotas, queues and project usage; each
+// job's recovery evidence carries its recovery profile and that profile's
+// record over the evidence window ending at now (SetEvidenceWindow).
 //
 // Order: pools, nodes and queues by name, GPUs by device index, running jobs
 // and allocations by job ID, pending jobs by submit time then ID, quotas by
@@ -55,6 +57,7 @@ func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Sn
 		func(tx pgx.Tx) error {
 			l.reset()
 			l.simSpeed = s.simulatedRunSpeed()
+			l.now, l.evidenceFrom = now, now.Add(-s.evidenceWindow())
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
 				return err
 			}
@@ -105,6 +108,7 @@ type jobStatic struct {
 	tier        vocab.Tier
 	request     scheduling.ResourceRequest
 	submitTime  time.Time
+	profile     string // the job's recovery profile (jobs.recovery.profile)
 	runSeconds  int64  // the spec's run_seconds, rounded up (0: none declared)
 	simulated   bool   // no command: the simulated executor runs it (at SetSimulatedRunSpeed's pace)
 	seen        uint64 // generation of the last load that saw the job live
@@ -136,6 +140,12 @@ type snapshotLoader struct {
 	cache *snapshotCache
 	// simSpeed is Store.simulatedRunSpeed at the load (≥ 1).
 	simSpeed float64
+	// now is the load's instant; evidenceFrom the start of the evidence
+	// window (Store.SetEvidenceWindow) the profiles' records cover.
+	now, evidenceFrom time.Time
+	// evidence is each recovery profile's record in the window: verified,
+	// then failed or wrong-step resumes.
+	evidence map[string][2]int
 	inv      inventoryLoader
 	version  int64
 
@@ -168,6 +178,7 @@ func (l *snapshotLoader) reset() {
 	c := l.cache
 	n := c.lastCounts
 	*l = snapshotLoader{cache: c, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
+		evidence: map[string][2]int{},
 		noticeAt: map[string]time.Time{}, released: map[string]time.Time{},
 		allocs:  make([]scheduling.Allocation, 0, n.allocs),
 		running: make([]scheduling.RunningJob, 0, n.running), runningStatic: make([]*jobStatic, 0, n.running),
@@ -280,6 +291,19 @@ func (l *snapshotLoader) queries() []rowQuery {
 				var at time.Time
 				err := rows.Scan(&forJob, &at)
 				l.released[forJob] = at.UTC()
+				return err
+			}},
+		// Every recovery profile's record in the evidence window
+		// (docs/design.md §5 "The evidence rule"): an index-only scan of
+		// resume_evidence_at_idx over the window.
+		rowQuery{sql: `
+			SELECT profile, count(*) FILTER (WHERE outcome = 'verified'), count(*) FILTER (WHERE outcome <> 'verified')
+			FROM resume_evidence WHERE at > $1 AND at <= $2 GROUP BY profile`, args: []any{l.evidenceFrom, l.now},
+			fn: func(rows pgx.Rows) error {
+				var profile string
+				var verified, failed int64
+				err := rows.Scan(&profile, &verified, &failed)
+				l.evidence[profile] = [2]int{int(verified), int(failed)}
 				return err
 			}},
 		quotasQuery(&l.quotas),
@@ -420,13 +444,15 @@ func (l *snapshotLoader) loadMissingStatic(ctx context.Context, tx pgx.Tx) error
 		return nil
 	}
 	return forEachRow(ctx, tx, `SELECT q.seq, q.job_id, q.project, q.queue, q.tier, q.submit_time,
-		least(greatest(coalesce(ceil((j.spec->>'run_seconds')::float8), 0), 0), `+maxRunSecondsSQL+`)::bigint, NOT (j.spec ? 'command'), `+requestColumns+`
+		least(greatest(coalesce(ceil((j.spec->>'run_seconds')::float8), 0), 0), `+maxRunSecondsSQL+`)::bigint, NOT (j.spec ? 'command'),
+		coalesce(j.recovery->>'profile', ''), `+requestColumns+`
 		FROM job_queue q JOIN jobs j ON j.id = q.job_id WHERE q.seq = ANY($1)`, []any{l.missing}, func(rows pgx.Rows) error {
 		var seq int64
 		var tier string
 		st := &jobStatic{seen: l.cache.generation}
 		var c requestCols
-		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds, &st.simulated}, c.targets()...)...); err != nil {
+		if err := rows.Scan(append([]any{&seq, &st.id, &st.project, &st.queue, &tier, &st.submitTime, &st.runSeconds, &st.simulated,
+			&st.profile}, c.targets()...)...); err != nil {
 			return err
 		}
 		var ok bool
@@ -463,6 +489,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 			return nil, fmt.Errorf("job %s: %w", rj.ID, err)
 		}
 		rj.Recovery.LastCheckpoint, rj.RecentPreemptions, rj.RunSeconds = cp, l.preempted[rj.ID], st.realRunSeconds(l.simSpeed)
+		l.profileRecord(&rj.Recovery, st)
 	}
 
 	for i := range l.pending {
@@ -477,6 +504,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 			return nil, fmt.Errorf("job %s: %w", pj.ID, err)
 		}
 		pj.Recovery.LastCheckpoint, pj.PreemptionInProgress = cp, l.inProgress[pj.ID]
+		l.profileRecord(&pj.Recovery, st)
 		pj.PreemptionNoticeAt, pj.VictimsReleasedAt, pj.RecentPreemptions = l.noticeAt[pj.ID], l.released[pj.ID], l.preempted[pj.ID]
 	}
 	// Sorting here rather than in SQL keeps the wide allocation rows out of
@@ -486,6 +514,14 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 	snap.Pending = l.pending // in submit order from job_queue_pending_order
 	l.pruneCache()
 	return snap, nil
+}
+
+// profileRecord gives a job's recovery evidence its profile and the
+// profile's record in the evidence window.
+func (l *snapshotLoader) profileRecord(r *scheduling.RecoveryEvidence, st *jobStatic) {
+	r.Profile = st.profile
+	rec := l.evidence[st.profile]
+	r.ProfileVerifiedResumes, r.ProfileFailedResumes = rec[0], rec[1]
 }
 
 // sortedCopy returns xs sorted by cmp. It sorts a permutation and copies each

@@ -166,6 +166,26 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	}
 
 	now := t0.Add(10 * time.Minute)
+	// The profile nlp/simulated has two verified resumes and a failed one in
+	// the 30-day window, one verified resume before it and one after now.
+	for i, ev := range []struct {
+		outcome vocab.ResumeOutcome
+		at      time.Time
+	}{{vocab.ResumeVerified, now.Add(-time.Hour)}, {vocab.ResumeWrongStep, now.Add(-2 * time.Hour)},
+		{vocab.ResumeVerified, now.Add(-29 * 24 * time.Hour)}, {vocab.ResumeVerified, now.Add(-31 * 24 * time.Hour)},
+		{vocab.ResumeFailed, now.Add(time.Minute)}} {
+		if err := s.RecordResumeEvidence(ctx, store.ResumeEvidence{Key: fmt.Sprintf("e%d", i), JobID: runningIDs[0],
+			Kind: vocab.EvidencePreemption, Outcome: ev.outcome, At: ev.at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withProfile := func(r scheduling.RecoveryEvidence, project string) scheduling.RecoveryEvidence {
+		r.Profile = project + "/simulated"
+		if project == "nlp" {
+			r.ProfileVerifiedResumes, r.ProfileFailedResumes = 2, 1
+		}
+		return r
+	}
 	got, err := s.LoadSnapshot(ctx, now)
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +200,15 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	if want.Allocations[0].JobID > want.Allocations[1].JobID { // ordered by job ID
 		want.Allocations[0], want.Allocations[1] = want.Allocations[1], want.Allocations[0]
 	}
-	withCP := runningIn[0].Recovery
+	withCP := withProfile(runningIn[0].Recovery, "nlp")
 	withCP.LastCheckpoint = &cp
 	want.Running = []scheduling.RunningJob{
 		{ID: runningIDs[0], Project: "nlp", Queue: "train", Tier: vocab.TierStandard, Request: runningIn[0].Request,
 			Allocation: allocOf(want.Allocations, runningIDs[0]), StartedAt: startedAt, Recovery: withCP,
 			RecentPreemptions: []time.Time{preemptedAt}, RunSeconds: 7201}, // the declared run_seconds, rounded up
 		{ID: runningIDs[1], Project: "vision", Queue: "infer", Tier: vocab.TierProduction, Request: runningIn[1].Request,
-			Allocation: allocOf(want.Allocations, runningIDs[1]), StartedAt: t0.Add(-time.Hour), Protected: true},
+			Allocation: allocOf(want.Allocations, runningIDs[1]), StartedAt: t0.Add(-time.Hour), Protected: true,
+			Recovery: withProfile(scheduling.RecoveryEvidence{}, "vision")},
 	}
 	if want.Running[0].ID > want.Running[1].ID {
 		want.Running[0], want.Running[1] = want.Running[1], want.Running[0]
@@ -195,7 +216,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	for i, nj := range pendingIn {
 		pj := scheduling.PendingJob{ID: pendingIDs[i], Project: nj.Project, Queue: nj.Queue, Tier: nj.Tier,
 			Request: nj.Request, SubmitTime: nj.SubmitTime, WaitingSince: nj.SubmitTime, AgingSince: nj.SubmitTime, Prerequisites: nj.Prerequisites,
-			Held: nj.Held, Recovery: nj.Recovery, Protected: nj.Protected}
+			Held: nj.Held, Recovery: withProfile(nj.Recovery, nj.Project), Protected: nj.Protected}
 		if i == 1 {
 			pj.PreemptionInProgress, pj.PreemptionNoticeAt = []string{runningIDs[1]}, t0
 		}
@@ -251,13 +272,28 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Pending = append(want.Pending[:2], scheduling.PendingJob{ID: extraID, Project: "nlp", Queue: "train",
-		Tier: vocab.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime, AgingSince: extra.SubmitTime})
+		Tier: vocab.TierStandard, Request: extra.Request, SubmitTime: extra.SubmitTime, WaitingSince: extra.SubmitTime, AgingSince: extra.SubmitTime,
+		Recovery: withProfile(scheduling.RecoveryEvidence{}, "nlp")})
 	third, err := s.LoadSnapshot(ctx, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	roundUsage(third, want)
 	compareSnapshots(t, third, want)
+
+	// A wider evidence window (the policy's evidence_window_s) counts the
+	// older verified resume too.
+	s.SetEvidenceWindow(40 * 24 * time.Hour)
+	wide, err := s.LoadSnapshot(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rj := range wide.Running {
+		if rec := rj.Recovery; rj.Project == "nlp" && (rec.ProfileVerifiedResumes != 3 || rec.ProfileFailedResumes != 1) {
+			t.Errorf("over 40 days, %s's profile %s: %d verified, %d failed; want 3 and 1", rj.ID, rec.Profile,
+				rec.ProfileVerifiedResumes, rec.ProfileFailedResumes)
+		}
+	}
 }
 
 // roundUsage replaces got's usage figures by want's where they differ by

@@ -40,6 +40,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpugov/gpugov/internal/scheduling"
 )
 
 // ErrNotFound is returned (wrapped) when a job, run, allocation or preemption
@@ -71,8 +73,12 @@ type Store struct {
 	// simRunSpeedBits is math.Float64bits of the simulated executor's speed
 	// (SetSimulatedRunSpeed); 0 means 1.
 	simRunSpeedBits atomic.Uint64
-	cache           snapshotCache   // what LoadSnapshot reuses between calls
-	tracer          pgx.QueryTracer // set on the pool's connections at Open
+	// evidenceWindowNS is the window over which LoadSnapshot counts each
+	// recovery profile's resumes, in nanoseconds (SetEvidenceWindow); 0
+	// means scheduling.DefaultEvidenceWindowSeconds.
+	evidenceWindowNS atomic.Int64
+	cache            snapshotCache   // what LoadSnapshot reuses between calls
+	tracer           pgx.QueryTracer // set on the pool's connections at Open
 }
 
 // Option configures a Store at Open.
@@ -103,6 +109,23 @@ func (s *Store) SetUsageHalfLife(d time.Duration) { s.usageHalfLifeNS.Store(int6
 // default). Safe for concurrent use.
 func (s *Store) SetSimulatedRunSpeed(speed float64) {
 	s.simRunSpeedBits.Store(math.Float64bits(max(speed, 1)))
+}
+
+// SetEvidenceWindow sets the window over which LoadSnapshot counts each
+// recovery profile's resumes into the snapshot's recovery evidence
+// (scheduling.RecoveryEvidence.ProfileVerifiedResumes and
+// ProfileFailedResumes): the policy's preemption.evidence_window_s, which
+// serve applies at start and on every reload, so the record the
+// preemption gate reads is the policy's (docs/design.md §5 "The evidence
+// rule"). A value ≤ 0 means the default, 30 days. Safe for concurrent use.
+func (s *Store) SetEvidenceWindow(d time.Duration) { s.evidenceWindowNS.Store(int64(max(d, 0))) }
+
+// evidenceWindow is the window SetEvidenceWindow set, or the default.
+func (s *Store) evidenceWindow() time.Duration {
+	if d := time.Duration(s.evidenceWindowNS.Load()); d > 0 {
+		return d
+	}
+	return time.Duration(scheduling.DefaultEvidenceWindowSeconds) * time.Second
 }
 
 // simulatedRunSpeed is the speed SetSimulatedRunSpeed set (≥ 1).

@@ -514,6 +514,9 @@ func (d *decoder) preemption(p *Preemption) fieldFunc {
 			"release_without_checkpoint": d.boolean(&p.ReleaseWithoutCheckpoint),
 			"verify_resume_timeout_s":    number(d, &p.VerifyResumeTimeoutSeconds, positive),
 			"recompute_timeout_s":        number(d, &p.RecomputeTimeoutSeconds, positive),
+			"min_verified_resumes":       integer(d, &p.MinVerifiedResumes, atLeastOne),
+			"max_resume_failure_rate":    number(d, &p.MaxResumeFailureRate, between(0.0, 1.0)),
+			"evidence_window_s":          number(d, &p.EvidenceWindowSeconds, positive),
 		})
 	}
 }

@@ -20,6 +20,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -129,7 +131,86 @@ type Preemption struct {
 	// RecomputeTimeoutSeconds bounds the wait for that run to pass the step
 	// the victim had reached at the notice.
 	RecomputeTimeoutSeconds float64 `json:"recompute_timeout_s"`
+	// The evidence rule (docs/design.md §5), applied when
+	// RequireVerifiedResume: a victim's recovery profile needs at least
+	// MinVerifiedResumes verified resumes (≥ 1) and a failure rate of at most
+	// MaxResumeFailureRate (0..1) over the last EvidenceWindowSeconds (> 0).
+	// Defaults: scheduling.DefaultMinVerifiedResumes, DefaultMaxResumeFailureRate,
+	// DefaultEvidenceWindowSeconds. The canonical JSON leaves out a value
+	// equal to its default (MarshalJSON), so policies written before these
+	// fields existed keep their hash, and decoding such a body gives the
+	// defaults.
+	MinVerifiedResumes    int     `json:"min_verified_resumes"`
+	MaxResumeFailureRate  float64 `json:"max_resume_failure_rate"`
+	EvidenceWindowSeconds float64 `json:"evidence_window_s"`
 }
+
+// preemptionJSON is Preemption's canonical JSON: its fields in declaration
+// order, the evidence rule's only when they differ from their defaults.
+type preemptionJSON struct {
+	Enabled                    bool     `json:"enabled"`
+	MinRuntimeSeconds          float64  `json:"min_runtime_s"`
+	MaxPreemptions             int      `json:"max_preemptions"`
+	WindowSeconds              float64  `json:"window_s"`
+	SaveRestoreSeconds         float64  `json:"save_restore_s"`
+	GraceSeconds               float64  `json:"grace_s"`
+	RequireVerifiedResume      bool     `json:"require_verified_resume"`
+	ReleaseWithoutCheckpoint   bool     `json:"release_without_checkpoint"`
+	VerifyResumeTimeoutSeconds float64  `json:"verify_resume_timeout_s"`
+	RecomputeTimeoutSeconds    float64  `json:"recompute_timeout_s"`
+	MinVerifiedResumes         *int     `json:"min_verified_resumes,omitempty"`
+	MaxResumeFailureRate       *float64 `json:"max_resume_failure_rate,omitempty"`
+	EvidenceWindowSeconds      *float64 `json:"evidence_window_s,omitempty"`
+}
+
+// MarshalJSON writes p with the evidence rule's fields left out where they
+// equal their defaults.
+func (p Preemption) MarshalJSON() ([]byte, error) {
+	j := preemptionJSON{Enabled: p.Enabled, MinRuntimeSeconds: p.MinRuntimeSeconds, MaxPreemptions: p.MaxPreemptions,
+		WindowSeconds: p.WindowSeconds, SaveRestoreSeconds: p.SaveRestoreSeconds, GraceSeconds: p.GraceSeconds,
+		RequireVerifiedResume: p.RequireVerifiedResume, ReleaseWithoutCheckpoint: p.ReleaseWithoutCheckpoint,
+		VerifyResumeTimeoutSeconds: p.VerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: p.RecomputeTimeoutSeconds}
+	if p.MinVerifiedResumes != scheduling.DefaultMinVerifiedResumes {
+		j.MinVerifiedResumes = &p.MinVerifiedResumes
+	}
+	if p.MaxResumeFailureRate != scheduling.DefaultMaxResumeFailureRate {
+		j.MaxResumeFailureRate = &p.MaxResumeFailureRate
+	}
+	if p.EvidenceWindowSeconds != scheduling.DefaultEvidenceWindowSeconds {
+		j.EvidenceWindowSeconds = &p.EvidenceWindowSeconds
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: an absent evidence-rule
+// field takes its default. Unknown fields are refused.
+func (p *Preemption) UnmarshalJSON(b []byte) error {
+	var j preemptionJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	*p = Preemption{Enabled: j.Enabled, MinRuntimeSeconds: j.MinRuntimeSeconds, MaxPreemptions: j.MaxPreemptions,
+		WindowSeconds: j.WindowSeconds, SaveRestoreSeconds: j.SaveRestoreSeconds, GraceSeconds: j.GraceSeconds,
+		RequireVerifiedResume: j.RequireVerifiedResume, ReleaseWithoutCheckpoint: j.ReleaseWithoutCheckpoint,
+		VerifyResumeTimeoutSeconds: j.VerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: j.RecomputeTimeoutSeconds,
+		MinVerifiedResumes: scheduling.DefaultMinVerifiedResumes, MaxResumeFailureRate: scheduling.DefaultMaxResumeFailureRate,
+		EvidenceWindowSeconds: scheduling.DefaultEvidenceWindowSeconds}
+	if j.MinVerifiedResumes != nil {
+		p.MinVerifiedResumes = *j.MinVerifiedResumes
+	}
+	if j.MaxResumeFailureRate != nil {
+		p.MaxResumeFailureRate = *j.MaxResumeFailureRate
+	}
+	if j.EvidenceWindowSeconds != nil {
+		p.EvidenceWindowSeconds = *j.EvidenceWindowSeconds
+	}
+	return nil
+}
+
+// EvidenceWindow is EvidenceWindowSeconds as a duration.
+func (p *Preemption) EvidenceWindow() time.Duration { return Seconds(p.EvidenceWindowSeconds) }
 
 // Queue is one queue (scheduling.Queue) with its tier by name.
 type Queue struct {
@@ -303,7 +384,9 @@ func Default() *Policy {
 			SaveRestoreSeconds: sp.Preemption.SaveRestoreSeconds, GraceSeconds: sp.Preemption.GraceSeconds,
 			RequireVerifiedResume:      sp.Preemption.RequireVerifiedResume,
 			ReleaseWithoutCheckpoint:   sp.Preemption.ReleaseWithoutCheckpoint,
-			VerifyResumeTimeoutSeconds: DefaultVerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: DefaultRecomputeTimeoutSeconds},
+			VerifyResumeTimeoutSeconds: DefaultVerifyResumeTimeoutSeconds, RecomputeTimeoutSeconds: DefaultRecomputeTimeoutSeconds,
+			MinVerifiedResumes: sp.Preemption.MinVerifiedResumes, MaxResumeFailureRate: sp.Preemption.MaxResumeFailureRate,
+			EvidenceWindowSeconds: sp.Preemption.EvidenceWindowSeconds},
 		Reclaim: Reclaim{ScanIntervalSeconds: DefaultScanIntervalSeconds, ObservationWindowSeconds: DefaultObservationWindowSeconds,
 			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
 			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
@@ -334,7 +417,9 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 		Preemption: scheduling.PreemptionPolicy{Enabled: p.Preemption.Enabled, MinRuntimeSeconds: p.Preemption.MinRuntimeSeconds,
 			MaxPreemptions: p.Preemption.MaxPreemptions, WindowSeconds: p.Preemption.WindowSeconds,
 			SaveRestoreSeconds: p.Preemption.SaveRestoreSeconds, GraceSeconds: p.Preemption.GraceSeconds,
-			RequireVerifiedResume: p.Preemption.RequireVerifiedResume, ReleaseWithoutCheckpoint: p.Preemption.ReleaseWithoutCheckpoint},
+			RequireVerifiedResume: p.Preemption.RequireVerifiedResume, ReleaseWithoutCheckpoint: p.Preemption.ReleaseWithoutCheckpoint,
+			MinVerifiedResumes: p.Preemption.MinVerifiedResumes, MaxResumeFailureRate: p.Preemption.MaxResumeFailureRate,
+			EvidenceWindowSeconds: p.Preemption.EvidenceWindowSeconds},
 	}
 	for name, v := range p.TierBase {
 		if t, err := vocab.ParseTier(name); err == nil {

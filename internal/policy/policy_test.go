@@ -170,6 +170,9 @@ func TestLoadErrors(t *testing.T) {
 		{"negative wait objective", v + "queues:\n  - {name: a, tier: standard, max_wait_s: -1}\n", "p.yaml:3: queues[0].max_wait_s: -1 is negative"},
 		{"zero scan interval", v + "reclaim:\n  scan_interval_s: 0\n", "p.yaml:3: reclaim.scan_interval_s: 0, want > 0"},
 		{"negative verify bound", v + "preemption:\n  recompute_timeout_s: -1\n", "p.yaml:3: preemption.recompute_timeout_s: -1, want > 0"},
+		{"no verified resume required", v + "preemption:\n  min_verified_resumes: 0\n", "p.yaml:3: preemption.min_verified_resumes: 0, want at least 1"},
+		{"failure rate above 1", v + "preemption:\n  max_resume_failure_rate: 1.5\n", "p.yaml:3: preemption.max_resume_failure_rate: 1.5 is outside 0..1"},
+		{"zero evidence window", v + "preemption:\n  evidence_window_s: 0\n", "p.yaml:3: preemption.evidence_window_s: 0, want > 0"},
 		{"negative quota", v + "quotas:\n  - {project: a, pool: p, nominal_milli: -1}\n", "p.yaml:3: quotas[0].nominal_milli: -1 is negative"},
 		{"zero project weight", v + "fair_share:\n  project_weights: {a: 0}\n", "p.yaml:3: fair_share.project_weights.a: 0, want > 0"},
 		{"idle percent", v + "reclaim:\n  idle_gpu_percent: 120\n", "p.yaml:3: reclaim.idle_gpu_percent: 120 is outside 0..100"},
@@ -374,5 +377,53 @@ func TestQueueAging(t *testing.T) {
 	}
 	if plain.Scheduling().Aging.Queues != nil || plain.Hash() == p.Hash() {
 		t.Fatalf("a policy without queue aging: %+v, hash %s (the other %s)", plain.Scheduling().Aging.Queues, plain.Hash(), p.Hash())
+	}
+}
+
+// TestEvidenceRuleFields checks the evidence rule's policy fields: their
+// defaults, a file's values reaching the scheduling policy, and the
+// canonical JSON, which leaves out a value equal to its default — a policy
+// stored before the fields existed keeps its hash and decodes with the
+// defaults — and keeps any other, 0 included.
+func TestEvidenceRuleFields(t *testing.T) {
+	const v = "version: gpugov.policy/v1\n"
+	d, err := Parse("p.yaml", []byte(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp := d.Preemption; pp.MinVerifiedResumes != 1 || pp.MaxResumeFailureRate != 0.2 || pp.EvidenceWindowSeconds != 30*86400 ||
+		pp.EvidenceWindow() != 30*24*time.Hour {
+		t.Fatalf("defaults %+v", pp)
+	}
+	if strings.Contains(string(d.Canonical()), "min_verified_resumes") {
+		t.Fatalf("canonical JSON of the defaults names the evidence rule: %s", d.Canonical())
+	}
+	explicit, err := Parse("p.yaml", []byte(v+"preemption:\n  min_verified_resumes: 1\n  max_resume_failure_rate: 0.2\n  evidence_window_s: 2592000\n"))
+	if err != nil || explicit.Hash() != d.Hash() {
+		t.Fatalf("the defaults spelt out hash %s, want %s (%v)", explicit.Hash(), d.Hash(), err)
+	}
+	p, err := Parse("p.yaml", []byte(v+"preemption:\n  min_verified_resumes: 3\n  max_resume_failure_rate: 0\n  evidence_window_s: 604800\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := p.Scheduling().Preemption
+	if sp.MinVerifiedResumes != 3 || sp.MaxResumeFailureRate != 0 || sp.EvidenceWindowSeconds != 604800 || p.Hash() == d.Hash() {
+		t.Fatalf("scheduling preemption %+v", sp)
+	}
+	back, err := FromCanonical(p.Canonical())
+	if err != nil || back.Preemption != p.Preemption || back.Hash() != p.Hash() {
+		t.Fatalf("decoded %+v (%v), want %+v", back.Preemption, err, p.Preemption)
+	}
+	// A body without the fields (stored before them) decodes with the defaults.
+	old := strings.Replace(string(p.Canonical()), `,"min_verified_resumes":3,"max_resume_failure_rate":0,"evidence_window_s":604800`, "", 1)
+	if old == string(p.Canonical()) {
+		t.Fatalf("canonical JSON %s lacks the fields", p.Canonical())
+	}
+	if q, err := FromCanonical([]byte(old)); err != nil || q.Preemption.MinVerifiedResumes != 1 || q.Preemption.MaxResumeFailureRate != 0.2 ||
+		q.Preemption.EvidenceWindowSeconds != 30*86400 {
+		t.Fatalf("an older body decodes to %+v (%v)", q.Preemption, err)
+	}
+	if _, err := FromCanonical([]byte(strings.Replace(string(d.Canonical()), `"grace_s"`, `"grace"`, 1))); err == nil {
+		t.Fatal("an unknown preemption field was accepted")
 	}
 }

@@ -37,12 +37,14 @@ func mkJob(id string, tier vocab.Tier, gpus int, pool string, age time.Duration)
 }
 
 // mkRunning builds a running job holding whole GPUs (uuids) on node, with
-// recovery evidence that makes it an eligible victim by default.
+// recovery evidence that makes it an eligible victim by default: its own
+// verified resume and its recovery profile's.
 func mkRunning(id string, tier vocab.Tier, pool, node string, startedAgo time.Duration, uuids ...string) RunningJob {
 	r := RunningJob{ID: id, Project: "proj-" + id, Queue: "q-" + tier.String(), Tier: tier,
-		Request:    ResourceRequest{GPUs: len(uuids), Pool: pool},
-		StartedAt:  t0.Add(-startedAgo),
-		Recovery:   RecoveryEvidence{Checkpointable: true, VerifiedResumes: 1, CheckpointIntervalSeconds: 600},
+		Request:   ResourceRequest{GPUs: len(uuids), Pool: pool},
+		StartedAt: t0.Add(-startedAgo),
+		Recovery: RecoveryEvidence{Checkpointable: true, VerifiedResumes: 1, CheckpointIntervalSeconds: 600,
+			Profile: "proj-" + id + "/simulated", ProfileVerifiedResumes: 1},
 		Allocation: Allocation{ID: "alloc-" + id, JobID: id, Pool: pool, Node: node}}
 	for _, u := range uuids {
 		r.Allocation.GPUs = append(r.Allocation.GPUs, GPUShare{UUID: u, Milli: MilliPerGPU})

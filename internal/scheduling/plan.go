@@ -175,6 +175,9 @@ type cycle struct {
 	lastProject     *projectInfo
 	lastProjectName string
 	endsBuilt       bool // poolState.ends are built (buildEnds)
+	// evidenceGates caches the evidence rule's answer per profile record
+	// (evidenceGate); used only while the victim index is built.
+	evidenceGates map[evidenceKey]string
 }
 
 // newCycle indexes the snapshot and ranks the pending jobs. Ranking needs

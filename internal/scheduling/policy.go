@@ -67,22 +67,41 @@ type ReservationPolicy struct {
 
 // PreemptionPolicy decides which running jobs may be victims.
 type PreemptionPolicy struct {
-	Enabled                  bool
-	MinRuntimeSeconds        float64 // a run younger than this is never a victim
-	MaxPreemptions           int     // anti-thrash: at most this many preemptions ...
-	WindowSeconds            float64 // ... within this window
-	SaveRestoreSeconds       float64 // estimate of checkpoint save + restore time, charged per victim GPU
-	GraceSeconds             float64 // how long a victim has to checkpoint after notice
-	RequireVerifiedResume    bool    // victims need at least one verified resume
+	Enabled            bool
+	MinRuntimeSeconds  float64 // a run younger than this is never a victim
+	MaxPreemptions     int     // anti-thrash: at most this many preemptions ...
+	WindowSeconds      float64 // ... within this window
+	SaveRestoreSeconds float64 // estimate of checkpoint save + restore time, charged per victim GPU
+	GraceSeconds       float64 // how long a victim has to checkpoint after notice
+	// RequireVerifiedResume makes the evidence rule a gate: a victim's
+	// recovery profile needs at least MinVerifiedResumes verified resumes and
+	// a failure rate of at most MaxResumeFailureRate over the last
+	// EvidenceWindowSeconds (docs/design.md §5 "The evidence rule"; the
+	// record is RecoveryEvidence.ProfileVerifiedResumes and
+	// ProfileFailedResumes, which the snapshot counts over that window).
+	RequireVerifiedResume    bool
 	ReleaseWithoutCheckpoint bool    // when the grace expires without a checkpoint: release anyway (true) or abort
+	MinVerifiedResumes       int     // N of the evidence rule; ≥ 1
+	MaxResumeFailureRate     float64 // x of the evidence rule: failed / (verified + failed), 0..1
+	EvidenceWindowSeconds    float64 // the window the record is counted over, seconds; > 0
 }
+
+// Defaults of the evidence rule (docs/design.md §5 "The evidence rule"):
+// one verified resume of the job's recovery profile, at most one resume in
+// five failed, over the last 30 days.
+const (
+	DefaultMinVerifiedResumes    = 1
+	DefaultMaxResumeFailureRate  = 0.2
+	DefaultEvidenceWindowSeconds = 30 * 24 * 3600
+)
 
 // DefaultPolicy returns the policy gpugov uses when none is configured: tiers
 // 10,000 points apart, aging of 100 points per 10 minutes capped at 3,000
 // points, fair share worth up to 1,000 points with a 7-day half-life (Slurm's
 // default PriorityDecayHalfLife), reservations for the top 4 blocked jobs per pool,
-// and preemption of checkpointable jobs with a verified resume after 10 minutes
-// of run time, at most 3 times per 24 h.
+// and preemption of checkpointable jobs whose recovery profile has a verified
+// resume and at most 20 % failed resumes in the last 30 days, after 10
+// minutes of run time, at most 3 times per 24 h.
 func DefaultPolicy() Policy {
 	return Policy{
 		Version: "default",
@@ -103,6 +122,9 @@ func DefaultPolicy() Policy {
 			SaveRestoreSeconds:    60,
 			GraceSeconds:          120,
 			RequireVerifiedResume: true,
+			MinVerifiedResumes:    DefaultMinVerifiedResumes,
+			MaxResumeFailureRate:  DefaultMaxResumeFailureRate,
+			EvidenceWindowSeconds: DefaultEvidenceWindowSeconds,
 		},
 	}
 }

@@ -208,8 +208,12 @@ func (c *cycle) standingGate(r *RunningJob) string {
 		return "not checkpointable"
 	case r.Recovery.ResumeDowngraded:
 		return "recovery evidence downgraded by a wrong-step resume; not preempted until a verified resume"
-	case pp.RequireVerifiedResume && r.Recovery.VerifiedResumes < 1:
-		return "no verified resume"
+	case pp.RequireVerifiedResume:
+		if g := c.evidenceGate(&r.Recovery); g != "" {
+			return g
+		}
+	}
+	switch {
 	case r.Protected:
 		return "protected job"
 	case c.queues[r.Queue] != nil && c.queues[r.Queue].Protected:
@@ -218,6 +222,66 @@ func (c *cycle) standingGate(r *RunningJob) string {
 		return "inside a protection window"
 	}
 	return ""
+}
+
+// evidenceKey is one profile's record, the key of cycle.evidenceGates.
+type evidenceKey struct {
+	profile          string
+	verified, failed int
+}
+
+// evidenceGate is evidenceRule for the cycle's policy, each record's text
+// built once per cycle (buildVictims asks for every running job). Only the
+// victim index's builder calls it.
+func (c *cycle) evidenceGate(rec *RecoveryEvidence) string {
+	k := evidenceKey{rec.Profile, rec.ProfileVerifiedResumes, rec.ProfileFailedResumes}
+	if g, ok := c.evidenceGates[k]; ok {
+		return g
+	}
+	g := evidenceRule(&c.p.Preemption, rec)
+	if c.evidenceGates == nil {
+		c.evidenceGates = map[evidenceKey]string{}
+	}
+	c.evidenceGates[k] = g
+	return g
+}
+
+// evidenceRule applies the evidence rule (docs/design.md §5): the job's
+// recovery profile needs at least MinVerifiedResumes (at least 1) verified
+// resumes and a failure rate of at most MaxResumeFailureRate within the
+// policy's window. It returns why the rule is not met, or "".
+func evidenceRule(pp *PreemptionPolicy, rec *RecoveryEvidence) string {
+	need := max(pp.MinVerifiedResumes, 1)
+	profile := rec.Profile
+	if profile == "" {
+		profile = "(none)"
+	}
+	window := windowText(pp.EvidenceWindowSeconds)
+	if rec.ProfileVerifiedResumes < need {
+		return "recovery profile " + profile + " has " + strconv.Itoa(rec.ProfileVerifiedResumes) + " verified resume(s)" +
+			window + ", " + strconv.Itoa(need) + " required"
+	}
+	if rate, ok := rec.ProfileFailureRate(); ok && rate > pp.MaxResumeFailureRate {
+		return "recovery profile " + profile + " failed " + strconv.Itoa(rec.ProfileFailedResumes) + " of " +
+			strconv.Itoa(rec.ProfileFailedResumes+rec.ProfileVerifiedResumes) + " resumes" + window + " (" +
+			strconv.FormatFloat(100*rate, 'f', 0, 64) + "%, more than the " +
+			strconv.FormatFloat(100*pp.MaxResumeFailureRate, 'f', 0, 64) + "% allowed)"
+	}
+	return ""
+}
+
+// windowText is " in the last N days" (or hours, or seconds) for a window of
+// seconds; "" when there is none.
+func windowText(seconds float64) string {
+	switch {
+	case seconds <= 0:
+		return ""
+	case seconds >= 86400 && int64(seconds)%86400 == 0:
+		return " in the last " + strconv.FormatInt(int64(seconds)/86400, 10) + " days"
+	case seconds >= 3600 && int64(seconds)%3600 == 0:
+		return " in the last " + strconv.FormatInt(int64(seconds)/3600, 10) + " hours"
+	}
+	return " in the last " + strconv.FormatFloat(seconds, 'f', -1, 64) + " s"
 }
 
 // churnGate returns why a running job that passed its standing gate may not

@@ -33,9 +33,21 @@ func TestVictimEligibility(t *testing.T) {
 	}{
 		{"eligible", func(s *Snapshot, p *Policy) {}, true},
 		{"not checkpointable", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.Checkpointable = false }, false},
-		{"no verified resume", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.VerifiedResumes = 0 }, false},
+		{"own verified resume, none for its profile", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.ProfileVerifiedResumes = 0 }, false},
+		{"new job of a profile with evidence", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.VerifiedResumes = 0 }, true},
+		{"profile below the policy's N", func(s *Snapshot, p *Policy) { p.Preemption.MinVerifiedResumes = 2 }, false},
+		{"profile at the policy's N", func(s *Snapshot, p *Policy) {
+			p.Preemption.MinVerifiedResumes = 2
+			s.Running[0].Recovery.ProfileVerifiedResumes = 2
+		}, true},
+		{"profile failure rate above x", func(s *Snapshot, p *Policy) {
+			s.Running[0].Recovery.ProfileVerifiedResumes, s.Running[0].Recovery.ProfileFailedResumes = 3, 1 // 25 % > 20 %
+		}, false},
+		{"profile failure rate at x", func(s *Snapshot, p *Policy) {
+			s.Running[0].Recovery.ProfileVerifiedResumes, s.Running[0].Recovery.ProfileFailedResumes = 4, 1 // 20 %
+		}, true},
 		{"verified resume not required", func(s *Snapshot, p *Policy) {
-			s.Running[0].Recovery.VerifiedResumes = 0
+			s.Running[0].Recovery.VerifiedResumes, s.Running[0].Recovery.ProfileVerifiedResumes = 0, 0
 			p.Preemption.RequireVerifiedResume = false
 		}, true},
 		{"resume downgraded", func(s *Snapshot, p *Policy) { s.Running[0].Recovery.ResumeDowngraded = true }, false},
@@ -285,7 +297,7 @@ func TestDowngradedVictimGateSaysWhy(t *testing.T) {
 	s, p := preemptScenario()
 	p.Preemption.RequireVerifiedResume = false
 	s.Running[0].Recovery.ResumeDowngraded = true
-	s.Running[0].Recovery.VerifiedResumes = 0
+	s.Running[0].Recovery.VerifiedResumes, s.Running[0].Recovery.ProfileVerifiedResumes = 0, 0
 	c := newCycle(s, p, t0, false)
 	if gate := c.victimGate(&s.Running[0]); !strings.Contains(gate, "downgraded by a wrong-step resume") {
 		t.Fatalf("gate %q, want the downgrade named", gate)
@@ -294,5 +306,28 @@ func TestDowngradedVictimGateSaysWhy(t *testing.T) {
 	s.Running[0].Recovery.VerifiedResumes = 1
 	if res := Plan(s, p, t0); len(res.Preemptions) != 1 || res.Preemptions[0].Victims[0].JobID != "v" {
 		t.Fatalf("after a verified resume: proposals %+v, want v", res.Preemptions)
+	}
+}
+
+// TestEvidenceGateNamesTheProfile checks that the evidence rule reads the
+// victim's recovery profile, not its own count, and says which record
+// failed it: too few verified resumes, then a failure rate above the
+// policy's bound.
+func TestEvidenceGateNamesTheProfile(t *testing.T) {
+	s, p := preemptScenario()
+	r := &s.Running[0]
+	r.Recovery.Profile, r.Recovery.VerifiedResumes, r.Recovery.ProfileVerifiedResumes = "vision/train", 5, 0
+	c := newCycle(s, p, t0, false)
+	if gate, want := c.victimGate(r), "recovery profile vision/train has 0 verified resume(s) in the last 30 days, 1 required"; gate != want {
+		t.Fatalf("gate %q, want %q", gate, want)
+	}
+	r.Recovery.ProfileVerifiedResumes, r.Recovery.ProfileFailedResumes = 2, 2
+	c = newCycle(s, p, t0, false)
+	if gate, want := c.victimGate(r), "recovery profile vision/train failed 2 of 4 resumes in the last 30 days (50%, more than the 20% allowed)"; gate != want {
+		t.Fatalf("gate %q, want %q", gate, want)
+	}
+	r.Recovery.VerifiedResumes, r.Recovery.ProfileVerifiedResumes, r.Recovery.ProfileFailedResumes = 0, 1, 0
+	if res := Plan(s, p, t0); len(res.Preemptions) != 1 {
+		t.Fatalf("a job without resumes of its own, of a profile with one: proposals %+v, want one", res.Preemptions)
 	}
 }

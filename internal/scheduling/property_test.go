@@ -414,7 +414,7 @@ func checkProposals(s *Snapshot, p *Policy, res *Result) error {
 			// asks only the standing gates (docs/design.md §5).
 			reclaim := r.Allocation.Borrowed
 			if !r.Recovery.Checkpointable || r.Protected || queues[r.Queue].Protected || inWindow ||
-				(p.Preemption.RequireVerifiedResume && r.Recovery.VerifiedResumes < 1) ||
+				(p.Preemption.RequireVerifiedResume && evidenceRule(&p.Preemption, &r.Recovery) != "") ||
 				!reclaim && t0.Sub(r.StartedAt).Seconds() < p.Preemption.MinRuntimeSeconds ||
 				!reclaim && recentPreemptions(r.RecentPreemptions, t0, p.Preemption.WindowSeconds) >= p.Preemption.MaxPreemptions ||
 				(r.Tier >= tierOf[pp.ForJobID] && !reclaim) {

@@ -74,6 +74,7 @@ func fillRunning(rng *rand.Rand, s *Snapshot, pool *Pool, busyFrac float64) {
 				StartedAt: t0.Add(-time.Duration(rng.Intn(7200)) * time.Second),
 				Recovery: RecoveryEvidence{Checkpointable: rng.Intn(3) > 0, VerifiedResumes: rng.Intn(3),
 					CheckpointIntervalSeconds: 600}}
+			r.Recovery.ProfileVerifiedResumes = r.Recovery.VerifiedResumes // no draw of its own: the sequence stays as it was
 			if r.Recovery.Checkpointable && rng.Intn(2) == 0 {
 				r.Recovery.LastCheckpoint = &Checkpoint{At: t0.Add(-time.Duration(rng.Intn(1800)) * time.Second), Step: 100}
 			}

@@ -44,7 +44,12 @@ type Config struct {
 // drawn from a PCG stream seeded by (Config.Seed, FNV-64a of the job ID) so
 // a job's draw does not depend on the order of the others. A checkpointable
 // job checkpoints every CheckpointIntervalSeconds of run time and starts with
-// VerifiedResumes verified resumes.
+// VerifiedResumes verified resumes. The trace carries no recovery profile:
+// each job stands for its own, whose record — what the preemption gate reads
+// (docs/design.md §5 "The evidence rule") — starts at VerifiedResumes
+// verified resumes and no failed one, and gains one verified resume with each
+// of the job's resumes (the simulator's resumes never fail), inside any
+// evidence window.
 type RecoveryRule struct {
 	Tiers                     []vocab.Tier
 	Probability               float64 // 0..1

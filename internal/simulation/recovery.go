@@ -23,9 +23,14 @@ func drawRecovery(cfg Config, id string, tier vocab.Tier) scheduling.RecoveryEvi
 	if rand.New(rand.NewPCG(cfg.Seed, h.Sum64())).Float64() >= r.Probability {
 		return scheduling.RecoveryEvidence{}
 	}
+	// The trace carries no recovery profile either: each job stands for its
+	// own, whose record is the rule's verified resumes and no failure
+	// (RecoveryRule), the fields the preemption gate reads.
 	return scheduling.RecoveryEvidence{
 		Checkpointable:            true,
 		CheckpointIntervalSeconds: r.CheckpointIntervalSeconds,
 		VerifiedResumes:           r.VerifiedResumes,
+		Profile:                   "simulated/" + id,
+		ProfileVerifiedResumes:    r.VerifiedResumes,
 	}
 }

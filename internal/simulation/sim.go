@@ -474,7 +474,10 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 		j.loss.resumed = t
 	}
 	if j.firstStart >= 0 {
-		j.recovery.VerifiedResumes++ // the resume from the checkpoint is this run
+		// The resume from the checkpoint is this run: the simulator's resumes
+		// are always verified, for the job and its profile alike.
+		j.recovery.VerifiedResumes++
+		j.recovery.ProfileVerifiedResumes++
 	} else {
 		j.firstStart = t
 	}
