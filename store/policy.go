@@ -160,48 +160,56 @@ func (s *Store) ActivatePolicy(ctx context.Context, hash string, body json.RawMe
 		return false, fmt.Errorf("store: activate policy %s: %w", hash, err)
 	}
 	err = s.inTx(ctx, "activate policy "+hash, func(tx pgx.Tx) error {
-		changed = false
-		activeHash, base, _, err := lockActiveVersionTx(ctx, tx)
-		if errors.Is(err, ErrNotFound) {
-			activeHash, base, err = "", "", nil
-		}
-		if err != nil {
-			return err
-		}
-		if body != nil {
-			if _, err := tx.Exec(ctx, `INSERT INTO policy_versions (hash, body) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
-				hash, []byte(body)); err != nil {
-				return err
-			}
-		}
-		var stored []byte
-		var same bool
-		err = tx.QueryRow(ctx, `SELECT body, $2::jsonb IS NULL OR body = $2::jsonb FROM policy_versions WHERE hash = $1`,
-			hash, nullableJSON(body)).Scan(&stored, &same)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("policy version %s: %w", hash, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if !same {
-			return fmt.Errorf("policy version %s is stored with a different body: %w", hash, ErrConflict)
-		}
-		if body == nil {
-			if err := canonicalBody(hash, stored); err != nil {
-				return err
-			}
-		}
-		if hash == activeHash {
-			return nil
-		}
-		changed = true
-		return activateDerivedTx(ctx, tx, hash, activeHash, base, actor, reason, evidence)
+		var err error
+		changed, err = activatePolicyInTx(ctx, tx, hash, body, actor, reason, evidence)
+		return err
 	})
 	if err != nil {
 		return false, err
 	}
 	return changed, nil
+}
+
+// activatePolicyInTx is ActivatePolicy's transaction in tx, its input
+// already checked (validActivation): it returns whether the active
+// version changed.
+func activatePolicyInTx(ctx context.Context, tx pgx.Tx, hash string, body json.RawMessage, actor, reason string,
+	evidence map[string]any) (bool, error) {
+	activeHash, base, _, err := lockActiveVersionTx(ctx, tx)
+	if errors.Is(err, ErrNotFound) {
+		activeHash, base, err = "", "", nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if body != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO policy_versions (hash, body) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+			hash, []byte(body)); err != nil {
+			return false, err
+		}
+	}
+	var stored []byte
+	var same bool
+	err = tx.QueryRow(ctx, `SELECT body, $2::jsonb IS NULL OR body = $2::jsonb FROM policy_versions WHERE hash = $1`,
+		hash, nullableJSON(body)).Scan(&stored, &same)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("policy version %s: %w", hash, ErrNotFound)
+	}
+	if err != nil {
+		return false, err
+	}
+	if !same {
+		return false, fmt.Errorf("policy version %s is stored with a different body: %w", hash, ErrConflict)
+	}
+	if body == nil {
+		if err := canonicalBody(hash, stored); err != nil {
+			return false, err
+		}
+	}
+	if hash == activeHash {
+		return false, nil
+	}
+	return true, activateDerivedTx(ctx, tx, hash, activeHash, base, actor, reason, evidence)
 }
 
 // validActivation checks what ActivatePolicy can check without the database.
