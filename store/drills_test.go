@@ -10,15 +10,17 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // runningJob submits a job of project x in pool p (checkpointable as
-// given), places it on GPU g of node 0 at at and marks its run running;
+// given) at at, places it on GPU g of node 0 then and marks its run running;
 // it returns the job, its allocation and its run.
 func runningJob(t *testing.T, s *store.Store, pool scheduling.Pool, g int, checkpointable bool, at time.Time) (*store.Job, string, string) {
 	t.Helper()
 	ctx := context.Background()
-	j := submit(t, s, "x", pool.Name, 1, 0)
+	j := storetest.Submit(t, s, &store.NewJob{Project: "x", Queue: "train", Tier: vocab.TierStandard, SubmitTime: at,
+		Request: scheduling.ResourceRequest{GPUs: 1, Pool: pool.Name, CPUMilli: 4000, MemoryMiB: 16384}})
 	if checkpointable {
 		if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET recovery = recovery || '{"checkpointable": true, "checkpoint_interval_s": 60}'
 			WHERE id = $1`, j.ID); err != nil {
