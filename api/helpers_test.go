@@ -35,6 +35,8 @@ type recordingWorkflows struct {
 	notified  int
 	startErr  error
 	cancelErr error
+	drills    []string // preemption IDs of the drills started
+	drillErr  error
 	// startHook, when set, runs at the start of every StartJob, outside the
 	// lock (a test blocks a start there to hold it in flight).
 	startHook func(jobID string)
@@ -71,6 +73,16 @@ func (w *recordingWorkflows) NotifySubmitted(context.Context, string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.notified++
+	return nil
+}
+
+func (w *recordingWorkflows) StartDrill(_ context.Context, preemptionID, _, _, _ string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.drillErr != nil {
+		return w.drillErr
+	}
+	w.drills = append(w.drills, preemptionID)
 	return nil
 }
 

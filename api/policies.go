@@ -46,6 +46,11 @@ type PolicyApply struct {
 	Policy string `json:"policy"`
 	Reason string `json:"reason"`
 	File   string `json:"file,omitempty"`
+	// OverrideReadiness applies the stage widenings the file asks for even
+	// where the pool's readiness fails (docs/design.md §4 "Pool
+	// readiness"): the admin's override, audited (override_readiness) with
+	// Reason and the failed checks.
+	OverrideReadiness bool `json:"override_readiness,omitempty"`
 }
 
 // PolicyApplied answers POST /v1/policies: the applied version's hash, the
@@ -59,6 +64,10 @@ type PolicyApplied struct {
 	Changed  bool                `json:"changed"`
 	Groups   []vocab.PolicyGroup `json:"groups"`
 	Diff     []policy.GroupDiff  `json:"diff"`
+	// Stages are the stage changes the version made (store.StageChange:
+	// pool, from, to, outcome applied, overridden or initial — or "" for a
+	// stored stage restored — and the readiness a widening was judged on).
+	Stages []store.StageChange `json:"stages"`
 }
 
 // PolicyVersionInfo is one stored policy version without its body:
@@ -124,14 +133,20 @@ func requireOperator(c *gin.Context, what string) bool {
 }
 
 // applyPolicy handles POST /v1/policies (admin). It parses the file with
-// the policy loader, stores its version and activates it
-// (store.ActivatePolicy: derived from the active version, audited with the
-// token's name, the reason and the changed groups), wakes the scheduler
+// the policy loader, judges each pool stage it widens on the pool's
+// readiness (store.PlanStageChanges under the file's own thresholds),
+// stores its version and activates it with its stage changes in one
+// transaction (store.ActivatePolicyStaged: derived from the active
+// version, audited with the token's name, the reason and the changed
+// groups; each stage change in the pool's history), wakes the scheduler
 // when it changed anything, and answers 200 with the diff against the
-// version active before. 400: a malformed body, policy or reason missing, a
-// YAML syntax error (field policy); 422: a file the loader refuses (each
-// problem in details, field "policy.<field>", message "file:line: field:
-// what is wrong"), a reason over 1024 bytes; nothing is stored then.
+// version active before and the stage changes. 400: a malformed body,
+// policy or reason missing, a YAML syntax error (field policy); 422: a
+// file the loader refuses (each problem in details, field
+// "policy.<field>", message "file:line: field: what is wrong"), a reason
+// over 1024 bytes, or (code not_ready) a stage widening whose readiness
+// failed without override_readiness (each failed check in details, field
+// "policy.pools.<pool>.stage"); nothing is stored then.
 func (s *Server) applyPolicy(c *gin.Context) {
 	if !requireAdmin(c, "apply a policy") {
 		return
@@ -158,12 +173,19 @@ func (s *Server) applyPolicy(c *gin.Context) {
 		writeError(c, policyFileError([]byte(body.Policy), err))
 		return
 	}
-	ps, ctx, cancel, ok := s.policyStore(c)
-	defer cancel()
+	ps, _, cancel, ok := s.policyStore(c)
+	cancel()
 	if !ok {
 		return
 	}
-	out := PolicyApplied{Hash: p.Hash(), Groups: []vocab.PolicyGroup{}, Diff: []policy.GroupDiff{}}
+	rs, ok := s.readinessStore(c)
+	if !ok {
+		return
+	}
+	// Judging a widening reads two readiness windows of records.
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 4*s.storeTimeout)
+	defer cancel()
+	out := PolicyApplied{Hash: p.Hash(), Groups: []vocab.PolicyGroup{}, Diff: []policy.GroupDiff{}, Stages: []store.StageChange{}}
 	prev, err := ps.ActivePolicyVersion(ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -184,13 +206,30 @@ func (s *Server) applyPolicy(c *gin.Context) {
 	for i, g := range out.Groups {
 		groups[i] = string(g)
 	}
-	out.Changed, err = ps.ActivatePolicy(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason,
-		map[string]any{"source": "api", "groups": groups})
+	// Every stage the version widens is judged on its pool's readiness
+	// under the version's own thresholds; a refusal is a 422 listing the
+	// failed checks, unless the admin overrides it.
+	req := store.StageChangeRequest{Stages: p.Stages(), Actor: principal(c).Name, Reason: body.Reason, Source: "api",
+		PolicyHash: out.Hash, Policy: p, Override: body.OverrideReadiness, At: s.now()}
+	plan, err := rs.PlanStageChanges(ctx, req)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if store.Refused(plan) {
+		writeError(c, stageRefusal(plan))
+		return
+	}
+	out.Changed, err = rs.ActivatePolicyStaged(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason,
+		map[string]any{"source": "api", "groups": groups, "override_readiness": body.OverrideReadiness}, req, plan)
 	if err != nil {
 		writeError(c, policyStoreError(err, out.Hash))
 		return
 	}
-	if out.Changed {
+	if plan != nil {
+		out.Stages = plan
+	}
+	if out.Changed || len(plan) > 0 {
 		wctx, wcancel := s.workflowCtx(c)
 		defer wcancel()
 		s.notifyScheduler(wctx, "policy "+out.Hash)

@@ -24,13 +24,18 @@ type GovernanceStore interface {
 	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
 }
 
-// Preemption is one preemption record (GET /v1/preemptions/{id}): the
-// trigger job, its queue and the plan's reason; the victim and its run; the
+// Preemption is one preemption record (GET /v1/preemptions/{id}): its kind
+// (a preemption, or a resume drill with its actor); the trigger job, its
+// queue and the plan's reason (a drill's reason is who asked and why); the victim and its run; the
 // last valid checkpoint at the notice and the one saved; the time of each
 // step; whether the next run resumed at the saved step; the failures; and the
 // effective run loss by parts (seconds; GPU-seconds = GPUs × the sum).
 type Preemption struct {
-	ID                      string      `json:"id"`
+	ID string `json:"id"`
+	// Kind is preemption (for ForJobID) or drill (a resume drill: no
+	// trigger job, no cycle; DrillActor started it, Reason says why).
+	Kind                    string      `json:"kind"`
+	DrillActor              string      `json:"drill_actor,omitempty"`
 	State                   string      `json:"state"`   // in_progress, released, aborted, observed
 	Outcome                 string      `json:"outcome"` // completed, resume_failed, resume_not_observed, aborted_no_checkpoint, aborted_ineligible, victim_ended, would_preempt; "" while running
 	Detail                  string      `json:"detail,omitempty"`
@@ -162,6 +167,7 @@ func serveGovernance[T any](s *Server, c *gin.Context, read func(ctx context.Con
 var (
 	preemptionStates   = enumQuery{"state", names(vocab.PreemptionStates)}
 	preemptionOutcomes = enumQuery{"outcome", names(vocab.PreemptionOutcomes)}
+	preemptionKinds    = enumQuery{"kind", names(vocab.PreemptionKinds)}
 )
 
 // names returns the string values of a vocab list, in its order.
@@ -173,14 +179,15 @@ func names[T ~string](vs []T) []string {
 	return out
 }
 
-// listPreemptions handles GET /v1/preemptions?state=&outcome=&pool=&job=&limit=.
+// listPreemptions handles GET /v1/preemptions?state=&outcome=&kind=&pool=&job=&limit=.
 // Every role but agent may read them: a preemption concerns two projects.
 func (s *Server) listPreemptions(c *gin.Context) {
-	q, limit, ok := listQuery(c, preemptionStates, preemptionOutcomes)
+	q, limit, ok := listQuery(c, preemptionStates, preemptionOutcomes, preemptionKinds)
 	if !ok {
 		return
 	}
-	f := store.PreemptionFilter{State: vocab.PreemptionState(q["state"]), Outcome: vocab.PreemptionOutcome(q["outcome"]), Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
+	f := store.PreemptionFilter{State: vocab.PreemptionState(q["state"]), Outcome: vocab.PreemptionOutcome(q["outcome"]),
+		Kind: vocab.PreemptionKind(q["kind"]), Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (PreemptionList, error) {
 		ps, err := gs.ListPreemptions(ctx, f)
 		out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
@@ -209,7 +216,7 @@ func preemptionFromStore(p *store.PreemptionRecord) Preemption {
 		failures = []string{}
 	}
 	return Preemption{
-		ID: p.ID, State: string(p.State), Outcome: string(p.Outcome), Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
+		ID: p.ID, Kind: string(p.Kind), DrillActor: p.DrillActor, State: string(p.State), Outcome: string(p.Outcome), Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
 		Pool: p.Pool, ForJobID: p.ForJobID, ForQueue: p.ForQueue, Reason: p.Reason, VictimJobID: p.VictimJobID,
 		VictimQueue: p.VictimQueue, AllocationID: p.AllocationID, RunID: p.RunID, GPUs: p.GPUs, RunStartedAt: p.RunStartedAt,
 		CheckpointAtNotice: checkpointOut(p.CheckpointAtNotice), SavedCheckpoint: checkpointOut(p.SavedCheckpoint),

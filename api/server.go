@@ -209,6 +209,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/notifications", s.listNotifications)
 	s.quotaRoutes(v1)
 	s.policyRoutes(v1)
+	s.readinessRoutes(v1)
 	s.reportRoutes(v1)
 	return e
 }

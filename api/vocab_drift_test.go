@@ -130,6 +130,15 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
 		{schema("PolicyGroup"), names(vocab.PolicyGroups)},
 		{prop("PolicyGroupDiff", "group"), names(vocab.PolicyGroups)},
+		{schema("PreemptionKind"), names(vocab.PreemptionKinds)},
+		{prop("Preemption", "kind"), names(vocab.PreemptionKinds)},
+		{param("/v1/preemptions", "kind"), names(vocab.PreemptionKinds)},
+		{schema("ReadinessCheck"), names(vocab.ReadinessChecks)},
+		{prop("ReadinessCheckResult", "check"), names(vocab.ReadinessChecks)},
+		{schema("StageChangeOutcome"), names(vocab.StageChangeOutcomes)},
+		{prop("PoolStageChange", "outcome"), names(vocab.StageChangeOutcomes)},
+		{prop("StageChange", "outcome"), withEmpty(names(vocab.StageChangeOutcomes))},
+		{prop("PoolReadiness", "stage"), names(vocab.AutomationStages)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")

@@ -190,10 +190,10 @@ func (s *Store) readinessInput(ctx context.Context, pool string, p *policy.Polic
 	if in.Before, err = experiment.Measure(*records, scope, before, now, gov(in.LossBefore)); err != nil {
 		return nil, err
 	}
-	in.Waits.TotalSeconds = governance.PoolWaitSeconds(*records, pool, last, now)
+	in.Waits.UnevaluatedSeconds = governance.PoolUnevaluatedSeconds(*records, pool, last, now)
 	for reason, secs := range in.Last.Total.WaitReasonSeconds {
 		if vocab.WaitReason(reason) == vocab.ReasonNotYetEvaluated {
-			in.Waits.NotYetEvaluatedSeconds += secs
+			in.Waits.LatencySeconds += secs
 		} else {
 			in.Waits.ReasonSeconds += secs
 		}

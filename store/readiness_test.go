@@ -75,8 +75,8 @@ func TestPoolReadinessNumbers(t *testing.T) {
 	for _, c := range r.Checks {
 		byName[c.Check] = c
 	}
-	// b waited 2401 s in the window (2400 s capacity_busy, 1 s not_yet_evaluated; a's 0 s wait was at placement).
-	if d := byName[vocab.ReadinessWaitReasons].Detail; d != "100.0% of 2400 waiting job-seconds carry a wait reason (min 80.0%), 0.0% still not_yet_evaluated (max 20.0%)" {
+	// b waited 2400 s in the window: 1 s not_yet_evaluated, then 2399 s capacity_busy (a was placed at its submission).
+	if d := byName[vocab.ReadinessWaitReasons].Detail; d != "100.0% of 2399 job-seconds waited after a first evaluation carry a wait reason (min 80.0%); 0.0% of all 2400 waiting job-seconds still not_yet_evaluated (max 20.0%); service latency 0.0%" {
 		t.Errorf("wait reasons: %s", d)
 	}
 	if d := byName[vocab.ReadinessRunningIdle].Detail; d != "1 of 1 running allocations (100.0%, min 90.0%) have a utilisation sample (0) or progress (1) from the last 600 s" {

@@ -21,28 +21,31 @@ func win(from, to int) queuereport.Window {
 	return queuereport.Window{From: at(from), To: at(to)}
 }
 
-// TestPoolWaitSeconds: waiting from the jobs' timelines — to the first
-// run, between a preempted run and the next, after the last run until the
-// job ends or the window does — clipped to the window, other pools left out.
-func TestPoolWaitSeconds(t *testing.T) {
+// TestPoolUnevaluatedSeconds: the waiting of jobs pending at the end with
+// no wait event open, from the start of their current wait, clipped to
+// the window; evaluated, running, ended and other pools' jobs left out.
+func TestPoolUnevaluatedSeconds(t *testing.T) {
 	in := queuereport.Input{
 		Jobs: []queuereport.Job{
-			{ID: "a", Pool: "p", SubmitTime: at(0)},                         // waits 0..100, runs, requeued 300..350, runs to the end
-			{ID: "b", Pool: "p", SubmitTime: at(500), End: atp(800)},        // cancelled while waiting: 500..800
-			{ID: "c", Pool: "p", SubmitTime: at(900)},                       // still waiting at the end: 900..1000
-			{ID: "d", Pool: "q", SubmitTime: at(0)},                         // another pool
-			{ID: "e", Pool: "p", SubmitTime: at(-200), FirstStart: atp(50)}, // before the window: 0..50 counts
+			{ID: "never", Pool: "p", SubmitTime: at(900)},                     // never evaluated: 900..1000
+			{ID: "old", Pool: "p", SubmitTime: at(-500)},                      // never evaluated since before the window: 0..1000
+			{ID: "requeued", Pool: "p", SubmitTime: at(0)},                    // ran 100..600, not re-evaluated: 600..1000
+			{ID: "evaluated", Pool: "p", SubmitTime: at(0)},                   // an open event: evaluated
+			{ID: "relooked", Pool: "p", SubmitTime: at(0)},                    // its event closed at 700, nothing since: 700..1000
+			{ID: "running", Pool: "p", SubmitTime: at(0), FirstStart: atp(5)}, // running
+			{ID: "ended", Pool: "p", SubmitTime: at(0), End: atp(50)},         // ended
+			{ID: "other", Pool: "q", SubmitTime: at(0)},                       // another pool
 		},
-		Runs: []queuereport.Run{
-			{JobID: "a", Start: at(100), End: atp(300)}, {JobID: "a", Start: at(350)},
-			{JobID: "e", Start: at(50), End: atp(60)},
+		Runs: []queuereport.Run{{JobID: "requeued", Start: at(100), End: atp(600)}, {JobID: "running", Start: at(5)}},
+		WaitEvents: []queuereport.WaitEvent{
+			{JobID: "evaluated", Reason: vocab.ReasonCapacityBusy, Start: at(1)},
+			{JobID: "relooked", Reason: vocab.ReasonHeld, Start: at(1), End: atp(700)},
+			{JobID: "requeued", Reason: vocab.ReasonCapacityBusy, Start: at(1), End: atp(100)},
 		},
 	}
-	// e's run ended at 60 and the job has no End: it waits again from 60.
-	got := PoolWaitSeconds(in, "p", win(0, 2000), at(1000))
-	want := 100.0 + 50 + 300 + 100 + 50 + 940
-	if got != want {
-		t.Errorf("PoolWaitSeconds = %v, want %v", got, want)
+	got := PoolUnevaluatedSeconds(in, "p", win(0, 2000), at(1000))
+	if want := 100.0 + 1000 + 400 + 300; got != want {
+		t.Errorf("PoolUnevaluatedSeconds = %v, want %v", got, want)
 	}
 }
 
@@ -61,7 +64,7 @@ func readyInput() *ReadinessInput {
 			ByQueue: []queuereport.Group{{Key: map[string]string{"queue": "experiment"}, MinShare: fp(0.25), PoolShare: fp(0.3),
 				LongestWaitS: fp(400)}}},
 		Before:  experiment.Measurement{Window: before, Total: queuereport.Group{LongestWaitS: fp(500)}},
-		Waits:   WaitTime{TotalSeconds: 1000, ReasonSeconds: 900, NotYetEvaluatedSeconds: 50},
+		Waits:   WaitTime{ReasonSeconds: 900, LatencySeconds: 50, UnevaluatedSeconds: 50},
 		Running: RunningObservation{Allocations: 10, Sampled: 6, Progressing: 5, Observed: 9},
 		Queues: []QueueProtection{{Queue: "production", Tier: "production", Explicit: true, InPolicy: true, Protected: true},
 			{Queue: "experiment", Tier: "experiment", Explicit: true, InPolicy: true, LowRisk: true}},
@@ -104,9 +107,9 @@ func TestReadinessPasses(t *testing.T) {
 			t.Errorf("check %d: %+v", i, c)
 		}
 	}
-	if w := check(t, r, vocab.ReadinessWaitReasons); *measure(t, w, "reason_share").Value != 0.9 ||
+	if w := check(t, r, vocab.ReadinessWaitReasons); *measure(t, w, "reason_share").Value != 900.0/950 ||
 		*measure(t, w, "not_yet_evaluated_share").Value != 0.05 ||
-		w.Detail != "90.0% of 1000 waiting job-seconds carry a wait reason (min 80.0%), 5.0% still not_yet_evaluated (max 20.0%)" {
+		w.Detail != "94.7% of 950 job-seconds waited after a first evaluation carry a wait reason (min 80.0%); 5.0% of all 1000 waiting job-seconds still not_yet_evaluated (max 20.0%); service latency 5.0%" {
 		t.Errorf("wait reasons %+v", w)
 	}
 	if c := check(t, r, vocab.ReadinessRunningIdle); *measure(t, c, "observed_share").Value != 0.9 ||
@@ -138,9 +141,9 @@ func TestReadinessFailsEachCheck(t *testing.T) {
 		detail string
 	}{
 		{vocab.ReadinessWaitReasons, func(in *ReadinessInput) {
-			in.Waits = WaitTime{TotalSeconds: 1000, ReasonSeconds: 500, NotYetEvaluatedSeconds: 450}
+			in.Waits = WaitTime{ReasonSeconds: 500, LatencySeconds: 50, UnevaluatedSeconds: 450}
 		},
-			"50.0% of 1000 waiting job-seconds carry a wait reason (min 80.0%), 45.0% still not_yet_evaluated (max 20.0%)"},
+			"52.6% of 950 job-seconds waited after a first evaluation carry a wait reason (min 80.0%); 45.0% of all 1000 waiting job-seconds still not_yet_evaluated (max 20.0%); service latency 5.0%"},
 		{vocab.ReadinessRunningIdle, func(in *ReadinessInput) { in.Running = RunningObservation{Allocations: 4, Sampled: 1, Observed: 1} },
 			"1 of 4 running allocations (25.0%, min 90.0%) have a utilisation sample (1) or progress (0) from the last 600 s"},
 		{vocab.ReadinessProtection, func(in *ReadinessInput) {
@@ -194,7 +197,7 @@ func TestReadinessEmptyPool(t *testing.T) {
 	if !slices.Equal(r.Failed, []vocab.ReadinessCheck{vocab.ReadinessProtection}) {
 		t.Fatalf("failed %v, want only protection_explicit", r.Failed)
 	}
-	if c := check(t, r, vocab.ReadinessWaitReasons); c.Detail != "no job of the pool waited in the window: no waiting left unrecorded" ||
+	if c := check(t, r, vocab.ReadinessWaitReasons); c.Detail != "no waiting after a first evaluation in the window (0 waiting job-seconds, all service latency): no reason owed" ||
 		measure(t, c, "reason_share").Value != nil {
 		t.Errorf("wait reasons %+v", c)
 	}
@@ -239,7 +242,7 @@ func TestReadinessOnMeasuredWindows(t *testing.T) {
 	if secs := in.Last.Total.WaitReasonSeconds; secs["capacity_busy"] != 20 || secs["not_yet_evaluated"] != 10 {
 		t.Errorf("wait reason seconds %v", secs)
 	}
-	if w := PoolWaitSeconds(records, "a100", in.Last.Window, in.Now); w != 30 {
-		t.Errorf("waiting of the last window %v, want 30", w)
+	if w := PoolUnevaluatedSeconds(records, "a100", in.Last.Window, in.Now); w != 0 {
+		t.Errorf("unevaluated waiting of the last window %v, want 0", w)
 	}
 }

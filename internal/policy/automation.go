@@ -49,11 +49,14 @@ type Readiness struct {
 	// WindowSeconds is the last window the checks measure, compared with
 	// the window of the same length before it.
 	WindowSeconds float64 `json:"window_s"`
-	// MinReasonShare is the least share of the pool's waiting job-time that
-	// must carry a scheduler's wait reason (wait_reasons_recorded).
+	// MinReasonShare is the least share of the pool's waiting after a
+	// job's first evaluation (or still without one) that must carry a
+	// scheduler's wait reason (wait_reasons_recorded); the service's own
+	// latency before the first evaluation owes none.
 	MinReasonShare float64 `json:"min_reason_share"`
-	// MaxNotYetEvaluatedShare is the most share of that waiting that may
-	// still be not_yet_evaluated (wait_reasons_recorded).
+	// MaxNotYetEvaluatedShare is the most share of all the pool's waiting
+	// that may be of jobs still not evaluated at the window's end
+	// (wait_reasons_recorded).
 	MaxNotYetEvaluatedShare float64 `json:"max_not_yet_evaluated_share"`
 	// MinObservedShare is the least share of the pool's running allocations
 	// that must have a fresh utilisation sample or fresh progress
@@ -85,8 +88,8 @@ const (
 	// queue gauges' window.
 	DefaultReadinessWindowSeconds = 86400
 	// DefaultMinReasonShare and DefaultMaxNotYetEvaluatedShare: four fifths
-	// of the waiting explained by a reason, at most a fifth still waiting
-	// for a first evaluation (the service's own latency).
+	// of the waiting the scheduler owes a reason explained by one, at most a
+	// fifth of all waiting by jobs still waiting for a first evaluation.
 	DefaultMinReasonShare          = 0.8
 	DefaultMaxNotYetEvaluatedShare = 0.2
 	// DefaultMinObservedShare: nine in ten running allocations observable.
