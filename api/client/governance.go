@@ -12,12 +12,13 @@ import (
 // PreemptionOptions filters Preemptions; empty fields match everything.
 type PreemptionOptions struct {
 	State, Outcome, Pool, Job string
+	Kind                      string // preemption or drill
 	Limit                     int
 }
 
 // Preemptions returns preemption records, newest first.
 func (c *Client) Preemptions(ctx context.Context, o PreemptionOptions) (*api.PreemptionList, error) {
-	q := query(map[string]string{"state": o.State, "outcome": o.Outcome, "pool": o.Pool, "job": o.Job}, o.Limit)
+	q := query(map[string]string{"state": o.State, "outcome": o.Outcome, "pool": o.Pool, "job": o.Job, "kind": o.Kind}, o.Limit)
 	var out api.PreemptionList
 	_, err := c.do(ctx, http.MethodGet, "/v1/preemptions", q, nil, nil, &out)
 	return &out, err

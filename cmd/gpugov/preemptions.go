@@ -27,6 +27,7 @@ func init() {
 	cmd.Flags().StringVar(&o.Outcome, "outcome", "", "only this outcome, e.g. completed, resume_failed, would_preempt")
 	cmd.Flags().StringVar(&o.Pool, "pool", "", "only this pool")
 	cmd.Flags().StringVar(&o.Job, "job", "", "only preemptions for or of this job")
+	cmd.Flags().StringVar(&o.Kind, "kind", "", "only this kind: preemption or drill")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		client, err := l.client()
 		if err != nil {
@@ -107,7 +108,11 @@ func printPreemptions(w io.Writer, l *api.PreemptionList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tOUTCOME\tFOR JOB\tVICTIM\tGPUS\tEST LOSS\tLOSS (GPU-s)\tRESUMED OK")
 	for _, p := range l.Preemptions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g\t%.0f\t%s\t%s\n", p.ID, p.State, dash(p.Outcome), p.ForJobID, p.VictimJobID,
+		forJob := p.ForJobID
+		if p.Kind == "drill" {
+			forJob = "(drill)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g\t%.0f\t%s\t%s\n", p.ID, p.State, dash(p.Outcome), forJob, p.VictimJobID,
 			p.GPUs, p.EstimatedLossGPUSeconds, floatOrDash(p.EffectiveLossGPUSeconds), boolOrDash(p.ResumedCorrectly))
 	}
 	return tw.Flush()
@@ -118,7 +123,11 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("Preemption", p.ID+" ("+p.State+", "+dash(p.Outcome)+")")
-	row("For", p.ForJobID+" in queue "+p.ForQueue+": "+p.Reason)
+	if p.Kind == "drill" {
+		row("Drill", "started by "+p.DrillActor+": "+p.Reason)
+	} else {
+		row("For", p.ForJobID+" in queue "+p.ForQueue+": "+p.Reason)
+	}
 	row("Victim", fmt.Sprintf("%s in queue %s, run %s, %g GPU(s)", p.VictimJobID, p.VictimQueue, dash(p.RunID), p.GPUs))
 	if cp := p.CheckpointAtNotice; cp != nil {
 		row("Checkpoint at notice", fmt.Sprintf("step %d at %s", cp.Step, cp.At.Format(timeLayout)))
