@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -35,7 +36,7 @@ func (s *Service) loadPolicy() error {
 		return fmt.Errorf("service: %w", err)
 	}
 	w.OnChange = func(ctx context.Context, ch policy.Change) error {
-		return s.applyPolicy(ctx, ch.New, "loaded from "+ch.Path, false)
+		return s.applyPolicy(ctx, ch.New, "loaded from "+ch.Path, StageSourceReload)
 	}
 	w.OnError = func(err error) { s.cfg.Logger.Warn("policy file", "file", w.Path, "err", err) }
 	s.policy = w
@@ -95,7 +96,7 @@ func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, err
 // refreshPolicy makes the active stored policy version the policy in force
 // when it changed, with everything it sets applied (applyEffectsLocked:
 // queues and low-risk flags, stored quotas, usage half-life, project
-// weights, pool stages): a version activated through the store — a quota
+// weights, pool stages, gated on readiness): a version activated through the store — a quota
 // change (store.SetQuota), a version applied through the API or switched
 // by an experiment (store.ActivatePolicy), a rollback — is thus a complete
 // switch at the next cycle, which plans and records with it, without a
@@ -136,7 +137,7 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if cur != nil {
 		reason += " (was " + cur.hash + ")"
 	}
-	if err := s.applyEffectsLocked(ctx, p, reason, false); err != nil {
+	if err := s.applyEffectsLocked(ctx, p, reason, StageSourceRefresh); err != nil {
 		return err
 	}
 	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom, "base_hash", v.BaseHash)
@@ -171,12 +172,12 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 		// Already active, with its lineage: only its effects are applied.
 		s.policyMu.Lock()
 		defer s.policyMu.Unlock()
-		if err := s.applyEffectsLocked(ctx, derived, reason+"; kept the version "+active.Hash+" derived from it through the API", true); err != nil {
+		if err := s.applyEffectsLocked(ctx, derived, reason+"; kept the version "+active.Hash+" derived from it through the API", StageSourceStart); err != nil {
 			return fmt.Errorf("service: %w", err)
 		}
 		return nil
 	}
-	if err := s.applyPolicy(ctx, p, reason, true); err != nil {
+	if err := s.applyPolicy(ctx, p, reason, StageSourceStart); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	return nil
@@ -188,7 +189,7 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 // version (its own base) — and applies what it sets (applyEffectsLocked),
 // auditing each real change with PolicyActor and reason. It holds policyMu
 // (see refreshPolicy). It returns the first store error.
-func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
+func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason, source string) error {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
 	hash := p.Hash()
@@ -198,7 +199,7 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	if err := s.store.ActivatePolicyVersion(ctx, hash, PolicyActor, reason); err != nil {
 		return fmt.Errorf("policy version: %w", err)
 	}
-	return s.applyEffectsLocked(ctx, p, reason, atStart)
+	return s.applyEffectsLocked(ctx, p, reason, source)
 }
 
 // applyEffectsLocked writes to the store what the active version p sets,
@@ -212,7 +213,8 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 // kept as the store has it, as for a file reload (a stored queue p does
 // not list, a pool p gives no stage). The caller holds policyMu. It
 // returns the first store error, leaving the policy in force as it was.
-func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
+func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reason, source string) error {
+	atStart := source == StageSourceStart
 	var lowRisk []string
 	if len(p.Queues) > 0 {
 		queues, err := policy.SchedulingQueues(p.Queues)
@@ -249,7 +251,7 @@ func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reas
 	s.store.SetEvidenceWindow(p.Preemption.EvidenceWindow())
 	// The queue report measures projects against the same weights (§6).
 	s.store.SetProjectWeights(p.FairShare.ProjectWeights)
-	pools, err := s.store.SetPoolStages(ctx, p.Stages(), PolicyActor, reason)
+	pools, err := s.changeStages(ctx, p, reason, source)
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)
 	}
@@ -257,4 +259,38 @@ func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reas
 	s.inForce.Store(f)
 	s.cfg.Logger.Info("policy applied", "hash", f.hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
 	return nil
+}
+
+// Sources of a stage change through the service (pool_stage_changes.source).
+const (
+	StageSourceStart   = "start"   // the policy file (or Config.Policy) applied at start
+	StageSourceReload  = "reload"  // the policy file re-read after an edit
+	StageSourceRefresh = "refresh" // a version activated through the store put in force (an experiment, a rollback, a quota change)
+)
+
+// changeStages applies the pool stages p asks for, gated on readiness
+// (store.ChangePoolStages under p's thresholds; docs/design.md §4 "Pool
+// readiness"): a narrowing is applied; a widening only when the pool's
+// readiness passes, except a pool's first stage at start (a pool without
+// stage history); otherwise the stored stage is kept and the refusal is in
+// the pool's history, the audit log (refuse_pool_stage) and this log. A
+// version applied through the API arrives with its stages already written
+// (store.ActivatePolicyStaged), so nothing is left to change here. It
+// returns the pools whose stage changed.
+func (s *Service) changeStages(ctx context.Context, p *policy.Policy, reason, source string) ([]string, error) {
+	plan, err := s.store.ChangePoolStages(ctx, store.StageChangeRequest{Stages: p.Stages(), Actor: PolicyActor, Reason: reason,
+		Source: source, PolicyHash: p.Hash(), Policy: p, Initial: source == StageSourceStart})
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	for _, c := range plan {
+		if c.Outcome == vocab.StageChangeRefused {
+			s.cfg.Logger.Warn("pool stage widening refused: readiness failed; the stored stage is kept", "pool", c.Pool,
+				"stage", c.From, "asked", c.To, "failed_checks", c.Readiness.Failed, "policy", p.Hash(), "source", source)
+			continue
+		}
+		changed = append(changed, c.Pool)
+	}
+	return changed, nil
 }

@@ -104,7 +104,7 @@ func TestRefreshDoesNotUndoAReload(t *testing.T) {
 	applied := make(chan error, 1)
 	s.refreshLoaded = func() {
 		s.refreshLoaded = nil
-		go func() { applied <- s.applyPolicy(ctx, reloaded, "loaded from policy.yaml", false) }()
+		go func() { applied <- s.applyPolicy(ctx, reloaded, "loaded from policy.yaml", StageSourceReload) }()
 		// Without serialization the reload completes here; with it, it
 		// waits for this refresh to end.
 		select {
@@ -129,9 +129,11 @@ func TestRefreshDoesNotUndoAReload(t *testing.T) {
 // store (as POST /v1/policies, an experiment's switch or a rollback do) is
 // in force at the next refresh with everything it sets — queues and
 // low-risk flags, stored quotas, pool stages — each effect audited by
-// PolicyActor naming the hash; a restart on the same file keeps it; a
-// rollback to the file's version restores the file's settings; an edited
-// file supersedes an applied version.
+// PolicyActor naming the hash (a stage widening written with the version,
+// as the API does, needs nothing more; one activated alone is judged on
+// readiness and refused); a restart on the same file keeps it; a rollback
+// to the file's version restores the file's settings; an edited file
+// supersedes an applied version.
 func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
 	t.Parallel()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{storetest.Pool("p", vocab.StageObserve, 1, 2)}})
@@ -203,7 +205,16 @@ func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
 	cand.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}}
 	cand.Pools = map[string]policy.Pool{"p": {Stage: vocab.StageTrial}}
 	cand.FairShare.HalfLifeSeconds = 3600
-	if changed, err := st.ActivatePolicy(ctx, cand.Hash(), cand.Canonical(), "root", "try the trial stage", nil); err != nil || !changed {
+	// As POST /v1/policies with override_readiness does: the version and
+	// its stage widening (the pool is not ready) are written together, so
+	// the refresh finds the stage already set.
+	req := store.StageChangeRequest{Stages: cand.Stages(), Actor: "root", Reason: "try the trial stage", Source: "api",
+		PolicyHash: cand.Hash(), Policy: cand, Override: true}
+	plan, err := st.PlanStageChanges(ctx, req)
+	if err != nil || len(plan) != 1 || plan[0].Outcome != vocab.StageChangeOverridden {
+		t.Fatalf("plan %+v, %v", plan, err)
+	}
+	if changed, err := st.ActivatePolicyStaged(ctx, cand.Hash(), cand.Canonical(), "root", "try the trial stage", nil, req, plan); err != nil || !changed {
 		t.Fatalf("activate: %v %v", changed, err)
 	}
 	inForce(s, cand.Hash())
@@ -217,7 +228,7 @@ func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
 	}
 	audit, _ := st.AuditFor(ctx, "p", 0)
 	last := audit[len(audit)-1]
-	if last.Action != "set_pool_stage" || last.Actor != PolicyActor || !strings.Contains(last.Reason, cand.Hash()) {
+	if last.Action != store.AuditOverrideReadiness || last.Actor != "root" || last.Reason != "try the trial stage" {
 		t.Fatalf("stage change audit %+v", last)
 	}
 	if a, _ := st.AuditFor(ctx, "p/vision", 0); len(a) == 0 || a[len(a)-1].Actor != PolicyActor || !strings.Contains(a[len(a)-1].Reason, cand.Hash()) {
@@ -241,11 +252,22 @@ func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
 		t.Fatalf("after rollback %+v", got)
 	}
 
-	// An edited file supersedes an applied version at the next start.
+	// Activated again through the store alone (as an experiment's switch
+	// does), the version is in force but its widening is judged at the
+	// refresh: the pool is not ready, so the stage stays observe, refused.
 	if _, err := st.ActivatePolicy(ctx, cand.Hash(), nil, "root", "again", nil); err != nil {
 		t.Fatal(err)
 	}
 	inForce(s, cand.Hash())
+	if got := read(); got.stage != vocab.StageObserve || got.quota != 2000 {
+		t.Fatalf("after a second switch %+v, want the stage kept and the rest applied", got)
+	}
+	hist, _ := st.PoolStageHistory(ctx, "p", 1)
+	if len(hist) != 1 || hist[0].Outcome != vocab.StageChangeRefused || hist[0].Source != StageSourceRefresh || hist[0].Actor != PolicyActor {
+		t.Fatalf("history %+v", hist)
+	}
+
+	// An edited file supersedes an applied version at the next start.
 	edited := policy.Default()
 	edited.Queues = policy.DefaultQueues()
 	edited.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 3000}}

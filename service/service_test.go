@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,8 +96,9 @@ func TestStartValidates(t *testing.T) {
 // server and checks what serve promises: the inventory imported, the policy
 // file's queues, stages and low-risk queues applied and its version stored
 // and activated with an audit entry (and, when the file changes, a second
-// version stored, activated and applied, and the next scheduling cycle
-// recording the new hash), the scheduler and
+// version stored, activated and applied — its stage widening refused, the
+// pool not being ready — and the next scheduling cycle recording the new
+// hash), the scheduler and
 // reclaim scan workflows running, the queue gauges exported, /readyz and
 // /metrics served, a submitted job run to success by the workers (restarted once),
 // and an idempotent graceful Close.
@@ -161,7 +163,16 @@ func TestServiceLifecycle(t *testing.T) {
 	if second.Hash() == first.Hash() {
 		t.Fatal("the changed policy has the first one's hash")
 	}
-	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageAutomate)
+	// The edit widens the pool's stage, which its readiness does not allow
+	// (key-project's protection is not explicit, nothing is proven): the
+	// version is in force, the stage stays trial, refused in its history.
+	checkGovernanceApplied(ctx, t, svc.Store(), vocab.StageTrial)
+	if hist, err := svc.Store().PoolStageHistory(ctx, "alibaba", 2); err != nil || len(hist) != 2 ||
+		hist[0].Outcome != vocab.StageChangeRefused || hist[0].To != vocab.StageAutomate || hist[0].Source != StageSourceReload ||
+		hist[0].Readiness == nil || !slices.Contains(hist[0].Readiness.Failed, vocab.ReadinessProtection) ||
+		hist[1].Outcome != vocab.StageChangeInitial || hist[1].To != vocab.StageTrial {
+		t.Errorf("stage history %+v, %v; want the initial trial, then automate refused", hist, err)
+	}
 	checkPolicyVersion(ctx, t, svc.Store(), dbURL, second.Hash(), policyFile, 2)
 	waitCycleWithPolicy(ctx, t, dbURL, second.Hash())
 	base := "http://" + svc.APIAddr()
