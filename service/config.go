@@ -48,6 +48,9 @@ const (
 	// DefaultReportInterval is how often the queue gauges (longest wait,
 	// starving jobs) are recomputed from the queue service report.
 	DefaultReportInterval = 5 * time.Minute
+	// DefaultDrillInterval is how often the governance loop's drill pass
+	// runs (automatic drills of trial pools, drill workflows started again).
+	DefaultDrillInterval = 30 * time.Second
 	// DefaultSimHeartbeat is the simulated executor's real time between heartbeats.
 	DefaultSimHeartbeat = time.Second
 	// ServiceName is the OpenTelemetry service name and the otelgin server name.
@@ -101,6 +104,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReportInterval is the queue gauges' period; 0 means DefaultReportInterval.
 	ReportInterval time.Duration
+	// DrillInterval is the period of the governance loop's drill pass
+	// (docs/design.md §5 "Resume drills"); 0 means DefaultDrillInterval.
+	DrillInterval time.Duration
 	// ShutdownTimeout bounds Close's graceful steps; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// GPUSampleRetention is how long gpu_samples rows (node agents'
@@ -153,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = DefaultReportInterval
+	}
+	if c.DrillInterval <= 0 {
+		c.DrillInterval = DefaultDrillInterval
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -250,4 +251,112 @@ func (s *Store) RecordDrillEvidence(ctx context.Context, id string) (vocab.Resum
 		return "", err
 	}
 	return outcome, nil
+}
+
+// drillCandidateRow is one row of DrillCandidates' query.
+type drillCandidateRow struct {
+	JobID          string     `db:"job_id"`
+	AllocationID   string     `db:"allocation_id"`
+	RunID          string     `db:"run_id"`
+	Pool           string     `db:"pool"`
+	Queue          string     `db:"queue"`
+	Profile        string     `db:"profile"`
+	Request        requestDoc `db:"request"`
+	RunStartedAt   *time.Time `db:"run_started_at"`
+	Checkpointable bool       `db:"checkpointable"`
+	Protected      bool       `db:"protected"`
+	LowRisk        bool       `db:"low_risk"`
+	InPreemption   bool       `db:"in_preemption"`
+}
+
+// DrillCandidates returns every job holding GPUs in pools, for the
+// governance loop's drill choice (governance.ChooseDrills): its
+// allocation and running run ("" while placed), queue, recovery profile,
+// resource request, whether it is checkpointable, protected (job or
+// queue), in a low-risk queue, and whether its allocation has a
+// preemption or drill open. Errors are database errors.
+func (s *Store) DrillCandidates(ctx context.Context, pools []string) ([]governance.DrillCandidate, error) {
+	if len(pools) == 0 {
+		return nil, nil
+	}
+	rows, err := queryAll[drillCandidateRow](ctx, s.pool, `
+		SELECT j.id AS job_id, a.id AS allocation_id, coalesce(r.id, '') AS run_id, a.pool, j.queue,
+			coalesce(j.recovery->>'profile', j.project || '/simulated') AS profile, j.request, r.started_at AS run_started_at,
+			coalesce((j.recovery->>'checkpointable')::boolean, false) AS checkpointable,
+			j.protected OR coalesce(q.protected, false) AS protected, coalesce(q.low_risk, false) AS low_risk,
+			EXISTS (SELECT 1 FROM preemptions p WHERE p.allocation_id = a.id AND p.ended_at IS NULL AND p.state <> 'observed') AS in_preemption
+		FROM allocations a JOIN jobs j ON j.id = a.job_id LEFT JOIN queues q ON q.name = j.queue
+			LEFT JOIN runs r ON r.id = a.run_id AND r.ended_at IS NULL
+		WHERE a.released_at IS NULL AND a.pool = ANY($1) ORDER BY a.pool, j.id`, pools)
+	if err != nil {
+		return nil, fmt.Errorf("store: drill candidates: %w", err)
+	}
+	out := make([]governance.DrillCandidate, len(rows))
+	for i, r := range rows {
+		out[i] = governance.DrillCandidate{JobID: r.JobID, AllocationID: r.AllocationID, RunID: r.RunID, Pool: r.Pool, Queue: r.Queue,
+			Profile: r.Profile, Request: r.Request.request(), Checkpointable: r.Checkpointable, Protected: r.Protected,
+			LowRisk: r.LowRisk, InPreemption: r.InPreemption}
+		if r.RunStartedAt != nil {
+			out[i].RunStartedAt = r.RunStartedAt.UTC()
+		}
+	}
+	return out, nil
+}
+
+// FreeGPUs returns the healthy GPUs on schedulable nodes of the available pools among pools, with the
+// milli-GPU free on each (1000 minus what active allocations hold), those
+// with none free left out. Errors are database errors.
+func (s *Store) FreeGPUs(ctx context.Context, pools []string) ([]governance.FreeGPU, error) {
+	var out []governance.FreeGPU
+	err := forEachRow(ctx, s.pool, `
+		SELECT n.pool, g.uuid, g.model, g.memory_mib, 1000 - coalesce(u.used_milli, 0)
+		FROM gpus g JOIN nodes n ON n.name = g.node JOIN pools p ON p.name = n.pool AND p.available
+			LEFT JOIN gpu_usage u ON u.gpu_uuid = g.uuid
+		WHERE n.pool = ANY($1) AND n.schedulable AND g.healthy AND coalesce(u.used_milli, 0) < 1000
+		ORDER BY n.pool, g.uuid`, []any{pools}, func(rows pgx.Rows) error {
+		var g governance.FreeGPU
+		err := rows.Scan(&g.Pool, &g.UUID, &g.Model, &g.MemoryMiB, &g.FreeMilli)
+		out = append(out, g)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: free GPUs: %w", err)
+	}
+	return out, nil
+}
+
+// BusyPools returns the pools among pools with a preemption or drill in
+// progress (not finished, "would preempt" records aside). Errors are
+// database errors.
+func (s *Store) BusyPools(ctx context.Context, pools []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := forEachRow(ctx, s.pool, `
+		SELECT DISTINCT pool FROM preemptions WHERE finished_at IS NULL AND state <> 'observed' AND pool = ANY($1)`,
+		[]any{pools}, func(rows pgx.Rows) error {
+			var p string
+			err := rows.Scan(&p)
+			out[p] = true
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: busy pools: %w", err)
+	}
+	return out, nil
+}
+
+// PoolStages returns the stored automation stage of every pool, by name
+// (what the scheduler reads). Errors are database errors.
+func (s *Store) PoolStages(ctx context.Context) (map[string]vocab.AutomationStage, error) {
+	out := map[string]vocab.AutomationStage{}
+	err := forEachRow(ctx, s.pool, `SELECT name, stage FROM pools`, nil, func(rows pgx.Rows) error {
+		var name string
+		var stage vocab.AutomationStage
+		err := rows.Scan(&name, &stage)
+		out[name] = stage
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: pool stages: %w", err)
+	}
+	return out, nil
 }
