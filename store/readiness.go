@@ -541,4 +541,3 @@ func (s *Store) ActivatePolicyStaged(ctx context.Context, hash string, body json
 	}
 	return changed, nil
 }
-
