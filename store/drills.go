@@ -65,7 +65,7 @@ type drillTarget struct {
 
 // OpenDrill records a resume drill of d.JobID — a preemptions row of kind
 // drill, in progress, with no trigger job and no cycle, whose reason is
-// d.Reason — and audits it (AuditDrill, by d.Actor), in one transaction
+// d.Reason, naming the job's allocation and running run — and audits it (AuditDrill, by d.Actor), in one transaction
 // holding the job's row lock. The caller then starts its
 // PreemptionWorkflow (workflows.Client.StartDrill), which runs it as any
 // preemption. A drill is refused, nothing stored, with an error wrapping
@@ -112,10 +112,10 @@ func (s *Store) OpenDrill(ctx context.Context, d NewDrill) (*StartedDrill, error
 		id := newID("p-")
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO preemptions (id, kind, drill_actor, victim_job_id, allocation_id, reason, pool, victim_queue,
-				started_at, gpus)
-			VALUES ($1, 'drill', $2, $3, $4, $5, $6, $7, $8,
+				started_at, run_id, run_started_at, gpus)
+			VALUES ($1, 'drill', $2, $3, $4, $5, $6, $7, $8, $9, (SELECT started_at FROM runs WHERE id = $9),
 				(SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = $4))`,
-			id, d.Actor, d.JobID, t.AllocationID, d.Reason, t.Pool, t.Queue, d.At); err != nil {
+			id, d.Actor, d.JobID, t.AllocationID, d.Reason, t.Pool, t.Queue, d.At, t.RunID); err != nil {
 			return err
 		}
 		out = &StartedDrill{PreemptionID: id, JobID: d.JobID, AllocationID: t.AllocationID, RunID: t.RunID, Pool: t.Pool}

@@ -91,7 +91,8 @@ func TestOpenDrillRefusals(t *testing.T) {
 	}
 	rec, err := s.GetPreemption(ctx, d.PreemptionID)
 	if err != nil || rec.Kind != vocab.PreemptionDrill || rec.DrillActor != "ops" || rec.ForJobID != "" || rec.CycleID != "" ||
-		rec.State != vocab.PreemptionInProgress || rec.Reason != "earn evidence" || rec.GPUs != 1 || rec.VictimQueue != "train" {
+		rec.State != vocab.PreemptionInProgress || rec.Reason != "earn evidence" || rec.GPUs != 1 || rec.VictimQueue != "train" ||
+		rec.RunID != run || rec.RunStartedAt == nil || !rec.RunStartedAt.Equal(at) {
 		t.Fatalf("drill record %+v (%v)", rec, err)
 	}
 	audit, _ := s.AuditFor(ctx, ok.ID, 10)
