@@ -503,19 +503,20 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The verify-resume step records the resume at the saved step; a retry
-	// counts it once.
+	// The verify-resume step records the resume at the saved step, seen
+	// progressing past it; a retry counts it once, for the job and as
+	// evidence of its recovery profile.
 	resumed, step := true, int64(300)
 	for range 2 {
 		if _, err := s.FinishPreemption(ctx, preemptionID, store.PreemptionResume{Outcome: vocab.PreemptionCompleted,
-			ResumedRunID: run2, ResumedFromStep: &step, ResumedCorrectly: &resumed, At: at}); err != nil {
+			ResumedRunID: run2, ResumedFromStep: &step, ResumedCorrectly: &resumed, Progressed: true, At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	snap, _ = s.LoadSnapshot(ctx, at)
 	rj := snap.Running[0]
 	if len(rj.RecentPreemptions) != 1 || !rj.RecentPreemptions[0].Equal(at) || rj.Recovery.VerifiedResumes != 1 ||
-		rj.Recovery.LastCheckpoint != nil {
+		rj.Recovery.LastCheckpoint != nil || rj.Recovery.ProfileVerifiedResumes != 1 || rj.Recovery.ProfileFailedResumes != 0 {
 		t.Fatalf("running after resume: %+v", rj)
 	}
 }

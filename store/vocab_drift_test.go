@@ -42,6 +42,17 @@ func liveStates() []string {
 	return out
 }
 
+// finalStates returns the job states that are final.
+func finalStates() []string {
+	var out []string
+	for _, s := range vocab.JobStates {
+		if s.Final() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
 // checkLiteral matches one text literal of a CHECK constraint as
 // pg_get_constraintdef renders it: 'value'::text.
 var checkLiteral = regexp.MustCompile(`'((?:[^']|'')*)'::text`)
@@ -125,6 +136,7 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"notifications", "kind", strs(vocab.NotificationKinds)},
 		{"notifications", "state", strs(vocab.NotificationStates)},
 		{"resume_evidence", "kind", strs(vocab.ResumeEvidenceKinds)},
+		{"preemptions", "final_state", finalStates()},
 		{"resume_evidence", "outcome", strs(vocab.ResumeOutcomes)},
 	}
 	for _, tc := range cases {
