@@ -84,8 +84,8 @@ func verify(t *testing.T, st *store.Store, progress activities.RunProgressSource
 	activities.Register(env, activities.Deps{Store: st, Progress: progress, PollInterval: 20 * time.Millisecond,
 		Governance: func() *policy.Policy { return policy.Default() }})
 	val, err := env.ExecuteActivity("VerifyResume", &activities.VerifyResumeInput{
-		PreemptionStep: activities.PreemptionStep{PreemptionID: id, VictimJobID: victim.ID},
-		Resumed:        &temporalx.ResumedSignal{PreemptionID: id, JobID: victim.ID, RunID: run},
+		PreemptionStep:          activities.PreemptionStep{PreemptionID: id, VictimJobID: victim.ID},
+		Resumed:                 &temporalx.ResumedSignal{PreemptionID: id, JobID: victim.ID, RunID: run},
 		RecomputeTimeoutSeconds: 0.3})
 	if err != nil {
 		t.Fatal(err)

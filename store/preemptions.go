@@ -123,8 +123,8 @@ const preemptionColumns = `id, cycle_id, coalesce(workflow_id, '') AS workflow_i
 // decodes straight into Failures.
 type preemptionRow struct {
 	PreemptionRecord
-	CheckpointAtNotice *checkpointDoc         `db:"checkpoint_at_notice"`
-	SavedCheckpoint    *checkpointDoc         `db:"saved_checkpoint"`
+	CheckpointAtNotice *checkpointDoc        `db:"checkpoint_at_notice"`
+	SavedCheckpoint    *checkpointDoc        `db:"saved_checkpoint"`
 	Candidates         []PreemptionCandidate `db:"candidates"`
 }
 
