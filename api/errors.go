@@ -25,6 +25,7 @@ const (
 	CodeNotFound         = "not_found"          // 404: no such job or route
 	CodeMethodNotAllowed = "method_not_allowed" // 405: the route exists for another method
 	CodeConflict         = "conflict"           // 409: the job's state does not allow the action (e.g. cancel a finished job)
+	CodeStale            = "stale"              // 409: a checkpoint older than the run's current one; nothing changed
 	CodeStoreUnavailable = "store_unavailable"  // 503: PostgreSQL could not be reached or did not answer in time; nothing was persisted
 	CodeInternal         = "internal"           // 500: a bug or an unexpected database error
 )

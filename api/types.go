@@ -75,7 +75,13 @@ type Recovery struct {
 	Checkpointable            bool        `json:"checkpointable"`
 	CheckpointIntervalSeconds int64       `json:"checkpoint_interval_s,omitempty"`
 	LastCheckpoint            *Checkpoint `json:"last_checkpoint,omitempty"`
-	VerifiedResumes           int         `json:"verified_resumes"`
+	// VerifiedResumes is the job's own count, as information: the
+	// preemption gate reads its profile's record (docs/design.md §5).
+	VerifiedResumes int `json:"verified_resumes"`
+	// Profile is the job's recovery profile, "<project>/<name>".
+	Profile string `json:"profile,omitempty"`
+	// TotalSteps is the job's declared work in steps (recovery.total_steps); absent when none.
+	TotalSteps int64 `json:"total_steps,omitempty"`
 }
 
 // Checkpoint is one saved state of a run.
@@ -366,7 +372,7 @@ func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {
 func recoveryFromStore(r scheduling.RecoveryEvidence) Recovery {
 	out := Recovery{
 		Checkpointable: r.Checkpointable, CheckpointIntervalSeconds: r.CheckpointIntervalSeconds,
-		VerifiedResumes: r.VerifiedResumes,
+		VerifiedResumes: r.VerifiedResumes, Profile: r.Profile, TotalSteps: r.TotalSteps,
 	}
 	if c := r.LastCheckpoint; c != nil {
 		out.LastCheckpoint = &Checkpoint{At: c.At, Step: c.Step, Location: c.Location}

@@ -19,6 +19,17 @@ func tierNames() []string {
 	return out
 }
 
+// finalStates returns the job states that are final, in order.
+func finalStates() []string {
+	var out []string
+	for _, s := range vocab.JobStates {
+		if s.Final() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
 // openAPIEnum returns the enum of the schema at path in the OpenAPI
 // document, following $ref. path is a list of object keys; a key
 // "param:<name>" selects the parameter of that name in a parameters list.
@@ -108,6 +119,7 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{param("/v1/preemptions", "state"), names(vocab.PreemptionStates)},
 		{prop("Preemption", "outcome"), withEmpty(names(vocab.PreemptionOutcomes))},
 		{param("/v1/preemptions", "outcome"), names(vocab.PreemptionOutcomes)},
+		{prop("Preemption", "final_state"), withEmpty(finalStates())},
 		{prop("Reclaim", "class"), names(vocab.ReclaimClasses)},
 		{param("/v1/reclaims", "class"), names(vocab.ReclaimClasses)},
 		{prop("Reclaim", "mode"), names(vocab.ReclaimModes)},

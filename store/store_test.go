@@ -453,8 +453,9 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if err := s.RecordCheckpoint(ctx, victim.ID, run, cp); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordCheckpoint(ctx, victim.ID, run, scheduling.Checkpoint{At: t0, Step: 100}); err != nil {
-		t.Fatal(err)
+	// A late retry of an older checkpoint is answered stale and changes nothing.
+	if err := s.RecordCheckpoint(ctx, victim.ID, run, scheduling.Checkpoint{At: t0.Add(20 * time.Minute), Step: 100}); !errors.Is(err, store.ErrStaleCheckpoint) {
+		t.Fatalf("older checkpoint: %v, want it stale", err)
 	}
 	out, err = s.ApplyCycle(ctx, "c2", &scheduling.Result{
 		Waiting: []scheduling.WaitStatus{{JobID: winner.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 free"}},
