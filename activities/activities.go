@@ -51,6 +51,9 @@ type Store interface {
 	// PreemptionRunIDs names the runs on the allocations of started
 	// preemptions, for their workflow IDs (store.Store.PreemptionRunIDs).
 	PreemptionRunIDs(ctx context.Context, allocationIDs []string) (map[string]string, error)
+	// RecordResumeEvidence stores a resume observed after a crash as
+	// evidence of the job's recovery profile (store.Store.RecordResumeEvidence).
+	RecordResumeEvidence(ctx context.Context, e store.ResumeEvidence) error
 }
 
 var _ Store = (*store.Store)(nil)

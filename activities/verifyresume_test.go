@@ -182,3 +182,45 @@ func TestVerifyResumeCountsOnlyProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestFinishRunRecordsCrashResume checks the evidence a run's resume after
+// a crash gives its job's recovery profile: progress past the checkpoint is
+// verified, a job reporting another start step is wrong_step, a failure at
+// the checkpoint is failed, and a run stopped on request before it
+// progressed gives none; a retried FinishRun stores nothing twice.
+func TestFinishRunRecordsCrashResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t, 1, 4)
+	jobs := &activities.Jobs{Store: st}
+	forty := int64(40)
+	zero := int64(0)
+	cases := []struct {
+		outcome vocab.RunOutcome
+		resume  activities.CrashResume
+		want    vocab.ResumeOutcome // "": no evidence
+	}{
+		{vocab.RunSucceeded, activities.CrashResume{FromStep: 40, Step: 90, ReportedStartStep: &forty}, vocab.ResumeVerified},
+		{vocab.RunFailed, activities.CrashResume{FromStep: 40, Step: 60, ReportedStartStep: &zero}, vocab.ResumeWrongStep},
+		{vocab.RunFailed, activities.CrashResume{FromStep: 40, Step: 40}, vocab.ResumeFailed},
+		{vocab.RunCancelled, activities.CrashResume{FromStep: 40, Step: 40}, ""},
+	}
+	for i, tc := range cases {
+		j, _, run := runningJob(t, st, "train", vocab.TierStandard, gpuUUID(i), time.Now().Add(-time.Hour))
+		for range 2 {
+			if _, err := jobs.FinishRun(ctx, &activities.FinishRunInput{JobID: j.ID, RunID: run, Outcome: tc.outcome,
+				CrashResume: &tc.resume}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		evs, err := st.ResumeEvidenceOf(ctx, j.ID)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case tc.want == "" && len(evs) != 0:
+			t.Errorf("case %d: evidence %+v, want none", i, evs)
+		case tc.want != "" && (len(evs) != 1 || evs[0].Outcome != tc.want || evs[0].Kind != vocab.EvidenceCrash || evs[0].Key != "crash/"+run):
+			t.Errorf("case %d: evidence %+v, want one %s crash resume", i, evs, tc.want)
+		}
+	}
+}

@@ -65,6 +65,11 @@ type RunResult struct {
 	// RecomputeSteps is the work redone after such a resume: the steps between the
 	// checkpoint resumed from and the step the lost attempt had reached.
 	RecomputeSteps int64
+	// ReportedStartStep is the step the job itself reported starting from
+	// (a process's started line); nil when it reported none (the simulated
+	// executor starts where it is told). A value other than StartStep after
+	// a crash is a resume from the wrong step.
+	ReportedStartStep *int64 `json:",omitempty"`
 }
 
 // CheckpointRecorder stores a run's checkpoints (the store's RecordCheckpoint).

@@ -367,6 +367,10 @@ func (r *attemptRun) result(res *executor.RunResult, out *Outcome) (*executor.Ru
 			"step", res.LastCheckpoint.Step, "error", err)
 		notes = append(notes, fmt.Sprintf("checkpoint of step %d not recorded: %v", res.LastCheckpoint.Step, err))
 	}
+	if out.Started {
+		from := out.StartedFromStep
+		res.ReportedStartStep = &from
+	}
 	if out.Started && out.StartedFromStep != res.StartStep {
 		notes = append(notes, fmt.Sprintf("the job reported starting at step %d, not at the checkpoint's step %d", out.StartedFromStep, res.StartStep))
 	}
