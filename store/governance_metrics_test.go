@@ -175,7 +175,7 @@ func TestGovernanceMetrics(t *testing.T) {
 	checkFloat(t, "resume_success_rate", g.ResumeSuccessRate, 0.5)
 	checkFloat(t, "start_success_rate", g.StartSuccessRate, 6.0/8)
 	checkFloat(t, "gpu_release_time_s", g.GPUReleaseTimeSeconds, 45) // median of 30 s and 60 s
-	checkFloat(t, "cancel_rate", g.CancelRate, 3.0/9)               // C (reclaimed), G, H of 9 submitted in p
+	checkFloat(t, "cancel_rate", g.CancelRate, 3.0/9)                // C (reclaimed), G, H of 9 submitted in p
 	checkFloat(t, "service_share_delivered", g.ServiceShareDelivered, 3600.0/pTotal)
 	if !slices.Equal(g.Measured, store.GovernanceMeasured) {
 		t.Fatalf("measured %v, want %v", g.Measured, store.GovernanceMeasured)
