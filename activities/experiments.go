@@ -76,8 +76,8 @@ type ExperimentStatus struct {
 	// abort (store.Experiment.HoldsPools, finished); Promoted once promoted.
 	Holds    bool
 	Promoted bool
-	// Detail says how the step ended, with the numbers (the latest
-	// outcome's reason, or the state).
+	// Detail says how the experiment stands, with the numbers: the
+	// outcome's reason once decided, else the state.
 	Detail string
 }
 
@@ -106,7 +106,7 @@ func (a *ExperimentActivities) status(e *store.Experiment) *ExperimentStatus {
 		st.Pool = e.Spec.Scope.Pools[0]
 	}
 	if e.Outcome != nil {
-		st.Detail = string(e.Outcome.Verdict) + ": " + e.Outcome.Reason
+		st.Detail = e.Outcome.Reason
 	}
 	return st
 }

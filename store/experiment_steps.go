@@ -421,7 +421,7 @@ func finishTx(ctx context.Context, tx pgx.Tx, e *Experiment, out *experiment.Out
 		return err
 	}
 	_, err = insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: ExperimentEventVerdict,
-		Detail: string(out.Verdict) + ": " + out.Reason, Data: b})
+		Detail: "verdict " + string(out.Verdict) + " — " + out.Reason, Data: b})
 	return err
 }
 
