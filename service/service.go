@@ -323,8 +323,9 @@ func (s *Service) serveHTTP() error {
 }
 
 // reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
-// PendingJobs every ReconcileInterval until ctx ends; failures are logged
-// and retried at the next pass.
+// PendingJobs and workflows.ReconcileExperimentWorkflows over the
+// experiments that hold their pools every ReconcileInterval until ctx
+// ends; failures are logged and retried at the next pass.
 func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
@@ -342,6 +343,9 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
+		}
+		if n, err := workflows.ReconcileExperimentWorkflows(ctx, s.temporal, s.store.HoldingExperimentIDs); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile experiment workflows", "holding", n, "err", err)
 		}
 	}
 }

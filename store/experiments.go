@@ -467,6 +467,25 @@ func (s *Store) ActiveExperimentFor(ctx context.Context, pools []string) (*Exper
 	return e, nil
 }
 
+// HoldingExperimentIDs returns the IDs of the experiments that hold their
+// pools (Experiment.HoldsPools), oldest first: those whose
+// ExperimentWorkflow should be running, which serve's reconciler makes
+// sure of. Errors are wrapped with "holding experiments".
+func (s *Store) HoldingExperimentIDs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := forEachRow(ctx, s.pool, `SELECT id FROM experiments WHERE `+holdingSQL+` ORDER BY created_at, id`, nil,
+		func(rows pgx.Rows) error {
+			var id string
+			err := rows.Scan(&id)
+			out = append(out, id)
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: holding experiments: %w", err)
+	}
+	return out, nil
+}
+
 // insertExperimentEvent appends ev to experiment id's timeline in tx. A
 // non-empty key makes the event once-only per experiment (a retried step):
 // it returns false, writing nothing, when an event with that key exists.

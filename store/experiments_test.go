@@ -89,6 +89,9 @@ func TestCreateAndReadExperiment(t *testing.T) {
 	if a, err := s.ActiveExperimentFor(ctx, []string{"a100"}); err != nil || a == nil || a.ID != e.ID {
 		t.Fatalf("active for a100: %+v (%v)", a, err)
 	}
+	if ids, err := s.HoldingExperimentIDs(ctx); err != nil || len(ids) != 1 || ids[0] != e.ID {
+		t.Fatalf("holding experiments %v (%v)", ids, err)
+	}
 	if a, err := s.ActiveExperimentFor(ctx, []string{"h100"}); err != nil || a != nil {
 		t.Fatalf("active for h100: %+v (%v), want none", a, err)
 	}

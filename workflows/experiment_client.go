@@ -82,3 +82,25 @@ func SignalExperiment(ctx context.Context, c client.Client, id string, s Experim
 	}
 	return nil
 }
+
+// ReconcileExperimentWorkflows starts the ExperimentWorkflow of every
+// experiment that holds its pools (holding: the store's
+// HoldingExperimentIDs), so that an experiment stored while Temporal did
+// not answer the start, or whose start was lost with the process, gets its
+// workflow. StartExperiment is idempotent: a running workflow is left as it
+// is and a closed one is not started again. serve runs it with the job
+// reconciler. It returns how many starts were asked for and an error
+// joining the store's, if any, with the first failed start.
+func ReconcileExperimentWorkflows(ctx context.Context, c client.Client, holding func(context.Context) ([]string, error)) (int, error) {
+	ids, err := holding(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reconcile experiment workflows: %w", err)
+	}
+	var first error
+	for _, id := range ids {
+		if err := StartExperiment(ctx, c, id); err != nil && first == nil {
+			first = fmt.Errorf("reconcile experiment workflows: %w", err)
+		}
+	}
+	return len(ids), first
+}

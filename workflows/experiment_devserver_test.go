@@ -92,7 +92,8 @@ func experimentResult(t *testing.T, c client.Client, id string, timeout time.Dur
 	return &res
 }
 
-// TestExperimentWorkerRestartOnDevServer: the worker stops mid-window and
+// TestExperimentWorkerRestartOnDevServer: the reconciler starts the
+// workflow of a stored experiment; the worker stops mid-window and
 // a new one starts 3 s later; the durable timers resume the checks where
 // the schedule stands (the missed ones are not made up), and the verdict
 // comes at the window's end: inconclusive (no job), the baseline restored.
@@ -104,10 +105,12 @@ func TestExperimentWorkerRestartOnDevServer(t *testing.T) {
 	e := liveExperiment(t, st, base, cand, 10*time.Second, 100, 5)
 	first := experimentWorker(t, c, st)
 	ctx := context.Background()
-	for range 2 { // a retried start is the same workflow
-		if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
-			t.Fatal(err)
-		}
+	// The reconciler starts it; a retried start is the same workflow.
+	if n, err := workflows.ReconcileExperimentWorkflows(ctx, c, st.HoldingExperimentIDs); err != nil || n != 1 {
+		t.Fatalf("reconcile: %d, %v", n, err)
+	}
+	if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
+		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "two checks", func() bool { return len(checkNumbers(t, st, e.ID)) >= 2 })
 	first.Stop()
