@@ -85,7 +85,7 @@ field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.`,
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the recovery-evidence draw (overrides the policy file's simulation.seed)")
 	fl.StringSliceVar(&f.models, "models", nil, "GPU model names the trace reader accepts besides the Alibaba trace's (an exported inventory's)")
 	fl.StringVar(&f.vs, "vs", "", "candidate policy file: simulate the trace under --policy and under it, and compare")
-	fl.StringVar(&f.experiment, "experiment", "", "experiment spec (YAML, as `gpugov experiment create -f`) judging --vs; default: see above")
+	fl.StringVar(&f.experiment, "experiment", "", "experiment spec (YAML, the format of gpugov experiment create -f) judging --vs; default: see above")
 	fl.BoolVar(&f.fromStore, "from-store", false, "export the service's recorded jobs of [--since, --until) and its inventory as the trace")
 	fl.StringVar(&f.since, "since", "", "with --from-store: first submit time exported (RFC 3339)")
 	fl.StringVar(&f.until, "until", "", "with --from-store: end of the submit times exported, excluded (RFC 3339)")

@@ -79,17 +79,17 @@ type whatIfInput struct {
 
 // whatIfOutput is the JSON form of a what-if.
 type whatIfOutput struct {
-	Input       whatIfInput              `json:"input"`
-	Baseline    whatIfRun                `json:"baseline"`
-	Candidate   whatIfRun                `json:"candidate"`
-	Groups      []vocab.PolicyGroup      `json:"variable_groups"`
-	Warnings    []string                 `json:"warnings"`
-	Spec        *experiment.Spec         `json:"spec"`
-	DefaultSpec bool                     `json:"default_spec"`
-	Window      queuereport.Window       `json:"window"`
+	Input       whatIfInput               `json:"input"`
+	Baseline    whatIfRun                 `json:"baseline"`
+	Candidate   whatIfRun                 `json:"candidate"`
+	Groups      []vocab.PolicyGroup       `json:"variable_groups"`
+	Warnings    []string                  `json:"warnings"`
+	Spec        *experiment.Spec          `json:"spec"`
+	DefaultSpec bool                      `json:"default_spec"`
+	Window      queuereport.Window        `json:"window"`
 	Measured    [2]experiment.Measurement `json:"measurements"` // baseline, candidate
-	Outcome     experiment.Outcome       `json:"outcome"`
-	Notes       []string                 `json:"notes"`
+	Outcome     experiment.Outcome        `json:"outcome"`
+	Notes       []string                  `json:"notes"`
 }
 
 // runWhatIf is `simulate --vs`: the candidate and the spec are loaded and
