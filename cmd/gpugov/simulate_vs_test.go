@@ -16,19 +16,26 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// The what-if's baseline and an aging-only candidate: the same queues (the
-// default's, written out), aging four times as fast and capped at 9,000
-// points instead of 3,000. policy.Diff finds the aging group only.
+// The what-if's baseline and aging-only candidate (README's example): the
+// same queues (the default's, written out), the candidate's aging four
+// times as fast and capped at 9,000 points instead of 3,000; policy.Diff
+// finds the aging group only. whatIfSpec is the README's experiment spec.
 const (
-	whatIfQueues = `queues:
-  - {name: production, tier: production, share: 4, max_wait_s: 60, protected: true}
-  - {name: key-project, tier: key-project, share: 3, max_wait_s: 600}
-  - {name: standard, tier: standard, share: 2, max_wait_s: 3600}
-  - {name: experiment, tier: experiment, share: 1, max_wait_s: 21600, low_risk: true}
-`
-	whatIfBase  = "version: gpugov.policy/v1\naging: {enabled: true, step_points: 100, interval_s: 600, cap_points: 3000}\n" + whatIfQueues
-	whatIfAging = "version: gpugov.policy/v1\naging: {enabled: true, step_points: 400, interval_s: 600, cap_points: 9000}\n" + whatIfQueues
+	whatIfBaseFile  = "../../deploy/whatif/baseline.yaml"
+	whatIfAgingFile = "../../deploy/whatif/aging.yaml"
+	whatIfSpecFile  = "../../deploy/whatif/experiment.yaml"
 )
+
+var whatIfBase, whatIfAging = mustReadFile(whatIfBaseFile), mustReadFile(whatIfAgingFile)
+
+// mustReadFile reads a file of the repository the tests need.
+func mustReadFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 // The real-trace slice of the what-if test: the first whatIfPods GPU pods
 // created in the trace's busiest 24 hours (hours 3548–3572, replay's
@@ -136,7 +143,7 @@ type whatIfJSON struct {
 func TestSimulateVsRealTrace(t *testing.T) {
 	dir := t.TempDir()
 	nodes, pods := realTraceSlice(t, dir)
-	base, cand := writeIn(t, dir, "base.yaml", whatIfBase), writeIn(t, dir, "aging.yaml", whatIfAging)
+	base, cand := whatIfBaseFile, whatIfAgingFile
 	out, progress, err := runSimulateArgs(t, "--nodes", nodes, "--pods", pods, "--policy", base, "--vs", cand, "--format", "json")
 	if err != nil {
 		t.Fatalf("simulate --vs: %v\n%s", err, progress)
@@ -198,6 +205,16 @@ func TestSimulateVsRealTrace(t *testing.T) {
 			t.Errorf("text output lacks %q:\n%s", want, text)
 		}
 	}
+
+	// README's example: the same runs judged by deploy/whatif/experiment.yaml.
+	text, _, err = runSimulateArgs(t, "--nodes", nodes, "--pods", pods, "--policy", base, "--vs", cand, "--experiment", whatIfSpecFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `experiment "faster-aging"`) || !strings.Contains(text, "verdict:  ") {
+		t.Fatalf("README's what-if:\n%s", text)
+	}
+	t.Logf("README's what-if:\n%s", text[strings.Index(text, "verdict:"):strings.Index(text, "comparison (")])
 }
 
 // TestSimulateVsExperimentSpec judges the candidate with a spec file on the
