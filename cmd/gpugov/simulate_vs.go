@@ -222,7 +222,7 @@ func loadWhatIf(f simulateFlags) (spec *experiment.Spec, cand *policy.Policy, la
 		}
 		return spec, cand, f.vs, nil
 	}
-	label = "candidate.file of " + f.experiment
+	label = "the candidate of " + f.experiment
 	switch {
 	case spec.Candidate.Hash != "":
 		return nil, nil, "", newUsageError("simulate: %s: candidate.hash: a what-if needs the candidate's policy file: pass --vs FILE or set candidate.file", f.experiment)

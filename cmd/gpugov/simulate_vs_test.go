@@ -306,7 +306,7 @@ rollback: []
 	}
 	// The spec's candidate.file is the candidate when --vs is left out.
 	out, _, err := runSimulateArgs(t, append(slices.Clone(sim), "--policy", base, "--experiment", withCandidate)...)
-	if err != nil || !strings.Contains(out, "candidate candidate.file of "+withCandidate) {
+	if err != nil || !strings.Contains(out, "candidate the candidate of "+withCandidate) {
 		t.Fatalf("candidate.file as the candidate: %v\n%s", err, out)
 	}
 }
