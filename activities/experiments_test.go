@@ -2,6 +2,8 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/webhook/webhooktest"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
@@ -48,6 +51,12 @@ type expFixture struct {
 
 func newExpFixture(t *testing.T, spec experiment.Spec, submitAt ...time.Duration) *expFixture {
 	t.Helper()
+	return newExpFixtureWith(t, nil, spec, submitAt...)
+}
+
+// newExpFixtureWith is newExpFixture with the policy in force cfg (nil: the default).
+func newExpFixtureWith(t *testing.T, cfg *policy.Policy, spec experiment.Spec, submitAt ...time.Duration) *expFixture {
+	t.Helper()
 	ctx := context.Background()
 	st, _ := storetest.NewStore(t, storetest.Fixture{
 		Pools: []scheduling.Pool{storetest.Pool(testPool, vocab.StageObserve, 1, 4)}, Queues: []scheduling.Queue{storetest.TrainQueue}})
@@ -73,7 +82,8 @@ func newExpFixture(t *testing.T, spec experiment.Spec, submitAt ...time.Duration
 	clock := &expClock{now: expStart}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	activities.Register(env, activities.Deps{Store: st, Now: clock.Now, CycleIntervalSeconds: 5})
+	activities.Register(env, activities.Deps{Store: st, Now: clock.Now, CycleIntervalSeconds: 5,
+		Governance: func() *policy.Policy { return cfg }})
 	return &expFixture{st: st, env: env, clock: clock, e: e, base: base.Hash(), cand: cand.Hash()}
 }
 
@@ -182,9 +192,16 @@ func TestExperimentActivitiesKeptAndPromoted(t *testing.T) {
 
 // TestExperimentActivitiesRollBack: a check that breaches rolls back at
 // once, with the numbers that breached in the outcome, and notifies the
-// admins through the outbox.
+// admins through the outbox: the notification is delivered, signed, to the
+// policy's notifications.admins webhook.
 func TestExperimentActivitiesRollBack(t *testing.T) {
-	f := newExpFixture(t, submittedSpec(2), -500*time.Second, 100*time.Second, 150*time.Second, 200*time.Second)
+	t.Setenv("GPUGOV_TEST_ADMINS_SECRET", "adm1n")
+	recv := &webhooktest.Receiver{T: t, Secret: []byte("adm1n")}
+	srv := httptest.NewServer(recv)
+	defer srv.Close()
+	cfg := policy.Default()
+	cfg.Notifications.Admins = &policy.Webhook{URL: srv.URL + "/admins", SecretEnv: "GPUGOV_TEST_ADMINS_SECRET"}
+	f := newExpFixtureWith(t, cfg, submittedSpec(2), -500*time.Second, 100*time.Second, 150*time.Second, 200*time.Second)
 	ref := &activities.ExperimentRef{ID: f.e.ID}
 	f.step(t, expStart, "MeasureExperimentBaseline", ref)
 	f.step(t, expStart, "SwitchExperiment", ref)
@@ -202,6 +219,31 @@ func TestExperimentActivitiesRollBack(t *testing.T) {
 	ns, err := f.st.ListNotifications(context.Background(), store.NotificationFilter{Project: policy.AdminsRecipient})
 	if err != nil || len(ns) != 1 || ns[0].Kind != vocab.NotifyExperimentRolledBack {
 		t.Fatalf("admins notifications %+v (%v)", ns, err)
+	}
+	val, err := f.env.ExecuteActivity("SweepNotifications", &activities.SweepInput{})
+	var sw activities.SweepResult
+	if err != nil || val.Get(&sw) != nil || !slices.Equal(sw.Projects, []string{policy.AdminsRecipient}) {
+		t.Fatalf("sweep %+v (%v), want the admins routed", sw, err)
+	}
+	if _, err := f.env.ExecuteActivity("DeliverNotification", &activities.DeliverInput{ID: ns[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := recv.Requests()
+	var body struct {
+		Type    string `json:"type"`
+		Project string `json:"project"`
+		Data    struct {
+			ExperimentID string `json:"experiment_id"`
+			Breaches     []struct {
+				Value, Threshold float64
+				Text             string
+			} `json:"breaches"`
+		} `json:"data"`
+	}
+	if len(reqs) != 1 || json.Unmarshal(reqs[0].Body, &body) != nil || body.Type != string(vocab.NotifyExperimentRolledBack) ||
+		body.Project != policy.AdminsRecipient || body.Data.ExperimentID != f.e.ID || len(body.Data.Breaches) != 1 ||
+		body.Data.Breaches[0].Value != 3 || body.Data.Breaches[0].Threshold != 2 || body.Data.Breaches[0].Text != "total submitted 3 jobs > 2 jobs" {
+		t.Fatalf("admins webhook got %d requests: %+v", len(reqs), reqs)
 	}
 	// The workflow's next steps find it finished.
 	if st = f.step(t, expStart.Add(601*time.Second), "FinishExperiment", ref); st.Verdict != vocab.VerdictRolledBack {
