@@ -189,7 +189,9 @@ func TestDecide(t *testing.T) {
 			measurement(Governance{}, tierVals{"production", 22, 950, 330, 0, 0}, tierVals{"experiment", 9, 3100, -1, 1, 0}),
 			nil, vocab.VerdictInconclusive,
 			"inconclusive: experiment tier wait_p95_s has no value in the candidate window (10 jobs before, 9 jobs after, none measured for it); no rollback condition breached"},
-		{"increase from 0", func(s *Spec) { s.Expected = Expectation{Metric: "jobs_over_objective", Target: Target{Tier: "production"}, Direction: Increase, Change: 0.5} },
+		{"increase from 0", func(s *Spec) {
+			s.Expected = Expectation{Metric: "jobs_over_objective", Target: Target{Tier: "production"}, Direction: Increase, Change: 0.5}
+		},
 			measurement(Governance{}, tierVals{"production", 22, 950, 330, 0, 3}, tierVals{"experiment", 9, 3100, 2000, 1, 0}),
 			nil, vocab.VerdictKept,
 			"production tier jobs_over_objective 0 jobs → 3 jobs (the baseline is 0, so no relative change), expected an increase of at least 50 %: met; no rollback condition breached"},
