@@ -208,6 +208,7 @@ func (s *Server) routes() *gin.Engine {
 	s.governanceRoutes(v1)
 	v1.GET("/notifications", s.listNotifications)
 	s.quotaRoutes(v1)
+	s.policyRoutes(v1)
 	s.reportRoutes(v1)
 	return e
 }

@@ -128,6 +128,8 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{schema("QuotaRequestState"), names(vocab.QuotaRequestStates)},
 		{prop("QuotaRequest", "state"), names(vocab.QuotaRequestStates)},
 		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
+		{schema("PolicyGroup"), names(vocab.PolicyGroups)},
+		{prop("PolicyGroupDiff", "group"), names(vocab.PolicyGroups)},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")
