@@ -76,8 +76,8 @@ type Experiment struct {
 	// StartAt is when the candidate is to be switched in: Spec.Start, or the
 	// creation time.
 	StartAt    time.Time
-	SwitchedAt *time.Time // when the candidate was switched in; nil before
-	EndedAt    *time.Time // when it became finished or aborted; nil before
+	SwitchedAt *time.Time              // when the candidate was switched in; nil before
+	EndedAt    *time.Time              // when it became finished or aborted; nil before
 	Baseline   *experiment.Measurement // once measured
 	Outcome    *experiment.Outcome     // once decided
 	PromotedAt *time.Time              // when an admin promoted the kept candidate
