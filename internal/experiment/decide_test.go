@@ -3,6 +3,7 @@ package experiment
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -308,4 +309,70 @@ func sameFloat(a, b *float64) bool {
 		return a == b
 	}
 	return *a-*b < 1e-9 && *b-*a < 1e-9
+}
+
+func TestWriteText(t *testing.T) {
+	base := measurement(Governance{}, tierVals{"production", 20, 900, 300, 0, 0}, tierVals{"experiment", 10, 5400, 4000, 4, 2})
+	cand := measurement(Governance{FalseReclaims: 1, Measured: []string{"false_reclaims"}},
+		tierVals{"production", 22, 950, 412, 0, 0}, tierVals{"experiment", 9, 3100, 2000, 1, 0})
+	o := Decide(agingSpec(), base, cand, nil)
+	var a, b bytes.Buffer
+	if err := o.WriteText(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteText(&b); err != nil || a.String() != b.String() {
+		t.Fatalf("two writes differ (%v)", err)
+	}
+	out := a.String()
+	lines := strings.Split(out, "\n")
+	for _, want := range []string{
+		"verdict:  rolled_back",
+		"reason:   rolled back: production tier wait_p95_s 412 s > 1.2 × baseline 300 s = 360 s; total false_reclaims 1 > 0",
+		"expected: experiment tier longest_wait_s, a decrease of at least 30 %: 5400 s → 3100 s (−42.6 %), sample 10 jobs → 9 jobs: met",
+		"breaches:",
+		"  production p95: production tier wait_p95_s 412 s > 1.2 × baseline 300 s = 360 s",
+		"checks (full window):",
+		"  CONDITION                 VALUE  BASELINE  THRESHOLD  BREACHED",
+		"  production p95            412 s  300 s     360 s      yes",
+		"  total false_reclaims > 0  1      0         0          yes",
+		"comparison (before: baseline, after: candidate):",
+		"  TARGET           METRIC                    UNIT   BEFORE  AFTER  DELTA  RATIO",
+		"  total            longest_wait_s            s      5400    3100   -2300  0.574",
+		"  total            recompute_gpu_s           GPU-s  0       -      -      -",
+		"  total            false_reclaims            count  0       1      1      -",
+		"  production tier  wait_p95_s                s      300     412    112    1.37",
+		"  experiment tier  longest_wait_s            s      5400    3100   -2300  0.574",
+		"  queue batch      jobs                      jobs   30      31     1      1.03",
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in\n%s", want, out)
+		}
+	}
+
+	kept := Decide(agingSpec(), base, measurement(Governance{}, tierVals{"production", 22, 950, 330, 0, 0}, tierVals{"experiment", 9, 3100, 2000, 1, 0}), nil)
+	var k bytes.Buffer
+	if err := kept.WriteText(&k); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(k.String(), "breaches:") || !strings.HasPrefix(k.String(), "verdict:  kept\n") ||
+		!strings.Contains(k.String(), "  production p95            330 s  300 s     360 s      no\n") {
+		t.Errorf("kept:\n%s", k.String())
+	}
+	none := Decide(&Spec{Expected: Expectation{Metric: "jobs", Direction: Increase, Change: 1}}, base, base, nil)
+	var n bytes.Buffer
+	if err := none.WriteText(&n); err != nil || !strings.Contains(n.String(), "checks (full window):\n  no rollback condition\n") {
+		t.Errorf("no conditions (%v):\n%s", err, n.String())
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteTextError(t *testing.T) {
+	base := measurement(Governance{}, tierVals{"experiment", 10, 5400, 4000, 4, 2})
+	o := Decide(agingSpec(), base, base, nil)
+	if err := o.WriteText(failWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("write error: %v", err)
+	}
 }

@@ -107,7 +107,8 @@ func ParseSpecFile(path string) (*Spec, error) {
 
 // specDecoder walks the YAML node tree into a Spec, collecting a problem
 // with the node's line for each bad field, and the line of each decoded
-// field by path (for Validate's problems).
+// field (its key's, or a list item's) by path, for Validate's problems: a
+// field the spec lacks is reported at its mapping's key.
 type specDecoder struct {
 	probs []SpecProblem
 	at    map[string]int
@@ -241,7 +242,7 @@ func (d *specDecoder) mapping(n *yaml.Node, path string, fs specFields) {
 			d.fail(k.Line, at, "unknown field (want one of %s)", strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
 		default:
 			seen[k.Value] = true
-			d.at[at] = v.Line
+			d.at[at] = k.Line
 			f(v, at)
 		}
 	}

@@ -74,6 +74,14 @@ func cell(v *float64) string {
 	return num(*v)
 }
 
+// unitCell renders a table value with its unit, or "-" for nil.
+func unitCell(v *float64, unit string) string {
+	if v == nil {
+		return "-"
+	}
+	return withUnit(v, unit)
+}
+
 func (o *Outcome) writeText(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	fmt.Fprintf(w, "verdict:  %s\n", o.Verdict)
@@ -108,7 +116,8 @@ func (o *Outcome) writeText(out io.Writer) error {
 			if c.Breached {
 				breached = "yes"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Condition.Name, cell(c.Value), cell(c.Baseline), cell(c.Threshold), breached)
+			u := unitOf(c.Condition.Metric)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Condition.Name, unitCell(c.Value, u), unitCell(c.Baseline, u), unitCell(c.Threshold, u), breached)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -221,8 +221,8 @@ func (s *Spec) validateExpected(p *problems, watched []string) {
 }
 
 // validateMetric checks a metric name and its target at path (expected,
-// rollback[i]); it returns the metric and whether it is known.
-func validateMetric(p *problems, path, metric string, t Target, watched []string) (MetricInfo, bool) {
+// rollback[i]); watched are the scope's queues (nil: any).
+func validateMetric(p *problems, path, metric string, t Target, watched []string) {
 	mi, known := LookupMetric(metric)
 	switch {
 	case metric == "":
@@ -250,7 +250,6 @@ func validateMetric(p *problems, path, metric string, t Target, watched []string
 		}
 		p.add(field, "governance metric %s is read on the scope's total only: leave tier and queue out", metric)
 	}
-	return mi, known
 }
 
 func (c *Condition) validate(p *problems, path string, watched []string) {

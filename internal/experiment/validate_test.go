@@ -3,11 +3,13 @@ package experiment
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -264,4 +266,32 @@ func govJSONNames(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+func TestCheckOneVariable(t *testing.T) {
+	base, err := policy.Load(filepath.Join("..", "..", "deploy", "gpugov", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aging := *base
+	aging.Aging.CapPoints += 1000
+	groups, fe := CheckOneVariable(validSpec(), base, &aging)
+	if fe != nil || fmt.Sprint(groups) != "[aging]" {
+		t.Errorf("aging only: %v, %v", groups, fe)
+	}
+	both := aging
+	both.FairShare.Weight += 1
+	groups, fe = CheckOneVariable(validSpec(), base, &both)
+	want := "candidate differs from the baseline in 2 variable groups (aging, fair_share); an experiment changes one, or an admin passes override.reason"
+	if fmt.Sprint(groups) != "[aging fair_share]" || fe == nil || fe.Field != "candidate" || fe.Message != want {
+		t.Errorf("aging and fair share: %v, %v", groups, fe)
+	}
+	s := validSpec()
+	s.Override = &Override{Reason: "the weight compensates the cap"}
+	if groups, fe = CheckOneVariable(s, base, &both); fe != nil || len(groups) != 2 {
+		t.Errorf("with an override: %v, %v", groups, fe)
+	}
+	if groups, fe = CheckOneVariable(validSpec(), base, base); fe == nil || len(groups) != 0 {
+		t.Errorf("the baseline itself: %v, %v", groups, fe)
+	}
 }
