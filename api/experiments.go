@@ -48,6 +48,13 @@ type ExperimentStore interface {
 	AbortExperiment(ctx context.Context, id, actor, reason string, at time.Time) (*store.Experiment, error)
 }
 
+// StoreFrom's value serves the experiment routes and the experiment check
+// of POST /v1/policies.
+var (
+	_ ExperimentStore  = pgStore{}
+	_ experimentHolder = pgStore{}
+)
+
 // ExperimentWorkflows is what the experiment routes ask of Temporal. The
 // Workflows given to New must implement it for them to work
 // (workflows.Client does); otherwise they answer 500.

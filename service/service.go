@@ -298,6 +298,9 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
 }
 
+// The workflow client serve gives the API serves the experiment routes.
+var _ api.ExperimentWorkflows = (*workflows.Client)(nil)
+
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
 	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
