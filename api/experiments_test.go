@@ -9,8 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -335,21 +338,29 @@ func TestCreateExperimentConflictAndOverride(t *testing.T) {
 	}
 }
 
-// abortExperiment marks an experiment aborted as its workflow would.
+// abortExperiment aborts an experiment through the store step its
+// workflow runs on an abort.
 func abortExperiment(t *testing.T, st *store.Store, id string) {
 	t.Helper()
-	if _, err := st.Pool().Exec(context.Background(),
-		`UPDATE experiments SET state = 'aborted', ended_at = now() WHERE id = $1`, id); err != nil {
+	if _, err := st.AbortExperiment(context.Background(), id, "root", "test", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// finishKept marks an experiment finished with verdict kept, as its
-// workflow would at the end of a met window.
+// finishKept runs the store steps of a kept candidate, as the workflow's
+// activities do: the baseline measured, the switch, the kept verdict.
 func finishKept(t *testing.T, st *store.Store, id string) {
 	t.Helper()
-	if _, err := st.Pool().Exec(context.Background(),
-		`UPDATE experiments SET state = 'finished', verdict = 'kept', switched_at = now(), ended_at = now() WHERE id = $1`, id); err != nil {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	m := &experiment.Measurement{Window: queuereport.Window{From: now.Add(-time.Hour), To: now}}
+	if _, err := st.RecordExperimentBaseline(ctx, id, m, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SwitchExperiment(ctx, id, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.FinishExperiment(ctx, id, &experiment.Outcome{Verdict: vocab.VerdictKept, Reason: "met"}, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -430,7 +441,7 @@ func TestPromoteAndAbortExperiment(t *testing.T) {
 		t.Fatalf("signals %q, want %q", env.ewf.signals, want)
 	}
 
-	if _, err := env.store.Pool().Exec(context.Background(), `UPDATE experiments SET promoted_at = now() WHERE id = $1`, x.ID); err != nil {
+	if _, err := env.store.PromoteExperiment(context.Background(), x.ID, "root", "kept", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, action := range []string{"promote", "abort"} {
@@ -438,7 +449,8 @@ func TestPromoteAndAbortExperiment(t *testing.T) {
 			t.Errorf("%s a promoted experiment: %d %s, want 409", action, r.status, r.body)
 		}
 	}
-	y := env.mustCreate(validExperiment(agingCandidate))
+	// After the promotion the candidate is the baseline: the next round tries another.
+	y := env.mustCreate(validExperiment("version: gpugov.policy/v1\naging: {enabled: true, step_points: 200, cap_points: 4000}\n"))
 	abortExperiment(t, env.store, y.ID)
 	for _, action := range []string{"promote", "abort"} {
 		if r := decide(action, y.ID, "again"); r.status != http.StatusConflict {

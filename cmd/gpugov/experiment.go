@@ -238,8 +238,9 @@ func writeExperiment(w io.Writer, d *api.ExperimentDetail) error {
 		fmt.Fprintln(w, "  (no event yet)")
 	}
 	for _, ev := range d.Events {
-		fmt.Fprintf(w, "  %s  %-17s %s\n", formatTime(ev.At), ev.Kind, ev.Detail)
-		for _, r := range checkResults(ev) {
+		results := checkResults(ev)
+		fmt.Fprintf(w, "  %s  %-17s %s\n", formatTime(ev.At), ev.Kind, trimResults(ev.Detail, results))
+		for _, r := range results {
 			mark := "ok      "
 			if r.Breached {
 				mark = "BREACHED"
@@ -266,6 +267,26 @@ func checkResults(ev api.ExperimentEvent) []experiment.ConditionResult {
 		return nil
 	}
 	return rs
+}
+
+// trimResults drops from a check's detail its trailing list of the
+// condition results ("…: A; BREACHED B", as the store writes it), which
+// show prints one a line below it; any other detail is returned whole.
+func trimResults(detail string, rs []experiment.ConditionResult) string {
+	if len(rs) == 0 {
+		return detail
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = r.Text
+		if r.Breached {
+			parts[i] = "BREACHED " + r.Text
+		}
+	}
+	if head, ok := strings.CutSuffix(detail, ": "+strings.Join(parts, "; ")); ok {
+		return head
+	}
+	return detail
 }
 
 // describeExpectation renders the expected result, e.g. "longest_wait_s of

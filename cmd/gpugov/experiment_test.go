@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
@@ -156,7 +157,10 @@ func TestExperimentCommands(t *testing.T) {
 	// check with its values, then a kept verdict with the comparison.
 	recordKept(t, env.store, id)
 	out, _, err = env.run(t, "experiment", "show", id)
-	for _, want := range []string{"finished, verdict kept", "check ", "ok       production wait_p95_s 300 s",
+	if strings.Contains(out, "jobs): production") {
+		t.Fatalf("show repeats the check's results on its detail line:\n%s", out)
+	}
+	for _, want := range []string{"finished, verdict kept", "baseline_measured", "switched", "check 1 over", "ok       production wait_p95_s 300 s",
 		"BREACHED false_reclaims", "verdict ", "kept"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Fatalf("show after the verdict: %v, want %q in\n%s", err, want, out)
@@ -183,44 +187,39 @@ func mustRun(t *testing.T, env *cliEnv, args ...string) string {
 	return out
 }
 
-// recordKept writes what the ExperimentWorkflow records for a kept
-// candidate: the switch, one check (one condition fine, one breached …
-// reported, as the test wants both marks), and the verdict with its outcome.
+// recordKept runs the store steps the ExperimentWorkflow's activities run
+// for a kept candidate: the baseline measured, the switch, one check (one
+// condition fine, one breached, as the test wants both marks), and the
+// verdict with its outcome.
 func recordKept(t *testing.T, st *store.Store, id string) {
 	t.Helper()
 	f := func(v float64) *float64 { return &v }
+	ctx := context.Background()
+	now := time.Now().UTC()
+	m := &experiment.Measurement{Window: queuereport.Window{From: now.Add(-4 * time.Hour), To: now},
+		Total: queuereport.Group{Jobs: 12, Started: 12}}
+	if _, err := st.RecordExperimentBaseline(ctx, id, m, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SwitchExperiment(ctx, id, now); err != nil {
+		t.Fatal(err)
+	}
 	checks := []experiment.ConditionResult{
 		{Condition: experiment.Condition{Name: "production P95 wait", Metric: "wait_p95_s", Target: experiment.Target{Tier: "production"}, AboveBaselineFactor: f(1.2)},
 			Value: f(300), Baseline: f(290), Threshold: f(348), Text: "production wait_p95_s 300 s ≤ 1.2 × baseline 290 s = 348 s"},
 		{Condition: experiment.Condition{Name: "false reclaims", Metric: "false_reclaims", Above: f(0)},
 			Value: f(1), Threshold: f(0), Breached: true, Text: "false_reclaims 1 > 0"},
 	}
-	data, err := json.Marshal(checks)
-	if err != nil {
+	w := experiment.Measurement{Window: queuereport.Window{From: now, To: now.Add(10 * time.Minute)}, Total: queuereport.Group{Jobs: 14}}
+	if _, err := st.RecordExperimentCheck(ctx, id, 1, w, checks, now.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	outcome := experiment.Outcome{Verdict: vocab.VerdictKept, Reason: "longest_wait_s of tier experiment fell 41 % (≥ 30 %), no breach",
 		Expected: experiment.ExpectedResult{Expectation: experiment.Expectation{Metric: "longest_wait_s", Target: experiment.Target{Tier: "experiment"},
 			Direction: experiment.Decrease, Change: 0.3}, Before: f(5400), After: f(3186), Change: f(-0.41), Met: true, SampleBefore: 12, SampleAfter: 14},
 		Rows: []experiment.Row{{Metric: "longest_wait_s", Target: experiment.Target{Tier: "experiment"}, Before: f(5400), After: f(3186), Delta: f(-2214), Ratio: f(0.59)}}}
-	odata, err := json.Marshal(outcome)
-	if err != nil {
+	if _, err := st.FinishExperiment(ctx, id, &outcome, now.Add(4*time.Hour)); err != nil {
 		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	ctx := context.Background()
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO experiment_events (experiment_id, at, kind, detail) VALUES ($1, $2, 'switched', 'switched pool sim to the candidate')`, []any{id, now}},
-		{`INSERT INTO experiment_events (experiment_id, at, kind, detail, data) VALUES ($1, $2, 'check', 'check 1 of 24: no breach', $3)`, []any{id, now.Add(time.Second), data}},
-		{`INSERT INTO experiment_events (experiment_id, at, kind, detail) VALUES ($1, $2, 'verdict', 'verdict kept: longest_wait_s of tier experiment fell 41 %')`, []any{id, now.Add(2 * time.Second)}},
-		{`UPDATE experiments SET state = 'finished', verdict = 'kept', switched_at = $2, ended_at = $2, outcome = $3 WHERE id = $1`, []any{id, now, odata}},
-	} {
-		if _, err := st.Pool().Exec(ctx, q.sql, q.args...); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
