@@ -50,3 +50,15 @@ func (c *Client) DecideExperiment(ctx context.Context, id, action, reason string
 		api.ExperimentDecision{Reason: reason}, &out)
 	return &out, err
 }
+
+// ApplyPolicyOverride is ApplyPolicy with override_reason: while a policy
+// experiment holds a pool, POST /v1/policies is a 409 *Error naming it
+// unless overrideReason is given (then the version is applied, ending the
+// experiment, and the override is in the activation's audit evidence).
+// overrideReason "" is ApplyPolicy.
+func (c *Client) ApplyPolicyOverride(ctx context.Context, text, file, reason, overrideReason string) (*api.PolicyApplied, error) {
+	var out api.PolicyApplied
+	_, err := c.do(ctx, http.MethodPost, "/v1/policies", nil, nil,
+		api.PolicyApply{Policy: text, Reason: reason, File: file, OverrideReason: overrideReason}, &out)
+	return &out, err
+}

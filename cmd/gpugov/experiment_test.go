@@ -288,3 +288,30 @@ expected: {metric: longest_wait_s, tier: experiment, direction: decrease, change
 		t.Errorf("refused creates changed the store %v → %v or started %v", before, after, wf.started)
 	}
 }
+
+// While an experiment holds a pool, `gpugov policy apply` is refused naming
+// it (exit code 2, nothing changes); --override-reason applies it.
+func TestPolicyApplyDuringAnExperiment(t *testing.T) {
+	env, _ := newExperimentCLIEnv(t)
+	out := mustRun(t, env, "experiment", "create", "-f", "../../deploy/gpugov/experiment-aging.yaml")
+	id := strings.SplitN(out, "\n", 2)[0]
+	ctx := context.Background()
+	before, err := env.store.ActivePolicyHash(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "version: gpugov.policy/v1\npreemption: {grace_s: 30}\n")
+	var ue usageError
+	if _, _, err := env.run(t, "policy", "apply", file, "--reason", "shorter grace"); !errors.As(err, &ue) || !strings.Contains(err.Error(), id) {
+		t.Fatalf("apply during %s: %v, want a usage error naming it", id, err)
+	}
+	if h, _ := env.store.ActivePolicyHash(ctx); h != before {
+		t.Fatalf("the refused apply switched %s → %s", before, h)
+	}
+	if _, _, err := env.run(t, "policy", "apply", file, "--reason", "shorter grace", "--override-reason", "incident"); err != nil {
+		t.Fatalf("apply with --override-reason: %v", err)
+	}
+	if h, _ := env.store.ActivePolicyHash(ctx); h == before {
+		t.Fatal("the override changed nothing")
+	}
+}
