@@ -41,11 +41,14 @@ type PolicyStore interface {
 // gpugov.policy/v1 file (YAML, as `serve --policy` reads it) and why it is
 // applied, both required. File names the file in error messages
 // ("policy.yaml" when empty). The file's `simulation:` section is not part
-// of a version and is ignored.
+// of a version and is ignored. OverrideReason lets the change through while
+// a policy experiment holds a pool (it ends that experiment; audited with
+// the activation); without it such a change is a 409 naming the experiment.
 type PolicyApply struct {
-	Policy string `json:"policy"`
-	Reason string `json:"reason"`
-	File   string `json:"file,omitempty"`
+	Policy         string `json:"policy"`
+	Reason         string `json:"reason"`
+	File           string `json:"file,omitempty"`
+	OverrideReason string `json:"override_reason,omitempty"`
 }
 
 // PolicyApplied answers POST /v1/policies: the applied version's hash, the
@@ -131,7 +134,9 @@ func requireOperator(c *gin.Context, what string) bool {
 // version active before. 400: a malformed body, policy or reason missing, a
 // YAML syntax error (field policy); 422: a file the loader refuses (each
 // problem in details, field "policy.<field>", message "file:line: field:
-// what is wrong"), a reason over 1024 bytes; nothing is stored then.
+// what is wrong"), a reason over 1024 bytes; 409: a policy experiment holds
+// a pool and no override_reason is given (heldByExperiment, which names
+// it); nothing is stored then.
 func (s *Server) applyPolicy(c *gin.Context) {
 	if !requireAdmin(c, "apply a policy") {
 		return
@@ -184,8 +189,17 @@ func (s *Server) applyPolicy(c *gin.Context) {
 	for i, g := range out.Groups {
 		groups[i] = string(g)
 	}
-	out.Changed, err = ps.ActivatePolicy(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason,
-		map[string]any{"source": "api", "groups": groups})
+	evidence := map[string]any{"source": "api", "groups": groups}
+	if out.Hash != out.Previous {
+		holder, ok := s.heldByExperiment(ctx, c, body.OverrideReason)
+		if !ok {
+			return
+		}
+		if holder != nil {
+			evidence["override_experiment"], evidence["override_reason"] = holder.ID, body.OverrideReason
+		}
+	}
+	out.Changed, err = ps.ActivatePolicy(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason, evidence)
 	if err != nil {
 		writeError(c, policyStoreError(err, out.Hash))
 		return

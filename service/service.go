@@ -298,6 +298,9 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
 }
 
+// The workflow client serve gives the API serves the experiment routes.
+var _ api.ExperimentWorkflows = (*workflows.Client)(nil)
+
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
 	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
@@ -305,7 +308,8 @@ func (s *Service) serveHTTP() error {
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
-		api.WithStartQueue(s.starter))
+		api.WithStartQueue(s.starter),
+		api.WithCycleInterval(s.cfg.CycleInterval))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)

@@ -54,7 +54,7 @@ network failure.`
 
 // policyApplyCmd is `gpugov policy apply FILE --reason TEXT` (admin).
 func policyApplyCmd() *cobra.Command {
-	var reason, format string
+	var reason, override, format string
 	cmd := &cobra.Command{
 		Use:   "apply FILE --reason TEXT",
 		Short: "Store a policy file's version and make it the active one (admin)",
@@ -66,6 +66,9 @@ quotas, pool stages, aging, fair share, ...) from its next cycle, without a
 restart. It prints the new hash and what changed, by variable group; a file
 the loader refuses prints every problem as "file:line: field: what is wrong"
 and changes nothing. Applying the active version again changes nothing.
+While a policy experiment holds a pool the API refuses (the experiment is
+named): a new version would end it. --override-reason applies it anyway
+(recorded in the audit log), ending the experiment.
 
 Example:
   gpugov policy apply deploy/gpugov/policy.yaml --reason "experiment queue capped at half the pool"` + policyExitCodes,
@@ -73,6 +76,7 @@ Example:
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log (required)")
+	cmd.Flags().StringVar(&override, "override-reason", "", "apply even though a policy experiment holds a pool (it ends the experiment); why, for the audit log")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if reason == "" {
@@ -86,7 +90,7 @@ Example:
 		if err != nil {
 			return err
 		}
-		res, err := client.ApplyPolicy(cmd.Context(), string(data), args[0], reason)
+		res, err := client.ApplyPolicyOverride(cmd.Context(), string(data), args[0], reason, override)
 		if err != nil {
 			return policyFailure(err)
 		}
