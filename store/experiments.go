@@ -28,8 +28,8 @@ const (
 	AuditCreateExperiment    = "create_experiment"     // evidence: name, baseline, candidate, groups, pools, window_s, start
 	AuditOverrideOneVariable = "override_one_variable" // evidence: groups (more than one), reason: the override's
 	AuditExperimentSwitch    = "experiment_switch"     // evidence: baseline, candidate, baseline measurement numbers
-	AuditExperimentRollback  = "experiment_rollback"   // evidence: the breached conditions with their numbers
-	AuditExperimentRevert    = "experiment_revert"     // evidence: verdict (or abort), baseline, candidate
+	AuditExperimentRollback  = "experiment_rollback"   // evidence: the breached conditions with their numbers; restored, kept_quotas as for a revert
+	AuditExperimentRevert    = "experiment_revert"     // evidence: verdict (or abort), baseline, candidate, replaced, restored (the version activated), kept_quotas (the window's quota changes re-applied: pool, project, candidate, kept), quota_variable
 	AuditExperimentPromote   = "experiment_promote"    // evidence: candidate (the new baseline), baseline
 	AuditExperimentAbort     = "experiment_abort"      // evidence: state before, whether the candidate was in force, active hash
 )
