@@ -467,6 +467,26 @@ func (s *Store) ActiveExperimentFor(ctx context.Context, pools []string) (*Exper
 	return e, nil
 }
 
+// HoldingExperiments returns the experiments that hold their pools
+// (Experiment.HoldsPools), oldest first: at most one per pool. Errors are
+// wrapped with "holding experiments".
+func (s *Store) HoldingExperiments(ctx context.Context) ([]Experiment, error) {
+	rows, err := queryAll[experimentRow](ctx, s.pool, `SELECT `+experimentColumns+` FROM experiments WHERE `+holdingSQL+`
+		ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: holding experiments: %w", err)
+	}
+	out := make([]Experiment, 0, len(rows))
+	for i := range rows {
+		e, err := rows[i].experiment()
+		if err != nil {
+			return nil, fmt.Errorf("store: holding experiments: %w", err)
+		}
+		out = append(out, *e)
+	}
+	return out, nil
+}
+
 // HoldingExperimentIDs returns the IDs of the experiments that hold their
 // pools (Experiment.HoldsPools), oldest first: those whose
 // ExperimentWorkflow should be running, which serve's reconciler makes
