@@ -123,6 +123,40 @@ type FinishRunInput struct {
 	Detail  string
 	// SchedulerWorkflowID, when set, is woken once the allocation is released.
 	SchedulerWorkflowID string
+	// CrashResume is set when the run's last attempt resumed after its
+	// executor crashed or its node agent restarted: that resume is evidence
+	// for the job's recovery profile. nil otherwise (and in inputs recorded
+	// before it existed).
+	CrashResume *CrashResume `json:",omitempty"`
+}
+
+// CrashResume is what a run reported of its resume after a crash
+// (executor.RunResult.ResumedAfterCrash): the checkpoint step the attempt
+// resumed from, the step the run reached, and the step the job itself
+// reported starting from (nil when it reported none).
+type CrashResume struct {
+	FromStep          int64
+	Step              int64
+	ReportedStartStep *int64 `json:",omitempty"`
+}
+
+// evidence is the resume evidence of a run that ended with outcome after
+// the crash resume r, or false when it shows nothing either way (stopped on
+// request before it progressed): a start at another step than the
+// checkpoint's is wrong_step; progress past it (or success) is verified; a
+// failure before progressing is failed.
+func (r *CrashResume) evidence(outcome vocab.RunOutcome) (vocab.ResumeOutcome, string, bool) {
+	switch {
+	case r.ReportedStartStep != nil && *r.ReportedStartStep != r.FromStep:
+		return vocab.ResumeWrongStep, fmt.Sprintf("resumed after a crash from checkpoint step %d, but the job reported starting at step %d",
+			r.FromStep, *r.ReportedStartStep), true
+	case r.Step > r.FromStep || outcome == vocab.RunSucceeded:
+		return vocab.ResumeVerified, fmt.Sprintf("resumed after a crash at checkpoint step %d and progressed to step %d (run %s)",
+			r.FromStep, r.Step, outcome), true
+	case outcome == vocab.RunFailed:
+		return vocab.ResumeFailed, fmt.Sprintf("resumed after a crash at checkpoint step %d and failed there", r.FromStep), true
+	}
+	return "", "", false
 }
 
 // FinishRunResult says when the run was finished.
@@ -130,8 +164,11 @@ type FinishRunResult struct {
 	FinishedAt time.Time
 }
 
-// FinishRun ends the run and releases its allocation in one store transaction;
-// a run already ended makes it a no-op, so retries are safe.
+// FinishRun ends the run and releases its allocation in one store
+// transaction; a run already ended makes it a no-op, so retries are safe.
+// When the run's last attempt resumed after a crash (in.CrashResume), that
+// resume is then recorded as evidence of the job's recovery profile (key
+// "crash/<run>", stored once).
 func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunResult, error) {
 	if in == nil || in.JobID == "" || in.RunID == "" {
 		return nil, invalidInput("finish run: job ID and run ID are required")
@@ -144,6 +181,16 @@ func (a *Jobs) FinishRun(ctx context.Context, in *FinishRunInput) (*FinishRunRes
 	at := clock(a.Now)
 	if err := a.Store.FinishRun(ctx, in.JobID, in.RunID, in.Outcome, in.Detail, at); err != nil {
 		return nil, nonRetryable(err)
+	}
+	if r := in.CrashResume; r != nil {
+		// The crash resume is evidence for the job's recovery profile
+		// (docs/design.md §5), once per run however often this is retried.
+		if outcome, detail, ok := r.evidence(in.Outcome); ok {
+			if err := a.Store.RecordResumeEvidence(ctx, store.ResumeEvidence{Key: "crash/" + in.RunID, JobID: in.JobID,
+				Kind: vocab.EvidenceCrash, Outcome: outcome, At: at, Detail: detail}); err != nil {
+				return nil, nonRetryable(err)
+			}
+		}
 	}
 	a.wakeScheduler(in.SchedulerWorkflowID)
 	return &FinishRunResult{FinishedAt: at}, nil

@@ -314,16 +314,21 @@ type VerifyResumeResult struct {
 	Failures         []string
 }
 
-// VerifyResume is the fifth step: the victim's next run resumed correctly
+// VerifyResume is the fifth step. The victim's next run resumed correctly
 // only if it started from the saved checkpoint's step (the victim's
 // submitter gets its job.resumed notification then, store.NotifyResumed);
-// it then waits (bounded) until that run passes the step reached at the
-// notice — seen in its heartbeats, a checkpoint at or beyond it, or its success — to measure
-// the recompute time, computes the effective run loss
-// (accounting.EffectiveRunLoss) and records it all. A wrong-step resume is a
-// failure that downgrades the job's recovery evidence (store.FinishPreemption).
-// A drill's resume is then recorded as its recovery profile's evidence
-// (store.RecordDrillEvidence, kind drill; docs/design.md §5 "Resume drills").
+// it is a verified resume only if that run is then seen progressing past
+// the saved step — a heartbeat or checkpoint beyond it, or its success —
+// within the recompute bound. Meanwhile it waits (same bound) until that
+// run passes the step reached at the notice, to measure the recompute time;
+// it computes the effective run loss (accounting.EffectiveRunLoss) and
+// records it all. A wrong-step resume is a failure that downgrades the
+// job's recovery evidence; a correct start without progress is a failed
+// resume (outcome resume_failed); either, and a verified resume, is
+// evidence for the victim's recovery profile (store.FinishPreemption). No
+// next run within the verify-resume bound is no evidence either way.
+// A drill's resume is recorded there as evidence of kind drill
+// (docs/design.md §5 "Resume drills").
 func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (*VerifyResumeResult, error) {
 	if in == nil || in.PreemptionID == "" {
 		return nil, invalidInput("verify resume: preemption ID is required")
@@ -332,10 +337,7 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 	if err != nil {
 		return nil, nonRetryable(err)
 	}
-	if rec.FinishedAt != nil { // a retry: the drill's evidence may not be recorded yet
-		if _, err := a.d.Store.RecordDrillEvidence(ctx, in.PreemptionID); err != nil {
-			return nil, nonRetryable(err)
-		}
+	if rec.FinishedAt != nil {
 		return verifyResult(rec), nil
 	}
 	r := store.PreemptionResume{Outcome: vocab.PreemptionResumeNotObserved, Failures: append([]string(nil), in.Failures...)}
@@ -365,15 +367,11 @@ func (a *Preemptions) VerifyResume(ctx context.Context, in *VerifyResumeInput) (
 		return nil, nonRetryable(err)
 	}
 	a.d.recordPreemption(ctx, in.PreemptionID)
-	// A drill's resume is its recovery profile's evidence (kind drill).
-	if _, err := a.d.Store.RecordDrillEvidence(ctx, in.PreemptionID); err != nil {
-		return nil, nonRetryable(err)
-	}
 	return verifyResult(rec), nil
 }
 
-// observeResume checks the resumed run's start step and measures its
-// recompute time into r and li.
+// observeResume checks the resumed run's start step, waits to see it
+// progress past the saved step, and measures its recompute time into r and li.
 func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, rec *store.PreemptionRecord,
 	r *store.PreemptionResume, li *accounting.LossInput) error {
 	run, err := a.d.Store.GetRunProgress(ctx, in.Resumed.RunID)
@@ -399,65 +397,109 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 		r.Detail = "resume from the wrong step: recovery evidence downgraded"
 		return nil
 	}
-	r.Outcome, r.Detail = vocab.PreemptionCompleted, fmt.Sprintf("resumed at step %d", saved)
 	target := saved
 	if rec.StepAtNotice != nil {
 		target = max(*rec.StepAtNotice, saved)
 	}
-	passed, why, err := a.waitPassed(ctx, in, run, target)
+	seen, err := a.watchResumed(ctx, in, run, saved, target)
 	if err != nil {
 		return err
 	}
-	if passed == nil {
+	if seen.progressed == nil {
+		r.Outcome = vocab.PreemptionResumeFailed
+		why := fmt.Sprintf("the next run started at the saved step %d but was not seen past it: %s", saved, seen.why)
 		r.Failures = append(r.Failures, why)
-		r.Detail += "; " + why
+		r.Detail = "resumed at step " + fmt.Sprint(saved) + " without progress: a failed resume"
 		return nil
 	}
-	r.PassedAt, li.PassedAt = passed, *passed
-	r.Detail += fmt.Sprintf("; back past step %d after %.1f s", target, passed.Sub(started).Seconds())
+	r.Progressed = true
+	r.Outcome, r.Detail = vocab.PreemptionCompleted, fmt.Sprintf("resumed at step %d and progressed past it", saved)
+	if seen.passed == nil {
+		r.Failures = append(r.Failures, seen.why)
+		r.Detail += "; " + seen.why
+		return nil
+	}
+	r.PassedAt, li.PassedAt = seen.passed, *seen.passed
+	r.Detail += fmt.Sprintf("; back past step %d after %.1f s", target, seen.passed.Sub(started).Seconds())
 	return nil
 }
 
-// waitPassed polls until the run passes target and returns when it did, or
-// nil and why when it ended first or the recompute bound passed.
-func (a *Preemptions) waitPassed(ctx context.Context, in *VerifyResumeInput, run *store.RunProgress, target int64) (*time.Time, string, error) {
+// resumeSeen is what watchResumed saw of the resumed run: when it was first
+// seen past the saved step (progressed) and when past the step reached at
+// the notice (passed), each nil when not seen, with why when either is
+// missing.
+type resumeSeen struct {
+	progressed, passed *time.Time
+	why                string
+}
+
+// watchResumed polls the resumed run until it is seen both progressing past
+// saved and back past target (the step reached at the notice; a run that
+// starts there has passed it at its start), or it ends, or the recompute
+// bound passes. Progress is a heartbeated step or a checkpoint beyond
+// saved, or the run's success.
+func (a *Preemptions) watchResumed(ctx context.Context, in *VerifyResumeInput, run *store.RunProgress, saved, target int64) (resumeSeen, error) {
+	var seen resumeSeen
 	if run.StartStep >= target {
 		t := run.StartedAt
-		return &t, "", nil
+		seen.passed = &t
 	}
 	bound := policy.Seconds(in.RecomputeTimeoutSeconds)
 	if bound <= 0 {
 		bound = policy.Seconds(policy.DefaultRecomputeTimeoutSeconds)
 	}
 	deadline := time.Now().Add(bound)
+	observe := func(step int64, at time.Time) {
+		if seen.progressed == nil && step > saved {
+			seen.progressed = &at
+		}
+		if seen.passed == nil && step >= target {
+			seen.passed = &at
+		}
+	}
 	for {
 		activity.RecordHeartbeat(ctx, target)
 		cur, err := a.d.Store.GetRunProgress(ctx, run.RunID)
 		if err != nil {
-			return nil, "", nonRetryable(err)
+			return seen, nonRetryable(err)
 		}
-		if cp := cur.LastCheckpoint; cp != nil && cp.Step >= target {
-			t := cp.At
-			return &t, "", nil
+		if cp := cur.LastCheckpoint; cp != nil {
+			observe(cp.Step, cp.At)
+		}
+		if seen.progressed == nil || seen.passed == nil {
+			if a.d.Progress != nil {
+				if step, ok, err := a.d.Progress.RunStep(ctx, in.VictimJobID); err == nil && ok {
+					observe(step, a.d.now())
+				}
+			}
+		}
+		if seen.progressed != nil && seen.passed != nil {
+			return seen, nil
 		}
 		if cur.EndedAt != nil {
 			if cur.Outcome == vocab.RunSucceeded {
-				return cur.EndedAt, "", nil
+				// It finished from the checkpoint: past every step.
+				observe(max(saved, target)+1, *cur.EndedAt)
+				return seen, nil
 			}
-			return nil, fmt.Sprintf("the next run ended %s before passing step %d", cur.Outcome, target), nil
-		}
-		if a.d.Progress != nil {
-			if step, ok, err := a.d.Progress.RunStep(ctx, in.VictimJobID); err == nil && ok && step >= target {
-				t := a.d.now()
-				return &t, "", nil
+			if seen.progressed == nil {
+				seen.why = fmt.Sprintf("the next run ended %s before progressing past step %d", cur.Outcome, saved)
+			} else {
+				seen.why = fmt.Sprintf("the next run ended %s before passing step %d", cur.Outcome, target)
 			}
+			return seen, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Sprintf("the next run did not pass step %d within %s", target, bound), nil
+			if seen.progressed == nil {
+				seen.why = fmt.Sprintf("no step past %d within %s", saved, bound)
+			} else {
+				seen.why = fmt.Sprintf("the next run did not pass step %d within %s", target, bound)
+			}
+			return seen, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "", ctx.Err()
+			return seen, ctx.Err()
 		case <-time.After(a.d.poll()):
 		}
 	}

@@ -172,7 +172,8 @@ func (s *Server) wakeAfterAction(c *gin.Context, jobID string, changed bool) {
 func specOf(j *store.Job) *JobSpec {
 	spec := &JobSpec{Project: j.Project, Queue: j.Queue, Resources: resourcesFromRequest(j.Request),
 		Command: j.Command, Env: j.Env, RunSeconds: j.RunSeconds, Protected: j.Protected, Hold: j.Held,
-		Recovery: RecoverySpec{Checkpointable: j.Recovery.Checkpointable, CheckpointIntervalSeconds: j.Recovery.CheckpointIntervalSeconds}}
+		Recovery: RecoverySpec{Checkpointable: j.Recovery.Checkpointable, CheckpointIntervalSeconds: j.Recovery.CheckpointIntervalSeconds,
+			TotalSteps: j.Recovery.TotalSteps}}
 	for _, p := range j.Prerequisites {
 		spec.Prerequisites = append(spec.Prerequisites, PrerequisiteSpec{Name: p.Name, Ready: p.Ready, Message: p.Message})
 	}

@@ -19,13 +19,14 @@ import (
 // Error codes of the API's error object. They are stable: clients branch on them.
 const (
 	CodeMalformed        = "malformed"          // 400: the body is not valid JSON of the right shape, or has unknown fields
-	CodeInvalid          = "invalid"            // 422: well-formed but semantically invalid (the field says which)
+	CodeInvalid          = "invalid"            // 422 (400 for an experiment spec, whose problems are all listed): well-formed but semantically invalid (the field says which)
 	CodeUnauthorized     = "unauthorized"       // 401: no bearer token, or an unknown one
 	CodeForbidden        = "forbidden"          // 403: the token's role or project does not allow the call
 	CodeNotFound         = "not_found"          // 404: no such job or route
 	CodeMethodNotAllowed = "method_not_allowed" // 405: the route exists for another method
 	CodeConflict         = "conflict"           // 409: the job's state does not allow the action (e.g. cancel a finished job)
 	CodeNotReady         = "not_ready"          // 422: a stage widening whose pool readiness failed (details list the failed checks)
+	CodeStale            = "stale"              // 409: a checkpoint older than the run's current one; nothing changed
 	CodeStoreUnavailable = "store_unavailable"  // 503: PostgreSQL could not be reached or did not answer in time; nothing was persisted
 	CodeInternal         = "internal"           // 500: a bug or an unexpected database error
 )

@@ -131,6 +131,8 @@ func newJob(spec *JobSpec, p Principal, q scheduling.Queue, key string) *store.N
 		Recovery: scheduling.RecoveryEvidence{
 			Checkpointable:            spec.Recovery.Checkpointable,
 			CheckpointIntervalSeconds: spec.Recovery.CheckpointIntervalSeconds,
+			Profile:                   store.ProfileOf(project, spec.Recovery.Profile, spec.Command),
+			TotalSteps:                spec.Recovery.TotalSteps,
 		},
 		Protected: spec.Protected, Held: spec.Hold, Command: spec.Command, Env: spec.Env,
 		RunSeconds: spec.RunSeconds, IdempotencyKey: key,
@@ -161,6 +163,8 @@ func sameSubmission(nj *store.NewJob, j *store.Job) (field string, differs bool)
 		{"resources.node_selector", maps.Equal(a.NodeSelector, b.NodeSelector)},
 		{"command", slices.Equal(nj.Command, j.Command)},
 		{"run_seconds", nj.RunSeconds == j.RunSeconds},
+		{"recovery.profile", nj.Recovery.Profile == j.Recovery.Profile},
+		{"recovery.total_steps", nj.Recovery.TotalSteps == j.Recovery.TotalSteps},
 	}
 	for _, ch := range checks {
 		if !ch.same {

@@ -401,16 +401,36 @@ func (s *Server) getRunSpec(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
+// MaxCheckpointClockSkew is how far in the future (by the server's clock) a
+// reported checkpoint's time may be before it is refused (422 on at): an
+// agent's clock a little ahead is tolerated, a time that has not come is not
+// evidence. store.CheckpointClockSkew allows the same before the run's start.
+const MaxCheckpointClockSkew = store.CheckpointClockSkew
+
+// staleText is store.ErrStaleCheckpoint's own text before ErrConflict's,
+// which a stale answer's message leaves out (its code says it).
+var staleText = strings.TrimSuffix(store.ErrStaleCheckpoint.Error(), ": "+store.ErrConflict.Error())
+
 // recordCheckpoint handles POST /v1/jobs/{id}/runs/{run}/checkpoints: the
 // checkpoint becomes the run's last one and the job's recovery evidence
-// (store.RecordCheckpoint; an older or repeated one changes nothing).
+// once it is checked (docs/design.md §5 "Checked evidence"): 422 naming the
+// field for a time more than MaxCheckpointClockSkew ahead of the server's
+// clock, or one the store refuses (before the run started, a step past the
+// job's declared work or going backwards); 409 conflict when the run's
+// allocation was released; 409 stale for a checkpoint older than the
+// current one. A refused report changes nothing; the same one again is 200.
 func (s *Server) recordCheckpoint(c *gin.Context) {
 	var cp Checkpoint
 	if apiErr := decodeStrict(c.Request.Body, &cp, false); apiErr != nil {
 		writeError(c, apiErr)
 		return
 	}
-	if errs := ValidateCheckpoint(&cp); len(errs) > 0 {
+	errs := ValidateCheckpoint(&cp)
+	if now := s.now(); cp.At.After(now.Add(MaxCheckpointClockSkew)) {
+		errs = append(errs, FieldError{Field: "at", Message: fmt.Sprintf("%s is in the future (server time %s, %s of clock skew allowed)",
+			cp.At.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339), MaxCheckpointClockSkew)})
+	}
+	if len(errs) > 0 {
 		writeError(c, invalid(errs))
 		return
 	}
@@ -422,8 +442,12 @@ func (s *Server) recordCheckpoint(c *gin.Context) {
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
 	err := ns.RecordCheckpoint(ctx, jobID, runID, scheduling.Checkpoint{At: cp.At, Step: cp.Step, Location: cp.Location})
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "run %s of job %s not found", runID, jobID))
+		return
+	case errors.Is(err, store.ErrStaleCheckpoint):
+		writeError(c, newError(http.StatusConflict, CodeStale, "", "%s", strings.TrimSuffix(conflictMessage(err), ": "+staleText)))
 		return
 	}
 	if err != nil {

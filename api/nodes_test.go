@@ -254,8 +254,11 @@ func TestRunSpecAndCheckpoints(t *testing.T) {
 		t.Fatalf("record checkpoint: %d %s", r.status, r.body)
 	}
 	older := Checkpoint{At: cp.At, Step: 60, Location: "/ckpt/old"}
-	if r := env.do(http.MethodPost, cpPath, tokAgent, older); r.status != http.StatusOK {
-		t.Fatalf("late older checkpoint: %d %s", r.status, r.body)
+	if r := env.do(http.MethodPost, cpPath, tokAgent, older); r.status != http.StatusConflict || r.apiError(t).Code != CodeStale {
+		t.Fatalf("late older checkpoint: %d %s, want 409 stale", r.status, r.body)
+	}
+	if r := env.do(http.MethodPost, cpPath, tokAgent, cp); r.status != http.StatusOK {
+		t.Fatalf("the same checkpoint again: %d %s", r.status, r.body)
 	}
 	var got Job
 	env.do(http.MethodGet, "/v1/jobs/"+job.ID, tokAlice, nil).decode(t, &got)

@@ -41,11 +41,14 @@ type PolicyStore interface {
 // gpugov.policy/v1 file (YAML, as `serve --policy` reads it) and why it is
 // applied, both required. File names the file in error messages
 // ("policy.yaml" when empty). The file's `simulation:` section is not part
-// of a version and is ignored.
+// of a version and is ignored. OverrideReason lets the change through while
+// a policy experiment holds a pool (it ends that experiment; audited with
+// the activation); without it such a change is a 409 naming the experiment.
 type PolicyApply struct {
-	Policy string `json:"policy"`
-	Reason string `json:"reason"`
-	File   string `json:"file,omitempty"`
+	Policy         string `json:"policy"`
+	Reason         string `json:"reason"`
+	File           string `json:"file,omitempty"`
+	OverrideReason string `json:"override_reason,omitempty"`
 	// OverrideReadiness applies the stage widenings the file asks for even
 	// where the pool's readiness fails (docs/design.md §4 "Pool
 	// readiness"): the admin's override, audited (override_readiness) with
@@ -146,7 +149,9 @@ func requireOperator(c *gin.Context, what string) bool {
 // "policy.<field>", message "file:line: field: what is wrong"), a reason
 // over 1024 bytes, or (code not_ready) a stage widening whose readiness
 // failed without override_readiness (each failed check in details, field
-// "policy.pools.<pool>.stage"); nothing is stored then.
+// "policy.pools.<pool>.stage"); 409: a policy experiment holds a pool and
+// no override_reason is given (heldByExperiment, which names it); nothing
+// is stored then.
 func (s *Server) applyPolicy(c *gin.Context) {
 	if !requireAdmin(c, "apply a policy") {
 		return
@@ -206,6 +211,16 @@ func (s *Server) applyPolicy(c *gin.Context) {
 	for i, g := range out.Groups {
 		groups[i] = string(g)
 	}
+	evidence := map[string]any{"source": "api", "groups": groups, "override_readiness": body.OverrideReadiness}
+	if out.Hash != out.Previous {
+		holder, ok := s.heldByExperiment(ctx, c, body.OverrideReason)
+		if !ok {
+			return
+		}
+		if holder != nil {
+			evidence["override_experiment"], evidence["override_reason"] = holder.ID, body.OverrideReason
+		}
+	}
 	// Every stage the version widens is judged on its pool's readiness
 	// under the version's own thresholds; a refusal is a 422 listing the
 	// failed checks, unless the admin overrides it.
@@ -220,8 +235,7 @@ func (s *Server) applyPolicy(c *gin.Context) {
 		writeError(c, stageRefusal(plan))
 		return
 	}
-	out.Changed, err = rs.ActivatePolicyStaged(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason,
-		map[string]any{"source": "api", "groups": groups, "override_readiness": body.OverrideReadiness}, req, plan)
+	out.Changed, err = rs.ActivatePolicyStaged(ctx, out.Hash, p.Canonical(), principal(c).Name, body.Reason, evidence, req, plan)
 	if err != nil {
 		writeError(c, policyStoreError(err, out.Hash))
 		return

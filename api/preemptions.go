@@ -72,6 +72,33 @@ type Preemption struct {
 	RecomputeSeconds        *float64    `json:"recompute_s,omitempty"`
 	EffectiveLossGPUSeconds *float64    `json:"effective_loss_gpu_s,omitempty"`
 	Failures                []string    `json:"failures"`
+	// ResumeVerified: the next run started at the saved step and was seen
+	// progressing past it (a verified resume of the victim's profile).
+	ResumeVerified *bool `json:"resume_verified,omitempty"`
+	// Candidates are the running jobs the plan weighed on the chosen target.
+	Candidates []PreemptionCandidate `json:"candidates"`
+	// FinalState, FinalAt, FailuresSinceResume, OutputAffected and
+	// OutputNote are the victim's outcome after the resume, once its job
+	// ended (docs/design.md §5 "The preemption record").
+	FinalState          string     `json:"final_state,omitempty"` // succeeded, failed, cancelled
+	FinalAt             *time.Time `json:"final_at,omitempty"`
+	FailuresSinceResume *int       `json:"failures_since_resume,omitempty"`
+	OutputAffected      *bool      `json:"output_affected,omitempty"`
+	OutputNote          string     `json:"output_note,omitempty"`
+}
+
+// PreemptionCandidate is a running job the plan weighed on a preemption's
+// target: its queue (low-risk or not), the GPUs it holds there, its
+// estimated loss in GPU-seconds, whether it was chosen, and why it could not
+// be a victim ("" when it could).
+type PreemptionCandidate struct {
+	JobID                   string  `json:"job_id"`
+	Queue                   string  `json:"queue"`
+	LowRisk                 bool    `json:"low_risk"`
+	GPUs                    int     `json:"gpus"`
+	EstimatedLossGPUSeconds float64 `json:"estimated_loss_gpu_s"`
+	Chosen                  bool    `json:"chosen"`
+	Gate                    string  `json:"gate,omitempty"`
 }
 
 // PreemptionList answers GET /v1/preemptions, newest first.
@@ -215,7 +242,7 @@ func preemptionFromStore(p *store.PreemptionRecord) Preemption {
 	if failures == nil {
 		failures = []string{}
 	}
-	return Preemption{
+	out := Preemption{
 		ID: p.ID, Kind: string(p.Kind), DrillActor: p.DrillActor, State: string(p.State), Outcome: string(p.Outcome), Detail: p.Detail, WorkflowID: p.WorkflowID, CycleID: p.CycleID,
 		Pool: p.Pool, ForJobID: p.ForJobID, ForQueue: p.ForQueue, Reason: p.Reason, VictimJobID: p.VictimJobID,
 		VictimQueue: p.VictimQueue, AllocationID: p.AllocationID, RunID: p.RunID, GPUs: p.GPUs, RunStartedAt: p.RunStartedAt,
@@ -226,7 +253,14 @@ func preemptionFromStore(p *store.PreemptionRecord) Preemption {
 		ResumedCorrectly: p.ResumedCorrectly, EstimatedLossGPUSeconds: p.EstimatedLossGPUSeconds, LostSeconds: p.LostSeconds,
 		SaveRestoreSeconds: p.SaveRestoreSeconds, RecomputeSeconds: p.RecomputeSeconds,
 		EffectiveLossGPUSeconds: p.EffectiveLossGPUSeconds, Failures: failures,
+		ResumeVerified: p.ResumeVerified, Candidates: make([]PreemptionCandidate, len(p.Candidates)),
+		FinalState: string(p.FinalState), FinalAt: p.FinalAt, FailuresSinceResume: p.FailuresSinceResume,
+		OutputAffected: p.OutputAffected, OutputNote: p.OutputNote,
 	}
+	for i, c := range p.Candidates {
+		out.Candidates[i] = PreemptionCandidate(c)
+	}
+	return out
 }
 
 // checkpointOut converts a stored checkpoint; nil stays nil.

@@ -145,6 +145,9 @@ type Server struct {
 	now          func() time.Time
 	engine       *gin.Engine
 	startQueue   StartQueue // WithStartQueue's; nil starts every workflow in the request
+	// cycleInterval is the scheduler's cycle interval (WithCycleInterval),
+	// the shortest experiment window.
+	cycleInterval time.Duration
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -152,7 +155,7 @@ type Server struct {
 func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	s := &Server{
 		store: st, workflows: wf, tokens: tokens, log: slog.Default(),
-		storeTimeout: DefaultStoreTimeout, now: time.Now,
+		storeTimeout: DefaultStoreTimeout, now: time.Now, cycleInterval: DefaultCycleInterval,
 	}
 	for _, o := range opts {
 		o(s)
@@ -211,6 +214,7 @@ func (s *Server) routes() *gin.Engine {
 	s.policyRoutes(v1)
 	s.readinessRoutes(v1)
 	s.reportRoutes(v1)
+	s.experimentRoutes(v1)
 	return e
 }
 

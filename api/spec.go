@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -89,7 +90,24 @@ const MaxGPUModelLength = 128
 type RecoverySpec struct {
 	Checkpointable            bool  `json:"checkpointable,omitempty" yaml:"checkpointable,omitempty"`
 	CheckpointIntervalSeconds int64 `json:"checkpoint_interval_s,omitempty" yaml:"checkpoint_interval_s,omitempty"`
+	// Profile names the job's recovery profile within its project (the
+	// stored profile is "<project>/<profile>", store.ProfileOf): jobs whose
+	// save and resume behave alike share it and its evidence (docs/design.md
+	// §1 "recovery profile"). Letters, digits, '.', '_' and '-', at most
+	// store.MaxProfileNameLength bytes. Default: the base name of the
+	// command's first word, or "simulated" for a job without a command.
+	Profile string `json:"profile,omitempty" yaml:"profile,omitempty"`
+	// TotalSteps is the job's declared work in steps, the highest step a
+	// checkpoint of it may report; 0..MaxTotalSteps, for a job with a
+	// command (a job without one declares run_seconds, one step per
+	// second). 0 declares none: then a checkpoint is checked only for going
+	// backwards.
+	TotalSteps int64 `json:"total_steps,omitempty" yaml:"total_steps,omitempty"`
 }
+
+// MaxTotalSteps bounds recovery.total_steps: 2^53, the largest integer a
+// JSON number carries exactly.
+const MaxTotalSteps = 1 << 53
 
 // PrerequisiteSpec is one prerequisite as declared at submit time.
 type PrerequisiteSpec struct {
@@ -211,6 +229,16 @@ func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
 	}
 	if spec.Recovery.CheckpointIntervalSeconds > 0 && !spec.Recovery.Checkpointable {
 		add("recovery.checkpoint_interval_s", "only meaningful with recovery.checkpointable: true")
+	}
+	if p := spec.Recovery.Profile; p != "" && !store.ValidProfileName(p) {
+		add("recovery.profile", "%q is not a profile name: 1..%d letters, digits, '.', '_' or '-', starting with a letter or digit (the project is added: \"<project>/<profile>\")",
+			clip(p, 64), store.MaxProfileNameLength)
+	}
+	switch ts := spec.Recovery.TotalSteps; {
+	case ts < 0 || ts > MaxTotalSteps:
+		add("recovery.total_steps", "must be 0..%d, got %d", int64(MaxTotalSteps), ts)
+	case ts > 0 && spec.Simulated():
+		add("recovery.total_steps", "a job without a command declares its work with run_seconds (one step per second)")
 	}
 	seen := map[string]bool{}
 	for i, pr := range spec.Prerequisites {
@@ -345,10 +373,7 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 			return ""
 		}
 		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
-		}
+		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[key]
 			path := joinPath(prefix, key)
@@ -370,9 +395,40 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 	return ""
 }
 
+// jsonFields adds the JSON object keys of struct type t to fields, with
+// their types: each field's json tag name, and the keys of an embedded
+// struct without a tag inline (as encoding/json decodes them, e.g. an
+// experiment condition's tier and queue).
+func jsonFields(t reflect.Type, fields map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			jsonFields(f.Type, fields)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = f.Type
+	}
+}
+
 func joinPath(prefix, key string) string {
 	if prefix == "" {
 		return key
 	}
 	return prefix + "." + key
+}
+
+// clip returns s cut to at most n bytes (at a rune boundary) with "…" when
+// cut, so that an error message quoting a value stays short.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

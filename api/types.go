@@ -75,7 +75,13 @@ type Recovery struct {
 	Checkpointable            bool        `json:"checkpointable"`
 	CheckpointIntervalSeconds int64       `json:"checkpoint_interval_s,omitempty"`
 	LastCheckpoint            *Checkpoint `json:"last_checkpoint,omitempty"`
-	VerifiedResumes           int         `json:"verified_resumes"`
+	// VerifiedResumes is the job's own count, as information: the
+	// preemption gate reads its profile's record (docs/design.md §5).
+	VerifiedResumes int `json:"verified_resumes"`
+	// Profile is the job's recovery profile, "<project>/<name>".
+	Profile string `json:"profile,omitempty"`
+	// TotalSteps is the job's declared work in steps (recovery.total_steps); absent when none.
+	TotalSteps int64 `json:"total_steps,omitempty"`
 }
 
 // Checkpoint is one saved state of a run.
@@ -164,6 +170,9 @@ type LastDecision struct {
 	Rank   int    `json:"rank,omitempty"` // in the job's pool, that cycle
 	// Since is when cycles began taking this action without a break.
 	Since time.Time `json:"since"`
+	// Policy is the hash of the policy version the deciding cycle ran with
+	// (absent when the cycle recorded none).
+	Policy string `json:"policy,omitempty"`
 }
 
 // lastDecisionFromStore converts a last decision; nil stays nil.
@@ -172,7 +181,7 @@ func lastDecisionFromStore(d *store.LastDecision) *LastDecision {
 		return nil
 	}
 	return &LastDecision{CycleID: d.CycleID, At: d.At, Action: string(d.Action), Reason: string(d.Reason), JobID: d.JobID,
-		Victims: d.Victims, Detail: d.Detail, Rank: d.Rank, Since: d.Since}
+		Victims: d.Victims, Detail: d.Detail, Rank: d.Rank, Since: d.Since, Policy: d.Policy}
 }
 
 // Suggestion is one changed request that would fit the job's pool: field
@@ -366,7 +375,7 @@ func resourcesFromRequest(r scheduling.ResourceRequest) ResourceSpec {
 func recoveryFromStore(r scheduling.RecoveryEvidence) Recovery {
 	out := Recovery{
 		Checkpointable: r.Checkpointable, CheckpointIntervalSeconds: r.CheckpointIntervalSeconds,
-		VerifiedResumes: r.VerifiedResumes,
+		VerifiedResumes: r.VerifiedResumes, Profile: r.Profile, TotalSteps: r.TotalSteps,
 	}
 	if c := r.LastCheckpoint; c != nil {
 		out.LastCheckpoint = &Checkpoint{At: c.At, Step: c.Step, Location: c.Location}

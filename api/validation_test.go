@@ -86,6 +86,19 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 			s["recovery"] = map[string]any{"checkpointable": true, "checkpoint_interval_s": -5}
 		}), "", 422, CodeInvalid, "recovery.checkpoint_interval_s"},
 		{"checkpoint interval without checkpointable", tokAlice, with(func(s map[string]any) { s["recovery"] = map[string]any{"checkpoint_interval_s": 60} }), "", 422, CodeInvalid, "recovery.checkpoint_interval_s"},
+		{"profile naming another project", tokAlice, with(func(s map[string]any) {
+			s["recovery"] = map[string]any{"checkpointable": true, "profile": "speech/trainer"}
+		}), "", 422, CodeInvalid, "recovery.profile"},
+		{"profile of 129 bytes", tokAlice, with(func(s map[string]any) {
+			s["recovery"] = map[string]any{"checkpointable": true, "profile": strings.Repeat("p", 129)}
+		}), "", 422, CodeInvalid, "recovery.profile"},
+		{"total steps of a job without a command", tokAlice, with(func(s map[string]any) {
+			s["recovery"] = map[string]any{"checkpointable": true, "total_steps": 5000}
+		}), "", 422, CodeInvalid, "recovery.total_steps"},
+		{"negative total steps", tokAlice, with(func(s map[string]any) {
+			s["command"] = []string{"train"}
+			s["recovery"] = map[string]any{"checkpointable": true, "total_steps": -1}
+		}), "", 422, CodeInvalid, "recovery.total_steps"},
 		{"prerequisite without name", tokAlice, with(func(s map[string]any) { s["prerequisites"] = []any{map[string]any{"ready": true}} }), "", 422, CodeInvalid, "prerequisites[0].name"},
 		{"duplicate prerequisite", tokAlice, with(func(s map[string]any) {
 			s["prerequisites"] = []any{map[string]any{"name": "data", "ready": true}, map[string]any{"name": "data", "ready": false}}
@@ -193,5 +206,27 @@ func TestValidateJobSpecAcceptsGPUShareAndProcess(t *testing.T) {
 		if errs := ValidateJobSpec(s, known); errs != nil {
 			t.Errorf("%+v: %v", s, errs)
 		}
+	}
+}
+
+// TestSubmitSetsRecoveryProfile checks the job's recovery profile: the
+// declared name under the job's project, else the base name of the
+// command's first word, else "simulated"; and the declared total steps.
+func TestSubmitSetsRecoveryProfile(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	declared := env.mustSubmit(tokAlice, with(func(s map[string]any) {
+		s["command"] = []string{"/opt/venv/bin/python", "train.py"}
+		s["recovery"] = map[string]any{"checkpointable": true, "profile": "resnet", "total_steps": 9000}
+	}))
+	if r := declared.Recovery; r.Profile != "vision/resnet" || r.TotalSteps != 9000 {
+		t.Errorf("declared: recovery %+v, want profile vision/resnet and 9000 steps", r)
+	}
+	byCommand := env.mustSubmit(tokAlice, with(func(s map[string]any) { s["command"] = []string{"/opt/venv/bin/python", "train.py"} }))
+	if p := byCommand.Recovery.Profile; p != "vision/python" {
+		t.Errorf("by command: profile %q, want vision/python", p)
+	}
+	if p := env.mustSubmit(tokAlice, validSpec()).Recovery.Profile; p != "vision/simulated" {
+		t.Errorf("simulated: profile %q, want vision/simulated", p)
 	}
 }

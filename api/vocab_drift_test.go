@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -15,6 +16,17 @@ func tierNames() []string {
 	out := make([]string, len(vocab.Tiers))
 	for i, t := range vocab.Tiers {
 		out[i] = t.String()
+	}
+	return out
+}
+
+// finalStates returns the job states that are final, in order.
+func finalStates() []string {
+	var out []string
+	for _, s := range vocab.JobStates {
+		if s.Final() {
+			out = append(out, string(s))
+		}
 	}
 	return out
 }
@@ -75,7 +87,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 	schema := func(name string, prop ...string) []string {
 		return append([]string{"components", "schemas", name}, prop...)
 	}
-	prop := func(name, field string) []string { return schema(name, "properties", field) }
+	prop := func(name, field string, more ...string) []string {
+		return append(schema(name, "properties", field), more...)
+	}
 	param := func(route, name string) []string {
 		return []string{"paths", route, "get", "parameters", "param:" + name}
 	}
@@ -108,6 +122,7 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{param("/v1/preemptions", "state"), names(vocab.PreemptionStates)},
 		{prop("Preemption", "outcome"), withEmpty(names(vocab.PreemptionOutcomes))},
 		{param("/v1/preemptions", "outcome"), names(vocab.PreemptionOutcomes)},
+		{prop("Preemption", "final_state"), withEmpty(finalStates())},
 		{prop("Reclaim", "class"), names(vocab.ReclaimClasses)},
 		{param("/v1/reclaims", "class"), names(vocab.ReclaimClasses)},
 		{prop("Reclaim", "mode"), names(vocab.ReclaimModes)},
@@ -130,6 +145,14 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
 		{schema("PolicyGroup"), names(vocab.PolicyGroups)},
 		{prop("PolicyGroupDiff", "group"), names(vocab.PolicyGroups)},
+		{schema("ExperimentState"), names(vocab.ExperimentStates)},
+		{prop("Experiment", "state"), names(vocab.ExperimentStates)},
+		{schema("ExperimentVerdict"), names(vocab.ExperimentVerdicts)},
+		{prop("Experiment", "verdict"), withEmpty(names(vocab.ExperimentVerdicts))},
+		{prop("ExperimentOutcome", "verdict"), names(vocab.ExperimentVerdicts)},
+		{prop("Experiment", "groups", "items"), names(vocab.PolicyGroups)},
+		{prop("ExperimentExpectation", "direction"), names([]experiment.Direction{experiment.Decrease, experiment.Increase})},
+		{prop("ExperimentExpectedResult", "direction"), names([]experiment.Direction{experiment.Decrease, experiment.Increase})},
 		{schema("PreemptionKind"), names(vocab.PreemptionKinds)},
 		{prop("Preemption", "kind"), names(vocab.PreemptionKinds)},
 		{param("/v1/preemptions", "kind"), names(vocab.PreemptionKinds)},

@@ -95,7 +95,7 @@ func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 	}
 
 	// The widening is refused, naming the failed check; nothing changes.
-	_, err = e.client.ApplyPolicy(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageAutomate), Reason: "automate rehearse"})
+	_, err = e.client.ApplyPolicyWith(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageAutomate), Reason: "automate rehearse"})
 	ae, ok := apiclient.AsError(err)
 	if !ok || ae.Status != http.StatusUnprocessableEntity || ae.Body.Code != api.CodeNotReady || len(ae.Body.Details) != 1 ||
 		!strings.Contains(ae.Body.Details[0].Message, "readiness check save_restore_proven failed") {
@@ -149,7 +149,7 @@ func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 		return after.Ready, after.Readiness.Summary()
 	})
 	logJSON(t, "readiness of pool rehearse after the evidence", after)
-	applied, err := e.client.ApplyPolicy(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageAutomate), Reason: "automate rehearse: drilled"})
+	applied, err := e.client.ApplyPolicyWith(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageAutomate), Reason: "automate rehearse: drilled"})
 	if err != nil || len(applied.Stages) != 1 || applied.Stages[0].Outcome != vocab.StageChangeApplied {
 		t.Fatalf("apply automate with evidence: %+v %v", applied, err)
 	}

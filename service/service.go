@@ -299,6 +299,9 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
 }
 
+// The workflow client serve gives the API serves the experiment routes.
+var _ api.ExperimentWorkflows = (*workflows.Client)(nil)
+
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
 	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
@@ -306,7 +309,8 @@ func (s *Service) serveHTTP() error {
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
-		api.WithStartQueue(s.starter))
+		api.WithStartQueue(s.starter),
+		api.WithCycleInterval(s.cfg.CycleInterval))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -324,8 +328,9 @@ func (s *Service) serveHTTP() error {
 }
 
 // reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
-// PendingJobs every ReconcileInterval until ctx ends; failures are logged
-// and retried at the next pass.
+// PendingJobs and workflows.ReconcileExperimentWorkflows over the
+// experiments that hold their pools every ReconcileInterval until ctx
+// ends; failures are logged and retried at the next pass.
 func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
@@ -343,6 +348,9 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
+		}
+		if n, err := workflows.ReconcileExperimentWorkflows(ctx, s.temporal, s.store.HoldingExperimentIDs); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile experiment workflows", "holding", n, "err", err)
 		}
 	}
 }

@@ -710,7 +710,7 @@ func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []sc
 	now time.Time, out *CycleOutcome) error {
 	var decisions []decisionRow
 	var audits []AuditEntry
-	var ids, forJobs, victims, allocs, reasons []string
+	var ids, forJobs, victims, allocs, reasons, cands []string
 	var losses []float64
 	for _, p := range props {
 		body := proposalBody(p)
@@ -728,6 +728,7 @@ func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []sc
 				forJobs, victims = append(forJobs, p.ForJobID), append(victims, v.JobID)
 				allocs, reasons = append(allocs, v.AllocationID), append(reasons, p.Reason)
 				losses = append(losses, v.EstimatedLossGPUSeconds)
+				cands = append(cands, string(mustJSON(candidateDocs(p.Candidates))))
 			}
 		}
 	}
@@ -736,14 +737,15 @@ func applyPreemptions(ctx context.Context, tx pgx.Tx, cycleID string, props []sc
 		// unique index keeps one open preemption per allocation.
 		err := forEachRow(ctx, tx, `
 			INSERT INTO preemptions (id, cycle_id, for_job_id, victim_job_id, allocation_id, estimated_loss_gpu_s,
-				reason, started_at)
-			SELECT u.id, $1, u.f, u.v, u.a, u.l, u.r, $2
-			FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[]) AS u(id, f, v, a, l, r)
+				reason, started_at, candidates)
+			SELECT u.id, $1, u.f, u.v, u.a, u.l, u.r, $2, u.c::jsonb
+			FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
+				AS u(id, f, v, a, l, r, c)
 			JOIN allocations al ON al.id = u.a AND al.job_id = u.v AND al.released_at IS NULL
 			ORDER BY u.a
 			ON CONFLICT (allocation_id) WHERE ended_at IS NULL DO NOTHING
 			RETURNING id, for_job_id, victim_job_id, allocation_id`,
-			[]any{cycleID, now, ids, forJobs, victims, allocs, losses, reasons}, func(rows pgx.Rows) error {
+			[]any{cycleID, now, ids, forJobs, victims, allocs, losses, reasons, cands}, func(rows pgx.Rows) error {
 				var sp StartedPreemption
 				if err := rows.Scan(&sp.PreemptionID, &sp.ForJobID, &sp.VictimJobID, &sp.AllocationID); err != nil {
 					return err

@@ -15,7 +15,8 @@ import (
 // kind drill: the whole PreemptionWorkflow on a running checkpointable job
 // with no beneficiary, recorded in preemptions with its effective run
 // loss, its resume recorded as the recovery profile's evidence (kind
-// drill).
+// drill: by FinishPreemption, or RecordDrillEvidence for a drill whose
+// victim saved nothing).
 
 // ActorGovernance is the audit actor (and drill actor) of what the
 // governance loop does on its own: an automatic drill of a trial pool.
@@ -199,40 +200,27 @@ func (s *Store) UnstartedDrills(ctx context.Context, olderThan time.Time) ([]Sta
 	return out, nil
 }
 
-// DrillResumeOutcome maps a finished drill's record to the resume evidence
-// it gives its recovery profile (docs/design.md §5 "Resume drills"): a
-// completed drill whose next run started at the saved step and passed it
-// is verified; one that started there but did not pass it, and one whose
-// victim saved nothing within its grace (aborted_no_checkpoint: the save
-// is what a drill tests), failed; a resume from another step is
-// wrong_step. A drill that proves nothing about save and restore — its
-// next run never observed, the job ineligible or ended before the release
-// — gives none (ok false).
+// DrillResumeOutcome is the resume evidence a drill that ended before its
+// verify-resume step gives its recovery profile: one whose victim saved
+// nothing within its grace (aborted_no_checkpoint) failed its save, which
+// is what a drill tests (failed); any other early end — the job
+// ineligible, or ended before the release — proves nothing (ok false). A
+// drill that reaches VerifyResume has its evidence recorded by
+// FinishPreemption, kind drill (verified, failed or wrong_step, as for any
+// preemption).
 func DrillResumeOutcome(rec *PreemptionRecord) (vocab.ResumeOutcome, bool) {
-	switch rec.Outcome {
-	case vocab.PreemptionCompleted:
-		if rec.PassedAt != nil {
-			return vocab.ResumeVerified, true
-		}
-		return vocab.ResumeFailed, true
-	case vocab.PreemptionResumeFailed:
-		return vocab.ResumeWrongStep, true
-	case vocab.PreemptionResumeNotObserved:
-		if rec.ResumedRunID != "" {
-			return vocab.ResumeFailed, true
-		}
-	case vocab.PreemptionAbortedNoCkpt:
+	if rec.Outcome == vocab.PreemptionAbortedNoCkpt {
 		return vocab.ResumeFailed, true
 	}
 	return "", false
 }
 
 // RecordDrillEvidence records the resume evidence finished drill id gives
-// its job's recovery profile (DrillResumeOutcome; kind drill, keyed by the
-// drill's ID, so a retried step records it once) and returns the outcome
-// recorded ("" when the drill gives none). A record of kind preemption, or
-// one not finished, records nothing. Errors wrap ErrNotFound or database
-// errors.
+// its job's recovery profile when it ended before its verify-resume step
+// (DrillResumeOutcome; kind drill, keyed by the drill's ID, so a retried
+// step records it once) and returns the outcome recorded ("" when none).
+// A record of kind preemption, or one not finished, records nothing.
+// Errors wrap ErrNotFound or database errors.
 func (s *Store) RecordDrillEvidence(ctx context.Context, id string) (vocab.ResumeOutcome, error) {
 	rec, err := s.GetPreemption(ctx, id)
 	if err != nil {

@@ -159,15 +159,16 @@ func TestDrillRunsAsPreemption(t *testing.T) {
 	}
 	ok, from, resumedAt, passed := true, int64(180), at.Add(4*time.Minute), at.Add(5*time.Minute)
 	loss := 125.0
-	if _, err := s.FinishPreemption(ctx, d.PreemptionID, store.PreemptionResume{Outcome: vocab.PreemptionCompleted,
-		ResumedRunID: run2, ResumedFromStep: &from, ResumedAt: &resumedAt, PassedAt: &passed, ResumedCorrectly: &ok,
-		LostSeconds: 10, SaveRestoreS: 55, LossGPUSeconds: loss, Detail: "resumed at step 180", At: passed}); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if got, err := s.RecordDrillEvidence(ctx, d.PreemptionID); err != nil || got != vocab.ResumeVerified {
-			t.Fatalf("drill evidence %q, %v", got, err)
+	for range 2 { // a retried step records once
+		if _, err := s.FinishPreemption(ctx, d.PreemptionID, store.PreemptionResume{Outcome: vocab.PreemptionCompleted,
+			ResumedRunID: run2, ResumedFromStep: &from, ResumedAt: &resumedAt, PassedAt: &passed, ResumedCorrectly: &ok, Progressed: true,
+			LostSeconds: 10, SaveRestoreS: 55, LossGPUSeconds: loss, Detail: "resumed at step 180", At: passed}); err != nil {
+			t.Fatal(err)
 		}
+	}
+	// FinishPreemption recorded the evidence; the abort path's recorder adds none.
+	if got, err := s.RecordDrillEvidence(ctx, d.PreemptionID); err != nil || got != "" {
+		t.Fatalf("drill evidence %q, %v", got, err)
 	}
 	rec, _ = s.GetPreemption(ctx, d.PreemptionID)
 	if rec.EffectiveLossGPUSeconds == nil || *rec.EffectiveLossGPUSeconds != loss || rec.State != vocab.PreemptionReleased {
@@ -196,28 +197,45 @@ func TestDrillRunsAsPreemption(t *testing.T) {
 	}
 }
 
-// TestDrillResumeOutcome maps each way a drill ends to the evidence it gives.
-func TestDrillResumeOutcome(t *testing.T) {
+// TestDrillAbortEvidence: a drill whose victim saved nothing in its grace
+// is a failed resume of its profile, recorded once; one that ended for
+// another reason proves nothing.
+func TestDrillAbortEvidence(t *testing.T) {
 	t.Parallel()
-	now := t0
 	for _, tc := range []struct {
-		rec  store.PreemptionRecord
-		want vocab.ResumeOutcome
-		ok   bool
+		outcome vocab.PreemptionOutcome
+		want    vocab.ResumeOutcome
+		ok      bool
 	}{
-		{store.PreemptionRecord{Outcome: vocab.PreemptionCompleted, PassedAt: &now}, vocab.ResumeVerified, true},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionCompleted}, vocab.ResumeFailed, true},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionResumeFailed}, vocab.ResumeWrongStep, true},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionResumeNotObserved, ResumedRunID: "r2"}, vocab.ResumeFailed, true},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionResumeNotObserved}, "", false},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionAbortedNoCkpt}, vocab.ResumeFailed, true},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionAbortedIneligible}, "", false},
-		{store.PreemptionRecord{Outcome: vocab.PreemptionVictimEnded}, "", false},
+		{vocab.PreemptionAbortedNoCkpt, vocab.ResumeFailed, true},
+		{vocab.PreemptionAbortedIneligible, "", false},
+		{vocab.PreemptionVictimEnded, "", false},
+		{vocab.PreemptionCompleted, "", false}, // FinishPreemption's to record
 	} {
-		if got, ok := store.DrillResumeOutcome(&tc.rec); got != tc.want || ok != tc.ok {
-			t.Errorf("%s (passed %v, resumed %q): %q %v, want %q %v", tc.rec.Outcome, tc.rec.PassedAt != nil, tc.rec.ResumedRunID,
-				got, ok, tc.want, tc.ok)
+		if got, ok := store.DrillResumeOutcome(&store.PreemptionRecord{Outcome: tc.outcome}); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %q %v, want %q %v", tc.outcome, got, ok, tc.want, tc.ok)
 		}
+	}
+	pool := testPool("p", 1, 1)
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
+	at := t0.Add(time.Hour)
+	j, _, _ := runningJob(t, s, pool, 0, true, at)
+	d, err := s.OpenDrill(ctx, store.NewDrill{JobID: j.ID, Actor: "ops", Reason: "r", At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbortPreemption(ctx, d.PreemptionID, vocab.PreemptionAbortedNoCkpt, "no checkpoint within the 10 s grace", at); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := s.RecordDrillEvidence(ctx, d.PreemptionID); err != nil || got != vocab.ResumeFailed {
+			t.Fatalf("abort evidence %q, %v", got, err)
+		}
+	}
+	evs, err := s.ResumeEvidenceOf(ctx, j.ID)
+	if err != nil || len(evs) != 1 || evs[0].Kind != vocab.EvidenceDrill || evs[0].Outcome != vocab.ResumeFailed {
+		t.Fatalf("evidence %+v, %v", evs, err)
 	}
 }
 

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // fileVersion stores and activates p as serve does for a policy file.
@@ -236,5 +240,36 @@ func TestListAndGetPolicyVersions(t *testing.T) {
 	}
 	if v, err := s.GetPolicyVersion(ctx, "deadbeef1"); err != nil || !strings.HasSuffix(v.Hash, "1111") {
 		t.Fatalf("unique longer prefix: %+v %v", v, err)
+	}
+}
+
+// TestLastDecisionNamesThePolicy: the last decision carries the policy
+// version its cycle recorded, whether it comes from the decisions rows (a
+// placement) or from the explanation of a later cycle that changed nothing.
+func TestLastDecisionNamesThePolicy(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("p", 1, 2))
+	ctx := context.Background()
+	waiting := submit(t, s, "vision", "p", 2, 0)
+	placed := submit(t, s, "vision", "p", 1, 0)
+	wait := scheduling.WaitStatus{JobID: waiting.ID, Reason: vocab.ReasonCapacityBusy, Rank: 2, Detail: "busy"}
+	if _, err := s.ApplyCycle(ctx, "pv-1", &scheduling.Result{PolicyVersion: "aaaa", At: t0, Waiting: []scheduling.WaitStatus{wait},
+		Placements: []scheduling.Placement{place(placed.ID, "p", storetest.NodeName("p", 0), 1000, storetest.GPUName("p", 0, 0))}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// A second cycle under another version leaves the wait as it was: no decision row.
+	if _, err := s.ApplyCycle(ctx, "pv-2", &scheduling.Result{PolicyVersion: "bbbb", At: t0.Add(time.Minute),
+		Waiting: []scheduling.WaitStatus{wait}}, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{placed.ID: "aaaa", waiting.ID: "bbbb"} {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.LastDecision(ctx, j)
+		if err != nil || d == nil || d.Policy != want {
+			t.Errorf("%s: %+v %v, want policy %s", id, d, err, want)
+		}
 	}
 }

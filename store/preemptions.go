@@ -62,6 +62,53 @@ type PreemptionRecord struct {
 	SaveRestoreSeconds      *float64               `db:"save_restore_s"`
 	RecomputeSeconds        *float64               `db:"recompute_s"`
 	Failures                []string               `db:"failures"`
+	// ResumeVerified is true when the next run started at the saved step and
+	// was seen progressing past it (counted as a verified resume of the
+	// victim's recovery profile); false when it started elsewhere or did not
+	// progress; nil while unknown or when no next run was seen.
+	ResumeVerified *bool `db:"resume_verified"`
+	// Candidates are the running jobs the plan weighed on the chosen
+	// target, in the search's order (docs/design.md §5 "The preemption
+	// record"); empty for records stored before they were kept.
+	Candidates []PreemptionCandidate `db:"-"`
+	// FinalState, FinalAt, FailuresSinceResume, OutputAffected and
+	// OutputNote are the victim's outcome after the resume, filled when its
+	// job ends (gpugov_fill_preemption_final): its final state and when;
+	// its failed runs and failed or wrong-step resumes since the resume; and
+	// whether the final output was affected (a failed or non-progressing
+	// resume, or a failure of the job after it) with the reason. Empty or
+	// nil until the job has ended, and for records that released nothing.
+	FinalState          vocab.JobState `db:"final_state"`
+	FinalAt             *time.Time     `db:"final_at"`
+	FailuresSinceResume *int           `db:"failures_since_resume"`
+	OutputAffected      *bool          `db:"output_affected"`
+	OutputNote          string         `db:"output_note"`
+}
+
+// PreemptionCandidate is one running job a preemption's victim search
+// weighed on the chosen target (scheduling.Candidate): its queue and
+// whether that queue is low-risk, the GPUs it holds there, its estimated
+// loss in GPU-seconds, whether it was chosen, and Gate, why it could not be
+// a victim ("" when it could).
+type PreemptionCandidate struct {
+	JobID                   string  `json:"job_id"`
+	Queue                   string  `json:"queue"`
+	LowRisk                 bool    `json:"low_risk"`
+	GPUs                    int     `json:"gpus"`
+	EstimatedLossGPUSeconds float64 `json:"estimated_loss_gpu_s"`
+	Chosen                  bool    `json:"chosen"`
+	Gate                    string  `json:"gate,omitempty"`
+}
+
+// candidateDocs converts a proposal's candidates to their stored shape
+// (preemptions.candidates); never nil.
+func candidateDocs(cs []scheduling.Candidate) []PreemptionCandidate {
+	out := make([]PreemptionCandidate, len(cs))
+	for i, c := range cs {
+		out[i] = PreemptionCandidate{JobID: c.JobID, Queue: c.Queue, LowRisk: c.LowRisk, GPUs: c.GPUs,
+			EstimatedLossGPUSeconds: c.EstimatedLossGPUSeconds, Chosen: c.Chosen, Gate: c.Gate}
+	}
+	return out
 }
 
 // preemptionColumns is the select list of preemptionRow: the preemptions
@@ -74,24 +121,30 @@ const preemptionColumns = `id, kind, drill_actor, coalesce(cycle_id, '') AS cycl
 	run_started_at, accrued_aging_s, checkpoint_at_notice, saved_checkpoint, checkpoint_in_grace, step_at_notice,
 	started_at, notified_at, saved_at, released_at, rescheduled_at, resumed_at, passed_at, ended_at, finished_at,
 	coalesce(resumed_run_id, '') AS resumed_run_id, resumed_from_step, resumed_correctly, lost_s, save_restore_s,
-	recompute_s, failures`
+	recompute_s, failures, resume_verified, candidates, coalesce(final_state, '') AS final_state, final_at,
+	failures_since_resume, output_affected, output_note`
 
 // preemptionRow is one row of preemptionColumns: the record's own columns
 // plus the two checkpoint documents in their stored shape. failures (jsonb)
 // decodes straight into Failures.
 type preemptionRow struct {
 	PreemptionRecord
-	CheckpointAtNotice *checkpointDoc `db:"checkpoint_at_notice"`
-	SavedCheckpoint    *checkpointDoc `db:"saved_checkpoint"`
+	CheckpointAtNotice *checkpointDoc        `db:"checkpoint_at_notice"`
+	SavedCheckpoint    *checkpointDoc        `db:"saved_checkpoint"`
+	Candidates         []PreemptionCandidate `db:"candidates"`
 }
 
 // record converts the row to a PreemptionRecord with its times in UTC.
 func (r *preemptionRow) record() PreemptionRecord {
 	p := r.PreemptionRecord
 	p.CheckpointAtNotice, p.SavedCheckpoint = r.CheckpointAtNotice.checkpoint(), r.SavedCheckpoint.checkpoint()
+	p.Candidates = r.Candidates
+	if p.Candidates == nil {
+		p.Candidates = []PreemptionCandidate{}
+	}
 	p.StartedAt = p.StartedAt.UTC()
 	for _, t := range []**time.Time{&p.RunStartedAt, &p.NotifiedAt, &p.SavedAt, &p.ReleasedAt, &p.RescheduledAt,
-		&p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt} {
+		&p.ResumedAt, &p.PassedAt, &p.EndedAt, &p.FinishedAt, &p.FinalAt} {
 		*t = utcPtr(*t)
 	}
 	return p
@@ -151,16 +204,18 @@ func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]Pree
 // cycles repeat it. The cycle must be applied first (its row is referenced).
 // It returns how many records were new. Retries are safe.
 func (s *Store) RecordWouldPreempt(ctx context.Context, cycleID string, props []scheduling.PreemptionProposal, now time.Time) (int, error) {
-	var ids, forJobs, victims, allocs, reasons, pools []string
+	var ids, forJobs, victims, allocs, reasons, pools, cands []string
 	var losses []float64
 	for _, p := range props {
 		if p.Act {
 			continue
 		}
+		cand := string(mustJSON(candidateDocs(p.Candidates)))
 		for _, v := range p.Victims {
 			ids = append(ids, newID("p-"))
 			forJobs, victims, allocs = append(forJobs, p.ForJobID), append(victims, v.JobID), append(allocs, v.AllocationID)
 			reasons, pools, losses = append(reasons, p.Reason), append(pools, p.Pool), append(losses, v.EstimatedLossGPUSeconds)
+			cands = append(cands, cand)
 		}
 	}
 	if len(ids) == 0 {
@@ -168,14 +223,15 @@ func (s *Store) RecordWouldPreempt(ctx context.Context, cycleID string, props []
 	}
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO preemptions (id, cycle_id, for_job_id, victim_job_id, allocation_id, estimated_loss_gpu_s, reason,
-			pool, for_queue, victim_queue, state, outcome, started_at, ended_at, finished_at, gpus)
+			pool, for_queue, victim_queue, state, outcome, started_at, ended_at, finished_at, gpus, candidates)
 		SELECT u.id, $1, u.f, u.v, u.a, u.l, u.r, u.p, fj.queue, vj.queue, 'observed', 'would_preempt', $2, $2, $2,
-			(SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = u.a)
-		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[]) AS u(id, f, v, a, l, r, p)
+			(SELECT coalesce(sum(milli), 0) / 1000.0 FROM allocation_gpus g WHERE g.allocation_id = u.a), u.c::jsonb
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[], $10::text[])
+			AS u(id, f, v, a, l, r, p, c)
 		JOIN allocations al ON al.id = u.a AND al.job_id = u.v
 		JOIN jobs fj ON fj.id = u.f JOIN jobs vj ON vj.id = u.v
 		ON CONFLICT (for_job_id, allocation_id) WHERE state = 'observed' DO NOTHING`,
-		cycleID, now, ids, forJobs, victims, allocs, losses, reasons, pools)
+		cycleID, now, ids, forJobs, victims, allocs, losses, reasons, pools, cands)
 	if err != nil {
 		return 0, fmt.Errorf("store: record would-preempt of cycle %s: %w", cycleID, err)
 	}
@@ -536,16 +592,64 @@ type PreemptionResume struct {
 	Failures         []string
 	Detail           string
 	At               time.Time
+	// Progressed is true when the next run, started at the saved step
+	// (ResumedCorrectly), was seen past it: a heartbeat or checkpoint beyond
+	// the saved step, or its success. Only a resume both correct and
+	// progressed is a verified resume.
+	Progressed bool
+	// EvidenceKind is the kind of the resume evidence FinishPreemption
+	// records for the victim's recovery profile (key: the preemption ID);
+	// "" means the record's: vocab.EvidenceDrill for a drill, else
+	// vocab.EvidencePreemption.
+	EvidenceKind vocab.ResumeEvidenceKind
+}
+
+// evidence is the resume evidence r is for the victim's recovery profile,
+// or nil when no next run was seen (no evidence either way: the victim may
+// simply not have been placed again in time).
+func (r *PreemptionResume) evidence(rec *PreemptionRecord) *ResumeEvidence {
+	if r.ResumedCorrectly == nil {
+		return nil
+	}
+	kind := r.EvidenceKind
+	switch {
+	case kind != "":
+	case rec.Kind == vocab.PreemptionDrill:
+		kind = vocab.EvidenceDrill
+	default:
+		kind = vocab.EvidencePreemption
+	}
+	e := &ResumeEvidence{Key: rec.ID, JobID: rec.VictimJobID, Kind: kind, At: r.At, Outcome: vocab.ResumeFailed,
+		Detail: r.Detail}
+	switch {
+	case !*r.ResumedCorrectly:
+		e.Outcome = vocab.ResumeWrongStep
+	case r.Progressed:
+		e.Outcome = vocab.ResumeVerified
+	}
+	return e
+}
+
+// Verified reports whether the resume is a verified one: the next run
+// started at the saved step and progressed past it.
+func (r *PreemptionResume) Verified() bool {
+	return r.ResumedCorrectly != nil && *r.ResumedCorrectly && r.Progressed
 }
 
 // FinishPreemption records the verify-resume step of preemption id and the
-// effective run loss, and updates the victim's recovery evidence: a resume
-// verified at the saved step adds one verified resume (runs.resume_verified,
-// once per run) and clears a downgrade; a resume from another step is a
-// failure that downgrades it (verified_resumes 0 and resume_downgraded set)
-// so that the victim is not preempted automatically until a verified
-// resume. A record already finished is returned unchanged, so retries are
-// safe. Errors wrap ErrNotFound or database errors.
+// effective run loss, and updates the victim's recovery evidence: a
+// verified resume (started at the saved step and progressed past it)
+// adds one verified resume (runs.resume_verified, once per run) and clears a
+// downgrade; a resume from another step is a failure that downgrades it
+// (verified_resumes 0 and resume_downgraded set) so that the victim is not
+// preempted automatically until a verified resume; one that started right
+// but did not progress changes neither. In the same transaction the resume
+// is recorded as evidence of the victim's recovery profile (key: the
+// preemption ID; kind r.EvidenceKind; none when no next run was seen), and
+// when the victim's job has already ended the record's final outcome is
+// filled (gpugov_fill_preemption_final). A record already finished is
+// returned unchanged, so retries are safe. Errors wrap ErrNotFound or
+// database errors.
 func (s *Store) FinishPreemption(ctx context.Context, id string, r PreemptionResume) (*PreemptionRecord, error) {
 	rec, err := s.GetPreemption(ctx, id)
 	if err != nil || rec.FinishedAt != nil {
@@ -559,17 +663,32 @@ func (s *Store) FinishPreemption(ctx context.Context, id string, r PreemptionRes
 		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
 			return err
 		}
+		var verified *bool
+		if r.ResumedCorrectly != nil {
+			v := r.Verified()
+			verified = &v
+		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE preemptions SET outcome = $2, resumed_run_id = nullif($3, ''), resumed_from_step = $4, resumed_at = $5,
 				passed_at = $6, resumed_correctly = $7, lost_s = $8, save_restore_s = $9, recompute_s = $10,
-				effective_loss_gpu_s = $11, failures = failures || $12::jsonb, detail = $13, finished_at = $14
+				effective_loss_gpu_s = $11, failures = failures || $12::jsonb, detail = $13, finished_at = $14,
+				resume_verified = $15
 			WHERE id = $1 AND finished_at IS NULL`,
 			id, r.Outcome, r.ResumedRunID, r.ResumedFromStep, r.ResumedAt, r.PassedAt, r.ResumedCorrectly,
-			r.LostSeconds, r.SaveRestoreS, r.RecomputeS, r.LossGPUSeconds, mustJSON(failures), r.Detail, r.At)
+			r.LostSeconds, r.SaveRestoreS, r.RecomputeS, r.LossGPUSeconds, mustJSON(failures), r.Detail, r.At, verified)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return updateRecoveryAfterResume(ctx, tx, rec, r)
+		if err := updateRecoveryAfterResume(ctx, tx, rec, r); err != nil {
+			return err
+		}
+		if e := r.evidence(rec); e != nil {
+			if err := recordResumeEvidence(ctx, tx, *e); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `SELECT gpugov_fill_preemption_final($1)`, rec.VictimJobID)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -586,6 +705,8 @@ func updateRecoveryAfterResume(ctx context.Context, tx pgx.Tx, rec *PreemptionRe
 	switch {
 	case r.ResumedCorrectly == nil:
 		return nil
+	case *r.ResumedCorrectly && !r.Progressed:
+		return nil // started right but not seen progressing: no verified resume, no downgrade
 	case *r.ResumedCorrectly:
 		tag, err := tx.Exec(ctx, `UPDATE runs SET resume_verified = true WHERE id = $1 AND job_id = $2 AND NOT resume_verified`,
 			r.ResumedRunID, rec.VictimJobID)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -234,8 +235,8 @@ func TestLoadReportInputRejectsBadWindows(t *testing.T) {
 
 // TestJobsEndedAtTrigger checks migration 00060's trigger on every path that
 // makes a job final: FinishRun, ReleasePlacement and CancelJob each stamp
-// ended_at with the transition's time, and a later updated_at bump (a late
-// checkpoint record) does not move it.
+// ended_at with the transition's time, and a later updated_at bump does
+// not move it.
 func TestJobsEndedAtTrigger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -251,8 +252,12 @@ func TestJobsEndedAtTrigger(t *testing.T) {
 	if err := s.FinishRun(ctx, finished, runID, vocab.RunFailed, "exit 1", base.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	// A late checkpoint record bumps updated_at to now().
-	if err := s.RecordCheckpoint(ctx, finished, runID, scheduling.Checkpoint{At: base.Add(11 * time.Minute), Step: 10}); err != nil {
+	// A late checkpoint of the ended run is refused (its allocation was
+	// released); a later update of the row bumps updated_at to now().
+	if err := s.RecordCheckpoint(ctx, finished, runID, scheduling.Checkpoint{At: base.Add(11 * time.Minute), Step: 10}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("late checkpoint of an ended run: %v, want a conflict", err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET updated_at = now() WHERE id = $1`, finished); err != nil {
 		t.Fatal(err)
 	}
 	released := f.submit(base, 1, "")

@@ -261,34 +261,116 @@ func (s *Store) chargeUsage(ctx context.Context, tx pgx.Tx, project string, gpus
 	return nil
 }
 
-// RecordCheckpoint records a valid checkpoint of a run, as the run's last
-// checkpoint and the job's recovery evidence. A checkpoint at a lower step
-// than the one stored (a late retry) is ignored; the same one again changes
-// nothing, so retries are safe. Errors wrap ErrNotFound (job or run of that
-// job) or database errors.
+// ErrStaleCheckpoint is returned (wrapped, and matching ErrConflict) by
+// RecordCheckpoint for a checkpoint older than the run's current one — a
+// late retry of an earlier report: nothing is changed.
+var ErrStaleCheckpoint = fmt.Errorf("stale checkpoint: %w", ErrConflict)
+
+// CheckpointClockSkew is how far a checkpoint's time may be before its
+// run's start (by the store's record of it) before RecordCheckpoint refuses
+// it: the checkpoint's time is the reporter's clock (a node agent's), the
+// run's start the service's. The API allows the same skew into the future.
+const CheckpointClockSkew = 60 * time.Second
+
+// checkpointRunRow is what RecordCheckpoint checks a checkpoint against: its
+// run, the run's allocation, and the job's declared work.
+type checkpointRunRow struct {
+	JobID          string         `db:"job_id"`
+	StartedAt      time.Time      `db:"started_at"`
+	StartStep      int64          `db:"start_step"`
+	LastCheckpoint *checkpointDoc `db:"last_checkpoint"`
+	AllocationID   string         `db:"allocation_id"`
+	ReleasedAt     *time.Time     `db:"released_at"`
+	// TotalSteps is the job's declared work in steps: recovery.total_steps,
+	// else a job without a command's run_seconds rounded up, else 0 (none).
+	TotalSteps int64 `db:"total_steps"`
+}
+
+// RecordCheckpoint records a checkpoint of a run as the run's last
+// checkpoint and, when it is not below the job's, as the job's recovery
+// evidence. It is checked against the stored record, not believed
+// (docs/design.md §5 "Checked evidence"): it is refused with a
+// *ValidationError naming the field when its time is more than
+// CheckpointClockSkew before the run started (at), when its step is below
+// the step the run started from or exceeds the job's declared work
+// (recovery.total_steps; a job without a command declares run_seconds, one
+// step per second; a job that declares neither is checked for going
+// backwards only) (step), or when it goes backwards against the run's
+// current checkpoint — a lower step at a later time (step), a higher step
+// at an earlier time (at); it is refused with ErrConflict when the run's
+// allocation was released (the run ended: its report is no evidence of a
+// live run), and answered ErrStaleCheckpoint (matching ErrConflict) when it
+// is older than the current one (a lower step, or the same step saved
+// earlier). The same checkpoint again changes nothing and succeeds, so
+// retries are safe; a refused one changes nothing. The time in the future
+// is the API's check (the store's writers are the service's own executors).
+// Errors wrap ErrNotFound (job, or run of that job) or database errors too.
 func (s *Store) RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error {
 	doc := mustJSON(toCheckpointDoc(&cp))
 	return s.inTx(ctx, "record checkpoint of "+runID, func(tx pgx.Tx) error {
 		if _, _, _, err := lockJob(ctx, tx, jobID); err != nil {
 			return err
 		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND job_id = $2)`, runID, jobID).
-			Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
+		run, err := queryOne[checkpointRunRow](ctx, tx, `
+			SELECT r.job_id, r.started_at, r.start_step, r.last_checkpoint, r.allocation_id, a.released_at,
+				coalesce(nullif((j.recovery->>'total_steps')::int8, 0),
+					CASE WHEN NOT (j.spec ? 'command') THEN least(greatest(ceil(coalesce((j.spec->>'run_seconds')::float8, 0)), 0), `+maxRunSecondsSQL+`)::int8 END,
+					0) AS total_steps
+			FROM runs r JOIN allocations a ON a.id = r.allocation_id JOIN jobs j ON j.id = r.job_id
+			WHERE r.id = $1 AND r.job_id = $2`, runID, jobID)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("run %s of job %s: %w", runID, jobID, ErrNotFound)
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE runs SET last_checkpoint = $2 WHERE id = $1
-				AND (last_checkpoint IS NULL OR (last_checkpoint->>'step')::int8 <= $3)`, runID, doc, cp.Step); err != nil {
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
+		if err := checkCheckpoint(&run, runID, cp); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET last_checkpoint = $2 WHERE id = $1 AND last_checkpoint IS DISTINCT FROM $2::jsonb`,
+			runID, doc); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET recovery = jsonb_set(recovery, '{last_checkpoint}', $2::jsonb), updated_at = now()
-			WHERE id = $1 AND (recovery->'last_checkpoint' IS NULL OR (recovery->'last_checkpoint'->>'step')::int8 <= $3)`,
+			WHERE id = $1 AND (recovery->'last_checkpoint' IS NULL OR (recovery->'last_checkpoint'->>'step')::int8 <= $3)
+				AND recovery->'last_checkpoint' IS DISTINCT FROM $2::jsonb`,
 			jobID, doc, cp.Step)
 		return err
 	})
+}
+
+// checkCheckpoint applies RecordCheckpoint's checks of cp against its run;
+// nil when cp may be recorded (or is the run's current checkpoint again).
+func checkCheckpoint(run *checkpointRunRow, runID string, cp scheduling.Checkpoint) error {
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	cur := run.LastCheckpoint.checkpoint()
+	switch {
+	case run.ReleasedAt != nil:
+		return fmt.Errorf("run %s ended: its allocation %s was released at %s, so its checkpoint is no evidence: %w",
+			runID, run.AllocationID, at(*run.ReleasedAt), ErrConflict)
+	case cur != nil && cur.Step == cp.Step && cur.At.Equal(cp.At) && cur.Location == cp.Location:
+		return nil // the same report again
+	case cp.At.Before(run.StartedAt.Add(-CheckpointClockSkew)):
+		return invalidf("at", "%s is before run %s started at %s (%s of clock skew allowed)", at(cp.At), runID,
+			at(run.StartedAt), CheckpointClockSkew)
+	case cp.Step < run.StartStep:
+		return invalidf("step", "%d is below step %d, where run %s started: a checkpoint never goes backwards",
+			cp.Step, run.StartStep, runID)
+	case run.TotalSteps > 0 && cp.Step > run.TotalSteps:
+		return invalidf("step", "%d exceeds the job's declared work of %d steps (recovery.total_steps, or run_seconds of a job without a command)",
+			cp.Step, run.TotalSteps)
+	case cur == nil:
+		return nil
+	case cp.Step < cur.Step && !cp.At.After(cur.At), cp.Step == cur.Step && cp.At.Before(cur.At):
+		return fmt.Errorf("checkpoint at step %d (%s) is older than run %s's current checkpoint at step %d (%s); nothing changed: %w",
+			cp.Step, at(cp.At), runID, cur.Step, at(cur.At), ErrStaleCheckpoint)
+	case cp.Step < cur.Step:
+		return invalidf("step", "%d goes backwards: run %s's current checkpoint is at step %d (%s), earlier than this one (%s)",
+			cp.Step, runID, cur.Step, at(cur.At), at(cp.At))
+	case cp.Step > cur.Step && cp.At.Before(cur.At):
+		return invalidf("at", "%s is before run %s's current checkpoint (%s, step %d), yet this one is at the later step %d",
+			at(cp.At), runID, at(cur.At), cur.Step, cp.Step)
+	}
+	return nil
 }

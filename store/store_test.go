@@ -453,8 +453,9 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if err := s.RecordCheckpoint(ctx, victim.ID, run, cp); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordCheckpoint(ctx, victim.ID, run, scheduling.Checkpoint{At: t0, Step: 100}); err != nil {
-		t.Fatal(err)
+	// A late retry of an older checkpoint is answered stale and changes nothing.
+	if err := s.RecordCheckpoint(ctx, victim.ID, run, scheduling.Checkpoint{At: t0.Add(20 * time.Minute), Step: 100}); !errors.Is(err, store.ErrStaleCheckpoint) {
+		t.Fatalf("older checkpoint: %v, want it stale", err)
 	}
 	out, err = s.ApplyCycle(ctx, "c2", &scheduling.Result{
 		Waiting: []scheduling.WaitStatus{{JobID: winner.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 free"}},
@@ -503,19 +504,20 @@ func TestPreemptedRunRequeuesKeepingAging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The verify-resume step records the resume at the saved step; a retry
-	// counts it once.
+	// The verify-resume step records the resume at the saved step, seen
+	// progressing past it; a retry counts it once, for the job and as
+	// evidence of its recovery profile.
 	resumed, step := true, int64(300)
 	for range 2 {
 		if _, err := s.FinishPreemption(ctx, preemptionID, store.PreemptionResume{Outcome: vocab.PreemptionCompleted,
-			ResumedRunID: run2, ResumedFromStep: &step, ResumedCorrectly: &resumed, At: at}); err != nil {
+			ResumedRunID: run2, ResumedFromStep: &step, ResumedCorrectly: &resumed, Progressed: true, At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	snap, _ = s.LoadSnapshot(ctx, at)
 	rj := snap.Running[0]
 	if len(rj.RecentPreemptions) != 1 || !rj.RecentPreemptions[0].Equal(at) || rj.Recovery.VerifiedResumes != 1 ||
-		rj.Recovery.LastCheckpoint != nil {
+		rj.Recovery.LastCheckpoint != nil || rj.Recovery.ProfileVerifiedResumes != 1 || rj.Recovery.ProfileFailedResumes != 0 {
 		t.Fatalf("running after resume: %+v", rj)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -36,6 +37,17 @@ func liveStates() []string {
 	var out []string
 	for _, s := range vocab.JobStates {
 		if !s.Final() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// finalStates returns the job states that are final.
+func finalStates() []string {
+	var out []string
+	for _, s := range vocab.JobStates {
+		if s.Final() {
 			out = append(out, string(s))
 		}
 	}
@@ -125,7 +137,12 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"notifications", "kind", strs(vocab.NotificationKinds)},
 		{"notifications", "state", strs(vocab.NotificationStates)},
 		{"resume_evidence", "kind", strs(vocab.ResumeEvidenceKinds)},
+		{"preemptions", "final_state", finalStates()},
 		{"resume_evidence", "outcome", strs(vocab.ResumeOutcomes)},
+		{"experiments", "state", strs(vocab.ExperimentStates)},
+		{"experiments", "verdict", strs(vocab.ExperimentVerdicts)},
+		{"experiments", "groups", strs(vocab.PolicyGroups)},
+		{"experiment_events", "kind", store.ExperimentEventKinds},
 		{"preemptions", "kind", strs(vocab.PreemptionKinds)},
 		{"pool_stage_changes", "from_stage", strs(vocab.AutomationStages)},
 		{"pool_stage_changes", "to_stage", strs(vocab.AutomationStages)},

@@ -416,7 +416,7 @@ func (j *jobFlow) runOn(ctx workflow.Context, p *temporalx.PlacedSignal) (*tempo
 func (j *jobFlow) finishRun(ctx workflow.Context, outcome vocab.RunOutcome, detail string) (*JobResult, error) {
 	ctx = cleanupCtx(ctx)
 	ctx, err := j.cleanupStep(ctx, actFinishRun, &activities.FinishRunInput{JobID: j.in.JobID, RunID: j.runID, Outcome: outcome,
-		Detail: detail, SchedulerWorkflowID: j.wakeScheduler()}, nil)
+		Detail: detail, SchedulerWorkflowID: j.wakeScheduler(), CrashResume: j.crashResume()}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -424,6 +424,19 @@ func (j *jobFlow) finishRun(ctx workflow.Context, outcome vocab.RunOutcome, deta
 		j.reportStopped(ctx, j.preempt, string(outcome))
 	}
 	return j.end(ctx, outcome.EndsJobAs(), detail)
+}
+
+// crashResume describes the run's resume after a crash of its executor or
+// node agent, when its last attempt resumed from a checkpoint (a step
+// beyond 0: a restart from scratch restores nothing); nil otherwise.
+// (Evidence for the job's recovery profile; an input field only, so
+// histories replay unchanged.)
+func (j *jobFlow) crashResume() *activities.CrashResume {
+	r := j.runResult
+	if r == nil || !r.ResumedAfterCrash || r.StartStep <= 0 {
+		return nil
+	}
+	return &activities.CrashResume{FromStep: r.StartStep, Step: r.Step, ReportedStartStep: r.ReportedStartStep}
 }
 
 // reloadJob reads the job again: its last checkpoint is the next run's start.

@@ -291,4 +291,11 @@ func TestJobWorkflowRetriedRunResumesFromHeartbeat(t *testing.T) {
 	if n := countRows(t, st, `SELECT count(*) FROM runs WHERE job_id = $1`, job.ID); n != 1 {
 		t.Fatalf("%d runs, want 1: a retried attempt is the same run", n)
 	}
+	// The resume after the crash is a verified resume of the job's profile:
+	// it started at the checkpoint's step 40 and went on to 100.
+	evs, err := st.ResumeEvidenceOf(context.Background(), job.ID)
+	if err != nil || len(evs) != 1 || evs[0].Kind != vocab.EvidenceCrash || evs[0].Outcome != vocab.ResumeVerified ||
+		evs[0].Key != "crash/"+res.RunID || evs[0].Profile != job.Recovery.Profile {
+		t.Fatalf("resume evidence %+v (%v), want one verified crash resume of %s", evs, err, job.Recovery.Profile)
+	}
 }

@@ -178,7 +178,8 @@ func (f *victimFixture) stopVictim(t *testing.T, env *preemptEnv, d time.Duratio
 
 // resumeVictim plays the scheduler and the victim at workflow time d: the
 // victim is placed on GPU 1, its next run starts at startStep and, when
-// passStep > 0, checkpoints at passStep 20 s (by its clock) after its start.
+// passStep > 0, checkpoints at passStep 20 s (by its clock) after its start
+// (progress past the saved step, without which no resume is verified).
 func (f *victimFixture) resumeVictim(t *testing.T, env *preemptEnv, d time.Duration, startStep, passStep int64) (started *time.Time) {
 	started = new(time.Time)
 	env.RegisterDelayedCallback(func() {
@@ -218,7 +219,7 @@ func TestPreemptionRunsAllFiveSteps(t *testing.T) {
 	f := newVictimFixture(t)
 	env := newPreemptEnv(t, f.st, scheduling.DefaultPolicy(), policy.Default())
 	f.stopVictim(t, env, time.Second, 55, 55, 2)
-	f.resumeVictim(t, env, 30*time.Second, 55, 0)
+	f.resumeVictim(t, env, 30*time.Second, 55, 56) // progress past the saved step verifies the resume
 
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 
@@ -438,7 +439,7 @@ func TestPreemptionStepsRetriedAfterCrashChangeNothingTwice(t *testing.T) {
 	cs := &crashingStore{Store: f.st, crashed: map[string]bool{}}
 	env := newPreemptEnv(t, cs, scheduling.DefaultPolicy(), policy.Default())
 	f.stopVictim(t, env, time.Second, 55, 55, 1)
-	f.resumeVictim(t, env, time.Minute, 55, 0)
+	f.resumeVictim(t, env, time.Minute, 55, 56)
 
 	env.ExecuteWorkflow(workflows.PreemptionWorkflowName, f.input())
 

@@ -35,11 +35,12 @@ func (c *Client) PoolReadiness(ctx context.Context, pool string, history int) (*
 	return &out, err
 }
 
-// ApplyPolicy applies a policy file's text as the active version (POST
-// /v1/policies; an admin's token). A stage widening whose pool readiness
-// fails is *Error with status 422 and code not_ready, its details listing
-// the failed checks, unless p.OverrideReadiness.
-func (c *Client) ApplyPolicy(ctx context.Context, p api.PolicyApply) (*api.PolicyApplied, error) {
+// ApplyPolicyWith is ApplyPolicy with the whole request body, its
+// overrides included (POST /v1/policies; an admin's token). A stage
+// widening whose pool readiness fails is *Error with status 422 and code
+// not_ready, its details listing the failed checks, unless
+// p.OverrideReadiness.
+func (c *Client) ApplyPolicyWith(ctx context.Context, p api.PolicyApply) (*api.PolicyApplied, error) {
 	var out api.PolicyApplied
 	_, err := c.do(ctx, http.MethodPost, "/v1/policies", nil, nil, p, &out)
 	return &out, err

@@ -137,7 +137,9 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	row("Released", timeOrDash(p.ReleasedAt))
 	row("Rescheduled", timeOrDash(p.RescheduledAt))
 	row("Resumed", timeOrDash(p.ResumedAt)+stepText(p.ResumedFromStep)+" correct: "+boolOrDash(p.ResumedCorrectly))
+	row("Resume verified", boolOrDash(p.ResumeVerified)+" (started at the saved step and progressed past it)")
 	row("Back at notice step", timeOrDash(p.PassedAt)+stepText(p.StepAtNotice))
+	row("Victim outcome", victimOutcome(p))
 	row("Loss", fmt.Sprintf("%s GPU-s = %g GPU(s) × (lost %s + save/restore %s + recompute %s) s; estimated %.0f",
 		floatOrDash(p.EffectiveLossGPUSeconds), p.GPUs, floatOrDash(p.LostSeconds), floatOrDash(p.SaveRestoreSeconds),
 		floatOrDash(p.RecomputeSeconds), p.EstimatedLossGPUSeconds))
@@ -146,6 +148,42 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	}
 	if p.Detail != "" {
 		row("Detail", p.Detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printCandidates(w, p.Candidates)
+}
+
+// victimOutcome says how the victim's job ended after the resume and
+// whether its output was affected, or that it has not ended.
+func victimOutcome(p *api.Preemption) string {
+	if p.FinalState == "" {
+		if p.ReleasedAt == nil {
+			return "- (nothing was released)"
+		}
+		return "- (the job has not ended)"
+	}
+	failures := "-"
+	if p.FailuresSinceResume != nil {
+		failures = strconv.Itoa(*p.FailuresSinceResume)
+	}
+	return fmt.Sprintf("%s at %s, %s failure(s) since the resume; output affected: %s (%s)", p.FinalState,
+		timeOrDash(p.FinalAt), failures, boolOrDash(p.OutputAffected), p.OutputNote)
+}
+
+// printCandidates writes the running jobs the plan weighed, one per line.
+func printCandidates(w io.Writer, cs []api.PreemptionCandidate) error {
+	if len(cs) == 0 {
+		_, err := fmt.Fprintln(w, "Candidates: none recorded")
+		return err
+	}
+	fmt.Fprintln(w, "Candidates (low-risk queues first, then least expected loss):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  JOB\tQUEUE\tLOW RISK\tGPUS\tEST LOSS (GPU-s)\tCHOSEN\tWHY NOT")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.0f\t%s\t%s\n", c.JobID, c.Queue, yesNo(c.LowRisk), c.GPUs,
+			c.EstimatedLossGPUSeconds, yesNo(c.Chosen), dash(c.Gate))
 	}
 	return tw.Flush()
 }

@@ -106,7 +106,9 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 	out, err := st.ApplyCycle(ctx, "c-preempt", &scheduling.Result{PolicyVersion: "t", At: notified, Preemptions: []scheduling.PreemptionProposal{{
 		ForJobID: trigger.ID, Pool: govPool, Node: govNode, Act: true, EstimatedLossGPUSeconds: 7320,
 		Reason:  trigger.ID + " (production) needs 4 GPU(s); stopping 1 eligible job(s) on node node-1 frees 2 GPU(s) next to 2 free",
-		Victims: []scheduling.Victim{{JobID: victim.ID, AllocationID: alloc, GPUs: 2, EstimatedLossGPUSeconds: 7320}}}}}, notified)
+		Victims: []scheduling.Victim{{JobID: victim.ID, AllocationID: alloc, GPUs: 2, EstimatedLossGPUSeconds: 7320}},
+		Candidates: []scheduling.Candidate{{JobID: victim.ID, Queue: govQueue, GPUs: 2, EstimatedLossGPUSeconds: 7320, Chosen: true},
+			{JobID: "j-inference", Queue: "serve", GPUs: 2, EstimatedLossGPUSeconds: 120, Gate: "protected queue"}}}}}, notified)
 	if err != nil || len(out.Preemptions) != 1 {
 		t.Fatalf("preemption not opened: %+v %v", out, err)
 	}
@@ -135,7 +137,7 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 		Resumable: rec.SavedCheckpoint, ResumedAt: resumedAt, PassedAt: passedAt})
 	yes, from := true, int64(400)
 	rec, err = st.FinishPreemption(ctx, id, store.PreemptionResume{Outcome: vocab.PreemptionCompleted, ResumedRunID: run2,
-		ResumedFromStep: &from, ResumedAt: &resumedAt, PassedAt: &passedAt, ResumedCorrectly: &yes,
+		ResumedFromStep: &from, ResumedAt: &resumedAt, PassedAt: &passedAt, ResumedCorrectly: &yes, Progressed: true,
 		LostSeconds: loss.LostSeconds, SaveRestoreS: loss.SaveRestoreSeconds, RecomputeS: &loss.RecomputeSeconds,
 		LossGPUSeconds: loss.GPUSeconds, At: passedAt,
 		Failures: []string{"no checkpoint newer than the notice within the 120 s grace period; released anyway, lost work counted"},
@@ -145,6 +147,13 @@ func completedPreemption(t *testing.T, st *store.Store) *store.PreemptionRecord 
 	}
 	if rec.EffectiveLossGPUSeconds == nil || *rec.EffectiveLossGPUSeconds != 4560 {
 		t.Fatalf("fixture loss %v, want 4560 GPU-s", rec.EffectiveLossGPUSeconds)
+	}
+	// The victim then finishes its work: the record gets its final outcome.
+	if err := st.FinishRun(ctx, victim.ID, run2, vocab.RunSucceeded, "done", passedAt.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = st.GetPreemption(ctx, rec.ID); err != nil {
+		t.Fatal(err)
 	}
 	return rec
 }
@@ -197,6 +206,10 @@ func TestPreemptionsCommand(t *testing.T) {
 		"at step 520",
 		"4560.0 GPU-s = 2 GPU(s) × (lost 1200.0 + save/restore 0.0 + recompute 1080.0) s; estimated 7320",
 		"Failure", "released anyway, lost work counted",
+		"Resume verified       yes",
+		"succeeded at ", "0 failure(s) since the resume; output affected: no (not affected: verified resume, job succeeded)",
+		"Candidates (low-risk queues first, then least expected loss):",
+		"j-inference", "protected queue",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("record lacks %q:\n%s", s, out)

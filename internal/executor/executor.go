@@ -65,14 +65,29 @@ type RunResult struct {
 	// RecomputeSteps is the work redone after such a resume: the steps between the
 	// checkpoint resumed from and the step the lost attempt had reached.
 	RecomputeSteps int64
+	// ReportedStartStep is the step the job itself reported starting from
+	// (a process's started line); nil when it reported none (the simulated
+	// executor starts where it is told). A value other than StartStep after
+	// a crash is a resume from the wrong step.
+	ReportedStartStep *int64 `json:",omitempty"`
 }
 
 // CheckpointRecorder stores a run's checkpoints (the store's RecordCheckpoint).
 // It must be idempotent per (job, run, step): a resumed attempt may write the
-// same checkpoint again.
+// same checkpoint again. An error wrapping ErrCheckpointRefused says the
+// checkpoint was checked and refused (docs/design.md §5 "Checked evidence"):
+// offering it again cannot help.
 type CheckpointRecorder interface {
 	RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error
 }
+
+// ErrCheckpointRefused is wrapped by a CheckpointRecorder's error when the
+// checkpoint was refused as evidence — a time in the future or before the
+// run started, a step past the job's declared work or going backwards, a
+// run whose allocation was released, or one older than the run's current
+// checkpoint — rather than not delivered: an executor does not offer it
+// again.
+var ErrCheckpointRefused = errors.New("checkpoint refused")
 
 // SimulatedExecutor runs a job by letting time pass: a run lasts RunSeconds /
 // SpeedFactor of real time, heartbeats its step, writes checkpoints at the job's

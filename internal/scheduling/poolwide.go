@@ -32,8 +32,9 @@ type poolCands struct {
 // cachedPoolCands returns the pool's eligible victims for the search's tier
 // and lender flag in both orders. The pool's gate-passing victims are sorted
 // once per cycle (basePoolCands); a tier's list is a filter of that order, and
-// a lender's puts its candidates holding lent quota (primary loss 0) first, which is
-// the order sorting with primary losses would give. Gains here count every
+// a lender's puts its candidates holding lent quota (primary loss 0) first
+// and sorts the others by their own primary, which is the order sorting
+// with primary losses would give. Gains here count every
 // GPU a victim holds; refresh counts the useful ones.
 func (s *preemptSearch) cachedPoolCands(pool []int32) *poolCands {
 	if s.ps.poolCands == nil {
@@ -44,7 +45,7 @@ func (s *preemptSearch) cachedPoolCands(pool []int32) *poolCands {
 		return pc
 	}
 	base := s.basePoolCands(pool)
-	pc := &poolCands{byRatio: s.filterCands(base.byRatio), byCost: s.filterCands(base.byCost)}
+	pc := &poolCands{byRatio: s.filterCands(base.byRatio, false), byCost: s.filterCands(base.byCost, true)}
 	s.ps.poolCands[key] = pc
 	return pc
 }
@@ -59,24 +60,27 @@ func (s *preemptSearch) basePoolCands(pool []int32) *poolCands {
 	var list []candVictim
 	for _, vi := range pool {
 		if v := &s.vx.all[vi]; (v.gate == "" || v.reclaimable && v.standing == "") && len(v.gpus) > 0 {
-			list = append(list, candVictim{vi: vi, gain: int32(len(v.gpus)), loss: v.loss, primary: v.loss})
+			cv := candVictim{vi: vi, gain: int32(len(v.gpus)), loss: v.loss, risky: v.loss}
+			if v.lowRisk {
+				cv.risky = 0
+			}
+			cv.primary = cv.risky // a non-lender's primary (victimCost); filterCands adjusts a lender's
+			list = append(list, cv)
 		}
 	}
 	s.vx.sortByRatio(list)
 	pc := &poolCands{byRatio: list, byCost: slices.Clone(list)}
-	slices.SortStableFunc(pc.byCost, func(a, b candVictim) int {
-		if c := compareFloat(a.loss, b.loss); c != 0 {
-			return c
-		}
-		return s.vx.compareID(a.vi, b.vi)
-	})
+	slices.SortStableFunc(pc.byCost, func(a, b candVictim) int { return s.vx.compareCost(&a, &b) })
 	s.ps.poolCandsBase = pc
 	return pc
 }
 
 // filterCands keeps the candidates of base that are eligible for this search,
-// in base order, a lender's reclaimable ones first with primary loss 0.
-func (s *preemptSearch) filterCands(base []candVictim) []candVictim {
+// in base order (by ratio, or byCost: by single cost). A lender's
+// reclaimable ones come first with primary loss 0, then its others with
+// their loss as primary, sorted again in the same order, which is what
+// sorting the lender's candidates would give.
+func (s *preemptSearch) filterCands(base []candVictim, byCost bool) []candVictim {
 	var first, rest []candVictim
 	for _, cv := range base {
 		v := &s.vx.all[cv.vi]
@@ -88,7 +92,17 @@ func (s *preemptSearch) filterCands(base []candVictim) []candVictim {
 			first = append(first, cv)
 			continue
 		}
+		if s.lender {
+			cv.primary = cv.loss
+		}
 		rest = append(rest, cv)
+	}
+	if s.lender {
+		if byCost {
+			slices.SortStableFunc(rest, func(a, b candVictim) int { return s.vx.compareCost(&a, &b) })
+		} else {
+			s.vx.sortByRatio(rest)
+		}
 	}
 	return append(first, rest...)
 }

@@ -388,13 +388,27 @@ func (c *cycle) commitProposal(je *jobEntry, s *preemptSearch, t *preemptTarget)
 	ps := s.ps
 	vs := make([]*victimState, len(t.victims))
 	p := &PreemptionProposal{ForJobID: je.id, Pool: ps.name, EstimatedLossGPUSeconds: t.cost.total}
+	p.Candidates = s.candidateList(t)
 	for i, vi := range t.victims {
 		v := &c.victimsIndex().all[vi]
 		v.used = true
 		vs[i] = v
+	}
+	slices.SortStableFunc(vs, func(a, b *victimState) int {
+		switch {
+		case a.lowRisk != b.lowRisk && a.lowRisk:
+			return -1
+		case a.lowRisk != b.lowRisk:
+			return 1
+		}
+		if c := compareFloat(a.loss, b.loss); c != 0 {
+			return c
+		}
+		return strings.Compare(a.run.ID, b.run.ID)
+	})
+	for _, v := range vs {
 		p.Victims = append(p.Victims, Victim{JobID: v.run.ID, AllocationID: v.allocID, GPUs: len(v.gpus), EstimatedLossGPUSeconds: v.loss})
 	}
-	slices.SortStableFunc(p.Victims, func(a, b Victim) int { return strings.Compare(a.JobID, b.JobID) })
 	gained := s.gainedGPUs(t)
 	if !t.poolWide {
 		p.Node = ps.nodes[t.node].name

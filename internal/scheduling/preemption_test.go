@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestLeastLossVictims(t *testing.T) {
 				lossVictim("x", "n1", 40*time.Second, 0, 1), lossVictim("y", "n1", 50*time.Second, 2, 3),
 				lossVictim("z", "n1", 90*time.Second, 4), pinned("n1", 5), pinned("n1", 6), pinned("n1", 7),
 			},
-			want: []string{"x", "z"}, loss: 350, node: "n1",
+			want: []string{"z", "x"}, loss: 350, node: "n1", // listed least loss first
 		},
 		{
 			// A recent checkpoint makes a victim cheaper.
@@ -329,5 +330,52 @@ func TestEvidenceGateNamesTheProfile(t *testing.T) {
 	r.Recovery.VerifiedResumes, r.Recovery.ProfileVerifiedResumes, r.Recovery.ProfileFailedResumes = 0, 1, 0
 	if res := Plan(s, p, t0); len(res.Preemptions) != 1 {
 		t.Fatalf("a job without resumes of its own, of a profile with one: proposals %+v, want one", res.Preemptions)
+	}
+}
+
+// TestVictimsLowRiskFirst checks the victim order (docs/design.md §5):
+// victims of low-risk queues are taken before any other, whatever their
+// loss, then the least expected loss; the proposal lists them in that order
+// and records every job it weighed on the target with its loss, whether it
+// was chosen and why an ineligible one could not be.
+func TestVictimsLowRiskFirst(t *testing.T) {
+	n := mkNode("n1", 4, "A100", 81920, 4)
+	j := mkJob("j", vocab.TierKeyProject, 2, "p", 0)
+	j.Request.Topology = TopologySameNode
+	s := &Snapshot{Pools: []Pool{mkPool("p", n)}, Pending: []PendingJob{j},
+		Queues: []Queue{{Name: "q-experiment", Tier: vocab.TierExperiment}, {Name: "scratch", Tier: vocab.TierExperiment, LowRisk: true}}}
+	// cheap: 1×(50+60) = 110 in a normal queue; l1: 1×(300+60) = 360 and
+	// l2: 1×(400+60) = 460 in the low-risk queue; pinned is not checkpointable.
+	cheap, l1, l2 := lossVictim("cheap", "n1", 50*time.Second, 0), lossVictim("l1", "n1", 300*time.Second, 1), lossVictim("l2", "n1", 400*time.Second, 2)
+	l1.Queue, l2.Queue = "scratch", "scratch"
+	withRunning(s, l2, cheap, l1, pinned("n1", 3))
+	res := Plan(s, testPolicy(), t0)
+	if len(res.Preemptions) != 1 {
+		t.Fatalf("proposals %+v", res.Preemptions)
+	}
+	pp := res.Preemptions[0]
+	var got []string
+	for _, v := range pp.Victims {
+		got = append(got, v.JobID)
+	}
+	if strings.Join(got, ",") != "l1,l2" || pp.EstimatedLossGPUSeconds != 820 {
+		t.Fatalf("victims %v loss %v, want the low-risk l1,l2 (820) over the cheaper cheap", got, pp.EstimatedLossGPUSeconds)
+	}
+	want := []Candidate{
+		{JobID: "l1", Queue: "scratch", LowRisk: true, GPUs: 1, EstimatedLossGPUSeconds: 360, Chosen: true},
+		{JobID: "l2", Queue: "scratch", LowRisk: true, GPUs: 1, EstimatedLossGPUSeconds: 460, Chosen: true},
+		{JobID: "cheap", Queue: "q-experiment", GPUs: 1, EstimatedLossGPUSeconds: 110},
+		{JobID: "n1-pinned3", Queue: "q-experiment", GPUs: 1, EstimatedLossGPUSeconds: 61, Gate: "not checkpointable"},
+	}
+	if !reflect.DeepEqual(pp.Candidates, want) {
+		t.Fatalf("candidates\n got %+v\nwant %+v", pp.Candidates, want)
+	}
+	// With one GPU needed and a single low-risk victim dearer than the
+	// other, the low-risk one is still taken.
+	j.Request.GPUs = 1
+	s.Pending[0] = j
+	res = Plan(s, testPolicy(), t0)
+	if len(res.Preemptions) != 1 || res.Preemptions[0].Victims[0].JobID != "l1" {
+		t.Fatalf("one GPU: proposals %+v, want l1", res.Preemptions)
 	}
 }

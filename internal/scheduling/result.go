@@ -154,13 +154,36 @@ type Victim struct {
 	EstimatedLossGPUSeconds float64
 }
 
+// Candidate is one running job a preemption's victim search weighed on the
+// chosen placement target (docs/design.md §5 "The preemption record").
+type Candidate struct {
+	JobID   string
+	Queue   string
+	LowRisk bool // its queue is low-risk
+	GPUs    int  // GPUs it holds on the target that could become usable for the job
+	// EstimatedLossGPUSeconds is its estimated loss if stopped now (Victim's).
+	EstimatedLossGPUSeconds float64
+	Chosen                  bool   // it is one of the proposal's victims
+	Gate                    string // why it could not be a victim for this job; "" when it could
+}
+
+// MaxCandidates bounds PreemptionProposal.Candidates.
+const MaxCandidates = 32
+
 // PreemptionProposal is the least-loss victim set on one placement target that
-// frees enough matching GPUs for a blocked higher-tier job.
+// frees enough matching GPUs for a blocked higher-tier job. Victims are
+// ordered as the search prefers them: low-risk queues first, then least
+// expected loss, then job ID.
 type PreemptionProposal struct {
 	ForJobID string
 	Pool     string
 	Node     string
 	Victims  []Victim
+	// Candidates are the running jobs holding GPUs of the chosen target
+	// that the job could use, eligible ones first in the search's order
+	// (chosen or not), then the others by job ID with why each could not be
+	// a victim; at most MaxCandidates.
+	Candidates []Candidate
 	// Act is true when the pool's automation stage lets the proposal be carried
 	// out; false means it is recorded as a "would preempt".
 	Act                     bool

@@ -6,18 +6,24 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// victimCost orders victim sets: a lender reclaiming its nominal quota takes
-// allocations holding lent quota first (primary = loss of the others); anyone
-// else only minimises total loss (primary = total); then fewer victims.
+// victimCost orders victim sets (docs/design.md §5 "Victim order"): a lender
+// reclaiming its nominal quota takes allocations holding lent quota first
+// (primary = loss of the others), then, as anyone else, victims of low-risk
+// queues first (risky = loss of the victims of other queues; for a
+// non-lender it is also the primary), then the least total expected loss,
+// then fewer victims.
 type victimCost struct {
-	primary, total float64
-	n              int
+	primary, risky, total float64
+	n                     int
 }
 
 // less reports whether cost a is strictly better than b.
 func (a victimCost) less(b victimCost) bool {
 	if a.primary != b.primary {
 		return a.primary < b.primary
+	}
+	if a.risky != b.risky {
+		return a.risky < b.risky
 	}
 	if a.total != b.total {
 		return a.total < b.total
@@ -27,7 +33,22 @@ func (a victimCost) less(b victimCost) bool {
 
 // plus is the cost of a set after adding candidate v.
 func (a victimCost) plus(v *candVictim) victimCost {
-	return victimCost{primary: a.primary + v.primary, total: a.total + v.loss, n: a.n + 1}
+	return victimCost{primary: a.primary + v.primary, risky: a.risky + v.risky, total: a.total + v.loss, n: a.n + 1}
+}
+
+// compareCost orders single candidates by the cost each would have alone, then
+// job ID.
+func (vx *victimIndex) compareCost(a, b *candVictim) int {
+	if c := compareFloat(a.primary, b.primary); c != 0 {
+		return c
+	}
+	if c := compareFloat(a.risky, b.risky); c != 0 {
+		return c
+	}
+	if c := compareFloat(a.loss, b.loss); c != 0 {
+		return c
+	}
+	return vx.compareID(a.vi, b.vi)
 }
 
 // preemptTarget is one placement target of a victim search: the GPUs
@@ -43,9 +64,29 @@ type preemptTarget struct {
 
 // candVictim is an eligible victim holding GPUs of the target being searched.
 type candVictim struct {
-	vi            int32
-	gain          int32 // target GPUs it holds that could become usable for the job
-	loss, primary float64
+	vi   int32
+	gain int32 // target GPUs it holds that could become usable for the job
+	// loss is its estimated loss; risky the same unless its queue is
+	// low-risk (then 0); primary, for a lender, the loss unless it holds
+	// lent quota (then 0), for anyone else risky (victimCost).
+	loss, primary, risky float64
+}
+
+// cand describes victim vi as a candidate of this search with gain GPUs.
+func (s *preemptSearch) cand(vi, gain int32) candVictim {
+	v := &s.vx.all[vi]
+	cv := candVictim{vi: vi, gain: gain, loss: v.loss, risky: v.loss}
+	if v.lowRisk {
+		cv.risky = 0
+	}
+	cv.primary = cv.risky
+	if s.lender {
+		cv.primary = v.loss
+		if v.reclaimable {
+			cv.primary = 0
+		}
+	}
+	return cv
 }
 
 // preemptSearch is the state of one job's victim search. freed, gainedN and
@@ -161,22 +202,22 @@ func (s *preemptSearch) candidates(t *preemptTarget, pool []int32) []candVictim 
 		if gain == 0 {
 			continue
 		}
-		cv := candVictim{vi: vi, gain: gain, loss: v.loss, primary: v.loss}
-		if s.lender && v.reclaimable {
-			cv.primary = 0
-		}
-		out = append(out, cv)
+		out = append(out, s.cand(vi, gain))
 	}
 	s.vx.sortByRatio(out)
 	s.cands = out
 	return out
 }
 
-// sortByRatio orders candidates by primary loss per gained GPU, then loss
-// per gained GPU, then job ID.
+// sortByRatio orders candidates by primary loss per gained GPU, then the
+// loss of a victim outside low-risk queues per gained GPU, then loss per
+// gained GPU, then job ID.
 func (vx *victimIndex) sortByRatio(cands []candVictim) {
 	slices.SortFunc(cands, func(a, b candVictim) int {
 		if c := compareFloat(a.primary*float64(b.gain), b.primary*float64(a.gain)); c != 0 {
+			return c
+		}
+		if c := compareFloat(a.risky*float64(b.gain), b.risky*float64(a.gain)); c != 0 {
 			return c
 		}
 		if c := compareFloat(a.loss*float64(b.gain), b.loss*float64(a.gain)); c != 0 {
@@ -324,10 +365,18 @@ func (s *preemptSearch) greedy(t *preemptTarget, cands []candVictim) ([]int32, v
 	return ids, cost
 }
 
-// prune takes a feasible tried set, drops every victim (costliest first) it
-// does not need, empties the tried set and returns what was kept.
+// prune takes a feasible tried set, drops every victim (costliest first, by
+// primary, then risky, then total loss) it does not need, empties the tried set and returns what was kept.
 func (s *preemptSearch) prune(t *preemptTarget, set []candVictim) ([]int32, victimCost) {
-	slices.SortStableFunc(set, func(a, b candVictim) int { return compareFloat(b.loss, a.loss) })
+	slices.SortStableFunc(set, func(a, b candVictim) int {
+		if c := compareFloat(b.primary, a.primary); c != 0 {
+			return c
+		}
+		if c := compareFloat(b.risky, a.risky); c != 0 {
+			return c
+		}
+		return compareFloat(b.loss, a.loss)
+	})
 	kept := set[:0]
 	for _, cv := range set {
 		s.remove(t, cv.vi)
@@ -410,4 +459,81 @@ func (s *preemptSearch) gainedGPUs(t *preemptTarget) []int32 {
 		s.remove(t, vi)
 	}
 	return out
+}
+
+// candidateList describes the running jobs of target t a victim could come
+// from, for the proposal's record (PreemptionProposal.Candidates): the
+// eligible ones in the search's order with the chosen ones marked, then the
+// others with their gate, by job ID; at most MaxCandidates. Call it before
+// the chosen victims are marked used.
+func (s *preemptSearch) candidateList(t *preemptTarget) []Candidate {
+	var pool []int32
+	if t.poolWide {
+		pool = s.vx.byPool[s.ps]
+	} else {
+		pool = s.vx.byNode[s.ps][t.node]
+	}
+	var eligible []candVictim
+	var others []int32
+	for _, vi := range pool {
+		v := &s.vx.all[vi]
+		gain := int32(0)
+		for _, gi := range v.gpus {
+			if s.relevant(t, gi) {
+				gain++
+			}
+		}
+		switch {
+		case gain == 0:
+		case s.eligible(v):
+			eligible = append(eligible, s.cand(vi, gain))
+		default:
+			others = append(others, vi)
+		}
+	}
+	s.vx.sortByRatio(eligible)
+	slices.SortFunc(others, s.vx.compareID)
+	out := make([]Candidate, 0, min(len(eligible)+len(others), MaxCandidates))
+	add := func(vi int32, gain int32, gate string) bool {
+		if len(out) == MaxCandidates {
+			return false
+		}
+		v := &s.vx.all[vi]
+		out = append(out, Candidate{JobID: v.run.ID, Queue: v.run.Queue, LowRisk: v.lowRisk, GPUs: int(gain),
+			EstimatedLossGPUSeconds: v.loss, Chosen: slices.Contains(t.victims, vi), Gate: gate})
+		return true
+	}
+	for _, cv := range eligible {
+		if !add(cv.vi, cv.gain, "") {
+			return out
+		}
+	}
+	for _, vi := range others {
+		v := &s.vx.all[vi]
+		gain := int32(0)
+		for _, gi := range v.gpus {
+			if s.relevant(t, gi) {
+				gain++
+			}
+		}
+		if !add(vi, gain, s.whyNot(v)) {
+			break
+		}
+	}
+	return out
+}
+
+// whyNot says why victim v may not be stopped for this search's job.
+func (s *preemptSearch) whyNot(v *victimState) string {
+	switch {
+	case v.used:
+		return "already a victim of another proposal this cycle"
+	case s.lender && v.reclaimable:
+		return v.standing
+	case v.gate != "":
+		return v.gate
+	case v.tier >= s.tier:
+		return "tier " + v.tier.String() + " is not below the job's " + s.tier.String()
+	}
+	return "not eligible"
 }

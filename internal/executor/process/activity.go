@@ -302,6 +302,7 @@ type attemptRun struct {
 	log       *slog.Logger
 	startStep int64
 	recorded  int64 // step of the newest checkpoint the recorder has accepted (or the store had)
+	refused   int64 // step of the newest checkpoint the recorder refused as evidence (not offered again)
 }
 
 // progress heartbeats the process's progress and records a new checkpoint.
@@ -310,19 +311,26 @@ type attemptRun struct {
 func (r *attemptRun) progress(p Progress) {
 	hb := executor.Progress{Step: max(p.Step, r.startStep), LastCheckpoint: p.LastCheckpoint}
 	activity.RecordHeartbeat(context.WithoutCancel(r.ctx), hb)
-	if cp := p.LastCheckpoint; cp != nil && cp.Step > r.recorded {
-		if err := r.record(*cp); err != nil {
+	if cp := p.LastCheckpoint; cp != nil && cp.Step > r.recorded && cp.Step > r.refused {
+		if err := r.record(*cp); errors.Is(err, executor.ErrCheckpointRefused) {
+			r.log.Warn("checkpoint refused as evidence; not offered again", "step", cp.Step, "error", err)
+		} else if err != nil {
 			// The next progress call (at least every heartbeat interval) tries again.
 			r.log.Warn("cannot record checkpoint yet", "step", cp.Step, "error", err)
 		}
 	}
 }
 
-// record gives cp to the recorder, bounded in time, and remembers it.
+// record gives cp to the recorder, bounded in time, and remembers it: as
+// recorded, or as refused (executor.ErrCheckpointRefused) so that it is not
+// offered again.
 func (r *attemptRun) record(cp scheduling.Checkpoint) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), orDefault(r.a.CheckpointRecordTimeout, DefaultCheckpointRecordTimeout))
 	defer cancel()
 	if err := r.a.Checkpoints.RecordCheckpoint(ctx, r.in.JobID, r.in.RunID, cp); err != nil {
+		if errors.Is(err, executor.ErrCheckpointRefused) {
+			r.refused = max(r.refused, cp.Step)
+		}
 		return err
 	}
 	r.recorded = cp.Step
@@ -340,8 +348,8 @@ func (r *attemptRun) flush(cp *scheduling.Checkpoint) error {
 		if i > 0 {
 			time.Sleep(time.Second)
 		}
-		if err = r.record(*cp); err == nil {
-			return nil
+		if err = r.record(*cp); err == nil || errors.Is(err, executor.ErrCheckpointRefused) {
+			return err
 		}
 	}
 	return err
@@ -358,6 +366,10 @@ func (r *attemptRun) result(res *executor.RunResult, out *Outcome) (*executor.Ru
 		r.log.Error("the run's last checkpoint could not be recorded; the next run resumes from an older one",
 			"step", res.LastCheckpoint.Step, "error", err)
 		notes = append(notes, fmt.Sprintf("checkpoint of step %d not recorded: %v", res.LastCheckpoint.Step, err))
+	}
+	if out.Started {
+		from := out.StartedFromStep
+		res.ReportedStartStep = &from
 	}
 	if out.Started && out.StartedFromStep != res.StartStep {
 		notes = append(notes, fmt.Sprintf("the job reported starting at step %d, not at the checkpoint's step %d", out.StartedFromStep, res.StartStep))

@@ -13,7 +13,8 @@
 // The token should have the `agent` role, which may call nothing else.
 // Nothing is retried here: the agent's refresh loop sends fresh data at the
 // next refresh, and the process activity offers a checkpoint again at its
-// next heartbeat.
+// next heartbeat — unless the API refused it as evidence (409, 422:
+// executor.ErrCheckpointRefused).
 package httpreport
 
 import (
@@ -30,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -147,13 +149,19 @@ func (c *Client) groupByNode(samples []inventory.UtilizationSample) (map[string]
 }
 
 // RecordCheckpoint records a checkpoint a run reported (POST
-// /v1/jobs/{job}/runs/{run}/checkpoints); the API ignores one older than the
-// stored checkpoint, so repeating it is safe. Errors: *APIError (404 for an
-// unknown run) or the transport's error.
+// /v1/jobs/{job}/runs/{run}/checkpoints); the same one again is accepted, so
+// repeating it is safe. Errors: *APIError (404 for an unknown run; 409 and
+// 422, the checkpoint refused as evidence, also wrap
+// executor.ErrCheckpointRefused) or the transport's error.
 func (c *Client) RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error {
 	body := checkpointJSON{At: cp.At.UTC(), Step: cp.Step, Location: cp.Location}
 	path := "/v1/jobs/" + url.PathEscape(jobID) + "/runs/" + url.PathEscape(runID) + "/checkpoints"
-	if err := c.do(ctx, http.MethodPost, path, body, nil); err != nil {
+	err := c.do(ctx, http.MethodPost, path, body, nil)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && (apiErr.Status == http.StatusConflict || apiErr.Status == http.StatusUnprocessableEntity) {
+		return fmt.Errorf("record checkpoint of job %s run %s at step %d: %w: %w", jobID, runID, cp.Step, executor.ErrCheckpointRefused, err)
+	}
+	if err != nil {
 		return fmt.Errorf("record checkpoint of job %s run %s at step %d: %w", jobID, runID, cp.Step, err)
 	}
 	return nil
