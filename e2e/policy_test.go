@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -14,8 +15,8 @@ import (
 // in the actions pool (the service's policy), so two of its four half-GPU
 // jobs wait with quota_exhausted; a policy file applied through the API
 // (POST /v1/policies) that raises the quota and moves the pool to the
-// trial stage is the service's policy at its next cycle, without a
-// restart: the pool's stage changes, the waiting jobs are placed by that
+// trial stage (its readiness overridden by the admin) is the service's
+// policy at its next cycle, without a restart: the pool's stage changes, the waiting jobs are placed by that
 // cycle, which records the applied hash, and why names it.
 func TestAppliedPolicyIsInForceAtNextCycle(t *testing.T) {
 	p := policy.Default()
@@ -33,7 +34,10 @@ func TestAppliedPolicyIsInForceAtNextCycle(t *testing.T) {
 	candidate := "version: gpugov.policy/v1\n" +
 		"quotas:\n  - {project: drill, pool: actions, nominal_milli: 2000}\n" +
 		"pools: {actions: {stage: trial}}\n"
-	applied, err := e.client.ApplyPolicy(ctx, candidate, "candidate.yaml", "e2e: more quota, trial stage")
+	// The pool is not ready for trial (its default queues set no protection
+	// explicitly, nothing is proven): the admin overrides the readiness gate.
+	applied, err := e.client.ApplyPolicyWith(ctx, api.PolicyApply{Policy: candidate, File: "candidate.yaml",
+		Reason: "e2e: more quota, trial stage", OverrideReadiness: true})
 	if err != nil || !applied.Changed || applied.Previous != p.Hash() || len(applied.Groups) != 2 ||
 		applied.Groups[0] != vocab.PolicyQuota || applied.Groups[1] != vocab.PolicyAutomationStage {
 		t.Fatalf("apply: %v %+v", err, applied)
@@ -57,9 +61,14 @@ func TestAppliedPolicyIsInForceAtNextCycle(t *testing.T) {
 	if n := e.queryInt(t, `SELECT count(*) FROM pools WHERE name = 'actions' AND stage = 'trial'`); n != 1 {
 		t.Fatal("the applied version's pool stage is not in force")
 	}
+	// The stage change is written with the version, by the admin, and audited so.
 	if n := e.queryInt(t, `SELECT count(*) FROM audit_log WHERE action = 'set_pool_stage' AND subject = 'actions'
-		AND actor = 'serve' AND reason LIKE '%' || $1 || '%'`, applied.Hash); n != 1 {
+		AND actor = 'e2e-admin' AND evidence->>'policy_hash' = $1`, applied.Hash); n != 1 {
 		t.Fatalf("%d stage changes audited naming the version, want 1", n)
+	}
+	if n := e.queryInt(t, `SELECT count(*) FROM audit_log WHERE action = 'override_readiness' AND subject = 'actions'
+		AND actor = 'e2e-admin'`); n != 1 {
+		t.Fatalf("%d readiness overrides audited, want 1", n)
 	}
 	j, err := e.client.GetJob(ctx, c.ID)
 	if err != nil || j.LastDecision == nil || j.LastDecision.Policy != applied.Hash {
