@@ -133,6 +133,9 @@ type envOptions struct {
 	afterCommit func(context.Context, *store.CycleOutcome) error
 	// policy, when set, is the service's policy (service.Config.Policy).
 	policy *policy.Policy
+	// drillInterval, when set, is the governance loop's drill pass period
+	// (service.Config.DrillInterval).
+	drillInterval time.Duration
 }
 
 // startEnv creates a database, a dev server and the service on a free port,
@@ -167,6 +170,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	}
 	cfg.AfterCycleCommit = o.afterCommit
 	cfg.Policy = o.policy
+	cfg.DrillInterval = o.drillInterval
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := service.Start(ctx, cfg)

@@ -162,3 +162,47 @@ func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 		t.Errorf("%d drill audit entries", n)
 	}
 }
+
+// TestAutomaticDrillInTrialPool: with drills.auto_in_trial, the governance
+// loop drills a running job of a low-risk queue in a trial pool whose
+// profile has no evidence, while matching GPUs are free — started by
+// governance, its resume verified and recorded — and, the daily bound of
+// one drill per profile reached, drills it no more.
+func TestAutomaticDrillInTrialPool(t *testing.T) {
+	p, err := policy.Parse("policy.yaml", []byte(rehearsePolicy(vocab.StageTrial)+"drills: {auto_in_trial: true, per_profile_per_day: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEnv(t, envOptions{pools: rehearsePool, simSpeed: 1, policy: p, drillInterval: time.Second})
+	ctx := context.Background()
+	spec := &api.JobSpec{Project: "nlp", Queue: "experiment", RunSeconds: 3600,
+		Recovery:  api.RecoverySpec{Checkpointable: true, CheckpointIntervalSeconds: 1},
+		Resources: api.ResourceSpec{GPUs: 1, Pool: "rehearse"}}
+	job, status, err := e.client.Submit(ctx, spec, "")
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("submit: %d %v", status, err)
+	}
+	var drills *api.PreemptionList
+	waitFor(t, 90*time.Second, "an automatic drill finished", func() (bool, string) {
+		drills, err = e.client.Preemptions(ctx, apiclient.PreemptionOptions{Kind: "drill", Job: job.ID})
+		if err != nil || len(drills.Preemptions) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		d := drills.Preemptions[0]
+		return d.FinishedAt != nil, fmt.Sprintf("state %s outcome %q", d.State, d.Outcome)
+	})
+	d := drills.Preemptions[0]
+	if d.DrillActor != "governance" || d.Outcome != string(vocab.PreemptionCompleted) || !strings.Contains(d.Reason, "automatic drill in trial pool rehearse") ||
+		!strings.Contains(d.Reason, "profile nlp/simulated has 0 verified resumes, needs 1") {
+		t.Fatalf("automatic drill %+v", d)
+	}
+	t.Logf("automatic drill %s: %s; loss %s GPU-s", d.ID, d.Reason, fmt.Sprint(*d.EffectiveLossGPUSeconds))
+	waitFor(t, 10*time.Second, "the drill's evidence", func() (bool, string) {
+		ev, err := e.svc.Store().ResumeEvidenceOf(ctx, job.ID)
+		return err == nil && len(ev) == 1 && ev[0].Kind == vocab.EvidenceDrill && ev[0].Outcome == vocab.ResumeVerified, fmt.Sprint(ev, err)
+	})
+	time.Sleep(3 * time.Second) // three more passes
+	if n := e.queryInt(t, `SELECT count(*) FROM preemptions WHERE kind = 'drill' AND victim_job_id = $1`, job.ID); n != 1 {
+		t.Fatalf("%d drills of the job, want 1 (one per profile a day, and the profile is proven)", n)
+	}
+}
