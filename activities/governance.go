@@ -81,10 +81,15 @@ type RunReportSource interface {
 }
 
 // GovernanceRecorder receives the final outcome of each preemption and
-// reclaim, for metrics. *telemetry.GovernanceMetrics implements it.
+// reclaim, and each experiment rollback, for metrics.
+// *telemetry.GovernanceMetrics implements it.
 type GovernanceRecorder interface {
 	RecordPreemption(ctx context.Context, pool, outcome string, lossGPUSeconds *float64, resumedCorrectly *bool)
 	RecordReclaim(ctx context.Context, pool, class, mode, state string, gpusReleased float64, disputed bool)
+	// RecordExperimentRollback counts one experiment rolled back
+	// (gpugov_experiment_rollbacks_total); the experiment's rollback step
+	// calls it once per rollback.
+	RecordExperimentRollback(ctx context.Context)
 }
 
 // recordPreemption reports a finished preemption record to Metrics.

@@ -305,7 +305,9 @@ func (s *Service) serveHTTP() error {
 		api.WithMetricsHandler(s.tel.Handler()),
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
-		api.WithStartQueue(s.starter))
+		api.WithStartQueue(s.starter),
+		api.WithGovernancePolicy(s.currentPolicy),
+		api.WithDisputeRecorder(s.govMetrics))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
