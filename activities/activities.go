@@ -57,12 +57,13 @@ var _ Store = (*store.Store)(nil)
 
 // ServiceStore is everything the activities of the service task queue use:
 // Store (scheduling cycle, job runs), GovernanceStore (preemption and
-// reclaim) and NotificationStore (the notification outbox). *store.Store
-// implements it.
+// reclaim), NotificationStore (the notification outbox) and
+// ExperimentStore (policy experiments). *store.Store implements it.
 type ServiceStore interface {
 	Store
 	GovernanceStore
 	NotificationStore
+	ExperimentStore
 }
 
 var _ ServiceStore = (*store.Store)(nil)
@@ -129,8 +130,10 @@ type Deps struct {
 // reclaim activities (ScanReclaims, AssessReclaim, NotifyOwner,
 // AwaitConfirmation, RecordDispute, ReleaseReclaimed, CloseReclaim) and the
 // notification activities (SweepNotifications, LoadNotifications,
-// DeliverNotification, DeadLetterNotification); the
-// activity names are the method names. It is the activity half of
+// DeliverNotification, DeadLetterNotification) and the experiment
+// activities (LoadExperiment, MeasureExperimentBaseline, SwitchExperiment,
+// CheckExperiment, FinishExperiment, AbortExperiment, PromoteExperiment);
+// the activity names are the method names. It is the activity half of
 // workflows.RegisterServiceWorker, which a worker should call instead; the
 // activities' own tests call it without the workflows.
 func Register(w worker.ActivityRegistry, d Deps) {
@@ -142,6 +145,8 @@ func Register(w worker.ActivityRegistry, d Deps) {
 	w.RegisterActivity(&Preemptions{d: d})
 	w.RegisterActivity(&Reclaims{d: d})
 	w.RegisterActivity(&Notifications{d: d})
+	w.RegisterActivity(&ExperimentActivities{Store: d.Store, Now: d.Now, CycleIntervalSeconds: d.CycleIntervalSeconds,
+		Governance: d.Governance})
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,

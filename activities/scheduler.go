@@ -106,7 +106,8 @@ type RunCycleResult struct {
 	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
 }
 
-// RunCycle runs one scheduling cycle: load the snapshot (completed with the
+// RunCycle runs one scheduling cycle: read the policy in force (Policy,
+// which applies a switched version's effects to the store first), load the snapshot (completed with the
 // policy's protection windows and project weights, the timer period, and
 // downgraded recovery evidence), plan, apply the plan in one store transaction (idempotent by
 // CycleID), then signal `wait-reason` to
@@ -118,16 +119,19 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 		return nil, invalidInput("run cycle: cycle ID is required")
 	}
 	now := clock(a.Now)
+	// The policy first: a policy version switched since the last cycle
+	// writes what it sets (quotas, queues, pool stages) to the store when it
+	// becomes the policy in force, and the snapshot must read those.
+	pol, err := a.policy(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)
+	}
 	snap, err := a.Store.LoadSnapshot(ctx, now)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
 	a.addGovernance(snap)
 	snap.CycleIntervalSeconds = float64(a.CycleIntervalSeconds)
-	pol, err := a.policy(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)
-	}
 	began := time.Now()
 	plan := scheduling.Plan(snap, pol, now)
 	planMillis := time.Since(began).Milliseconds()

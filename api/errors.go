@@ -19,7 +19,7 @@ import (
 // Error codes of the API's error object. They are stable: clients branch on them.
 const (
 	CodeMalformed        = "malformed"          // 400: the body is not valid JSON of the right shape, or has unknown fields
-	CodeInvalid          = "invalid"            // 422: well-formed but semantically invalid (the field says which)
+	CodeInvalid          = "invalid"            // 422 (400 for an experiment spec, whose problems are all listed): well-formed but semantically invalid (the field says which)
 	CodeUnauthorized     = "unauthorized"       // 401: no bearer token, or an unknown one
 	CodeForbidden        = "forbidden"          // 403: the token's role or project does not allow the call
 	CodeNotFound         = "not_found"          // 404: no such job or route

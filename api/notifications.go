@@ -24,9 +24,9 @@ type NotificationStore interface {
 type Notification struct {
 	ID      string         `json:"id"` // the event ID receivers deduplicate by
 	Seq     int64          `json:"seq"`
-	Type    string         `json:"type"` // job.wait_reason, job.placed, job.preemption_notice, job.reclaim_notice, job.resumed
-	Project string         `json:"project"`
-	JobID   string         `json:"job_id"`
+	Type    string         `json:"type"`    // job.wait_reason, job.placed, job.preemption_notice, job.reclaim_notice, job.resumed, experiment.rolled_back
+	Project string         `json:"project"` // policy.AdminsRecipient for the admins' notifications
+	JobID   string         `json:"job_id"`  // "" for the admins' notifications
 	Data    map[string]any `json:"data"`
 	// CreatedAt is the transition's time (the transaction that wrote it).
 	CreatedAt time.Time `json:"created_at"`

@@ -150,6 +150,9 @@ type Server struct {
 	startQueue   StartQueue            // WithStartQueue's; nil starts every workflow in the request
 	policy       func() *policy.Policy // WithGovernancePolicy's; nil: policy.Default()
 	disputes     DisputeRecorder       // WithDisputeRecorder's; nil records nothing
+	// cycleInterval is the scheduler's cycle interval (WithCycleInterval),
+	// the shortest experiment window.
+	cycleInterval time.Duration
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -157,7 +160,7 @@ type Server struct {
 func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	s := &Server{
 		store: st, workflows: wf, tokens: tokens, log: slog.Default(),
-		storeTimeout: DefaultStoreTimeout, now: time.Now,
+		storeTimeout: DefaultStoreTimeout, now: time.Now, cycleInterval: DefaultCycleInterval,
 	}
 	for _, o := range opts {
 		o(s)
@@ -214,7 +217,9 @@ func (s *Server) routes() *gin.Engine {
 	s.evidenceRoutes(v1)
 	v1.GET("/notifications", s.listNotifications)
 	s.quotaRoutes(v1)
+	s.policyRoutes(v1)
 	s.reportRoutes(v1)
+	s.experimentRoutes(v1)
 	return e
 }
 

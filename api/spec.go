@@ -345,10 +345,7 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 			return ""
 		}
 		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
-		}
+		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[key]
 			path := joinPath(prefix, key)
@@ -368,6 +365,25 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// jsonFields adds the JSON object keys of struct type t to fields, with
+// their types: each field's json tag name, and the keys of an embedded
+// struct without a tag inline (as encoding/json decodes them, e.g. an
+// experiment condition's tier and queue).
+func jsonFields(t reflect.Type, fields map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			jsonFields(f.Type, fields)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = f.Type
+	}
 }
 
 func joinPath(prefix, key string) string {

@@ -164,6 +164,9 @@ type LastDecision struct {
 	Rank   int    `json:"rank,omitempty"` // in the job's pool, that cycle
 	// Since is when cycles began taking this action without a break.
 	Since time.Time `json:"since"`
+	// Policy is the hash of the policy version the deciding cycle ran with
+	// (absent when the cycle recorded none).
+	Policy string `json:"policy,omitempty"`
 }
 
 // lastDecisionFromStore converts a last decision; nil stays nil.
@@ -172,7 +175,7 @@ func lastDecisionFromStore(d *store.LastDecision) *LastDecision {
 		return nil
 	}
 	return &LastDecision{CycleID: d.CycleID, At: d.At, Action: string(d.Action), Reason: string(d.Reason), JobID: d.JobID,
-		Victims: d.Victims, Detail: d.Detail, Rank: d.Rank, Since: d.Since}
+		Victims: d.Victims, Detail: d.Detail, Rank: d.Rank, Since: d.Since, Policy: d.Policy}
 }
 
 // Suggestion is one changed request that would fit the job's pool: field

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -75,7 +76,9 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 	schema := func(name string, prop ...string) []string {
 		return append([]string{"components", "schemas", name}, prop...)
 	}
-	prop := func(name, field string) []string { return schema(name, "properties", field) }
+	prop := func(name, field string, more ...string) []string {
+		return append(schema(name, "properties", field), more...)
+	}
 	param := func(route, name string) []string {
 		return []string{"paths", route, "get", "parameters", "param:" + name}
 	}
@@ -128,6 +131,16 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{schema("QuotaRequestState"), names(vocab.QuotaRequestStates)},
 		{prop("QuotaRequest", "state"), names(vocab.QuotaRequestStates)},
 		{param("/v1/quota-requests", "state"), names(vocab.QuotaRequestStates)},
+		{schema("PolicyGroup"), names(vocab.PolicyGroups)},
+		{prop("PolicyGroupDiff", "group"), names(vocab.PolicyGroups)},
+		{schema("ExperimentState"), names(vocab.ExperimentStates)},
+		{prop("Experiment", "state"), names(vocab.ExperimentStates)},
+		{schema("ExperimentVerdict"), names(vocab.ExperimentVerdicts)},
+		{prop("Experiment", "verdict"), withEmpty(names(vocab.ExperimentVerdicts))},
+		{prop("ExperimentOutcome", "verdict"), names(vocab.ExperimentVerdicts)},
+		{prop("Experiment", "groups", "items"), names(vocab.PolicyGroups)},
+		{prop("ExperimentExpectation", "direction"), names([]experiment.Direction{experiment.Decrease, experiment.Increase})},
+		{prop("ExperimentExpectedResult", "direction"), names([]experiment.Direction{experiment.Decrease, experiment.Increase})},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")

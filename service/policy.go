@@ -93,11 +93,19 @@ func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, err
 }
 
 // refreshPolicy makes the active stored policy version the policy in force
-// when it changed: a quota change through the API activates a derived
-// version (store.SetQuota), which the next cycle thus plans and records
-// with, without a restart. It reads only the active hash unless that
-// differs from the policy in force. It holds policyMu, as applyPolicy
-// does, so it never stores a version a concurrent reload superseded.
+// when it changed, with everything it sets applied (applyEffectsLocked:
+// queues and low-risk flags, stored quotas, usage half-life, project
+// weights, pool stages): a version activated through the store — a quota
+// change (store.SetQuota), a version applied through the API or switched
+// by an experiment (store.ActivatePolicy), a rollback — is thus a complete
+// switch at the next cycle, which plans and records with it, without a
+// restart. The version's activation is audited by whoever activated it;
+// the effects are audited with PolicyActor and a reason naming the hash.
+// It reads only the active hash unless that differs from the policy in
+// force. It holds policyMu, as applyPolicy does, so it never applies a
+// version a concurrent reload superseded. An error (a store error, an
+// active body that does not decode to its hash) leaves the policy in force
+// as it was, so the next cycle tries again.
 func (s *Service) refreshPolicy(ctx context.Context) error {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
@@ -105,7 +113,8 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cur := s.inForce.Load(); cur != nil && cur.hash == hash {
+	cur := s.inForce.Load()
+	if cur != nil && cur.hash == hash {
 		return nil
 	}
 	v, err := s.store.ActivePolicyVersion(ctx)
@@ -123,18 +132,25 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if s.refreshLoaded != nil {
 		s.refreshLoaded()
 	}
-	s.inForce.Store(newPolicyInForce(p))
-	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom)
+	reason := "policy version " + v.Hash + " became active"
+	if cur != nil {
+		reason += " (was " + cur.hash + ")"
+	}
+	if err := s.applyEffectsLocked(ctx, p, reason, false); err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("policy in force changed", "hash", v.Hash, "derived_from", v.DerivedFrom, "base_hash", v.BaseHash)
 	return nil
 }
 
 // applyStartPolicy stores and applies the policy in force at start. It runs
 // after the inventory is imported, because UpsertInventory rewrites
-// pools.stage. When the active stored version was derived by quota changes
-// (store.SetQuota) from this same file's (or default) policy, that version
-// is kept: the file was not edited since, and a restart must not undo the
-// changes; a file that differs from the version they were derived from
-// supersedes them (docs/design.md §4).
+// pools.stage. When the active stored version was derived through the
+// store — by quota changes (store.SetQuota), or applied through the API
+// (store.ActivatePolicy) — from this same file's (or default) policy, that
+// version is kept and applied: the file was not edited since, and a
+// restart must not undo the changes; a file that differs from the version
+// they were derived from supersedes them (docs/design.md §4).
 func (s *Service) applyStartPolicy(ctx context.Context) error {
 	reason := "default policy (no policy file)"
 	if s.policy != nil {
@@ -152,7 +168,13 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 			return fmt.Errorf("service: active policy version %s cannot be decoded: %v", active.Hash, err)
 		}
 		derived.KeepUnhashed(p)
-		p, reason = derived, reason+"; kept the version derived from it by quota changes"
+		// Already active, with its lineage: only its effects are applied.
+		s.policyMu.Lock()
+		defer s.policyMu.Unlock()
+		if err := s.applyEffectsLocked(ctx, derived, reason+"; kept the version "+active.Hash+" derived from it through the API", true); err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+		return nil
 	}
 	if err := s.applyPolicy(ctx, p, reason, true); err != nil {
 		return fmt.Errorf("service: %w", err)
@@ -160,16 +182,12 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 	return nil
 }
 
-// applyPolicy makes p the stored active policy version and writes what it
-// sets to the store, auditing each real change with PolicyActor and
-// reason: the version (store.SavePolicyVersion of Hash and Canonical, then
-// ActivatePolicyVersion, which audits the switch), the low-risk flags and
-// the queues (when p names queues; at start, without any, the default
-// queues are created in an empty store), the quotas (store.SyncQuotas: the
-// stored quotas become the active version's — p's, unless a quota change
-// derived a version from it since — each change audited), and the pool stages; p
-// is then the policy in force. It holds policyMu (see refreshPolicy). It
-// returns the first store error.
+// applyPolicy makes p, the policy file's (or default) policy, the stored
+// active policy version — store.SavePolicyVersion of Hash and Canonical,
+// then ActivatePolicyVersion, which audits the switch and makes it a file
+// version (its own base) — and applies what it sets (applyEffectsLocked),
+// auditing each real change with PolicyActor and reason. It holds policyMu
+// (see refreshPolicy). It returns the first store error.
 func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
@@ -180,6 +198,21 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	if err := s.store.ActivatePolicyVersion(ctx, hash, PolicyActor, reason); err != nil {
 		return fmt.Errorf("policy version: %w", err)
 	}
+	return s.applyEffectsLocked(ctx, p, reason, atStart)
+}
+
+// applyEffectsLocked writes to the store what the active version p sets,
+// auditing each real change with PolicyActor and reason: the low-risk
+// flags and the queues (when p names queues; at start, without any, the
+// default queues are created in an empty store), the quotas
+// (store.SyncQuotas: the stored quotas become the active version's — p's,
+// unless a quota change derived a version from it since — each change
+// audited), the usage half-life and project weights the store reads, and
+// the pool stages; p is then the policy in force. What p leaves out is
+// kept as the store has it, as for a file reload (a stored queue p does
+// not list, a pool p gives no stage). The caller holds policyMu. It
+// returns the first store error, leaving the policy in force as it was.
+func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reason string, atStart bool) error {
 	var lowRisk []string
 	if len(p.Queues) > 0 {
 		queues, err := policy.SchedulingQueues(p.Queues)
@@ -217,7 +250,8 @@ func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason stri
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)
 	}
-	s.inForce.Store(newPolicyInForce(p))
-	s.cfg.Logger.Info("policy applied", "hash", hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
+	f := newPolicyInForce(p)
+	s.inForce.Store(f)
+	s.cfg.Logger.Info("policy applied", "hash", f.hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,137 @@ func TestRefreshDoesNotUndoAReload(t *testing.T) {
 	active, _ := st.ActivePolicyHash(ctx)
 	if got := s.currentPolicy().Hash(); active != reloaded.Hash() || got != active {
 		t.Fatalf("in force %s, active %s, want the reload's %s", got, active, reloaded.Hash())
+	}
+}
+
+// TestActivatedVersionIsACompleteSwitch: a version activated through the
+// store (as POST /v1/policies, an experiment's switch or a rollback do) is
+// in force at the next refresh with everything it sets — queues and
+// low-risk flags, stored quotas, pool stages — each effect audited by
+// PolicyActor naming the hash; a restart on the same file keeps it; a
+// rollback to the file's version restores the file's settings; an edited
+// file supersedes an applied version.
+func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
+	t.Parallel()
+	st, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{storetest.Pool("p", vocab.StageObserve, 1, 2)}})
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	file := policy.Default()
+	file.Queues = policy.DefaultQueues()
+	file.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 1000}}
+	file.Pools = map[string]policy.Pool{"p": {Stage: vocab.StageObserve}}
+	start := func(p *policy.Policy) *Service {
+		t.Helper()
+		s := &Service{cfg: Config{Logger: logger}, store: st, static: p}
+		if err := s.applyStartPolicy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	type state struct {
+		stage       vocab.AutomationStage
+		quota       int64
+		lowRisk     []string
+		expMaxShare float64
+		queues      int
+	}
+	read := func() state {
+		t.Helper()
+		snap, err := st.LoadSnapshot(ctx, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := st.ListQueues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s state
+		s.stage, s.queues = snap.Pools[0].Stage, len(qs)
+		if len(snap.Quotas) == 1 {
+			s.quota = snap.Quotas[0].NominalMilli
+		}
+		for _, q := range qs {
+			if q.LowRisk {
+				s.lowRisk = append(s.lowRisk, q.Name)
+			}
+			if q.Name == "experiment" {
+				s.expMaxShare = q.MaxShare
+			}
+		}
+		return s
+	}
+	inForce := func(s *Service, want string) {
+		t.Helper()
+		sp, err := s.schedulingPolicy(ctx)
+		if err != nil || sp.Version != want {
+			t.Fatalf("the cycle plans with %v (%v), want %s", sp, err, want)
+		}
+	}
+
+	s := start(file)
+	inForce(s, file.Hash())
+	if got := read(); got.stage != vocab.StageObserve || got.quota != 1000 || len(got.lowRisk) != 1 || got.queues != 4 {
+		t.Fatalf("at start %+v", got)
+	}
+
+	cand := policy.Default()
+	cand.Queues = policy.DefaultQueues()
+	cand.Queues[3].LowRisk, cand.Queues[3].MaxShare = false, 0.5
+	cand.Queues[2].LowRisk = true
+	cand.Queues = append(cand.Queues, policy.Queue{Name: "batch", Tier: "standard", Share: 1})
+	cand.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 2000}}
+	cand.Pools = map[string]policy.Pool{"p": {Stage: vocab.StageTrial}}
+	cand.FairShare.HalfLifeSeconds = 3600
+	if changed, err := st.ActivatePolicy(ctx, cand.Hash(), cand.Canonical(), "root", "try the trial stage", nil); err != nil || !changed {
+		t.Fatalf("activate: %v %v", changed, err)
+	}
+	inForce(s, cand.Hash())
+	got := read()
+	if got.stage != vocab.StageTrial || got.quota != 2000 || len(got.lowRisk) != 1 || got.lowRisk[0] != "standard" ||
+		got.expMaxShare != 0.5 || got.queues != 5 {
+		t.Fatalf("after the switch %+v", got)
+	}
+	if s.currentPolicy().FairShare.HalfLifeSeconds != 3600 {
+		t.Fatalf("half-life in force %v", s.currentPolicy().FairShare.HalfLifeSeconds)
+	}
+	audit, _ := st.AuditFor(ctx, "p", 0)
+	last := audit[len(audit)-1]
+	if last.Action != "set_pool_stage" || last.Actor != PolicyActor || !strings.Contains(last.Reason, cand.Hash()) {
+		t.Fatalf("stage change audit %+v", last)
+	}
+	if a, _ := st.AuditFor(ctx, "p/vision", 0); len(a) == 0 || a[len(a)-1].Actor != PolicyActor || !strings.Contains(a[len(a)-1].Reason, cand.Hash()) {
+		t.Fatalf("quota sync audit %+v", a)
+	}
+
+	// A restart on the same file keeps the applied version, with its effects.
+	s = start(file)
+	inForce(s, cand.Hash())
+	if got := read(); got.stage != vocab.StageTrial || got.quota != 2000 {
+		t.Fatalf("after restart %+v", got)
+	}
+
+	// A rollback to the file's version restores what the file sets.
+	if _, err := st.ActivatePolicy(ctx, file.Hash(), nil, "root", "rollback", nil); err != nil {
+		t.Fatal(err)
+	}
+	inForce(s, file.Hash())
+	if got := read(); got.stage != vocab.StageObserve || got.quota != 1000 || len(got.lowRisk) != 1 || got.lowRisk[0] != "experiment" ||
+		got.expMaxShare != 0 {
+		t.Fatalf("after rollback %+v", got)
+	}
+
+	// An edited file supersedes an applied version at the next start.
+	if _, err := st.ActivatePolicy(ctx, cand.Hash(), nil, "root", "again", nil); err != nil {
+		t.Fatal(err)
+	}
+	inForce(s, cand.Hash())
+	edited := policy.Default()
+	edited.Queues = policy.DefaultQueues()
+	edited.Quotas = []policy.Quota{{Project: "vision", Pool: "p", NominalMilli: 3000}}
+	edited.Pools = map[string]policy.Pool{"p": {Stage: vocab.StageObserve}}
+	s = start(edited)
+	inForce(s, edited.Hash())
+	if got := read(); got.stage != vocab.StageObserve || got.quota != 3000 {
+		t.Fatalf("edited file %+v", got)
 	}
 }

@@ -298,6 +298,9 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
 }
 
+// The workflow client serve gives the API serves the experiment routes.
+var _ api.ExperimentWorkflows = (*workflows.Client)(nil)
+
 // serveHTTP listens on the API address and serves the API in the background.
 func (s *Service) serveHTTP() error {
 	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
@@ -307,7 +310,8 @@ func (s *Service) serveHTTP() error {
 		api.WithLogger(s.cfg.Logger),
 		api.WithStartQueue(s.starter),
 		api.WithGovernancePolicy(s.currentPolicy),
-		api.WithDisputeRecorder(s.govMetrics))
+		api.WithDisputeRecorder(s.govMetrics),
+		api.WithCycleInterval(s.cfg.CycleInterval))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -325,8 +329,9 @@ func (s *Service) serveHTTP() error {
 }
 
 // reconcileLoop runs workflows.ReconcileJobWorkflows over the API's
-// PendingJobs every ReconcileInterval until ctx ends; failures are logged
-// and retried at the next pass.
+// PendingJobs and workflows.ReconcileExperimentWorkflows over the
+// experiments that hold their pools every ReconcileInterval until ctx
+// ends; failures are logged and retried at the next pass.
 func (s *Service) reconcileLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
@@ -344,6 +349,9 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
+		}
+		if n, err := workflows.ReconcileExperimentWorkflows(ctx, s.temporal, s.store.HoldingExperimentIDs); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile experiment workflows", "holding", n, "err", err)
 		}
 	}
 }

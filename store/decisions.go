@@ -36,6 +36,9 @@ type LastDecision struct {
 	// break: the decision that recorded it (a wait decision is recorded
 	// only when the reason or the blocking job changes); At otherwise.
 	Since time.Time
+	// Policy is the hash of the policy version the deciding cycle ran with
+	// (scheduling_cycles.policy_version; "" when it recorded none).
+	Policy string
 }
 
 // decisionBody is what LastDecision reads of a decisions row's body: the
@@ -61,8 +64,9 @@ var decisionRank = map[string]int{"preempt": 5, "would_preempt": 4, "conflict": 
 // so a job whose latest evaluation is newer than its latest decision was
 // left as it was, and its action comes from the explanation, since the
 // latest wait decision. Otherwise the latest decision cycle's rows give it
-// (preemption started > proposed > placement refused > placed > wait). It
-// costs one or two probes of decisions_job_idx. Errors are wrapped with
+// (preemption started > proposed > placement refused > placed > wait).
+// Policy is the deciding cycle's policy version. It costs one or two
+// probes of decisions_job_idx (and one of scheduling_cycles' key). Errors are wrapped with
 // "last decision of <id>".
 func (s *Store) LastDecision(ctx context.Context, job *Job) (*LastDecision, error) {
 	type row struct {
@@ -70,10 +74,12 @@ func (s *Store) LastDecision(ctx context.Context, job *Job) (*LastDecision, erro
 		Kind    string          `db:"kind"`
 		Body    json.RawMessage `db:"body"`
 		At      time.Time       `db:"at"`
+		Policy  string          `db:"policy"`
 	}
 	rows, err := queryAll[row](ctx, s.pool, `
-		SELECT cycle_id, kind, body, at FROM decisions
-		WHERE job_id = $1 AND at = (SELECT max(at) FROM decisions WHERE job_id = $1) ORDER BY id`, job.ID)
+		SELECT d.cycle_id, d.kind, d.body, d.at, coalesce(c.policy_version, '') AS policy
+		FROM decisions d LEFT JOIN scheduling_cycles c ON c.id = d.cycle_id
+		WHERE d.job_id = $1 AND d.at = (SELECT max(at) FROM decisions WHERE job_id = $1) ORDER BY d.id`, job.ID)
 	if err != nil {
 		return nil, fmt.Errorf("store: last decision of %s: %w", job.ID, err)
 	}
@@ -92,6 +98,10 @@ func (s *Store) LastDecision(ctx context.Context, job *Job) (*LastDecision, erro
 		case !since.After(d.At):
 			d.Since = since.UTC()
 		}
+		err = s.pool.QueryRow(ctx, `SELECT policy_version FROM scheduling_cycles WHERE id = $1`, e.CycleID).Scan(&d.Policy)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("store: last decision of %s: %w", job.ID, err)
+		}
 		return d, nil
 	}
 	if len(rows) == 0 {
@@ -107,7 +117,7 @@ func (s *Store) LastDecision(ctx context.Context, job *Job) (*LastDecision, erro
 	if err := json.Unmarshal(top.Body, &body); err != nil {
 		return nil, fmt.Errorf("store: last decision of %s: decode %s decision: %w", job.ID, top.Kind, err)
 	}
-	d := &LastDecision{CycleID: top.CycleID, At: top.At.UTC(), Rank: body.Rank, Since: top.At.UTC()}
+	d := &LastDecision{CycleID: top.CycleID, At: top.At.UTC(), Rank: body.Rank, Since: top.At.UTC(), Policy: top.Policy}
 	switch top.Kind {
 	case "preempt", "would_preempt":
 		d.Action, d.Detail = vocab.ActionPreemptionStarted, body.Reason

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -19,8 +20,11 @@ type Notification struct {
 	// Seq orders a project's notifications: delivery follows it.
 	Seq int64 `db:"seq"`
 	// ID is the event ID a receiver deduplicates by ("n-…"; the same on every attempt).
-	ID        string                  `db:"id"`
-	Project   string                  `db:"project"`
+	ID string `db:"id"`
+	// Project is the recipient: the job's project, or
+	// policy.AdminsRecipient for the admins' notifications.
+	Project string `db:"project"`
+	// JobID is the job the notification tells of; "" for the admins'.
 	JobID     string                  `db:"job_id"`
 	Kind      vocab.NotificationKind  `db:"kind"`
 	Data      map[string]any          `db:"data"` // the kind's fields (docs/design.md §3)
@@ -37,7 +41,7 @@ type Notification struct {
 	FinishedAt *time.Time `db:"finished_at"`
 }
 
-const notificationColumns = `seq, id, project, job_id, kind, data, created_at, state, attempts, last_status,
+const notificationColumns = `seq, id, project, coalesce(job_id, '') AS job_id, kind, data, created_at, state, attempts, last_status,
 	coalesce(last_error, '') AS last_error, last_attempt_at, finished_at`
 
 func (n *Notification) utc() {
@@ -83,6 +87,22 @@ func insertNotifications(ctx context.Context, tx pgx.Tx, ns []noteRow, at time.T
 		JOIN jobs j ON j.id = u.j
 		ORDER BY u.o`, ids, jobs, kinds, datas, at); err != nil {
 		return fmt.Errorf("write notifications: %w", err)
+	}
+	return nil
+}
+
+// insertAdminNotification writes one notification for the admins
+// (recipient policy.AdminsRecipient, no job) in tx at at, after the
+// recipient's advisory lock, as insertNotifications does for a project.
+// Callers call it last in their transactions.
+func insertAdminNotification(ctx context.Context, tx pgx.Tx, kind vocab.NotificationKind, data map[string]any, at time.Time) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('gpugov.notifications'), hashtext($1))`,
+		policy.AdminsRecipient); err != nil {
+		return fmt.Errorf("lock notification order: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO notifications (id, project, job_id, kind, data, created_at)
+		VALUES ($1, $2, NULL, $3, $4, $5)`, newID("n-"), policy.AdminsRecipient, kind, evidenceJSON(data), at); err != nil {
+		return fmt.Errorf("write admins notification: %w", err)
 	}
 	return nil
 }

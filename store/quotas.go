@@ -232,12 +232,12 @@ func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]
 	res.Changed = true
 	now := time.Now()
 	if res.Policy != activeHash {
-		if _, err := tx.Exec(ctx, `INSERT INTO policy_versions (hash, body, derived_from, base_hash) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (hash) DO NOTHING`, res.Policy, derived.Canonical(), activeHash, base); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO policy_versions (hash, body) VALUES ($1, $2)
+			ON CONFLICT (hash) DO NOTHING`, res.Policy, derived.Canonical()); err != nil {
 			return nil, err
 		}
 		why := clipText(fmt.Sprintf("quota of %s in %s set by %s: %s", c.Project, c.Pool, c.Actor, c.Reason))
-		if err := activatePolicyTx(ctx, tx, res.Policy, c.Actor, why); err != nil {
+		if err := activateDerivedTx(ctx, tx, res.Policy, activeHash, base, c.Actor, why, nil); err != nil {
 			return nil, err
 		}
 	}

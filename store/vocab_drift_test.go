@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 )
 
@@ -124,6 +125,10 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"reclaims", "state", strs(vocab.ReclaimStates)},
 		{"notifications", "kind", strs(vocab.NotificationKinds)},
 		{"notifications", "state", strs(vocab.NotificationStates)},
+		{"experiments", "state", strs(vocab.ExperimentStates)},
+		{"experiments", "verdict", strs(vocab.ExperimentVerdicts)},
+		{"experiments", "groups", strs(vocab.PolicyGroups)},
+		{"experiment_events", "kind", store.ExperimentEventKinds},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

@@ -42,9 +42,10 @@ func JobStartOptions(jobID string) client.StartWorkflowOptions {
 	}
 }
 
-// Client is what the API asks of the job workflows (api.Workflows and
-// api.GovernanceWorkflows), on a Temporal client: start a job's workflow,
-// cancel it, wake the scheduler, send a reclaim decision. Names (task queue,
+// Client is what the API asks of the workflows (api.Workflows,
+// api.GovernanceWorkflows and api.ExperimentWorkflows), on a Temporal
+// client: start a job's workflow, cancel it, wake the scheduler, send a
+// reclaim decision, start an experiment's workflow and send it a decision. Names (task queue,
 // workflow IDs, signals, search attributes) come from temporalx and this
 // package so that the API, the worker and the Temporal UI agree. Create it
 // with NewClient.
@@ -164,4 +165,19 @@ func schedulerStartOptions(in *SchedulerInput) client.StartWorkflowOptions {
 		TaskQueue:                temporalx.ServiceTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
+}
+
+// StartExperiment starts the stored experiment's ExperimentWorkflow
+// (StartExperiment on the client's Temporal connection): the
+// api.ExperimentWorkflows side of POST /v1/experiments. Idempotent.
+func (t *Client) StartExperiment(ctx context.Context, id string) error {
+	return StartExperiment(ctx, t.client, id)
+}
+
+// SignalExperiment sends an admin's decision, action temporalx.ExperimentAbort
+// or ExperimentPromote with who and why, to experiment id's workflow
+// (SignalExperiment): POST /v1/experiments/{id}/abort and /promote. A
+// workflow that has ended is temporalx.ErrExperimentClosed.
+func (t *Client) SignalExperiment(ctx context.Context, id, action, actor, reason string) error {
+	return SignalExperiment(ctx, t.client, id, ExperimentSignal{Action: action, Actor: actor, Reason: reason})
 }

@@ -124,6 +124,7 @@ type testEnv struct {
 	mu       sync.Mutex
 	states   []string // GpugovJobState values upserted, in order
 	reasons  []string // GpugovWaitReason values upserted ("" = unset), in order
+	expAttrs []string // GpugovExperimentState values upserted, with GpugovPool when set ("running@p1"), in order
 	signals  []sentSignal
 	failSend map[string]error // by target workflow ID
 }
@@ -173,6 +174,12 @@ func newWorkflowEnv(register func(*testEnv)) *testEnv {
 		}
 		if v, ok := sa.GetKeyword(temporalx.WaitReasonKey); ok {
 			env.reasons = append(env.reasons, v)
+		}
+		if v, ok := sa.GetKeyword(temporalx.ExperimentStateKey); ok {
+			if pool, ok := sa.GetKeyword(temporalx.PoolKey); ok {
+				v += "@" + pool
+			}
+			env.expAttrs = append(env.expAttrs, v)
 		}
 		if sa.Size() == 0 {
 			// SearchAttributes hides unset keys; the wait reason is the only

@@ -18,7 +18,8 @@ import (
 // RegisterServiceWorker registers on w, the worker polling
 // temporalx.ServiceTaskQueue, every gpugov workflow (RegisterServiceWorkflows)
 // and every activity they call, on d (activities.Register): the scheduling
-// cycle, the job activities, and the preemption and reclaim activities. The
+// cycle, the job activities, the preemption and reclaim activities, the
+// notification and the experiment activities. The
 // scheduler starts PreemptionWorkflows as its children by name, so all of them
 // must be on this one queue.
 func RegisterServiceWorker(w worker.Registry, d activities.Deps) {
@@ -29,7 +30,8 @@ func RegisterServiceWorker(w worker.Registry, d activities.Deps) {
 // RegisterServiceWorkflows registers the workflows of the service task queue
 // under their fixed type names: SchedulerWorkflow, JobWorkflow,
 // PreemptionWorkflow, ReclaimWorkflow, ReclaimScanWorkflow,
-// NotificationDispatchWorkflow and NotifyProjectWorkflow. It is the
+// NotificationDispatchWorkflow, NotifyProjectWorkflow and
+// ExperimentWorkflow. It is the
 // workflow half of RegisterServiceWorker, for a workflow replayer, which runs
 // no activities; a worker calls RegisterServiceWorker.
 func RegisterServiceWorkflows(w worker.WorkflowRegistry) {
@@ -40,6 +42,7 @@ func RegisterServiceWorkflows(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(ReclaimScanWorkflow, workflow.RegisterOptions{Name: ReclaimScanWorkflowName})
 	w.RegisterWorkflowWithOptions(NotificationDispatchWorkflow, workflow.RegisterOptions{Name: NotificationDispatchWorkflowName})
 	w.RegisterWorkflowWithOptions(NotifyProjectWorkflow, workflow.RegisterOptions{Name: NotifyProjectWorkflowName})
+	w.RegisterWorkflowWithOptions(ExperimentWorkflow, workflow.RegisterOptions{Name: ExperimentWorkflowName})
 }
 
 // RegisterSimExecutorWorker registers e's Run as the executor.RunActivityName

@@ -24,8 +24,9 @@ effective priority by parts (tier + aging + fair share), what would change the
 reason, the expected next re-evaluation (the next timer cycle, the time aging
 lifts its rank above the job ahead, or an estimated release from running jobs'
 declared run times), whether aging can ever lift it above the job ahead (with
-the numbers when it cannot), the last scheduling action for the job, and the
-next action the reason implies.`,
+the numbers when it cannot), the last scheduling action for the job with the
+policy version its cycle ran with (gpugov policy show HASH), and the next
+action the reason implies.`,
 		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -60,6 +61,9 @@ func explainJob(j *api.Job) string {
 				describePriority(j.Tier, e.Priority))
 		}
 		b.WriteString("\n")
+		if d := describeLastDecision(j.LastDecision); d != "" {
+			fmt.Fprintf(&b, "last scheduling action: %s\n", d)
+		}
 	default:
 		fmt.Fprintf(&b, "%s is %s (final); it no longer waits\n", j.ID, j.State)
 		if r := j.LastRun; r != nil {
@@ -217,7 +221,11 @@ func describeLastDecision(d *api.LastDecision) string {
 	default:
 		what = d.Action
 	}
-	out := fmt.Sprintf("%s (cycle %s): %s", formatClock(d.At), d.CycleID, what)
+	cycle := "cycle " + d.CycleID
+	if d.Policy != "" {
+		cycle += ", policy " + shortHash(d.Policy) // the version that decided: gpugov policy show HASH
+	}
+	out := fmt.Sprintf("%s (%s): %s", formatClock(d.At), cycle, what)
 	if d.Rank > 0 {
 		out += fmt.Sprintf(", rank %d in its pool", d.Rank)
 	}

@@ -11,7 +11,7 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpugov?s
 export GPUGOV_API_ADDR="${GPUGOV_API_ADDR:-127.0.0.1:8080}"
 export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
 # The custom search attributes every gpugov workflow may set (docs/design.md §3).
-GPUGOV_SEARCH_ATTRIBUTES=(GpugovQueue=Keyword GpugovTier=Keyword GpugovPool=Keyword GpugovWaitReason=Keyword GpugovJobState=Keyword)
+GPUGOV_SEARCH_ATTRIBUTES=(GpugovQueue=Keyword GpugovTier=Keyword GpugovPool=Keyword GpugovWaitReason=Keyword GpugovJobState=Keyword GpugovExperimentState=Keyword)
 mkdir -p "$GPUGOV_STATE"
 log() { printf '[gpugov] %s\n' "$*" >&2; }
 # has_module_version BIN MODULE VERSION: true when BIN is an executable built

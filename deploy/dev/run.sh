@@ -59,7 +59,7 @@ done
 
 cat <<EOF
 
-  Temporal UI  http://127.0.0.1:$TEMPORAL_UI_PORT   (workflows job/<id>, scheduler/default; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState)
+  Temporal UI  http://127.0.0.1:$TEMPORAL_UI_PORT   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
   gpugov API   $api   (OpenAPI: $api/v1/openapi.json, metrics: $api/metrics)
   dev token    $token   e.g. GPUGOV_TOKEN=$token bin/gpugov queues
 

@@ -7,13 +7,14 @@
 // call the same functions, so a what-if and a live experiment are judged
 // alike. It imports neither Temporal nor pgx.
 //
-// INTERFACE FILE: the types and signatures below are the contract between
-// the parallel work streams; bodies marked STUB are filled in by the
-// experiment-core work.
+// The types and signatures of this file are the contract between the
+// experiment's work streams (the live workflow, the API and CLI, the
+// what-if); the implementations are in the package's other files.
 package experiment
 
 import (
 	"io"
+	"slices"
 	"time"
 
 	"github.com/gpugov/gpugov/internal/policy"
@@ -65,6 +66,11 @@ const DefaultMinSample = 5
 type Candidate struct {
 	Hash   string `json:"hash,omitempty"`
 	Policy string `json:"policy,omitempty"`
+	// File is the path of a policy file, in a spec file only: ParseSpecFile
+	// reads it (relative to the spec file's folder) into Policy and clears
+	// it. Validate refuses a spec that still has it (the server cannot read
+	// the submitter's files).
+	File string `json:"file,omitempty"`
 }
 
 // Scope is where the experiment applies: the pools whose jobs are measured
@@ -140,14 +146,22 @@ func (e FieldError) Error() string { return e.Field + ": " + e.Message }
 // Validate checks a spec on its own (names, metrics, targets, windows, one
 // predicate per condition): cycleInterval is the scheduler's cycle interval,
 // the shortest window allowed. It does not load the candidate (the caller
-// does, and reports `candidate` on failure). STUB.
-func (s *Spec) Validate(cycleInterval time.Duration) []FieldError { panic("STUB") }
+// does, and reports `candidate` on failure). It returns every problem, in
+// field order; nil means valid. A cycleInterval of 0 or less checks
+// everything but the minimum window and check interval (what ParseSpec
+// does, not knowing the service's cycle).
+func (s *Spec) Validate(cycleInterval time.Duration) []FieldError {
+	return s.validate(cycleInterval, false)
+}
 
 // CheckOneVariable returns the variable groups in which candidate differs
 // from baseline (policy.Diff) and, when there are more than one and the spec
-// has no Override, a FieldError on `candidate` listing them. STUB.
+// has no Override, a FieldError on `candidate` listing them. A candidate
+// that differs in no group (the baseline itself) is a FieldError on
+// `candidate` too, override or not: it tries nothing.
 func CheckOneVariable(s *Spec, baseline, candidate *policy.Policy) ([]vocab.PolicyGroup, *FieldError) {
-	panic("STUB")
+	groups := policy.Groups(policy.Diff(baseline, candidate))
+	return groups, oneVariable(s, groups)
 }
 
 // MetricInfo describes one metric an experiment can name.
@@ -163,8 +177,8 @@ type MetricInfo struct {
 // then the governance metrics (preemptions, effective_run_loss_gpu_s,
 // recompute_gpu_s, resume_success_rate, reclaims, false_reclaims,
 // start_success_rate, gpu_release_time_s, cancel_rate,
-// service_share_delivered). STUB.
-func Metrics() []MetricInfo { panic("STUB") }
+// service_share_delivered). The slice is the caller's.
+func Metrics() []MetricInfo { return slices.Clone(catalogue) }
 
 // Governance is what the governance actions cost and delivered in a window,
 // over the scope's pools. A nil rate or time means nothing was measured
@@ -201,15 +215,27 @@ type Measurement struct {
 // store's LoadReportInput or the simulator's History.Records give them),
 // keeping only jobs of scope.Pools (all when empty) and, for the queue
 // metrics, of scope.Queues; now is the instant the records were read. The
-// same call serves live and simulated experiments. STUB.
+// same call serves live and simulated experiments. The reports use the
+// options `gpugov report` uses (ReportOptions). Total is every job of the
+// scope's pools; ByQueue holds the watched queues' groups and ByTier the
+// groups of the tiers their jobs have (every queue and tier when
+// scope.Queues is empty), each computed over the whole scope so that shares
+// are of the scope's GPU-seconds. gov is copied as given. Errors: those of
+// queuereport.Compute (a bad window, now before it, records that
+// contradict each other), wrapped.
 func Measure(in queuereport.Input, scope Scope, w queuereport.Window, now time.Time, gov Governance) (Measurement, error) {
-	panic("STUB")
+	return measure(in, scope, w, now, gov)
 }
 
 // Value reads metric on t: its value (nil when undefined) and the group's
 // job count (the sample). Errors: an unknown metric, or a governance metric
-// asked on a tier or queue. STUB.
-func (m *Measurement) Value(metric string, t Target) (*float64, int, error) { panic("STUB") }
+// asked on a tier or queue, a target with both a tier and a queue. A group
+// the measurement lacks (no job of it in the window) reads nil with a
+// sample of 0; a governance metric reads the total's job count as its
+// sample, and nil when Governance.Measured is non-empty and leaves it out.
+func (m *Measurement) Value(metric string, t Target) (*float64, int, error) {
+	return m.value(metric, t)
+}
 
 // ConditionResult is one rollback condition checked: the value now, the
 // baseline's value, the threshold it was compared with, and whether it was
@@ -225,8 +251,13 @@ type ConditionResult struct {
 }
 
 // Check evaluates every rollback condition of s on current against
-// baseline. STUB.
-func Check(s *Spec, baseline, current *Measurement) []ConditionResult { panic("STUB") }
+// baseline, in the spec's order. Each result's Condition has its Name set
+// (the predicate's rendering, Condition.Label, when the spec gave none). A
+// value, or for a factor the baseline's value, that is nil breaches
+// nothing; baseline may be nil (then no factor can breach).
+func Check(s *Spec, baseline, current *Measurement) []ConditionResult {
+	return check(s, baseline, current)
+}
 
 // Row is one line of the comparison table: a metric on a target before
 // (baseline) and after (candidate), with after − before and after ÷ before.
@@ -264,11 +295,21 @@ type Outcome struct {
 // was rolled back: breaches non-empty): rolled_back when breaches is not
 // empty; else inconclusive when the expected result's group has fewer than
 // MinSample jobs in either window; else kept when the expected result is
-// met, not_met otherwise. STUB.
+// met, not_met otherwise.
+//
+// A condition breached on the full window (Outcome.Checks, Check of
+// candidate against baseline) is a breach too: the verdict is then
+// rolled_back and Breaches lists it after the given ones, so a verdict never
+// says kept next to a breached check (the caller restores the baseline for
+// every verdict but kept). The expected result is inconclusive as well when
+// its value is undefined in either window (no sample of it, e.g. no job
+// started), and not met when the baseline's value is 0 (no relative change).
 func Decide(s *Spec, baseline, candidate *Measurement, breaches []ConditionResult) Outcome {
-	panic("STUB")
+	return decide(s, baseline, candidate, breaches)
 }
 
 // WriteText writes the outcome as the CLI prints it: the verdict and its
-// reason, the expected result, the checks, and the comparison table. STUB.
-func (o *Outcome) WriteText(w io.Writer) error { panic("STUB") }
+// reason, the expected result, the checks, and the comparison table (with
+// each metric's unit; "-" where a value is undefined). The output depends
+// on the outcome only.
+func (o *Outcome) WriteText(w io.Writer) error { return o.writeText(w) }

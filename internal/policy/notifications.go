@@ -17,8 +17,21 @@ import (
 type Notifications struct {
 	// Webhooks are the projects' endpoints, at most one per project.
 	Webhooks []Webhook `json:"webhooks"`
-	Delivery Delivery  `json:"delivery"`
+	// Admins is the admins' endpoint (`notifications.admins`: url and
+	// secret_env or secret_file, no project): the notifications meant for
+	// the service's admins, such as an experiment's automatic rollback
+	// (experiment.rolled_back), are stored under the recipient
+	// AdminsRecipient and delivered to it. nil: none is sent; those
+	// notifications are marked unrouted, and the audit log and the
+	// service's WARN log line carry the news.
+	Admins   *Webhook `json:"admins,omitempty"`
+	Delivery Delivery `json:"delivery"`
 }
+
+// AdminsRecipient is the recipient (the notifications row's project) of the
+// notifications meant for the admins, delivered to Notifications.Admins. A
+// project may not take the name: the loader refuses it in webhooks[].
+const AdminsRecipient = "gpugov/admins"
 
 // Webhook is one project's endpoint. The signing secret is never in the
 // file (the policy's canonical JSON is stored in policy_versions): it is
@@ -70,8 +83,17 @@ func DefaultDelivery() Delivery {
 		PollIntervalSeconds: DefaultNotifyPollIntervalS, RetentionSeconds: DefaultNotificationRetentionS}
 }
 
-// Webhook returns the webhook of project, or false when it has none.
+// Webhook returns the webhook of project, or false when it has none; for
+// AdminsRecipient it is Admins (with Project set to AdminsRecipient).
 func (n *Notifications) Webhook(project string) (Webhook, bool) {
+	if project == AdminsRecipient {
+		if n.Admins == nil {
+			return Webhook{}, false
+		}
+		w := *n.Admins
+		w.Project = AdminsRecipient
+		return w, true
+	}
 	for _, w := range n.Webhooks {
 		if w.Project == project {
 			return w, true
@@ -80,11 +102,15 @@ func (n *Notifications) Webhook(project string) (Webhook, bool) {
 	return Webhook{}, false
 }
 
-// Projects lists the projects that have a webhook, in file order.
+// Projects lists the recipients that have a webhook: the projects, in file
+// order, then AdminsRecipient when Admins is set.
 func (n *Notifications) Projects() []string {
-	out := make([]string, len(n.Webhooks))
+	out := make([]string, len(n.Webhooks), len(n.Webhooks)+1)
 	for i, w := range n.Webhooks {
 		out[i] = w.Project
+	}
+	if n.Admins != nil {
+		out = append(out, AdminsRecipient)
 	}
 	return out
 }
@@ -123,6 +149,7 @@ func (d *decoder) notifications(n *Notifications) fieldFunc {
 	return func(node *yaml.Node, path string) {
 		d.mapping(node, path, fields{
 			"webhooks": d.webhooks(&n.Webhooks),
+			"admins":   d.adminsWebhook(&n.Admins),
 			"delivery": func(node *yaml.Node, path string) {
 				dl := &n.Delivery
 				d.mapping(node, path, fields{
@@ -162,7 +189,9 @@ func (d *decoder) webhooks(dst *[]Webhook) fieldFunc {
 			if d.has(at+".secret_env") == d.has(at+".secret_file") && !d.has(at+".secret") {
 				d.fail(c, at+".secret_env", webhookSecretSourcesExactlyOnce)
 			}
-			if prev, ok := first[w.Project]; ok && w.Project != "" {
+			if w.Project == AdminsRecipient {
+				d.fail(d.lineNode(at+".project", c), at+".project", "%q is reserved for the admins' webhook (notifications.admins)", w.Project)
+			} else if prev, ok := first[w.Project]; ok && w.Project != "" {
 				d.fail(d.lineNode(at+".project", c), at+".project", "%q repeats %s", w.Project, prev)
 			} else {
 				first[w.Project] = at
@@ -170,6 +199,27 @@ func (d *decoder) webhooks(dst *[]Webhook) fieldFunc {
 			out = append(out, w)
 		})
 		*dst = out
+	}
+}
+
+// adminsWebhook decodes notifications.admins: url and exactly one of
+// secret_env and secret_file, as a project's webhook without the project.
+func (d *decoder) adminsWebhook(dst **Webhook) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		var w Webhook
+		if !d.mapping(n, path, fields{
+			"url":         d.webhookURL(&w.URL),
+			"secret_env":  d.name(&w.SecretEnv),
+			"secret_file": d.name(&w.SecretFile),
+			"secret":      func(v *yaml.Node, p string) { d.fail(v, p, literalSecretRefused) },
+		}) {
+			return
+		}
+		d.required(n, path, "url")
+		if d.has(path+".secret_env") == d.has(path+".secret_file") && !d.has(path+".secret") {
+			d.fail(n, path+".secret_env", webhookSecretSourcesExactlyOnce)
+		}
+		*dst = &w
 	}
 }
 

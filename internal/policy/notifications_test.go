@@ -45,6 +45,53 @@ func TestNotificationsSection(t *testing.T) {
 	}
 }
 
+// TestAdminsWebhook: notifications.admins is the admins' recipient's
+// webhook, listed after the projects; a policy without it hashes as before.
+func TestAdminsWebhook(t *testing.T) {
+	p, err := Parse("p.yaml", []byte(notifyV+`notifications:
+  webhooks:
+    - {project: vision, url: "https://hooks.example/gpugov", secret_env: VISION_HOOK_SECRET}
+  admins: {url: "https://ops.example/gpugov", secret_file: /run/secrets/admins}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := p.Notifications
+	w, ok := n.Webhook(AdminsRecipient)
+	if !ok || w.URL != "https://ops.example/gpugov" || w.SecretFile != "/run/secrets/admins" || w.Project != AdminsRecipient {
+		t.Fatalf("admins webhook = %+v, %v", w, ok)
+	}
+	if got := strings.Join(n.Projects(), ","); got != "vision,"+AdminsRecipient {
+		t.Fatalf("Projects = %s", got)
+	}
+	back, err := FromCanonical(p.Canonical())
+	if err != nil || back.Hash() != p.Hash() || back.Notifications.Admins == nil {
+		t.Fatalf("canonical round trip: %+v, %v", back, err)
+	}
+	if _, ok := Default().Notifications.Webhook(AdminsRecipient); ok {
+		t.Fatal("the default policy has no admins webhook")
+	}
+	if strings.Contains(string(Default().Canonical()), "admins") {
+		t.Fatal("a policy without notifications.admins writes it in its canonical JSON (its hash would change)")
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"admins without url", "  admins: {secret_env: A}\n", "p.yaml:3: notifications.admins.url: is required"},
+		{"admins without secret", "  admins: {url: \"https://h/\"}\n",
+			"p.yaml:3: notifications.admins.secret_env: exactly one of secret_env and secret_file is required"},
+		{"admins literal secret", "  admins: {url: \"https://h/\", secret: hunter2}\n",
+			"p.yaml:3: notifications.admins.secret: a literal secret is refused"},
+		{"admins with project", "  admins: {project: ops, url: \"https://h/\", secret_env: A}\n",
+			"p.yaml:3: notifications.admins.project: unknown field"},
+		{"reserved project", "  webhooks:\n    - {project: " + AdminsRecipient + ", url: \"https://h/\", secret_env: A}\n",
+			`p.yaml:4: notifications.webhooks[0].project: "gpugov/admins" is reserved for the admins' webhook`},
+	} {
+		_, err := Parse("p.yaml", []byte(notifyV+"notifications:\n"+tc.yaml))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: error\n  %v\nwant the prefix\n  %q", tc.name, err, tc.want)
+		}
+	}
+}
+
 func TestNotificationsErrors(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"literal secret", "  webhooks:\n    - {project: a, url: \"https://h/\", secret: hunter2}\n",

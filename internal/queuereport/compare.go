@@ -41,50 +41,113 @@ type MetricComparison struct {
 	Ratio  *float64 `json:"ratio"` // after ÷ before; null when either is null or before is 0
 }
 
-// metricDef reads one metric of a group; nil means undefined.
+// metricDef reads one metric of a group; nil means undefined. unit and desc
+// describe it for catalogues (GroupMetricDefs).
 type metricDef struct {
-	name string
-	get  func(*Group) *float64
+	name, unit, desc string
+	get              func(*Group) *float64
 }
 
-func countMetric(name string, f func(*Group) int) metricDef {
-	return metricDef{name, func(g *Group) *float64 { return floatPtr(float64(f(g))) }}
+func countMetric(name, unit, desc string, f func(*Group) int) metricDef {
+	return metricDef{name, unit, desc, func(g *Group) *float64 { return floatPtr(float64(f(g))) }}
 }
 
-func ptrMetric(name string, f func(*Group) *float64) metricDef { return metricDef{name, f} }
+func ptrMetric(name, unit, desc string, f func(*Group) *float64) metricDef {
+	return metricDef{name, unit, desc, f}
+}
+
+// Metric units, as GroupMetricDef.Unit names them.
+const (
+	UnitSeconds    = "s"     // seconds
+	UnitJobs       = "jobs"  // a number of jobs
+	UnitCount      = "count" // a number of events (waits, starts)
+	UnitRatio      = "ratio" // a fraction, 0..1 unless said otherwise
+	UnitGPUSeconds = "GPU-s" // GPU-seconds
+)
 
 // groupMetrics lists the compared metrics in the order they are written.
 var groupMetrics = []metricDef{
-	countMetric("jobs", func(g *Group) int { return g.Jobs }),
-	countMetric("submitted", func(g *Group) int { return g.Submitted }),
-	countMetric("cancelled", func(g *Group) int { return g.Cancelled }),
-	countMetric("started", func(g *Group) int { return g.Started }),
-	ptrMetric("wait_p50_s", func(g *Group) *float64 { return g.WaitP50S }),
-	ptrMetric("wait_p95_s", func(g *Group) *float64 { return g.WaitP95S }),
-	ptrMetric("wait_p99_s", func(g *Group) *float64 { return g.WaitP99S }),
-	ptrMetric("wait_max_s", func(g *Group) *float64 { return g.WaitMaxS }),
-	countMetric("requeue_starts", func(g *Group) int { return g.RequeueStarts }),
-	ptrMetric("requeue_wait_p50_s", func(g *Group) *float64 { return g.RequeueWaitP50S }),
-	ptrMetric("requeue_wait_p95_s", func(g *Group) *float64 { return g.RequeueWaitP95S }),
-	ptrMetric("requeue_wait_p99_s", func(g *Group) *float64 { return g.RequeueWaitP99S }),
-	ptrMetric("requeue_wait_max_s", func(g *Group) *float64 { return g.RequeueWaitMaxS }),
-	ptrMetric("longest_wait_s", func(g *Group) *float64 { return g.LongestWaitS }),
-	countMetric("still_waiting", func(g *Group) int { return g.StillWaiting }),
-	countMetric("jobs_over_objective", func(g *Group) int { return g.JobsOverObjective }),
-	countMetric("waits_ended", func(g *Group) int { return g.WaitsEnded }),
-	countMetric("cancelled_while_waiting", func(g *Group) int { return g.CancelledWhileWaiting }),
-	ptrMetric("cancellation_rate", func(g *Group) *float64 { return g.CancellationRate }),
-	metricDef{"gpu_seconds", func(g *Group) *float64 { return floatPtr(g.GPUSeconds) }},
-	ptrMetric("service_share", func(g *Group) *float64 { return g.ServiceShare }),
-	ptrMetric("target_share", func(g *Group) *float64 { return g.TargetShare }),
-	ptrMetric("share_vs_target", func(g *Group) *float64 { return g.ShareVsTarget }),
-	ptrMetric("pool_share", func(g *Group) *float64 { return g.PoolShare }),
-	ptrMetric("project_share", func(g *Group) *float64 { return g.ProjectShare }),
-	countMetric("starving_jobs", func(g *Group) int { return g.StarvingJobs }),
-	countMetric("overtaken_jobs", func(g *Group) int { return g.OvertakenJobs }),
-	countMetric("release_starved_jobs", func(g *Group) int { return g.ReleaseStarvedJobs }),
-	countMetric("tier_starved_jobs", func(g *Group) int { return g.TierStarvedJobs }),
-	countMetric("stuck_jobs", func(g *Group) int { return g.StuckJobs }),
+	countMetric("jobs", UnitJobs, "jobs submitted before the report end and not ended before the window", func(g *Group) int { return g.Jobs }),
+	countMetric("submitted", UnitJobs, "jobs submitted in the window", func(g *Group) int { return g.Submitted }),
+	countMetric("cancelled", UnitJobs, "cancelled jobs whose end is in the window", func(g *Group) int { return g.Cancelled }),
+	countMetric("started", UnitJobs, "initial waits ended by a start in the window (the wait samples)", func(g *Group) int { return g.Started }),
+	ptrMetric("wait_p50_s", UnitSeconds, "median initial wait of the jobs started in the window", func(g *Group) *float64 { return g.WaitP50S }),
+	ptrMetric("wait_p95_s", UnitSeconds, "95th percentile initial wait of the jobs started in the window", func(g *Group) *float64 { return g.WaitP95S }),
+	ptrMetric("wait_p99_s", UnitSeconds, "99th percentile initial wait of the jobs started in the window", func(g *Group) *float64 { return g.WaitP99S }),
+	ptrMetric("wait_max_s", UnitSeconds, "longest initial wait of the jobs started in the window", func(g *Group) *float64 { return g.WaitMaxS }),
+	countMetric("requeue_starts", UnitCount, "requeue waits ended by a start in the window", func(g *Group) int { return g.RequeueStarts }),
+	ptrMetric("requeue_wait_p50_s", UnitSeconds, "median requeue wait ended by a start in the window", func(g *Group) *float64 { return g.RequeueWaitP50S }),
+	ptrMetric("requeue_wait_p95_s", UnitSeconds, "95th percentile requeue wait ended by a start in the window", func(g *Group) *float64 { return g.RequeueWaitP95S }),
+	ptrMetric("requeue_wait_p99_s", UnitSeconds, "99th percentile requeue wait ended by a start in the window", func(g *Group) *float64 { return g.RequeueWaitP99S }),
+	ptrMetric("requeue_wait_max_s", UnitSeconds, "longest requeue wait ended by a start in the window", func(g *Group) *float64 { return g.RequeueWaitMaxS }),
+	ptrMetric("longest_wait_s", UnitSeconds, "longest continuous wait overlapping the window, to its end or the report end (open waits included)", func(g *Group) *float64 { return g.LongestWaitS }),
+	countMetric("still_waiting", UnitJobs, "jobs with a wait open at the report end", func(g *Group) int { return g.StillWaiting }),
+	countMetric("jobs_over_objective", UnitJobs, "jobs whose wait exceeded their queue's wait objective (max_wait_s)", func(g *Group) int { return g.JobsOverObjective }),
+	countMetric("waits_ended", UnitCount, "waits ended in the window by a start or a cancellation", func(g *Group) int { return g.WaitsEnded }),
+	countMetric("cancelled_while_waiting", UnitCount, "waits ended in the window by a cancellation", func(g *Group) int { return g.CancelledWhileWaiting }),
+	ptrMetric("cancellation_rate", UnitRatio, "cancelled_while_waiting ÷ waits_ended (abandonment)", func(g *Group) *float64 { return g.CancellationRate }),
+	metricDef{"gpu_seconds", UnitGPUSeconds, "GPU-seconds of runs clipped to the window", func(g *Group) *float64 { return floatPtr(g.GPUSeconds) }},
+	ptrMetric("service_share", UnitRatio, "delivered share of the report's (or the pool's) GPU-seconds", func(g *Group) *float64 { return g.ServiceShare }),
+	ptrMetric("target_share", UnitRatio, "the queue's normalised service share (grouped by queue)", func(g *Group) *float64 { return g.TargetShare }),
+	ptrMetric("share_vs_target", UnitRatio, "the queue's delivered share ÷ its target share (1 = as promised)", func(g *Group) *float64 { return g.ShareVsTarget }),
+	ptrMetric("pool_share", UnitRatio, "the queue's time-averaged share of the pools' usable GPUs (grouped by queue)", func(g *Group) *float64 { return g.PoolShare }),
+	ptrMetric("project_share", UnitRatio, "the project's share of the report's GPU-seconds (grouped by project)", func(g *Group) *float64 { return g.ProjectShare }),
+	countMetric("starving_jobs", UnitJobs, "jobs with at least one starvation signal", func(g *Group) int { return g.StarvingJobs }),
+	countMetric("overtaken_jobs", UnitJobs, "jobs with the overtaken signal", func(g *Group) int { return g.OvertakenJobs }),
+	countMetric("release_starved_jobs", UnitJobs, "jobs with the releases signal", func(g *Group) int { return g.ReleaseStarvedJobs }),
+	countMetric("tier_starved_jobs", UnitJobs, "jobs with the higher_tier_arrivals signal", func(g *Group) int { return g.TierStarvedJobs }),
+	countMetric("stuck_jobs", UnitJobs, "jobs stuck, needing action, at the report end", func(g *Group) int { return g.StuckJobs }),
+}
+
+// GroupMetricDef describes one metric of a Group as Compare names it: its
+// name (the Group JSON field, or wait_reason_seconds.<reason>), its unit
+// (one of the Unit constants) and what it measures (the package
+// documentation has the definitions).
+type GroupMetricDef struct {
+	Name        string `json:"name"`
+	Unit        string `json:"unit"`
+	Description string `json:"description"`
+}
+
+// GroupMetricDefs lists every group metric in the order Compare writes
+// them: the fixed metrics, then wait_reason_seconds.<reason> for each
+// recorded wait reason (vocab.RecordedReasons) in the catalogue's order.
+func GroupMetricDefs() []GroupMetricDef {
+	out := make([]GroupMetricDef, 0, len(groupMetrics)+len(vocab.RecordedReasons))
+	for _, m := range groupMetrics {
+		out = append(out, GroupMetricDef{Name: m.name, Unit: m.unit, Description: m.desc})
+	}
+	for _, r := range vocab.RecordedReasons {
+		out = append(out, GroupMetricDef{Name: reasonMetricPrefix + string(r), Unit: UnitSeconds,
+			Description: "seconds of " + string(r) + " wait events clipped to the window"})
+	}
+	return out
+}
+
+// GroupMetricNames returns the names of GroupMetricDefs, in its order.
+func GroupMetricNames() []string {
+	defs := GroupMetricDefs()
+	out := make([]string, len(defs))
+	for i, d := range defs {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// GroupMetric reads the metric called name (a GroupMetricDefs name) of g, as
+// Compare reads it: nil where the value is undefined (no sample, zero
+// denominator, no target); a wait reason without time reads 0 s. ok is false
+// for an unknown name.
+func GroupMetric(g *Group, name string) (v *float64, ok bool) {
+	for _, m := range groupMetrics {
+		if m.name == name {
+			return m.get(g), true
+		}
+	}
+	if r, found := strings.CutPrefix(name, reasonMetricPrefix); found && slices.Contains(vocab.RecordedReasons, vocab.WaitReason(r)) {
+		return floatPtr(g.WaitReasonSeconds[r]), true
+	}
+	return nil, false
 }
 
 // reasonMetricPrefix prefixes the per-reason metrics of a comparison.
@@ -168,11 +231,11 @@ func compareGroups(b, a *Group) GroupComparison {
 		gc.Key = b.Key
 	}
 	for _, m := range groupMetrics {
-		gc.Metrics = append(gc.Metrics, metricComparison(m.name, read(b, m.get), read(a, m.get)))
+		gc.Metrics = append(gc.Metrics, CompareMetric(m.name, read(b, m.get), read(a, m.get)))
 	}
 	for _, r := range reasonsOf(b, a) {
 		get := func(g *Group) *float64 { return floatPtr(g.WaitReasonSeconds[r]) } // absent reason: 0 s
-		gc.Metrics = append(gc.Metrics, metricComparison(reasonMetricPrefix+r, read(b, get), read(a, get)))
+		gc.Metrics = append(gc.Metrics, CompareMetric(reasonMetricPrefix+r, read(b, get), read(a, get)))
 	}
 	return gc
 }
@@ -184,7 +247,10 @@ func read(g *Group, get func(*Group) *float64) *float64 {
 	return get(g)
 }
 
-func metricComparison(name string, b, a *float64) MetricComparison {
+// CompareMetric compares one metric as Compare does: Delta is after −
+// before (nil when either is nil) and Ratio after ÷ before (nil when either
+// is nil or before is 0).
+func CompareMetric(name string, b, a *float64) MetricComparison {
 	m := MetricComparison{Metric: name, Before: b, After: a}
 	if b != nil && a != nil {
 		m.Delta = floatPtr(*a - *b)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 func metricOf(t *testing.T, gc GroupComparison, name string) MetricComparison {
@@ -249,5 +251,58 @@ func TestRenderEmptyGroupValue(t *testing.T) {
 	if !strings.Contains(table.String(), NoValueLabel) || !strings.Contains(cmp.String(), "job_type="+NoValueLabel) ||
 		strings.Contains(cmp.String(), "job_type= ") {
 		t.Errorf("empty job type rendered without %s:\n%s\n%s", NoValueLabel, table.String(), cmp.String())
+	}
+}
+
+func TestGroupMetricCatalogue(t *testing.T) {
+	defs := GroupMetricDefs()
+	names := GroupMetricNames()
+	if len(defs) != len(groupMetrics)+len(vocab.RecordedReasons) || len(names) != len(defs) {
+		t.Fatalf("%d defs, %d names; want %d fixed metrics and %d reasons", len(defs), len(names), len(groupMetrics), len(vocab.RecordedReasons))
+	}
+	seen := map[string]bool{}
+	for i, d := range defs {
+		if names[i] != d.Name || seen[d.Name] || d.Description == "" {
+			t.Errorf("def %d %+v: name %q, repeated %v", i, d, names[i], seen[d.Name])
+		}
+		seen[d.Name] = true
+		switch d.Unit {
+		case UnitSeconds, UnitJobs, UnitCount, UnitRatio, UnitGPUSeconds:
+		default:
+			t.Errorf("%s: unit %q", d.Name, d.Unit)
+		}
+	}
+	g := Group{Jobs: 7, WaitP95S: floatPtr(42), WaitReasonSeconds: map[string]float64{"capacity_busy": 12}}
+	for _, c := range []struct {
+		name string
+		want *float64
+		ok   bool
+	}{
+		{"jobs", floatPtr(7), true},
+		{"wait_p95_s", floatPtr(42), true},
+		{"wait_p50_s", nil, true},
+		{"wait_reason_seconds.capacity_busy", floatPtr(12), true},
+		{"wait_reason_seconds.quota_exhausted", floatPtr(0), true},
+		{"wait_reason_seconds.not_yet_evaluated", floatPtr(0), true},
+		{"wait_reason_seconds.busy", nil, false},
+		{"wait_p96_s", nil, false},
+	} {
+		v, ok := GroupMetric(&g, c.name)
+		if ok != c.ok || (v == nil) != (c.want == nil) || (v != nil && *v != *c.want) {
+			t.Errorf("GroupMetric(%s) = %v, %v; want %v, %v", c.name, v, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestCompareMetric(t *testing.T) {
+	m := CompareMetric("x", floatPtr(4), floatPtr(3))
+	if *m.Delta != -1 || *m.Ratio != 0.75 {
+		t.Errorf("4 → 3: %+v", m)
+	}
+	if m := CompareMetric("x", floatPtr(0), floatPtr(3)); *m.Delta != 3 || m.Ratio != nil {
+		t.Errorf("0 → 3: %+v, want delta 3 and no ratio", m)
+	}
+	if m := CompareMetric("x", nil, floatPtr(3)); m.Delta != nil || m.Ratio != nil {
+		t.Errorf("nil → 3: %+v, want no delta nor ratio", m)
 	}
 }

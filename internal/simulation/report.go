@@ -138,6 +138,9 @@ type Group struct {
 type Preemptions struct {
 	Count          int     `json:"count"`            // victims stopped
 	LossGPUSeconds float64 `json:"loss_gpu_seconds"` // their effective run loss (accounting.EffectiveRunLoss)
+	// RecomputeGPUSeconds is the recompute part of that loss: the victims'
+	// GPUs × the recompute seconds, where measured.
+	RecomputeGPUSeconds float64 `json:"recompute_gpu_seconds"`
 	// RecomputeUnmeasured counts the preemptions whose loss has no recompute
 	// term: the job's next run never started, or ended (or the simulation
 	// did) before it was back at the step of the notice.
@@ -351,6 +354,7 @@ func (e *engine) report(in Input) (*Report, error) {
 	}
 	r.Preemptions.WouldPreempt = e.wouldPreempt
 	r.Preemptions.RecomputeUnmeasured = e.unmeasured
+	r.Preemptions.RecomputeGPUSeconds = e.recomputeGPUS
 	r.AllocatedGPUSeconds = e.allocMilliS / scheduling.MilliPerGPU
 	r.CapacityGPUSeconds = float64(e.gpus) * float64(r.Span.EndS-r.Span.StartS)
 	if r.CapacityGPUSeconds > 0 {

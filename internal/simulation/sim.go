@@ -175,14 +175,16 @@ type engine struct {
 	// deletion or time alone may change (vocab.WaitReason.TimeCanChange). It
 	// is exact after each cycle; jobs queued since then (arrivals, requeued
 	// victims) get a cycle at their own instant.
-	changeable   int
-	placed       int
-	placements   []Placement           // every grant, in order (Report.History)
-	releases     []queuereport.Release // every release of GPUs, for the starvation signals
-	preempts     map[vocab.Tier]int
-	lossGPUS     map[vocab.Tier]float64
-	unmeasured   int // preemptions whose loss has no recompute term (the next run never passed the step)
-	wouldPreempt int
+	changeable int
+	placed     int
+	placements []Placement           // every grant, in order (Report.History)
+	releases   []queuereport.Release // every release of GPUs, for the starvation signals
+	preempts   map[vocab.Tier]int
+	lossGPUS   map[vocab.Tier]float64
+	unmeasured int // preemptions whose loss has no recompute term (the next run never passed the step)
+	// recomputeGPUS sums the recompute part of the losses: GPUs × recompute seconds.
+	recomputeGPUS float64
+	wouldPreempt  int
 
 	// fault is the first broken engine invariant found where no error can be
 	// returned (a release of GPUs the ledger had not granted); loop stops on it.
@@ -608,6 +610,7 @@ func (e *engine) chargeLoss(j *simJob, t int64) {
 	if !l.RecomputeMeasured {
 		e.unmeasured++
 	}
+	e.recomputeGPUS += in.GPUs * l.RecomputeSeconds
 	e.lossGPUS[pl.tier] += l.GPUSeconds
 }
 

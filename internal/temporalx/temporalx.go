@@ -35,7 +35,7 @@ const (
 func NodeTaskQueue(node string) string { return nodeTaskQueuePrefix + node }
 
 // Custom search attributes, all of type Keyword, set by gpugov workflows so that
-// users find any job, preemption or reclaim in the Temporal UI.
+// users find any job, preemption, reclaim or experiment in the Temporal UI.
 var (
 	// QueueKey is the job's queue name.
 	QueueKey = temporal.NewSearchAttributeKeyKeyword("GpugovQueue")
@@ -47,10 +47,15 @@ var (
 	WaitReasonKey = temporal.NewSearchAttributeKeyKeyword("GpugovWaitReason")
 	// JobStateKey is the job's state (submitted, waiting, placed, running, succeeded, failed, cancelled).
 	JobStateKey = temporal.NewSearchAttributeKeyKeyword("GpugovJobState")
+	// ExperimentStateKey is a policy experiment's state (scheduled,
+	// baseline, running, finished, aborted); its GpugovPool is the scope's
+	// first pool.
+	ExperimentStateKey = temporal.NewSearchAttributeKeyKeyword("GpugovExperimentState")
 )
 
 // SearchAttributeKeys lists every custom search attribute gpugov uses.
-var SearchAttributeKeys = []temporal.SearchAttributeKeyKeyword{QueueKey, TierKey, PoolKey, WaitReasonKey, JobStateKey}
+var SearchAttributeKeys = []temporal.SearchAttributeKeyKeyword{QueueKey, TierKey, PoolKey, WaitReasonKey, JobStateKey,
+	ExperimentStateKey}
 
 // DevServerSearchAttributeArgs returns the `--search-attribute NAME=Keyword` flags
 // that register gpugov's search attributes on `temporal server start-dev`.

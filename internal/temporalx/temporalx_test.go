@@ -25,8 +25,12 @@ func TestNames(t *testing.T) {
 	if got := temporalx.SchedulerWorkflowID(temporalx.DefaultShard); got != "scheduler/default" {
 		t.Fatalf("SchedulerWorkflowID = %q", got)
 	}
+	if got := temporalx.ExperimentWorkflowID("exp-1"); got != "experiment/exp-1" {
+		t.Fatalf("ExperimentWorkflowID = %q", got)
+	}
 	want := "--search-attribute GpugovQueue=Keyword --search-attribute GpugovTier=Keyword --search-attribute GpugovPool=Keyword " +
-		"--search-attribute GpugovWaitReason=Keyword --search-attribute GpugovJobState=Keyword"
+		"--search-attribute GpugovWaitReason=Keyword --search-attribute GpugovJobState=Keyword " +
+		"--search-attribute GpugovExperimentState=Keyword"
 	if got := strings.Join(temporalx.DevServerSearchAttributeArgs(), " "); got != want {
 		t.Fatalf("DevServerSearchAttributeArgs = %q", got)
 	}

@@ -7,7 +7,7 @@ import "slices"
 type NotificationKind string
 
 // The notification kinds: every transition of a job that is meant for its
-// submitter.
+// submitter, and the experiment events meant for the admins.
 const (
 	// NotifyWaitReason: the job's wait reason became one that asks the
 	// submitter to act (WaitReason.NotifiesSubmitter): spec
@@ -25,10 +25,16 @@ const (
 	// NotifyResumed: after a preemption, the job's next run started (from
 	// the saved checkpoint, or not: the body says).
 	NotifyResumed NotificationKind = "job.resumed"
+	// NotifyExperimentRolledBack: a policy experiment breached a rollback
+	// condition and its baseline was restored; meant for the admins
+	// (recipient policy.AdminsRecipient, no job), with the numbers that
+	// breached.
+	NotifyExperimentRolledBack NotificationKind = "experiment.rolled_back"
 )
 
 // NotificationKinds lists every notification kind.
-var NotificationKinds = []NotificationKind{NotifyWaitReason, NotifyPlaced, NotifyPreemptionNotice, NotifyReclaimNotice, NotifyResumed}
+var NotificationKinds = []NotificationKind{NotifyWaitReason, NotifyPlaced, NotifyPreemptionNotice, NotifyReclaimNotice, NotifyResumed,
+	NotifyExperimentRolledBack}
 
 // NotificationState is where a notification of the outbox is in its delivery.
 type NotificationState string

@@ -7,7 +7,7 @@ type NodeRow struct {
 	CPUMilli  int64  // CPU capacity in milli-cores
 	MemoryMiB int64  // host memory in MiB
 	GPUs      int    // number of GPUs on the node (0 for CPU-only nodes)
-	Model     string // GPU model, one of KnownModels; "" exactly when GPUs is 0
+	Model     string // GPU model, one of KnownModels (or ReadOptions.Models); "" exactly when GPUs is 0
 	Line      int    // line of the row in its file
 }
 
@@ -17,11 +17,15 @@ type NodeRow struct {
 // gpu is 0). The first problem is returned as a *ParseError
 // ("file:line: what is wrong"); a file that cannot be opened returns the
 // os error.
-func ReadNodes(path string) ([]NodeRow, error) {
+func ReadNodes(path string) ([]NodeRow, error) { return ReadNodesWith(path, ReadOptions{}) }
+
+// ReadNodesWith is ReadNodes accepting opts.Models besides KnownModels
+// (opts.SkipInvalid does not apply: a node list is read whole or not at all).
+func ReadNodesWith(path string, opts ReadOptions) ([]NodeRow, error) {
 	var nodes []NodeRow
 	seen := map[string]int{}
 	_, err := readRows(path, nodeHeader, false, func(c *csvFile, rec []string) error {
-		n, err := parseNode(c, rec)
+		n, err := parseNode(c, rec, opts)
 		if err != nil {
 			return err
 		}
@@ -38,7 +42,7 @@ func ReadNodes(path string) ([]NodeRow, error) {
 	return nodes, nil
 }
 
-func parseNode(c *csvFile, rec []string) (NodeRow, error) {
+func parseNode(c *csvFile, rec []string, opts ReadOptions) (NodeRow, error) {
 	n := NodeRow{SN: rec[0], Model: rec[4], Line: c.line}
 	if n.SN == "" {
 		return n, c.errorf("sn is empty")
@@ -60,8 +64,8 @@ func parseNode(c *csvFile, rec []string) (NodeRow, error) {
 		return n, c.errorf("model %q given for a node with gpu 0", n.Model)
 	case n.GPUs > 0 && n.Model == "":
 		return n, c.errorf("model is empty for a node with gpu %d", n.GPUs)
-	case n.GPUs > 0 && !knownModel(n.Model):
-		return n, c.errorf("unknown GPU model %q (known: %v)", n.Model, KnownModels)
+	case n.GPUs > 0 && !opts.knownModel(n.Model):
+		return n, c.errorf("unknown GPU model %q (known: %v)", n.Model, opts.models())
 	}
 	return n, nil
 }

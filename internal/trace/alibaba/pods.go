@@ -71,7 +71,8 @@ func (p PodRow) TraceRunSeconds() (int64, bool) {
 // the trace's header; a unique non-empty name; non-negative integer
 // cpu_milli, memory_mib, num_gpu, creation_time and deletion_time;
 // gpu_milli 0 when num_gpu is 0, 1..1000 when num_gpu is 1 and 1000 when it is
-// larger; a gpu_spec of |-separated models from KnownModels (or empty); a qos
+// larger; a gpu_spec of |-separated models from KnownModels or opts.Models
+// (or empty); a qos
 // from QoSClasses and a pod_phase from Phases; creation ≤ deletion; and a
 // scheduled_time that is empty exactly for Pending pods and otherwise lies in
 // [creation_time, deletion_time].
@@ -84,7 +85,7 @@ func ReadPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
 	var pods []PodRow
 	seen := map[string]int{}
 	skipped, err := readRows(path, podHeader, opts.SkipInvalid, func(c *csvFile, rec []string) error {
-		p, err := parsePod(c, rec)
+		p, err := parsePod(c, rec, opts)
 		if err != nil {
 			return err
 		}
@@ -101,7 +102,7 @@ func ReadPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
 	return pods, skipped, nil
 }
 
-func parsePod(c *csvFile, rec []string) (PodRow, error) {
+func parsePod(c *csvFile, rec []string, opts ReadOptions) (PodRow, error) {
 	p := PodRow{Name: rec[0], QoS: QoS(rec[6]), Phase: Phase(rec[7]), Line: c.line}
 	if p.Name == "" {
 		return p, c.errorf("name is empty")
@@ -113,7 +114,7 @@ func parsePod(c *csvFile, rec []string) (PodRow, error) {
 	if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2]); err != nil {
 		return p, err
 	}
-	if err = parseGPURequest(c, &p, rec[3], rec[4], rec[5]); err != nil {
+	if err = parseGPURequest(c, &p, rec[3], rec[4], rec[5], opts); err != nil {
 		return p, err
 	}
 	if !contains(QoSClasses, p.QoS) {
@@ -126,7 +127,7 @@ func parsePod(c *csvFile, rec []string) (PodRow, error) {
 }
 
 // parseGPURequest fills NumGPU, GPUMilli and GPUSpec.
-func parseGPURequest(c *csvFile, p *PodRow, numGPU, gpuMilli, spec string) error {
+func parseGPURequest(c *csvFile, p *PodRow, numGPU, gpuMilli, spec string, opts ReadOptions) error {
 	n, err := c.nonNegInt("num_gpu", numGPU)
 	if err != nil {
 		return err
@@ -150,8 +151,8 @@ func parseGPURequest(c *csvFile, p *PodRow, numGPU, gpuMilli, spec string) error
 		return nil
 	}
 	for _, model := range strings.Split(spec, "|") {
-		if !knownModel(model) {
-			return c.errorf("gpu_spec %q: unknown GPU model %q (known: %v)", spec, model, KnownModels)
+		if !opts.knownModel(model) {
+			return c.errorf("gpu_spec %q: unknown GPU model %q (known: %v)", spec, model, opts.models())
 		}
 		if !contains(p.GPUSpec, model) {
 			p.GPUSpec = append(p.GPUSpec, model)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -35,7 +36,18 @@ type ReadOptions struct {
 	// SkipInvalid skips malformed rows (counting them in Skipped) instead of
 	// stopping at the first one. A bad header is an error either way.
 	SkipInvalid bool
+	// Models are GPU model names accepted besides KnownModels, in node
+	// lists (ReadNodesWith) and gpu_spec: an inventory exported from the
+	// service (WriteNodes) names its GPUs by their NVML product names.
+	Models []string
 }
+
+// knownModel reports whether m is one of KnownModels or of the options'
+// Models.
+func (o ReadOptions) knownModel(m string) bool { return knownModel(m) || contains(o.Models, m) }
+
+// models lists the names the options accept, for messages.
+func (o ReadOptions) models() []string { return append(slices.Clone(KnownModels), o.Models...) }
 
 // MaxSkippedMessages is how many skipped-row messages Skipped keeps.
 const MaxSkippedMessages = 5
