@@ -233,6 +233,10 @@ func (s *Store) RejectDispute(ctx context.Context, id, by, reason string, at tim
 	return r, recorded, err
 }
 
+// falseReclaimInWindow is the SQL predicate of a false reclaim of table
+// reclaims disputed in [$1, $2): FalseReclaims and GovernanceMetrics share it.
+const falseReclaimInWindow = `disputed AND dispute_rejected_at IS NULL AND disputed_at >= $1 AND disputed_at < $2`
+
 // FalseReclaims counts the false reclaims of pools (every pool when pools
 // is empty) disputed in [from, to): reclaims their owner disputed — kept
 // before the release or disputed after it within the window — whose
@@ -244,8 +248,7 @@ func (s *Store) FalseReclaims(ctx context.Context, from, to time.Time, pools []s
 	}
 	var n int
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FROM reclaims
-		WHERE disputed AND dispute_rejected_at IS NULL AND disputed_at >= $1 AND disputed_at < $2
+		SELECT count(*) FROM reclaims WHERE `+falseReclaimInWindow+`
 			AND (cardinality($3::text[]) = 0 OR pool = ANY($3))`, from, to, pools).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: false reclaims: %w", err)

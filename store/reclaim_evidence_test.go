@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/governance"
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
@@ -261,6 +263,11 @@ func TestDisputeAfterRelease(t *testing.T) {
 	}
 	if n := count(t0, t0.Add(100*time.Hour)); n != 1 {
 		t.Fatalf("false reclaims after the rejection %d, want 1 (the keep)", n)
+	}
+	// The experiments' governance metrics count them alike.
+	g, err := s.GovernanceMetrics(ctx, queuereport.Window{From: t0, To: t0.Add(100 * time.Hour)}, experiment.Scope{}, t0.Add(100*time.Hour))
+	if err != nil || g.FalseReclaims != 1 {
+		t.Fatalf("GovernanceMetrics false reclaims %d (%v), want 1", g.FalseReclaims, err)
 	}
 
 	entries, _, err := s.ListAudit(ctx, store.AuditFilter{Subject: recent.JobID})
