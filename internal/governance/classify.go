@@ -164,7 +164,13 @@ func (ev *Evidence) HeartbeatAge(now time.Time) (time.Duration, bool) {
 }
 
 // idle applies the idle rule (docs/design.md §3 "The idle rule"; see
-// Classify).
+// Classify). Its sources: Run:ai's idle-GPU time limit calls a workload
+// idle while its GPU utilisation stays at zero for the whole period (any
+// busy 30-second interval resets the count), which keeps a job with one
+// burst per period for ever — reclaim.idle_max_bursts 0 is that rule;
+// Princeton's jobstats judges a job by its mean GPU utilisation and its GPU
+// memory use — the mean bound and reclaim.idle_memory_mib. A burst must be
+// short: it may not lift the mean above the threshold.
 func idle(ev *Evidence, c *policy.Policy, now time.Time, window time.Duration) (Finding, bool) {
 	from := now.Add(-window)
 	switch {

@@ -24,7 +24,7 @@ func TestGovernanceMetricsRecord(t *testing.T) {
 	m.RecordDisputeRejected(ctx, "p1", "idle")
 	m.RecordExperimentRollback(ctx)
 	m.PrimePools(ctx, []string{"p1", "p2"}) // adds series at 0, changes no count
-	var none *GovernanceMetrics // a nil receiver records nothing
+	var none *GovernanceMetrics             // a nil receiver records nothing
 	none.RecordPreemption(ctx, "p", "x", nil, nil)
 	none.RecordDispute(ctx, "p", "idle")
 	none.RecordDisputeRejected(ctx, "p", "idle")
