@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -24,7 +26,9 @@ import (
 //
 // Every change is audited by the store with the token's name, before and
 // after; a change of quota wakes the scheduler. A rejected request changes
-// nothing.
+// nothing. While a policy experiment about quotas holds a pool, a quota
+// change (a PUT, an approval) is a 409 naming it unless the admin gives
+// override_reason (quotaHeldByExperiment).
 
 // QuotaStore is the part of *store.Store the quota routes use. The Store
 // given to New must implement it for those routes to work (StoreFrom's value
@@ -36,8 +40,12 @@ type QuotaStore interface {
 	CreateQuotaRequest(ctx context.Context, nr store.NewQuotaRequest) (*store.QuotaRequest, error)
 	GetQuotaRequest(ctx context.Context, id string) (*store.QuotaRequest, error)
 	ListQuotaRequests(ctx context.Context, f store.QuotaRequestFilter) ([]store.QuotaRequest, error)
-	DecideQuotaRequest(ctx context.Context, id string, approve bool, actor, comment string) (*store.QuotaRequest, *store.QuotaChangeResult, error)
+	DecideQuotaRequestWith(ctx context.Context, id string, approve bool, actor, comment string, evidence map[string]any) (*store.QuotaRequest, *store.QuotaChangeResult, error)
+	HoldingExperiments(ctx context.Context) ([]store.Experiment, error)
 }
+
+// StoreFrom's value serves the quota routes.
+var _ QuotaStore = pgStore{}
 
 // QuotaBorrower is one project of a pool's cohort using more than its
 // nominal quota, in milli-GPU.
@@ -71,11 +79,15 @@ type QuotaList struct {
 
 // QuotaUpdate is the body of PUT /v1/quotas/{pool}/{project}: the whole
 // quota (nominal and borrowing limit, milli-GPU) and why. All three are
-// required.
+// required. OverrideReason lets the change through while a policy
+// experiment about quotas holds a pool (the change ends that experiment;
+// recorded in the set_quota audit evidence); without it such a change is a
+// 409 naming the experiment.
 type QuotaUpdate struct {
 	NominalMilli        *int64 `json:"nominal_milli"`
 	BorrowingLimitMilli *int64 `json:"borrowing_limit_milli"`
 	Reason              string `json:"reason"`
+	OverrideReason      string `json:"override_reason,omitempty"`
 }
 
 // Quota is one project's quota in a pool, in milli-GPU.
@@ -134,9 +146,12 @@ type QuotaRequestList struct {
 }
 
 // QuotaDecision is the body of POST /v1/quota-requests/{id}/approve and
-// /deny; Comment is required.
+// /deny; Comment is required. OverrideReason, for an approval, is
+// QuotaUpdate's (recorded in the approval's and its set_quota's audit
+// evidence); a denial changes no quota and ignores it.
 type QuotaDecision struct {
-	Comment string `json:"comment"`
+	Comment        string `json:"comment"`
+	OverrideReason string `json:"override_reason,omitempty"`
 }
 
 // quotaRoutes adds the quota routes to the /v1 group.
@@ -209,7 +224,9 @@ func (s *Server) listQuotas(c *gin.Context) {
 
 // setQuota handles PUT /v1/quotas/:pool/:project (admin). 200 with the
 // change; 400 a malformed body or a missing field; 422 a value the store
-// refuses (naming the field); 409 no active policy version.
+// refuses (naming the field); 409 no active policy version, or a policy
+// experiment about quotas holds a pool and no override_reason is given
+// (quotaHeldByExperiment, which names it; nothing is stored then).
 func (s *Server) setQuota(c *gin.Context) {
 	if !requireAdmin(c, "set quotas") {
 		return
@@ -236,14 +253,68 @@ func (s *Server) setQuota(c *gin.Context) {
 		return
 	}
 	pool, project := c.Param("pool"), c.Param("project")
+	evidence, ok := s.quotaHeldByExperiment(ctx, c, qs, pool, body.OverrideReason)
+	if !ok {
+		return
+	}
 	res, err := qs.SetQuota(ctx, store.QuotaChange{Pool: pool, Project: project, NominalMilli: *body.NominalMilli,
-		BorrowingLimitMilli: *body.BorrowingLimitMilli, Actor: principal(c).Name, Reason: body.Reason})
+		BorrowingLimitMilli: *body.BorrowingLimitMilli, Actor: principal(c).Name, Reason: body.Reason, Evidence: evidence})
 	if err != nil {
 		writeError(c, err)
 		return
 	}
 	s.wakeAfterQuota(c, pool, project, res)
 	c.JSON(http.StatusOK, quotaChangeOf(pool, project, res))
+}
+
+// quotaHeldByExperiment is the experiment check of a quota change in pool
+// made outside any experiment (PUT /v1/quotas, an approval). An experiment
+// about other variables tolerates it (its candidate stays in force, and
+// undoing the experiment keeps the change: docs/design.md §3 step 8), so
+// it refuses nothing. One about quotas (vocab.PolicyQuota among its
+// groups) does not: in its scope the change would confound it (a second
+// change to its own variable), and anywhere it would end it (its
+// candidate no longer in force, it aborts with policy_changed). So while
+// such an experiment holds a pool the change is a 409 naming it (field
+// override_reason; the one whose scope includes pool first) unless
+// overrideReason is given. It returns the evidence the store adds to the
+// audit (override_experiment, override_reason; nil when nothing was
+// overridden) and false when it answered.
+func (s *Server) quotaHeldByExperiment(ctx context.Context, c *gin.Context, qs QuotaStore, pool, overrideReason string) (map[string]any, bool) {
+	holding, err := qs.HoldingExperiments(ctx)
+	if err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	var holder *store.Experiment
+	for i := range holding {
+		x := &holding[i]
+		if !slices.Contains(x.Groups, vocab.PolicyQuota) {
+			continue
+		}
+		if slices.Contains(x.Pools(), pool) {
+			holder = x
+			break
+		}
+		if holder == nil {
+			holder = x
+		}
+	}
+	if holder == nil {
+		return nil, true
+	}
+	if strings.TrimSpace(overrideReason) == "" {
+		pools := strings.Join(holder.Pools(), ", ")
+		effect := "a quota change in pool " + pool + " would end it (its candidate would no longer be in force)"
+		if slices.Contains(holder.Pools(), pool) {
+			effect = "a quota change in pool " + pool + " would confound it (a second change to its own variable) and end it"
+		}
+		writeError(c, newError(http.StatusConflict, CodeConflict, "override_reason",
+			"experiment %s (%s, %s) varies quotas and holds pool %s: %s; wait for its verdict, abort it (gpugov experiment abort %s), or give override_reason",
+			holder.ID, holder.Spec.Name, holder.State, pools, effect, holder.ID))
+		return nil, false
+	}
+	return map[string]any{"override_experiment": holder.ID, "override_reason": overrideReason}, true
 }
 
 // wakeAfterQuota asks the scheduler for a cycle when a quota changed.
@@ -373,7 +444,9 @@ func (s *Server) listQuotaRequests(c *gin.Context) {
 // decideQuotaRequest handles POST /v1/quota-requests/:id/approve and /deny
 // (admin). 200 with the decided request (an approval with its quota
 // change); 400 a malformed body or no comment; 404 no such request; 409 a
-// request already decided, or no active policy version.
+// request already decided, no active policy version, or (an approval) a
+// policy experiment about quotas holds a pool and no override_reason is
+// given (quotaHeldByExperiment; nothing is stored then).
 func (s *Server) decideQuotaRequest(c *gin.Context, approve bool) {
 	verb := "deny"
 	if approve {
@@ -397,7 +470,24 @@ func (s *Server) decideQuotaRequest(c *gin.Context, approve bool) {
 		return
 	}
 	id := c.Param("id")
-	r, change, err := qs.DecideQuotaRequest(ctx, id, approve, principal(c).Name, body.Comment)
+	var evidence map[string]any
+	if approve {
+		pending, err := qs.GetQuotaRequest(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			writeError(c, newError(http.StatusNotFound, CodeNotFound, "id", "no quota request %q", id))
+			return
+		case err != nil:
+			writeError(c, err)
+			return
+		}
+		if pending.State == vocab.QuotaRequestPending {
+			if evidence, ok = s.quotaHeldByExperiment(ctx, c, qs, pending.Pool, body.OverrideReason); !ok {
+				return
+			}
+		}
+	}
+	r, change, err := qs.DecideQuotaRequestWith(ctx, id, approve, principal(c).Name, body.Comment, evidence)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(c, newError(http.StatusNotFound, CodeNotFound, "id", "no quota request %q", id))

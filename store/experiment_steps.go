@@ -36,6 +36,14 @@ import (
 // active version means someone applied another policy: the experiment
 // does not fight it, it ends aborted with a policy_changed event and
 // restores nothing.
+//
+// Undoing the experiment (a rollback, a revert, an abort) undoes only its
+// variable: the quota changes made during the window (the quotas in which
+// the active version differs from the candidate) are re-applied to the
+// baseline, and that version, derived from the baseline, is restored
+// instead of the baseline itself (restoreTargetTx). An experiment about
+// quotas restores its baseline exactly: its quotas are its variable, and
+// a quota change during its window ended it (policy_changed) already.
 
 // maxLineage bounds the derived_from chain candidateInForceTx follows.
 const maxLineage = 64
@@ -317,37 +325,219 @@ func abortPolicyChangedTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *acti
 }
 
 // restoreBaselineTx makes e's baseline the active version again when its
-// candidate is in force under a (audited as AuditActivatePolicy by
-// "experiment/<id>" with evidence, and as action with a kind event
-// giving reason and carrying data, nil for none); when another policy was
-// applied meanwhile it restores nothing and records a policy_changed
-// event. It reports whether the baseline was restored.
+// candidate is in force under a — the baseline with the quota changes made
+// during the window re-applied (restoreTargetTx) — audited as
+// AuditActivatePolicy by "experiment/<id>" with evidence (plus the version
+// restored and the kept quota changes), and as action with a kind event
+// giving reason and carrying data (nil for none); when another policy was
+// applied meanwhile it restores nothing and records a policy_changed event.
+// It returns the hash of the version restored, "" when none was.
 func restoreBaselineTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *activePolicy, kind, action, reason string,
-	evidence map[string]any, data json.RawMessage, at time.Time) (bool, error) {
+	evidence map[string]any, data json.RawMessage, at time.Time) (string, error) {
 	in, err := candidateInForceTx(ctx, tx, e, a)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if !in {
 		detail := fmt.Sprintf("the active policy version is %s, not the candidate %s or a quota change derived from it: another policy was applied, so the baseline %s is not restored",
 			shortHash(a.hash), shortHash(e.CandidateHash), shortHash(e.BaselineHash))
 		_, err := insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: ExperimentEventPolicyChanged, Detail: detail})
-		return false, err
+		return "", err
+	}
+	target, kept, err := restoreTargetTx(ctx, tx, e, a)
+	if err != nil {
+		return "", err
 	}
 	actor := ExperimentWorkflowID(e.ID)
-	ev := map[string]any{"experiment": e.ID, "baseline": e.BaselineHash, "candidate": e.CandidateHash, "replaced": a.hash}
+	ev := map[string]any{"experiment": e.ID, "baseline": e.BaselineHash, "candidate": e.CandidateHash, "replaced": a.hash,
+		"restored": target}
+	quotaVariable := slices.Contains(e.Groups, vocab.PolicyQuota)
+	if len(kept) > 0 {
+		ev["kept_quotas"] = keptQuotasEvidence(kept)
+	}
+	if quotaVariable {
+		ev["quota_variable"] = true
+	}
 	for k, v := range evidence {
 		ev[k] = v
 	}
-	if err := activateStoredTx(ctx, tx, a, e.BaselineHash, actor, reason, ev); err != nil {
-		return false, err
+	if err := activateStoredTx(ctx, tx, a, target, actor, reason, ev); err != nil {
+		return "", err
 	}
-	detail := fmt.Sprintf("baseline %s restored (was %s): %s", shortHash(e.BaselineHash), shortHash(a.hash), reason)
+	var detail string
+	switch {
+	case len(kept) > 0:
+		detail = fmt.Sprintf("baseline %s restored with the %s made during the window kept (%s), as version %s derived from it (was %s): %s",
+			shortHash(e.BaselineHash), changesText(len(kept)), keptQuotasText(kept), shortHash(target), shortHash(a.hash), reason)
+	case quotaVariable:
+		detail = fmt.Sprintf("baseline %s restored exactly, its quotas included, since quota is the experiment's variable (was %s): %s",
+			shortHash(e.BaselineHash), shortHash(a.hash), reason)
+	default:
+		detail = fmt.Sprintf("baseline %s restored (was %s): %s", shortHash(e.BaselineHash), shortHash(a.hash), reason)
+	}
 	if _, err := insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: kind, Detail: detail, Data: data}); err != nil {
-		return false, err
+		return "", err
 	}
-	return true, appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: actor, Action: action, Subject: e.ID,
+	return target, appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: actor, Action: action, Subject: e.ID,
 		Reason: clipText(reason), Evidence: ev})
+}
+
+// keptQuota is one quota change made during an experiment's window that
+// its restore keeps: the quota of (Project, Pool) in the candidate and in
+// the active version (nil: none there; a nil Kept is a removed quota).
+type keptQuota struct {
+	Pool, Project   string
+	Candidate, Kept *policy.Quota
+}
+
+// restoreTargetTx returns the version that undoing e restores while its
+// candidate is in force under a, stored in tx: the baseline itself when
+// the candidate is active exactly or the experiment is about quotas (its
+// quotas are the experiment's variable); otherwise the baseline with each
+// quota change made during the window (quotaChanges from the candidate to
+// a) re-applied — policy.WithQuota for a set quota, WithoutQuota for a
+// removed one — which is the baseline when they cancel out. kept lists
+// those changes (nil for none).
+func restoreTargetTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *activePolicy) (hash string, kept []keptQuota, err error) {
+	if a.hash == e.CandidateHash || slices.Contains(e.Groups, vocab.PolicyQuota) {
+		return e.BaselineHash, nil, nil
+	}
+	var baseBody, candBody []byte
+	err = tx.QueryRow(ctx, `SELECT (SELECT body FROM policy_versions WHERE hash = $1), (SELECT body FROM policy_versions WHERE hash = $2)`,
+		e.BaselineHash, e.CandidateHash).Scan(&baseBody, &candBody)
+	if err != nil {
+		return "", nil, err
+	}
+	if baseBody == nil {
+		return "", nil, fmt.Errorf("baseline policy version %s: %w", e.BaselineHash, ErrNotFound)
+	}
+	if candBody == nil {
+		return "", nil, fmt.Errorf("candidate policy version %s: %w", e.CandidateHash, ErrNotFound)
+	}
+	base, err := policy.FromCanonical(baseBody)
+	if err != nil {
+		return "", nil, fmt.Errorf("baseline %s: %w", e.BaselineHash, err)
+	}
+	if base.Hash() != e.BaselineHash {
+		return "", nil, fmt.Errorf("baseline policy version %s decodes to %s: the window's quota changes cannot be re-applied to it exactly",
+			e.BaselineHash, base.Hash())
+	}
+	cand, err := policy.FromCanonical(candBody)
+	if err != nil {
+		return "", nil, fmt.Errorf("candidate %s: %w", e.CandidateHash, err)
+	}
+	kept = quotaChanges(cand, a.policy)
+	restored := base
+	for _, k := range kept {
+		if k.Kept != nil {
+			restored, _ = restored.WithQuota(*k.Kept)
+		} else {
+			restored, _ = restored.WithoutQuota(k.Project, k.Pool)
+		}
+	}
+	hash = restored.Hash()
+	if hash == e.BaselineHash {
+		return hash, kept, nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO policy_versions (hash, body) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+		hash, restored.Canonical()); err != nil {
+		return "", nil, err
+	}
+	return hash, kept, nil
+}
+
+// quotaChanges lists the quotas that differ from from to to, by (project,
+// pool), each pair's first entry counting (as the scheduler reads them):
+// those to sets differently or anew, in to's order, then those it has no
+// more, in from's order.
+func quotaChanges(from, to *policy.Policy) []keptQuota {
+	type key struct{ project, pool string }
+	index := func(qs []policy.Quota) map[key]policy.Quota {
+		m := make(map[key]policy.Quota, len(qs))
+		for _, q := range qs {
+			if _, dup := m[key{q.Project, q.Pool}]; !dup {
+				m[key{q.Project, q.Pool}] = q
+			}
+		}
+		return m
+	}
+	before, after := index(from.Quotas), index(to.Quotas)
+	var out []keptQuota
+	seen := map[key]bool{}
+	for _, q := range to.Quotas {
+		k := key{q.Project, q.Pool}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if b, ok := before[k]; ok && b == after[k] {
+			continue
+		}
+		kq := keptQuota{Pool: q.Pool, Project: q.Project, Kept: ptr(after[k])}
+		if b, ok := before[k]; ok {
+			kq.Candidate = ptr(b)
+		}
+		out = append(out, kq)
+	}
+	for _, q := range from.Quotas {
+		k := key{q.Project, q.Pool}
+		if _, ok := after[k]; ok || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, keptQuota{Pool: q.Pool, Project: q.Project, Candidate: ptr(before[k])})
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// changesText is "1 quota change" or "n quota changes".
+func changesText(n int) string {
+	if n == 1 {
+		return "quota change"
+	}
+	return fmt.Sprintf("%d quota changes", n)
+}
+
+// policyQuotaDoc is a policy quota as the audit evidence records it; nil
+// for none.
+func policyQuotaDoc(q *policy.Quota) map[string]any {
+	if q == nil {
+		return nil
+	}
+	return map[string]any{"nominal_milli": q.NominalMilli, "borrowing_limit_milli": q.BorrowingLimitMilli}
+}
+
+// keptQuotasEvidence is the kept quota changes as audit evidence: pool,
+// project, the candidate's quota and the kept one (null: none).
+func keptQuotasEvidence(ks []keptQuota) []map[string]any {
+	out := make([]map[string]any, len(ks))
+	for i, k := range ks {
+		out[i] = map[string]any{"pool": k.Pool, "project": k.Project, "candidate": policyQuotaDoc(k.Candidate),
+			"kept": policyQuotaDoc(k.Kept)}
+	}
+	return out
+}
+
+// keptQuotasText renders the kept quota changes: "quota of vision in a100
+// nominal 4000, borrowing limit 0 milli-GPU (candidate: none)".
+func keptQuotasText(ks []keptQuota) string {
+	text := func(q *policy.Quota) string {
+		if q == nil {
+			return "none"
+		}
+		return fmt.Sprintf("nominal %d, borrowing limit %d milli-GPU", q.NominalMilli, q.BorrowingLimitMilli)
+	}
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		if k.Kept == nil {
+			parts[i] = fmt.Sprintf("quota of %s in %s removed (candidate: %s)", k.Project, k.Pool, text(k.Candidate))
+			continue
+		}
+		parts[i] = fmt.Sprintf("quota of %s in %s %s (candidate: %s)", k.Project, k.Pool, text(k.Kept), text(k.Candidate))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // breachEvidence lists the breached conditions with their numbers.
@@ -361,7 +551,8 @@ func breachEvidence(bs []experiment.ConditionResult) []map[string]any {
 }
 
 // RollBackExperiment ends running experiment id after a breach, in one
-// transaction: the baseline is restored at once (a rolled_back event and
+// transaction: the baseline is restored at once (restoreBaselineTx: with
+// the window's quota changes kept; a rolled_back event and
 // AuditExperimentRollback with the breached conditions' numbers, the
 // switch audited as AuditActivatePolicy by "experiment/<id>"; nothing is
 // switched when another policy was applied meanwhile: a policy_changed
@@ -411,7 +602,8 @@ func rollBackTx(ctx context.Context, tx pgx.Tx, e *Experiment, out *experiment.O
 	}
 	return insertAdminNotification(ctx, tx, vocab.NotifyExperimentRolledBack, map[string]any{
 		"experiment_id": e.ID, "name": e.Spec.Name, "pools": e.Spec.Scope.Pools, "baseline": e.BaselineHash,
-		"candidate": e.CandidateHash, "restored": restored, "reason": out.Reason, "breaches": breaches,
+		"candidate": e.CandidateHash, "restored": restored != "", "restored_version": restored, "reason": out.Reason,
+		"breaches": breaches,
 	}, at)
 }
 
@@ -435,7 +627,8 @@ func finishTx(ctx context.Context, tx pgx.Tx, e *Experiment, out *experiment.Out
 // window is over (experiment.Decide on the full window), in one
 // transaction: state finished with out's verdict and a verdict event. A
 // kept candidate stays in force (the experiment holds its pools until
-// promoted or aborted); not_met and inconclusive restore the baseline (a
+// promoted or aborted); not_met and inconclusive restore the baseline
+// (restoreBaselineTx: with the window's quota changes kept; a
 // reverted event, AuditExperimentRevert, the switch audited as
 // AuditActivatePolicy by "experiment/<id>"); rolled_back (a breach on the
 // full window) is RollBackExperiment's work. When another policy was
@@ -484,7 +677,8 @@ func (s *Store) FinishExperiment(ctx context.Context, id string, out *experiment
 // transaction: state aborted (ended at at unless it had ended with a kept
 // verdict, whose verdict it keeps), an aborted event and
 // AuditExperimentAbort by actor with reason; when the candidate was
-// switched in and is still in force, the baseline is restored (a reverted
+// switched in and is still in force, the baseline is restored
+// (restoreBaselineTx: with the window's quota changes kept; a reverted
 // event, AuditExperimentRevert, the switch audited as AuditActivatePolicy
 // by "experiment/<id>"). An aborted experiment is returned unchanged; a
 // finished one that does not hold its pools (a verdict other than kept,

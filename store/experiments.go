@@ -28,8 +28,8 @@ const (
 	AuditCreateExperiment    = "create_experiment"     // evidence: name, baseline, candidate, groups, pools, window_s, start
 	AuditOverrideOneVariable = "override_one_variable" // evidence: groups (more than one), reason: the override's
 	AuditExperimentSwitch    = "experiment_switch"     // evidence: baseline, candidate, baseline measurement numbers
-	AuditExperimentRollback  = "experiment_rollback"   // evidence: the breached conditions with their numbers
-	AuditExperimentRevert    = "experiment_revert"     // evidence: verdict (or abort), baseline, candidate
+	AuditExperimentRollback  = "experiment_rollback"   // evidence: the breached conditions with their numbers; restored, kept_quotas as for a revert
+	AuditExperimentRevert    = "experiment_revert"     // evidence: verdict (or abort), baseline, candidate, replaced, restored (the version activated), kept_quotas (the window's quota changes re-applied: pool, project, candidate, kept), quota_variable
 	AuditExperimentPromote   = "experiment_promote"    // evidence: candidate (the new baseline), baseline
 	AuditExperimentAbort     = "experiment_abort"      // evidence: state before, whether the candidate was in force, active hash
 )
@@ -465,6 +465,26 @@ func (s *Store) ActiveExperimentFor(ctx context.Context, pools []string) (*Exper
 		return nil, fmt.Errorf("store: active experiment: %w", err)
 	}
 	return e, nil
+}
+
+// HoldingExperiments returns the experiments that hold their pools
+// (Experiment.HoldsPools), oldest first: at most one per pool. Errors are
+// wrapped with "holding experiments".
+func (s *Store) HoldingExperiments(ctx context.Context) ([]Experiment, error) {
+	rows, err := queryAll[experimentRow](ctx, s.pool, `SELECT `+experimentColumns+` FROM experiments WHERE `+holdingSQL+`
+		ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: holding experiments: %w", err)
+	}
+	out := make([]Experiment, 0, len(rows))
+	for i := range rows {
+		e, err := rows[i].experiment()
+		if err != nil {
+			return nil, fmt.Errorf("store: holding experiments: %w", err)
+		}
+		out = append(out, *e)
+	}
+	return out, nil
 }
 
 // HoldingExperimentIDs returns the IDs of the experiments that hold their

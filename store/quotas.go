@@ -43,6 +43,10 @@ type QuotaChange struct {
 	BorrowingLimitMilli int64
 	Actor               string
 	Reason              string
+	// Evidence is added to the set_quota audit entry's evidence (nil: none),
+	// e.g. the policy experiment an admin overrode (override_experiment,
+	// override_reason; docs/design.md §4, "Experiments").
+	Evidence map[string]any
 }
 
 // QuotaChangeResult is what SetQuota did: Before is the stored quota before
@@ -206,7 +210,8 @@ func lockActiveVersionTx(ctx context.Context, tx pgx.Tx) (hash, base string, p *
 	return hash, base, p, nil
 }
 
-// setQuotaTx is SetQuota in tx; extra is added to the set_quota evidence.
+// setQuotaTx is SetQuota in tx; c.Evidence, then extra, are added to the
+// set_quota evidence.
 func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]any) (*QuotaChangeResult, error) {
 	if err := knownPoolTx(ctx, tx, c.Pool); err != nil {
 		return nil, err
@@ -250,8 +255,10 @@ func setQuotaTx(ctx context.Context, tx pgx.Tx, c QuotaChange, extra map[string]
 	}
 	ev := map[string]any{"pool": c.Pool, "project": c.Project, "before": quotaDoc(before), "after": quotaDoc(&after),
 		"previous_policy": activeHash, "policy": res.Policy}
-	for k, v := range extra {
-		ev[k] = v
+	for _, m := range []map[string]any{c.Evidence, extra} {
+		for k, v := range m {
+			ev[k] = v
+		}
 	}
 	return res, appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: c.Actor, Action: AuditSetQuota,
 		Subject: c.Pool + "/" + c.Project, Reason: c.Reason, Evidence: ev})
@@ -402,6 +409,15 @@ func (s *Store) ListQuotaRequests(ctx context.Context, f QuotaRequestFilter) ([]
 // (ErrConflict), SetQuota's errors for an approval, database errors; all
 // wrapped with "decide quota request".
 func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool, actor, comment string) (*QuotaRequest, *QuotaChangeResult, error) {
+	return s.DecideQuotaRequestWith(ctx, id, approve, actor, comment, nil)
+}
+
+// DecideQuotaRequestWith is DecideQuotaRequest with evidence (nil: none)
+// added to the decision's audit entry and, for an approval, to its
+// set_quota entry — e.g. the policy experiment an admin overrode
+// (override_experiment, override_reason; docs/design.md §4,
+// "Experiments"). Errors as DecideQuotaRequest's.
+func (s *Store) DecideQuotaRequestWith(ctx context.Context, id string, approve bool, actor, comment string, evidence map[string]any) (*QuotaRequest, *QuotaChangeResult, error) {
 	if err := required("actor", actor, "comment", comment); err != nil {
 		return nil, nil, fmt.Errorf("store: decide quota request: %w", err)
 	}
@@ -431,6 +447,9 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 		var policyHash *string
 		ev := map[string]any{"pool": r.Pool, "project": r.Project, "before": quotaDoc(current),
 			"wanted": map[string]any{"nominal_milli": r.NominalMilli, "borrowing_limit_milli": r.BorrowingLimitMilli}}
+		for k, v := range evidence {
+			ev[k] = v
+		}
 		if approve {
 			state, action = vocab.QuotaRequestApproved, AuditApproveQuotaRequest
 			borrow := int64(0)
@@ -441,7 +460,7 @@ func (s *Store) DecideQuotaRequest(ctx context.Context, id string, approve bool,
 				borrow = current.BorrowingLimitMilli
 			}
 			change, err = setQuotaTx(ctx, tx, QuotaChange{Pool: r.Pool, Project: r.Project, NominalMilli: r.NominalMilli,
-				BorrowingLimitMilli: borrow, Actor: actor,
+				BorrowingLimitMilli: borrow, Actor: actor, Evidence: evidence,
 				Reason: clipText(fmt.Sprintf("quota request %s approved: %s (asked: %s)", id, comment, r.Reason))},
 				map[string]any{"request_id": id})
 			if err != nil {

@@ -239,6 +239,11 @@ func (r *experimentRun) observe(st *activities.ExperimentStatus) (*activities.Ex
 			break
 		}
 		if checks == r.perRun {
+			// A decision already received would be lost with this run:
+			// act on an abort now (a promotion is dropped here anyway).
+			if d := r.takeAbort(); d != nil {
+				return r.abort(d)
+			}
 			return nil, workflow.NewContinueAsNewError(r.ctx, ExperimentWorkflowName, &r.in)
 		}
 		if d := r.waitUntil(at); d != nil {

@@ -30,6 +30,19 @@ func (c *Client) SetQuota(ctx context.Context, pool, project string, nominalMill
 	return &out, err
 }
 
+// SetQuotaOverride is SetQuota with override_reason: while a policy
+// experiment about quotas holds a pool, the PUT is a 409 *Error naming it
+// unless overrideReason is given (then the quota is set, ending the
+// experiment, and the override is in the set_quota audit evidence).
+// overrideReason "" is SetQuota.
+func (c *Client) SetQuotaOverride(ctx context.Context, pool, project string, nominalMilli, borrowingLimitMilli int64, reason, overrideReason string) (*api.QuotaChange, error) {
+	var out api.QuotaChange
+	_, err := c.do(ctx, http.MethodPut, "/v1/quotas/"+url.PathEscape(pool)+"/"+url.PathEscape(project), nil, nil,
+		api.QuotaUpdate{NominalMilli: &nominalMilli, BorrowingLimitMilli: &borrowingLimitMilli, Reason: reason,
+			OverrideReason: overrideReason}, &out)
+	return &out, err
+}
+
 // RequestQuota files a quota request (POST /v1/quota-requests) and returns
 // it, pending.
 func (c *Client) RequestQuota(ctx context.Context, r api.NewQuotaRequest) (*api.QuotaRequest, error) {
@@ -60,5 +73,15 @@ func (c *Client) DecideQuotaRequest(ctx context.Context, id string, approve bool
 	}
 	var out api.QuotaRequest
 	_, err := c.do(ctx, http.MethodPost, "/v1/quota-requests/"+url.PathEscape(id)+verb, nil, nil, api.QuotaDecision{Comment: comment}, &out)
+	return &out, err
+}
+
+// ApproveQuotaRequestOverride approves a quota request with a comment and
+// override_reason (SetQuotaOverride's; overrideReason "" is
+// DecideQuotaRequest's approval).
+func (c *Client) ApproveQuotaRequestOverride(ctx context.Context, id, comment, overrideReason string) (*api.QuotaRequest, error) {
+	var out api.QuotaRequest
+	_, err := c.do(ctx, http.MethodPost, "/v1/quota-requests/"+url.PathEscape(id)+"/approve", nil, nil,
+		api.QuotaDecision{Comment: comment, OverrideReason: overrideReason}, &out)
 	return &out, err
 }

@@ -315,3 +315,52 @@ func TestPolicyApplyDuringAnExperiment(t *testing.T) {
 		t.Fatal("the override changed nothing")
 	}
 }
+
+// While an experiment about quotas holds a pool, `gpugov quota set` and
+// `quota approve` are refused naming it (exit code 2, nothing changes);
+// --override-reason changes the quota.
+func TestQuotaChangeDuringAQuotaExperiment(t *testing.T) {
+	env, _ := newExperimentCLIEnv(t)
+	ctx := context.Background()
+	base, err := os.ReadFile("../../deploy/gpugov/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile("../../deploy/gpugov/experiment-aging.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specText := strings.Replace(string(spec), "file: policy-aging-candidate.yaml", "file: cand.yaml", 1)
+	cand := string(base) + "\nquotas:\n  - {project: vision, pool: sim, nominal_milli: 2000}\n"
+	out := mustRun(t, env, "experiment", "create", "-f", writeSpecFiles(t, specText, cand))
+	id := strings.SplitN(out, "\n", 2)[0]
+	if x, err := env.store.GetExperiment(ctx, id); err != nil || len(x.Groups) != 1 || x.Groups[0] != vocab.PolicyQuota {
+		t.Fatalf("experiment %s: %+v %v, want a quota experiment", id, x, err)
+	}
+	req, err := env.store.CreateQuotaRequest(ctx, store.NewQuotaRequest{Pool: "sim", Project: "vision", NominalMilli: 4000,
+		Reason: "deadline", Actor: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := env.store.ActivePolicyHash(ctx)
+	set := []string{"quota", "set", "sim", "vision", "--nominal-milli", "3000", "--borrowing-limit-milli", "0", "--reason", "deadline"}
+	approve := []string{"quota", "approve", req.ID, "-m", "granted"}
+	var ue usageError
+	for _, args := range [][]string{set, approve} {
+		if _, _, err := env.run(t, args...); !errors.As(err, &ue) || !strings.Contains(err.Error(), id) {
+			t.Fatalf("%v during %s: %v, want a usage error naming it", args, id, err)
+		}
+	}
+	if h, _ := env.store.ActivePolicyHash(ctx); h != before {
+		t.Fatalf("a refused change switched %s → %s", before, h)
+	}
+	mustRun(t, env, append(set, "--override-reason", "incident")...)
+	out = mustRun(t, env, append(approve, "--override-reason", "incident")...)
+	if !strings.Contains(out, "approved") {
+		t.Fatalf("approve with --override-reason: %q", out)
+	}
+	audit, err := env.store.AuditFor(ctx, "sim/vision", 0)
+	if err != nil || len(audit) != 2 || audit[0].Evidence["override_experiment"] != id || audit[1].Evidence["override_reason"] != "incident" {
+		t.Fatalf("set_quota audit %+v %v, want both overrides recorded", audit, err)
+	}
+}

@@ -119,7 +119,7 @@ func shortHash(h string) string {
 // --borrowing-limit-milli N --reason TEXT` (admin).
 func quotaSetCmd() *cobra.Command {
 	var nominal, borrow int64
-	var reason, format string
+	var reason, override, format string
 	cmd := &cobra.Command{
 		Use:   "set POOL PROJECT --nominal-milli N --borrowing-limit-milli N --reason TEXT",
 		Short: "Set a project's quota in a pool (admin)",
@@ -128,13 +128,17 @@ a new policy version derived from the active one with only this quota
 changed, activated and audited with who, why, before and after; the
 scheduler plans with it at its next cycle. The policy file's next edit
 supersedes it (a restart on the same file keeps it): copy a lasting change
-into the file.` + quotaExitCodes,
+into the file. While a policy experiment about quotas holds a pool the API
+refuses (the experiment is named): the change would confound or end it.
+--override-reason sets it anyway (recorded in the audit log), ending the
+experiment.` + quotaExitCodes,
 		Args: cobra.ExactArgs(2),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().Int64Var(&nominal, "nominal-milli", 0, "nominal quota in milli-GPU (required)")
 	cmd.Flags().Int64Var(&borrow, "borrowing-limit-milli", 0, "how much beyond nominal it may borrow, milli-GPU (required; 0: none)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log (required)")
+	cmd.Flags().StringVar(&override, "override-reason", "", overrideFlagHelp)
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		switch {
@@ -153,7 +157,7 @@ into the file.` + quotaExitCodes,
 		if err != nil {
 			return err
 		}
-		ch, err := client.SetQuota(cmd.Context(), args[0], args[1], nominal, borrow, reason)
+		ch, err := client.SetQuotaOverride(cmd.Context(), args[0], args[1], nominal, borrow, reason, override)
 		if err != nil {
 			return apiFailure(err)
 		}
@@ -291,16 +295,22 @@ func writeQuotaRequests(w io.Writer, rs []api.QuotaRequest) error {
 	return tw.Flush()
 }
 
-// quotaDecideCmd is `gpugov quota approve|deny ID -m TEXT` (admin).
+// overrideFlagHelp is the help of quota set's and approve's --override-reason.
+const overrideFlagHelp = "change the quota even though a policy experiment about quotas holds a pool (it ends the experiment); why, for the audit log"
+
+// quotaDecideCmd is `gpugov quota approve|deny ID -m TEXT` (admin); approve
+// takes --override-reason.
 func quotaDecideCmd(approve bool) *cobra.Command {
 	verb, short, long := "deny", "Deny a quota request (admin)", `deny closes a pending quota request without changing any quota (admin token);
 the comment tells the requester why.`
 	if approve {
 		verb, short, long = "approve", "Approve a quota request: the quota changes (admin)", `approve grants a pending quota request (admin token): the quota is set as
 quota set does — a policy version derived from the active one — and the
-scheduler plans with it at its next cycle.`
+scheduler plans with it at its next cycle. While a policy experiment about
+quotas holds a pool the API refuses, as for quota set; --override-reason
+approves anyway.`
 	}
-	var message, format string
+	var message, override, format string
 	cmd := &cobra.Command{
 		Use:   verb + " REQUEST-ID -m TEXT",
 		Short: short,
@@ -309,6 +319,9 @@ scheduler plans with it at its next cycle.`
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&message, "message", "m", "", "the decision's comment (required)")
+	if approve {
+		cmd.Flags().StringVar(&override, "override-reason", "", overrideFlagHelp)
+	}
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if message == "" {
@@ -318,7 +331,12 @@ scheduler plans with it at its next cycle.`
 		if err != nil {
 			return err
 		}
-		r, err := client.DecideQuotaRequest(cmd.Context(), args[0], approve, message)
+		var r *api.QuotaRequest
+		if approve {
+			r, err = client.ApproveQuotaRequestOverride(cmd.Context(), args[0], message, override)
+		} else {
+			r, err = client.DecideQuotaRequest(cmd.Context(), args[0], false, message)
+		}
 		if err != nil {
 			return apiFailure(err)
 		}

@@ -93,6 +93,29 @@ func (p *Policy) WithQuota(q Quota) (*Policy, *Quota) {
 	return &c, nil
 }
 
+// WithoutQuota returns a copy of p without the quota of (project, pool) —
+// every entry of that pair, so the project is unlimited in the pool — and
+// the first entry it removed (nil when p has none; the copy then has p's
+// Hash). The other entries keep their order and nothing else differs; p
+// is not changed. It is how an experiment's restore re-applies the removal
+// of a quota made during its window (docs/design.md §4, "Experiments").
+func (p *Policy) WithoutQuota(project, pool string) (*Policy, *Quota) {
+	c := *p
+	c.Quotas = make([]Quota, 0, len(p.Quotas))
+	var removed *Quota
+	for _, q := range p.Quotas {
+		if q.Project == project && q.Pool == pool {
+			if removed == nil {
+				r := q
+				removed = &r
+			}
+			continue
+		}
+		c.Quotas = append(c.Quotas, q)
+	}
+	return &c, removed
+}
+
 // KeepUnhashed sets every top-level field of p that Canonical leaves out
 // (tagged json:"-", e.g. Simulation) to from's value: those fields are not
 // part of the version, so a decoded version takes them from the policy file

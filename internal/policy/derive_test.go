@@ -80,6 +80,26 @@ func TestWithQuota(t *testing.T) {
 	}
 }
 
+// TestWithoutQuota: only that pair's entries go, the others keep their
+// order, and the original policy is left as it was.
+func TestWithoutQuota(t *testing.T) {
+	p := Default()
+	p.Quotas = []Quota{{Project: "a", Pool: "p", NominalMilli: 1000}, {Project: "b", Pool: "p", NominalMilli: 2000},
+		{Project: "c", Pool: "q", NominalMilli: 3000}}
+	hash := p.Hash()
+	c, removed := p.WithoutQuota("b", "p")
+	if removed == nil || *removed != p.Quotas[1] || len(c.Quotas) != 2 || c.Quotas[0] != p.Quotas[0] || c.Quotas[1] != p.Quotas[2] {
+		t.Fatalf("remove: %+v (removed %+v)", c.Quotas, removed)
+	}
+	if p.Hash() != hash || len(p.Quotas) != 3 || c.Hash() == hash {
+		t.Fatal("the original changed, or the copy's hash did not")
+	}
+	c, removed = p.WithoutQuota("a", "q")
+	if removed != nil || c.Hash() != hash {
+		t.Fatalf("remove a missing pair: %+v (removed %+v)", c.Quotas, removed)
+	}
+}
+
 // TestKeepUnhashed: the fields Canonical leaves out come from the file's
 // policy; the hashed ones stay the version's.
 func TestKeepUnhashed(t *testing.T) {
