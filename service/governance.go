@@ -46,8 +46,9 @@ func (s *Service) startNotificationDispatch(ctx context.Context) error {
 	return nil
 }
 
-// reportLoop updates the queue gauges at once and then every ReportInterval
-// until ctx ends; failures are logged and retried at the next pass.
+// reportLoop updates the queue gauges and the pool readiness gauges at
+// once and then every ReportInterval until ctx ends; failures are logged
+// and retried at the next pass.
 func (s *Service) reportLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.ReportInterval)
@@ -55,6 +56,9 @@ func (s *Service) reportLoop(ctx context.Context) {
 	for {
 		if err := s.updateQueueGauges(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("queue gauges not updated", "err", err)
+		}
+		if err := s.updateReadinessGauges(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("pool readiness gauges not updated", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -95,5 +99,27 @@ func (s *Service) updateQueueGauges(ctx context.Context) error {
 		pools[i] = p.Name
 	}
 	s.govMetrics.PrimePools(ctx, pools)
+	return nil
+}
+
+// updateReadinessGauges sets gpugov_pool_ready and
+// gpugov_pool_readiness_check (telemetry.GovernanceMetrics.SetPoolReadiness)
+// from every pool's readiness at now under the policy in force
+// (store.PoolsReadiness, docs/design.md §4 "Pool readiness"), which the
+// readiness-lost alert watches.
+func (s *Service) updateReadinessGauges(ctx context.Context, now time.Time) error {
+	rs, err := s.store.PoolsReadiness(ctx, s.currentPolicy(), now)
+	if err != nil {
+		return err
+	}
+	out := make(map[string]telemetry.PoolReadiness, len(rs))
+	for pool, r := range rs {
+		checks := make(map[string]bool, len(r.Checks))
+		for _, c := range r.Checks {
+			checks[string(c.Check)] = c.Passed
+		}
+		out[pool] = telemetry.PoolReadiness{Ready: r.Ready, Checks: checks}
+	}
+	s.govMetrics.SetPoolReadiness(out)
 	return nil
 }

@@ -226,6 +226,14 @@ func TestServiceLifecycle(t *testing.T) {
 			t.Errorf("/metrics lacks %s after a job ran", m)
 		}
 	}
+	// The report loop exports every pool's readiness: alibaba is not ready
+	// (its protection is not explicit for every queue).
+	ready := grepLines(string(body), telemetry.MetricPoolReady+"{")
+	checks := grepLines(string(body), telemetry.MetricPoolReadinessCheck+"{")
+	if !strings.Contains(ready, `pool="alibaba"} 0`) || !strings.Contains(checks, `check="protection_explicit"`) ||
+		!strings.Contains(checks, `pool="alibaba"} 0`) {
+		t.Errorf("/metrics readiness:\n%s\n%s", ready, checks)
+	}
 
 	if err := svc.Close(context.Background()); err != nil {
 		t.Errorf("close: %v", err)
@@ -311,4 +319,15 @@ func waitCycleWithPolicy(ctx context.Context, t *testing.T, dbURL, hash string) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -153,6 +153,14 @@ func (s *Store) PoolReadiness(ctx context.Context, pool string, p *policy.Policy
 	return governance.EvaluateReadiness(in), nil
 }
 
+// readinessWindows returns the last readiness window of p ending at now
+// and the one before it.
+func readinessWindows(p *policy.Policy, now time.Time) (last, before queuereport.Window) {
+	w := p.AutomationRule().Readiness.Window()
+	last = queuereport.Window{From: now.Add(-w), To: now}
+	return last, queuereport.Window{From: now.Add(-2 * w), To: last.From}
+}
+
 // readinessInput gathers PoolReadiness's input.
 func (s *Store) readinessInput(ctx context.Context, pool string, p *policy.Policy, now time.Time) (*governance.ReadinessInput, error) {
 	stages, err := readPoolStages(ctx, s.pool, []string{pool})
@@ -163,14 +171,52 @@ func (s *Store) readinessInput(ctx context.Context, pool string, p *policy.Polic
 	if !ok {
 		return nil, ErrNoPool
 	}
-	rule := p.AutomationRule().Readiness
-	w := rule.Window()
-	last := queuereport.Window{From: now.Add(-w), To: now}
-	before := queuereport.Window{From: now.Add(-2 * w), To: last.From}
+	_, before := readinessWindows(p, now)
 	records, err := s.LoadReportInput(ctx, queuereport.Window{From: before.From, To: now}, now)
 	if err != nil {
 		return nil, err
 	}
+	return s.readinessInputFrom(ctx, ps, records, p, now)
+}
+
+// PoolsReadiness evaluates the readiness of every stored pool at now under
+// policy p, as PoolReadiness does for one, reading the report records of
+// the two windows once: what serve exports as gpugov_pool_ready and
+// gpugov_pool_readiness_check. Errors are PoolReadiness's, wrapped with
+// "readiness of pools".
+func (s *Store) PoolsReadiness(ctx context.Context, p *policy.Policy, now time.Time) (map[string]*governance.Readiness, error) {
+	names, err := collectStrings(s.pool.Query(ctx, `SELECT name FROM pools ORDER BY name`))
+	if err != nil {
+		return nil, fmt.Errorf("store: readiness of pools: %w", err)
+	}
+	stages, err := readPoolStages(ctx, s.pool, names)
+	if err != nil {
+		return nil, fmt.Errorf("store: readiness of pools: %w", err)
+	}
+	_, before := readinessWindows(p, now)
+	records, err := s.LoadReportInput(ctx, queuereport.Window{From: before.From, To: now}, now)
+	if err != nil {
+		return nil, fmt.Errorf("store: readiness of pools: %w", err)
+	}
+	out := make(map[string]*governance.Readiness, len(names))
+	for _, n := range names {
+		in, err := s.readinessInputFrom(ctx, stages[n], records, p, now)
+		if err != nil {
+			return nil, fmt.Errorf("store: readiness of pools: pool %s: %w", n, err)
+		}
+		out[n] = governance.EvaluateReadiness(in)
+	}
+	return out, nil
+}
+
+// readinessInputFrom gathers the readiness input of pool ps from records
+// (LoadReportInput of both windows) and its own queries.
+func (s *Store) readinessInputFrom(ctx context.Context, ps poolStages, records *queuereport.Input, p *policy.Policy,
+	now time.Time) (*governance.ReadinessInput, error) {
+	pool := ps.Name
+	rule := p.AutomationRule().Readiness
+	last, before := readinessWindows(p, now)
+	var err error
 	in := &governance.ReadinessInput{Pool: pool, Stage: ps.Governed, Now: now, Policy: p,
 		Evidence: governance.EvidenceRule{MinVerified: p.Preemption.MinVerifiedResumes, MaxFailureRate: p.Preemption.MaxResumeFailureRate}}
 	if in.LossLast, err = s.recoveryLoss(ctx, pool, last); err != nil {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -103,6 +104,11 @@ func TestPoolReadinessNumbers(t *testing.T) {
 	}
 	if _, err := s.PoolReadiness(ctx, "nosuch", p, now); !errors.Is(err, store.ErrNoPool) || !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown pool: %v", err)
+	}
+	// Every pool at once (what serve exports) reads the same.
+	all, err := s.PoolsReadiness(ctx, p, now)
+	if err != nil || len(all) != 1 || all["p"] == nil || !reflect.DeepEqual(all["p"], r) {
+		t.Errorf("PoolsReadiness %+v, %v; want p's readiness %+v", all, err, r)
 	}
 }
 

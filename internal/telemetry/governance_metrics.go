@@ -184,9 +184,10 @@ func b2i(b bool) int64 {
 }
 
 // SetPoolReadiness replaces the exported readiness with pools (pool name →
-// its readiness); pools absent from it disappear from the export. The
-// readiness evaluation (GET /v1/pools/{pool}/readiness) calls it with every
-// pool it evaluated, so that gpugov_pool_ready and
+// its readiness); pools absent from it disappear from the export. serve's
+// report loop calls it every report interval with every pool's readiness
+// under the policy in force (store.PoolsReadiness: the evaluation GET
+// /v1/pools/{pool}/readiness answers with), so that gpugov_pool_ready and
 // gpugov_pool_readiness_check follow it.
 func (m *GovernanceMetrics) SetPoolReadiness(pools map[string]PoolReadiness) {
 	if m == nil {
