@@ -42,7 +42,9 @@ automation:
 `
 
 // rehearsePolicy is rehearsePolicyYAML with pool rehearse in stage.
-func rehearsePolicy(stage vocab.AutomationStage) string { return fmt.Sprintf(rehearsePolicyYAML, stage) }
+func rehearsePolicy(stage vocab.AutomationStage) string {
+	return fmt.Sprintf(rehearsePolicyYAML, stage)
+}
 
 // logJSON logs v as indented JSON under title (the record the issue's note quotes).
 func logJSON(t *testing.T, title string, v any) {
