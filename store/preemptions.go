@@ -754,7 +754,10 @@ func updateRecoveryAfterResume(ctx context.Context, tx pgx.Tx, rec *PreemptionRe
 
 // SetPoolStages sets the automation stage of each named pool that exists and
 // audits each real change with actor and reason; it returns the pools
-// changed, by name. Unknown pools are skipped (they get the stage when
+// changed, by name. It is the raw setter, for tests and tools that set a
+// pool up: it neither judges readiness nor writes stage history. Every
+// stage change through the policy goes through ChangePoolStages or
+// ActivatePolicyStaged (docs/design.md §4 "Pool readiness"). Unknown pools are skipped (they get the stage when
 // configuration is applied again after they appear). Errors are database
 // errors.
 func (s *Store) SetPoolStages(ctx context.Context, stages map[string]vocab.AutomationStage, actor, reason string) ([]string, error) {
