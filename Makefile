@@ -4,16 +4,16 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-unit lint build temporal postgres staticcheck bench stop clean demo-governance
+.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench stop clean demo-governance
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
 ## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
 run:
 	deploy/dev/run.sh
 
-## test: every test, including end-to-end (needs PostgreSQL and the Temporal CLI; both are set up if missing).
-test: postgres temporal
-	go test $(GO_TEST_FLAGS) ./...
+## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI and promtool; each is set up if missing).
+test: postgres temporal promtool
+	PATH="$(CURDIR)/bin:$$PATH" go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
 ## `go test -short`, under which store/storetest and temporaltest skip what needs one.
@@ -34,6 +34,10 @@ temporal:
 
 postgres:
 	deploy/dev/ensure-postgres.sh
+
+## promtool: Prometheus' rule checker for deploy's alert tests (into bin/ from Debian's prometheus package if missing).
+promtool:
+	deploy/dev/ensure-promtool.sh
 
 staticcheck:
 	deploy/dev/ensure-staticcheck.sh

@@ -149,7 +149,7 @@ func Register(w worker.ActivityRegistry, d Deps) {
 	w.RegisterActivity(&Reclaims{d: d})
 	w.RegisterActivity(&Notifications{d: d})
 	w.RegisterActivity(&ExperimentActivities{Store: d.Store, Now: d.Now, CycleIntervalSeconds: d.CycleIntervalSeconds,
-		Governance: d.Governance})
+		Governance: d.Governance, Metrics: d.Metrics})
 }
 
 // nonRetryable turns store errors a retry cannot fix (ErrNotFound,

@@ -48,6 +48,10 @@ type ExperimentActivities struct {
 	// Governance gives the policy in force, read for its admins' webhook
 	// (notifications.admins); nil means policy.Default() (none).
 	Governance func() *policy.Policy
+	// Metrics, when set, counts each rollback
+	// (gpugov_experiment_rollbacks_total, which an alert in
+	// deploy/prometheus/alerts.yml watches).
+	Metrics GovernanceRecorder
 }
 
 // ExperimentRef names the experiment of a step.
@@ -237,6 +241,9 @@ func (a *ExperimentActivities) rollBack(ctx context.Context, e *store.Experiment
 		return nil, nonRetryable(err)
 	}
 	a.logRollback(ctx, e)
+	if a.Metrics != nil && e.Verdict == vocab.VerdictRolledBack {
+		a.Metrics.RecordExperimentRollback(ctx)
+	}
 	return a.status(e), nil
 }
 

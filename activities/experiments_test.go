@@ -47,6 +47,29 @@ type expFixture struct {
 	e     *store.Experiment
 	base  string
 	cand  string
+	rec   *rollbackCounter
+}
+
+// rollbackCounter is the activities' GovernanceRecorder in these tests: it
+// counts the experiment rollbacks reported (gpugov_experiment_rollbacks_total).
+type rollbackCounter struct {
+	mu        sync.Mutex
+	rollbacks int
+}
+
+func (r *rollbackCounter) RecordPreemption(context.Context, string, string, *float64, *bool) {}
+func (r *rollbackCounter) RecordReclaim(context.Context, string, string, string, string, float64, bool) {
+}
+func (r *rollbackCounter) RecordExperimentRollback(context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rollbacks++
+}
+
+func (r *rollbackCounter) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rollbacks
 }
 
 func newExpFixture(t *testing.T, spec experiment.Spec, submitAt ...time.Duration) *expFixture {
@@ -82,9 +105,10 @@ func newExpFixtureWith(t *testing.T, cfg *policy.Policy, spec experiment.Spec, s
 	clock := &expClock{now: expStart}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
+	rec := &rollbackCounter{}
 	activities.Register(env, activities.Deps{Store: st, Now: clock.Now, CycleIntervalSeconds: 5,
-		Governance: func() *policy.Policy { return cfg }})
-	return &expFixture{st: st, env: env, clock: clock, e: e, base: base.Hash(), cand: cand.Hash()}
+		Governance: func() *policy.Policy { return cfg }, Metrics: rec})
+	return &expFixture{st: st, env: env, clock: clock, e: e, base: base.Hash(), cand: cand.Hash(), rec: rec}
 }
 
 // step runs activity name with in at the clock's time t and returns the status.
@@ -211,6 +235,9 @@ func TestExperimentActivitiesRollBack(t *testing.T) {
 	}
 	if f.active(t) != f.base {
 		t.Fatal("the breach did not restore the baseline")
+	}
+	if n := f.rec.count(); n != 1 {
+		t.Fatalf("%d rollbacks counted, want 1", n)
 	}
 	want := []string{"created", "baseline_measured", "switched", "check", "rolled_back", "verdict"}
 	if got := f.kinds(t); !slices.Equal(got, want) {

@@ -36,6 +36,7 @@ type GovernanceStore interface {
 	GetRunProgress(ctx context.Context, runID string) (*store.RunProgress, error)
 
 	ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error)
+	ObserveRunSteps(ctx context.Context, steps []store.RunStep, at time.Time) (map[string]time.Time, error)
 	OpenReclaim(ctx context.Context, nr store.NewReclaim) (*store.Reclaim, bool, error)
 	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
 	SetReclaimState(ctx context.Context, id string, state vocab.ReclaimState, detail string, at time.Time) error
@@ -63,11 +64,32 @@ type RunHeartbeatSource interface {
 	LastHeartbeat(ctx context.Context, jobID string) (at time.Time, ok bool, err error)
 }
 
+// RunReport is what a job's pending run activity last heartbeated: its step
+// (executor.Progress.Step) and when.
+type RunReport struct {
+	Step         int64
+	HasStep      bool // false: no heartbeat details yet
+	HeartbeatAt  time.Time
+	HasHeartbeat bool // false: the heartbeat time is unknown
+}
+
+// RunReportSource reads a job's run report in one call (TemporalRunProgress
+// describes the job workflow once); ok is false when no run activity is
+// pending. The reclaim scan prefers it to RunStep and LastHeartbeat.
+type RunReportSource interface {
+	RunReport(ctx context.Context, jobID string) (rep RunReport, ok bool, err error)
+}
+
 // GovernanceRecorder receives the final outcome of each preemption and
-// reclaim, for metrics. *telemetry.GovernanceMetrics implements it.
+// reclaim, and each experiment rollback, for metrics.
+// *telemetry.GovernanceMetrics implements it.
 type GovernanceRecorder interface {
 	RecordPreemption(ctx context.Context, pool, outcome string, lossGPUSeconds *float64, resumedCorrectly *bool)
 	RecordReclaim(ctx context.Context, pool, class, mode, state string, gpusReleased float64, disputed bool)
+	// RecordExperimentRollback counts one experiment rolled back
+	// (gpugov_experiment_rollbacks_total); the experiment's rollback step
+	// calls it once per rollback.
+	RecordExperimentRollback(ctx context.Context)
 }
 
 // recordPreemption reports a finished preemption record to Metrics.
@@ -187,6 +209,31 @@ func (p TemporalRunProgress) LastHeartbeat(ctx context.Context, jobID string) (t
 	return at, ok, nil
 }
 
+// RunReport returns the step and heartbeat time of the job's pending run
+// activity from one description of its workflow (LastHeartbeat's rules for
+// the time); ok is false when the workflow is gone or no run activity is
+// pending.
+func (p TemporalRunProgress) RunReport(ctx context.Context, jobID string) (RunReport, bool, error) {
+	pa, err := p.runActivity(ctx, jobID)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return RunReport{}, false, nil
+	}
+	if err != nil || pa == nil {
+		return RunReport{}, false, err
+	}
+	var rep RunReport
+	rep.HeartbeatAt, rep.HasHeartbeat = lastHeartbeatOf(pa)
+	if pa.GetHeartbeatDetails() != nil {
+		var pr executor.Progress
+		if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &pr); err != nil {
+			return rep, true, fmt.Errorf("decode heartbeat of job %s: %w", jobID, err)
+		}
+		rep.Step, rep.HasStep = pr.Step, true
+	}
+	return rep, true, nil
+}
+
 // lastHeartbeatOf is LastHeartbeat's reading of one pending run activity.
 func lastHeartbeatOf(pa *workflowpb.PendingActivityInfo) (time.Time, bool) {
 	if hb := pa.GetLastHeartbeatTime(); hb != nil {
@@ -224,4 +271,27 @@ func (p TemporalRunProgress) runActivity(ctx context.Context, jobID string) (*wo
 func (d *Deps) heartbeats() RunHeartbeatSource {
 	hs, _ := d.Progress.(RunHeartbeatSource)
 	return hs
+}
+
+// runReport reads a job's run report from Progress: through RunReportSource
+// when it implements it, else through RunStep and, when it is one, the
+// RunHeartbeatSource. ok is false when nothing is known.
+func (d *Deps) runReport(ctx context.Context, jobID string) (RunReport, bool, error) {
+	if rs, isRS := d.Progress.(RunReportSource); isRS {
+		return rs.RunReport(ctx, jobID)
+	}
+	var rep RunReport
+	if d.Progress == nil {
+		return rep, false, nil
+	}
+	var err error
+	if rep.Step, rep.HasStep, err = d.Progress.RunStep(ctx, jobID); err != nil {
+		return rep, false, err
+	}
+	if hs := d.heartbeats(); hs != nil {
+		if rep.HeartbeatAt, rep.HasHeartbeat, err = hs.LastHeartbeat(ctx, jobID); err != nil {
+			return rep, false, err
+		}
+	}
+	return rep, rep.HasStep || rep.HasHeartbeat, nil
 }

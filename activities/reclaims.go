@@ -47,8 +47,8 @@ type ScanResult struct {
 	Findings            []ReclaimFinding
 	Active              int // allocations examined
 	ScanIntervalSeconds float64
-	// HeartbeatsUnread counts the runs whose last heartbeat could not be
-	// read (Temporal unreachable); they are classified without it.
+	// HeartbeatsUnread counts the runs whose last heartbeat (and step) could
+	// not be read (Temporal unreachable); they are classified without it.
 	HeartbeatsUnread int
 }
 
@@ -57,7 +57,8 @@ type ScanResult struct {
 const heartbeatConcurrency = 8
 
 // ScanReclaims classifies every active allocation from its evidence (run
-// state, the run's last heartbeat, checkpoints as progress, utilisation
+// state, the run's last heartbeat, checkpoints and reported progress steps
+// as output, the owner's completion declaration, utilisation and memory
 // samples over the observation window; governance.Classify) and returns the
 // reclaimable ones. With the reclaim scan disabled in config it returns none.
 func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult, error) {
@@ -79,7 +80,9 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 			unreclaimed = append(unreclaimed, &evs[i])
 		}
 	}
-	res.HeartbeatsUnread = a.addHeartbeats(ctx, unreclaimed, now, window)
+	if res.HeartbeatsUnread, err = a.addRunReports(ctx, unreclaimed, now, window); err != nil {
+		return nil, err
+	}
 	for i := range evs {
 		if evs[i].Reclaimed {
 			continue
@@ -92,17 +95,21 @@ func (a *Reclaims) ScanReclaims(ctx context.Context, _ *ScanInput) (*ScanResult,
 	return res, nil
 }
 
-// addHeartbeats fills LastHeartbeatAt of the evidence of every run that is
-// still going and older than the observation window (a younger run cannot
-// have a heartbeat older than the window), reading a bounded number of job
-// workflows at a time. It returns how many could not be read.
-func (a *Reclaims) addHeartbeats(ctx context.Context, evs []*governance.Evidence, now time.Time, window time.Duration) int {
-	hs := a.d.heartbeats()
-	if hs == nil {
-		return 0
+// addRunReports reads, for every run that is still going and older than
+// the observation window (a younger run is neither idle nor without a
+// heartbeat for a window), its run activity's last heartbeat and step, a
+// bounded number of job workflows at a time. It fills LastHeartbeatAt,
+// records the steps (store.ObserveRunSteps: a step that advanced is
+// progress observed now) and fills LastProgressAt from them. It returns how
+// many runs could not be read, and the error of recording the steps: the
+// scan must not call a run idle without its progress.
+func (a *Reclaims) addRunReports(ctx context.Context, evs []*governance.Evidence, now time.Time, window time.Duration) (int, error) {
+	if a.d.Progress == nil {
+		return 0, nil
 	}
 	var mu sync.Mutex
 	unread := 0
+	var steps []store.RunStep
 	sem := make(chan struct{}, heartbeatConcurrency)
 	var wg sync.WaitGroup
 	for _, ev := range evs {
@@ -113,19 +120,34 @@ func (a *Reclaims) addHeartbeats(ctx context.Context, evs []*governance.Evidence
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			at, ok, err := hs.LastHeartbeat(ctx, ev.JobID)
+			rep, ok, err := a.d.runReport(ctx, ev.JobID)
+			mu.Lock()
+			defer mu.Unlock()
 			switch {
 			case err != nil:
-				mu.Lock()
 				unread++
-				mu.Unlock()
 			case ok:
-				ev.LastHeartbeatAt = &at
+				if rep.HasHeartbeat {
+					at := rep.HeartbeatAt
+					ev.LastHeartbeatAt = &at
+				}
+				if rep.HasStep {
+					steps = append(steps, store.RunStep{RunID: ev.RunID, Step: rep.Step})
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	return unread
+	progress, err := a.d.Store.ObserveRunSteps(ctx, steps, now)
+	if err != nil {
+		return unread, err
+	}
+	for _, ev := range evs {
+		if at, ok := progress[ev.RunID]; ok {
+			ev.LastProgressAt = &at
+		}
+	}
+	return unread, nil
 }
 
 // AssessInput names the allocation a ReclaimWorkflow handles.
@@ -153,10 +175,12 @@ type AssessResult struct {
 }
 
 // AssessReclaim re-reads the allocation's evidence (with its run's last
-// heartbeat), classifies it again, decides the mode from config and the
-// pool's stage (governance.DecideMode: observe reports, trial acts on
-// low-risk queues only, protected work needs confirmation) and records the
-// reclaim with its basis (one per allocation).
+// heartbeat and step), classifies it again, decides the mode from config and
+// the pool's stage (governance.DecideFindingMode: observe reports, trial acts
+// on low-risk queues only, protected work needs confirmation, an idle GPU
+// that burst or holds memory is notified rather than released
+// automatically) and records the reclaim with its basis (one per
+// allocation).
 func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessResult, error) {
 	if in == nil || in.AllocationID == "" {
 		return nil, invalidInput("assess reclaim: allocation ID is required")
@@ -179,13 +203,15 @@ func (a *Reclaims) AssessReclaim(ctx context.Context, in *AssessInput) (*AssessR
 		res.Detail = "allocation already released"
 		return res, nil
 	}
-	a.addHeartbeats(ctx, []*governance.Evidence{ev}, now, window)
+	if _, err := a.addRunReports(ctx, []*governance.Evidence{ev}, now, window); err != nil {
+		return nil, err
+	}
 	f, ok := governance.Classify(ev, cfg, now)
 	if !ok {
 		res.Detail = "no longer reclaimable on the current evidence"
 		return res, nil
 	}
-	d := governance.DecideMode(cfg, ev.Stage, ev.Pool, ev.Queue, f.Class, ev.Protected)
+	d := governance.DecideFindingMode(cfg, ev, f)
 	r, _, err := a.d.Store.OpenReclaim(ctx, store.NewReclaim{Evidence: *ev, Finding: f, Decision: d, WorkflowID: in.WorkflowID, At: now})
 	if err != nil {
 		return nil, err
@@ -292,7 +318,8 @@ type ReleaseReclaimResult struct {
 }
 
 // ReleaseReclaimed releases the allocation. A run still going (an idle run,
-// or one whose executor stopped heartbeating) is stopped through its job: the
+// one whose executor stopped heartbeating, or one declared complete by its
+// owner while it cleans up) is stopped through its job: the
 // job is cancelled in the store and its workflow told `cancel`, which stops
 // the run and releases the GPUs; if the workflow is gone or has not done it
 // within two minutes, the store releases them itself. A run that already
@@ -322,12 +349,13 @@ func (a *Reclaims) ReleaseReclaimed(ctx context.Context, in *ReleaseReclaimInput
 }
 
 // release stops a run that was still going when the reclaim was found (an
-// idle run, or a failed one whose executor stopped heartbeating) through its
-// job workflow, or releases in the store.
+// idle run, a failed one whose executor stopped heartbeating, or one whose
+// owner declared the work complete) through its job workflow, so that its
+// process is stopped too, or releases in the store.
 func (a *Reclaims) release(ctx context.Context, r *store.Reclaim, by string) (*store.Reclaim, error) {
 	runID, _ := r.Evidence["run_id"].(string)
 	runOutcome, _ := r.Evidence["run_outcome"].(string)
-	if runID == "" || runOutcome != "" || r.Class == vocab.ClassCompleted {
+	if runID == "" || runOutcome != "" {
 		return a.d.Store.ReleaseReclaimed(ctx, r.ID, by, a.d.now())
 	}
 	reason := fmt.Sprintf("reclaimed by %s (%s): %s", r.ID, r.Class, r.Basis)

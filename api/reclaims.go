@@ -26,45 +26,54 @@ type GovernanceWorkflows interface {
 
 // Reclaim is one reclaim record: the allocation, its class and the
 // evidence it was based on, the mode it was handled in (and what config said
-// before stage and protection), the notice, the decision, the GPUs released
-// and whether the owner disputed it (a false reclaim).
+// before stage and protection), the notice, the decision, the GPUs released,
+// whether the owner disputed it (kept it before the release, or disputed the
+// release within the policy's window) and whether an operator rejected the
+// dispute; FalseReclaim is a dispute not rejected.
 type Reclaim struct {
-	ID             string         `json:"id"`
-	AllocationID   string         `json:"allocation_id"`
-	JobID          string         `json:"job_id"`
-	Project        string         `json:"project"`
-	Queue          string         `json:"queue"`
-	Pool           string         `json:"pool"`
-	Node           string         `json:"node,omitempty"`
-	Class          string         `json:"class"`
-	Mode           string         `json:"mode"`
-	ConfiguredMode string         `json:"configured_mode"`
-	Stage          string         `json:"stage"`
-	Basis          string         `json:"basis"`
-	Evidence       map[string]any `json:"evidence"`
-	GPUs           float64        `json:"gpus"`
-	State          string         `json:"state"`
-	WorkflowID     string         `json:"workflow_id,omitempty"`
-	DetectedAt     time.Time      `json:"detected_at"`
-	NoticeAt       *time.Time     `json:"notice_at,omitempty"`
-	NoticeDeadline *time.Time     `json:"notice_deadline,omitempty"`
-	DecidedBy      string         `json:"decided_by,omitempty"`
-	DecidedAt      *time.Time     `json:"decided_at,omitempty"`
-	ReleasedAt     *time.Time     `json:"released_at,omitempty"`
-	GPUsReleased   float64        `json:"gpus_released"`
-	Disputed       bool           `json:"disputed"`
-	DisputeBy      string         `json:"dispute_by,omitempty"`
-	DisputeReason  string         `json:"dispute_reason,omitempty"`
-	Detail         string         `json:"detail,omitempty"`
+	ID                  string         `json:"id"`
+	AllocationID        string         `json:"allocation_id"`
+	JobID               string         `json:"job_id"`
+	Project             string         `json:"project"`
+	Queue               string         `json:"queue"`
+	Pool                string         `json:"pool"`
+	Node                string         `json:"node,omitempty"`
+	Class               string         `json:"class"`
+	Mode                string         `json:"mode"`
+	ConfiguredMode      string         `json:"configured_mode"`
+	Stage               string         `json:"stage"`
+	Basis               string         `json:"basis"`
+	Evidence            map[string]any `json:"evidence"`
+	GPUs                float64        `json:"gpus"`
+	State               string         `json:"state"`
+	WorkflowID          string         `json:"workflow_id,omitempty"`
+	DetectedAt          time.Time      `json:"detected_at"`
+	NoticeAt            *time.Time     `json:"notice_at,omitempty"`
+	NoticeDeadline      *time.Time     `json:"notice_deadline,omitempty"`
+	DecidedBy           string         `json:"decided_by,omitempty"`
+	DecidedAt           *time.Time     `json:"decided_at,omitempty"`
+	ReleasedAt          *time.Time     `json:"released_at,omitempty"`
+	GPUsReleased        float64        `json:"gpus_released"`
+	Disputed            bool           `json:"disputed"`
+	DisputeBy           string         `json:"dispute_by,omitempty"`
+	DisputeReason       string         `json:"dispute_reason,omitempty"`
+	DisputedAt          *time.Time     `json:"disputed_at,omitempty"`
+	DisputeAfterRelease bool           `json:"dispute_after_release"`
+	DisputeRejectedBy   string         `json:"dispute_rejected_by,omitempty"`
+	DisputeRejectedAt   *time.Time     `json:"dispute_rejected_at,omitempty"`
+	DisputeRejection    string         `json:"dispute_rejection,omitempty"`
+	FalseReclaim        bool           `json:"false_reclaim"`
+	Detail              string         `json:"detail,omitempty"`
 }
 
 // ReclaimSummary totals a reclaim report.
 type ReclaimSummary struct {
-	ByClass      map[string]int `json:"by_class"`
-	ByMode       map[string]int `json:"by_mode"`
-	ByState      map[string]int `json:"by_state"`
-	GPUsReleased float64        `json:"gpus_released"`
-	Disputed     int            `json:"disputed"` // false reclaims
+	ByClass       map[string]int `json:"by_class"`
+	ByMode        map[string]int `json:"by_mode"`
+	ByState       map[string]int `json:"by_state"`
+	GPUsReleased  float64        `json:"gpus_released"`
+	Disputed      int            `json:"disputed"`       // disputes, rejected or not
+	FalseReclaims int            `json:"false_reclaims"` // disputes not rejected
 }
 
 // ReclaimReport answers GET /v1/reclaims: the reclaims, newest first, and their totals.
@@ -107,6 +116,9 @@ func reclaimReport(rs []store.Reclaim) ReclaimReport {
 		out.Summary.GPUsReleased += r.GPUsReleased
 		if r.Disputed {
 			out.Summary.Disputed++
+		}
+		if r.FalseReclaim {
+			out.Summary.FalseReclaims++
 		}
 	}
 	return out
@@ -193,6 +205,8 @@ func reclaimFromStore(r *store.Reclaim) Reclaim {
 		Class: string(r.Class), Mode: string(r.Mode), ConfiguredMode: string(r.ConfiguredMode), Stage: string(r.Stage), Basis: r.Basis,
 		Evidence: ev, GPUs: r.GPUs, State: string(r.State), WorkflowID: r.WorkflowID, DetectedAt: r.DetectedAt, NoticeAt: r.NoticeAt,
 		NoticeDeadline: r.NoticeDeadline, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, ReleasedAt: r.ReleasedAt,
-		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason, Detail: r.Detail,
+		GPUsReleased: r.GPUsReleased, Disputed: r.Disputed, DisputeBy: r.DisputeBy, DisputeReason: r.DisputeReason,
+		DisputedAt: r.DisputedAt, DisputeAfterRelease: r.DisputeAfterRelease, DisputeRejectedBy: r.DisputeRejectedBy,
+		DisputeRejectedAt: r.DisputeRejectedAt, DisputeRejection: r.DisputeRejection, FalseReclaim: r.FalseReclaim(), Detail: r.Detail,
 	}
 }

@@ -20,9 +20,11 @@
 // a 2xx.
 //
 // Audit: cancel, hold, release, prerequisite changes, amendments, quota
-// changes and quota requests and their decisions are audited by the store
-// with the token's name as actor; the submit entry is written by store.CreateJob in the job's
-// transaction, with the project as actor.
+// changes and quota requests and their decisions, completions, reclaim
+// decisions and disputes are audited by the store with the token's name as
+// actor; the submit entry is written by store.CreateJob in the job's
+// transaction, with the project as actor. GET /v1/audit reads the log
+// (operators and admins).
 package api
 
 import (
@@ -37,6 +39,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/store"
@@ -144,7 +147,9 @@ type Server struct {
 	storeTimeout time.Duration
 	now          func() time.Time
 	engine       *gin.Engine
-	startQueue   StartQueue // WithStartQueue's; nil starts every workflow in the request
+	startQueue   StartQueue            // WithStartQueue's; nil starts every workflow in the request
+	policy       func() *policy.Policy // WithGovernancePolicy's; nil: policy.Default()
+	disputes     DisputeRecorder       // WithDisputeRecorder's; nil records nothing
 	// cycleInterval is the scheduler's cycle interval (WithCycleInterval),
 	// the shortest experiment window.
 	cycleInterval time.Duration
@@ -209,6 +214,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/inventory", s.inventory)
 	s.nodeRoutes(v1)
 	s.governanceRoutes(v1)
+	s.evidenceRoutes(v1)
 	v1.GET("/notifications", s.listNotifications)
 	s.quotaRoutes(v1)
 	s.policyRoutes(v1)

@@ -242,3 +242,30 @@ func readYAML(t *testing.T, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+// TestDashboardHasReadinessAndEvidencePanels checks the dashboard shows the
+// readiness of each pool and its failing checks, and the evidence behind
+// automation: resume checks and their failure rate, preemption loss,
+// reclaims, false reclaims (disputes less rejections) and experiment
+// rollbacks, and production's wait against its objective — the quantities
+// deploy/prometheus/alerts.yml alerts on.
+func TestDashboardHasReadinessAndEvidencePanels(t *testing.T) {
+	var all []string
+	for _, p := range loadDashboard(t).Panels {
+		for _, tg := range p.Targets {
+			all = append(all, strings.Join(strings.Fields(tg.Expr), " "))
+		}
+	}
+	joined := strings.Join(all, "\n")
+	for _, want := range []string{
+		"max by (pool) (gpugov_pool_ready)", "gpugov_pool_readiness_check",
+		"sum by (pool, result) (increase(gpugov_preemption_resumes_total", `gpugov_preemption_resumes_total{result="wrong_step"}`,
+		"gpugov_preemption_effective_loss_gpu_seconds_bucket", "gpugov_reclaims_total",
+		"gpugov_false_reclaims_total", "gpugov_false_reclaims_rejected_total", "gpugov_experiment_rollbacks_total",
+		`gpugov_queue_wait_objective_seconds{tier="production"}`,
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no panel expression contains %q", want)
+		}
+	}
+}

@@ -64,12 +64,15 @@ func (s *Service) reportLoop(ctx context.Context) {
 	}
 }
 
-// updateQueueGauges sets gpugov_queue_longest_wait_seconds and
-// gpugov_queue_starving_jobs from the pending jobs now and the queue service
+// updateQueueGauges sets gpugov_queue_longest_wait_seconds,
+// gpugov_queue_starving_jobs and gpugov_queue_wait_objective_seconds from the
+// queues and pending jobs now and the queue service
 // report of the last reportWindow (store.QueueReport), grouped by queue and listing every
 // starving job (telemetry.QueueGauges counts those still waiting). It reads
 // the plain store, not the instrumented one, so that the scheduling cycle
-// metrics see only the scheduler's snapshots.
+// metrics see only the scheduler's snapshots. It also primes the alerting
+// rules' per-pool counters at 0 for every pool
+// (telemetry.GovernanceMetrics.PrimePools).
 func (s *Service) updateQueueGauges(ctx context.Context) error {
 	now := time.Now()
 	snap, err := s.store.LoadSnapshot(ctx, now)
@@ -87,5 +90,10 @@ func (s *Service) updateQueueGauges(ctx context.Context) error {
 		return err
 	}
 	s.tel.Metrics.SetQueueGauges(telemetry.QueueGauges(snap.Queues, snap.Pending, &rep, now))
+	pools := make([]string, len(snap.Pools))
+	for i, p := range snap.Pools {
+		pools[i] = p.Name
+	}
+	s.govMetrics.PrimePools(ctx, pools)
 	return nil
 }

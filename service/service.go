@@ -309,6 +309,8 @@ func (s *Service) serveHTTP() error {
 		api.WithMiddleware(otelgin.Middleware(ServiceName)),
 		api.WithLogger(s.cfg.Logger),
 		api.WithStartQueue(s.starter),
+		api.WithGovernancePolicy(s.currentPolicy),
+		api.WithDisputeRecorder(s.govMetrics),
 		api.WithCycleInterval(s.cfg.CycleInterval))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,4 +82,73 @@ func (s *Store) AuditFor(ctx context.Context, subject string, limit int) ([]Audi
 		out[i].At = out[i].At.UTC()
 	}
 	return out, nil
+}
+
+// AuditFilter selects audit entries for ListAudit; empty fields match all.
+// Since is inclusive and Until exclusive (zero: unbounded). Limit 0 means
+// DefaultListLimit, capped at MaxListLimit. BeforeID (a NextCursor) starts
+// the page after that entry: entries with a smaller ID.
+type AuditFilter struct {
+	Subject  string
+	Action   string
+	Actor    string
+	Since    time.Time
+	Until    time.Time
+	Limit    int
+	BeforeID int64
+}
+
+// ListAudit returns the audit entries matching f, newest first (by ID, the
+// order of their commits' inserts), one page of them, and the cursor of the
+// next page ("" when this is the last: the ID of the page's last entry, in
+// decimal). Errors are wrapped with "list audit".
+func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Subject != "" {
+		add("subject = $%d", f.Subject)
+	}
+	if f.Action != "" {
+		add("action = $%d", f.Action)
+	}
+	if f.Actor != "" {
+		add("actor = $%d", f.Actor)
+	}
+	if !f.Since.IsZero() {
+		add("at >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("at < $%d", f.Until)
+	}
+	if f.BeforeID > 0 {
+		add("id < $%d", f.BeforeID)
+	}
+	sql := `SELECT id, at, actor, action, subject, reason, evidence FROM audit_log`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit+1)
+	sql += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	out, err := queryAll[AuditEntry](ctx, s.pool, sql, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list audit: %w", err)
+	}
+	for i := range out {
+		out[i].At = out[i].At.UTC()
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = strconv.FormatInt(out[limit-1].ID, 10)
+	}
+	return out, next, nil
 }

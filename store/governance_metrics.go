@@ -80,7 +80,7 @@ SELECT
 		FROM pr WHERE notified_at IS NOT NULL AND released_at < $2),
 	(SELECT count(*) FROM reclaims WHERE state = 'released' AND released_at >= $1 AND released_at < $2
 		AND (cardinality($3::text[]) = 0 OR pool = ANY($3)))::int8,
-	(SELECT count(*) FROM reclaims WHERE disputed AND decided_at >= $1 AND decided_at < $2
+	(SELECT count(*) FROM reclaims WHERE ` + falseReclaimInWindow + `
 		AND (cardinality($3::text[]) = 0 OR pool = ANY($3)))::int8,
 	(SELECT count(*) FROM rs WHERE started_at >= $1 AND started_at < $2)::int8,
 	(SELECT count(*) FROM rs WHERE started_at >= $1 AND started_at < $2 AND node_failed)::int8,
@@ -109,8 +109,10 @@ SELECT
 //     (resumed_correctly true / false; a resume not observed is neither);
 //     ResumeSuccessRate verified ÷ (verified + failed), nil when both are 0.
 //   - Reclaims: reclaims released (state released) in the window in the
-//     pools. FalseReclaims: reclaims the owner disputed (kept: disputed,
-//     the store's record of a false reclaim) with the dispute in the window.
+//     pools. FalseReclaims: reclaims the owner disputed — kept before the
+//     release, or disputed after it within the dispute window — with the
+//     dispute in the window and not rejected by an operator, as
+//     Store.FalseReclaims counts them.
 //   - Starts: runs started in the window on an allocation of the pools,
 //     except those that no node agent took (outcome failed with a detail
 //     beginning NodeFailureDetailPrefix, ended before end). StartFailures:

@@ -358,13 +358,30 @@ func (s *Store) NotifyResumed(ctx context.Context, r ResumeObserved) error {
 	})
 }
 
-// auditOnce appends an audit entry for preemption (or reclaim) subject id
-// with action, unless one with that action is already there: a retried
-// workflow step records its action once.
+// auditOnce appends an audit entry for preemption id with action (actor
+// governance), unless one with that action is already there: a retried
+// workflow step records its action once. Its evidence is the preemption's
+// record at that step (docs/design.md invariant 6): the workflow step, the
+// victim and trigger jobs, the allocation, run, pool and GPUs, the state and
+// outcome, the checkpoints, the step reached at the notice, the resume and
+// the effective run loss by parts, as far as they are known (nulls left
+// out).
 func (s *Store) auditOnce(ctx context.Context, id, action string, at time.Time, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO audit_log (at, actor, action, subject, reason, evidence)
-		SELECT $1::timestamptz, 'governance', $2::text, $3::text, $4::text, jsonb_build_object('workflow_step', $2::text)
+		SELECT $1::timestamptz, 'governance', $2::text, $3::text, $4::text,
+			jsonb_build_object('workflow_step', $2::text) || coalesce((
+				SELECT jsonb_strip_nulls(jsonb_build_object(
+					'victim_job_id', p.victim_job_id, 'for_job_id', p.for_job_id, 'allocation_id', p.allocation_id,
+					'pool', nullif(p.pool, ''), 'run_id', p.run_id, 'gpus', p.gpus, 'state', p.state, 'outcome', p.outcome,
+					'estimated_loss_gpu_s', p.estimated_loss_gpu_s, 'checkpoint_at_notice', p.checkpoint_at_notice,
+					'saved_checkpoint', p.saved_checkpoint, 'checkpoint_in_grace', p.checkpoint_in_grace,
+					'step_at_notice', p.step_at_notice, 'released_at', p.released_at, 'resumed_run_id', p.resumed_run_id,
+					'resumed_from_step', p.resumed_from_step, 'resumed_correctly', p.resumed_correctly, 'lost_s', p.lost_s,
+					'save_restore_s', p.save_restore_s, 'recompute_s', p.recompute_s,
+					'effective_loss_gpu_s', p.effective_loss_gpu_s,
+					'failures', CASE WHEN jsonb_array_length(p.failures) > 0 THEN p.failures END))
+				FROM preemptions p WHERE p.id = $3::text), '{}'::jsonb)
 		WHERE NOT EXISTS (SELECT 1 FROM audit_log WHERE subject = $3::text AND action = $2::text)`, at, action, id, reason)
 	if err != nil {
 		return fmt.Errorf("store: audit %s of %s: %w", action, id, err)

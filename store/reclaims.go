@@ -12,12 +12,15 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// Audit actions of reclaims.
+// Audit actions of reclaims (subject: the job; docs/design.md invariant 6).
 const (
-	reclaimAuditNotice   = "reclaim_notice"
-	reclaimAuditRelease  = "reclaim_release"
-	reclaimAuditDispute  = "reclaim_dispute"
-	reclaimAuditDecision = "reclaim_confirm"
+	AuditReclaimOpen          = "reclaim_open"           // evidence: reclaim_id, allocation_id, class, mode, configured_mode, stage, mode_reason, the finding's evidence
+	AuditReclaimNotice        = "reclaim_notice"         // evidence: reclaim_id, allocation_id, class, deadline
+	AuditReclaimClose         = "reclaim_close"          // evidence: reclaim_id, allocation_id, class, mode, state (reported or expired)
+	AuditReclaimRelease       = "reclaim_release"        // evidence: reclaim_id, allocation_id, gpus_released, mode, job_state_after
+	AuditReclaimDispute       = "reclaim_dispute"        // evidence: reclaim_id, allocation_id, class, mode, after_release; released_at and dispute_window_s after a release
+	AuditReclaimConfirm       = "reclaim_confirm"        // evidence: reclaim_id, allocation_id
+	AuditReclaimDisputeReject = "reclaim_dispute_reject" // evidence: reclaim_id, allocation_id, class, disputed_by, disputed_at, dispute_reason
 )
 
 // Reclaim is one row of reclaims.
@@ -45,16 +48,30 @@ type Reclaim struct {
 	DecidedAt      *time.Time            `db:"decided_at"`
 	ReleasedAt     *time.Time            `db:"released_at"`
 	GPUsReleased   float64               `db:"gpus_released"`
-	Disputed       bool                  `db:"disputed"`
-	DisputeBy      string                `db:"dispute_by"`
-	DisputeReason  string                `db:"dispute_reason"`
-	Detail         string                `db:"detail"`
-	UpdatedAt      time.Time             `db:"updated_at"`
+	// Disputed is true when the owner disputed the reclaim: kept the
+	// allocation before its release, or disputed the release within the
+	// policy's reclaim.dispute_window_s (DisputeAfterRelease). A dispute is
+	// a false reclaim unless an operator rejected it (DisputeRejectedAt).
+	Disputed            bool       `db:"disputed"`
+	DisputeBy           string     `db:"dispute_by"`
+	DisputeReason       string     `db:"dispute_reason"`
+	DisputedAt          *time.Time `db:"disputed_at"`
+	DisputeAfterRelease bool       `db:"dispute_after_release"`
+	DisputeRejectedBy   string     `db:"dispute_rejected_by"`
+	DisputeRejectedAt   *time.Time `db:"dispute_rejected_at"`
+	DisputeRejection    string     `db:"dispute_rejection"` // the operator's reason
+	Detail              string     `db:"detail"`
+	UpdatedAt           time.Time  `db:"updated_at"`
 }
+
+// FalseReclaim reports whether r counts as a false reclaim: disputed by its
+// owner and the dispute not rejected by an operator.
+func (r *Reclaim) FalseReclaim() bool { return r.Disputed && r.DisputeRejectedAt == nil }
 
 const reclaimColumns = `id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage, basis,
 	evidence, gpus, state, workflow_id, detected_at, notice_at, notice_deadline, decided_by, decided_at, released_at,
-	gpus_released, disputed, dispute_by, dispute_reason, detail, updated_at`
+	gpus_released, disputed, dispute_by, dispute_reason, disputed_at, dispute_after_release, dispute_rejected_by,
+	dispute_rejected_at, dispute_rejection, detail, updated_at`
 
 // queryReclaim reads one row of reclaimColumns (evidence, jsonb, decodes into
 // the map) and returns it with its times in UTC; pgx.ErrNoRows (wrapped) when
@@ -73,6 +90,7 @@ func (r *Reclaim) utc() {
 	r.DetectedAt, r.UpdatedAt = r.DetectedAt.UTC(), r.UpdatedAt.UTC()
 	r.NoticeAt, r.NoticeDeadline, r.DecidedAt, r.ReleasedAt = utcPtr(r.NoticeAt), utcPtr(r.NoticeDeadline),
 		utcPtr(r.DecidedAt), utcPtr(r.ReleasedAt)
+	r.DisputedAt, r.DisputeRejectedAt = utcPtr(r.DisputedAt), utcPtr(r.DisputeRejectedAt)
 }
 
 // evidenceRow is one row of ReclaimEvidence's allocation query.
@@ -92,6 +110,10 @@ type evidenceRow struct {
 	RunEndedAt       *time.Time            `db:"run_ended_at"`
 	RunOutcome       vocab.RunOutcome      `db:"run_outcome"`
 	LastCheckpointAt *time.Time            `db:"last_checkpoint_at"`
+	LastProgressAt   *time.Time            `db:"last_progress_at"`
+	CompletedAt      *time.Time            `db:"completed_at"`
+	CompletedBy      string                `db:"completed_by"`
+	CompletedReason  string                `db:"completed_reason"`
 	GPUUUIDs         []string              `db:"gpu_uuids"`
 	Milli            int64                 `db:"milli"`
 	Stage            vocab.AutomationStage `db:"stage"`
@@ -99,16 +121,19 @@ type evidenceRow struct {
 }
 
 // ReclaimEvidence returns the evidence of every active allocation for the
-// reclaim scan: job (with its queue and tier), queue protection, run and its newest checkpoint, and
-// the utilisation samples of its GPUs taken at or after since (the start of
-// the observation window). Errors are wrapped with "reclaim evidence".
+// reclaim scan: job (with its queue and tier), queue protection, run, its
+// newest checkpoint and its last observed progress (ObserveRunSteps), the
+// owner's completion declaration (CompleteJob), and the utilisation and
+// memory samples of its GPUs taken at or after since (the start of the
+// observation window). Errors are wrapped with "reclaim evidence".
 func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governance.Evidence, error) {
 	rows, err := queryAll[evidenceRow](ctx, s.pool, `
 		SELECT a.id AS allocation_id, a.job_id, j.project, j.queue, j.tier, a.pool, a.node, j.state AS job_state,
 			j.protected OR coalesce(q.protected, false) AS protected,
 			a.granted_at, coalesce(r.id, '') AS run_id, r.started_at AS run_started_at, r.ended_at AS run_ended_at,
 			coalesce(r.outcome, '') AS run_outcome,
-			(r.last_checkpoint->>'at')::timestamptz AS last_checkpoint_at,
+			(r.last_checkpoint->>'at')::timestamptz AS last_checkpoint_at, r.progress_at AS last_progress_at,
+			a.completed_at, a.completed_by, a.completed_reason,
 			coalesce((SELECT array_agg(g.gpu_uuid ORDER BY g.gpu_uuid) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), '{}') AS gpu_uuids,
 			coalesce((SELECT sum(g.milli) FROM allocation_gpus g WHERE g.allocation_id = a.id AND g.active), 0) AS milli,
 			coalesce(p.stage, 'observe') AS stage, EXISTS (SELECT 1 FROM reclaims rc WHERE rc.allocation_id = a.id) AS reclaimed
@@ -125,8 +150,11 @@ func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governa
 		out[i] = governance.Evidence{AllocationID: r.AllocationID, JobID: r.JobID, Project: r.Project, Queue: r.Queue,
 			Tier: r.Tier, Pool: r.Pool, Node: r.Node, JobState: r.JobState, Protected: r.Protected,
 			GrantedAt: r.GrantedAt, RunID: r.RunID, RunEndedAt: r.RunEndedAt, RunOutcome: r.RunOutcome,
-			LastCheckpointAt: r.LastCheckpointAt, GPUUUIDs: r.GPUUUIDs, GPUs: float64(r.Milli) / 1000,
+			LastCheckpointAt: r.LastCheckpointAt, LastProgressAt: r.LastProgressAt, GPUUUIDs: r.GPUUUIDs, GPUs: float64(r.Milli) / 1000,
 			Stage: r.Stage, Reclaimed: r.Reclaimed}
+		if r.CompletedAt != nil {
+			out[i].Completion = &governance.Completion{By: r.CompletedBy, At: r.CompletedAt.UTC(), Reason: r.CompletedReason}
+		}
 		if r.RunStartedAt != nil {
 			out[i].RunStartedAt = *r.RunStartedAt
 		}
@@ -144,7 +172,8 @@ func (s *Store) ReclaimEvidence(ctx context.Context, since time.Time) ([]governa
 	}
 	for _, sm := range samples {
 		for _, i := range byGPU[sm.GPUUUID] {
-			out[i].Samples = append(out[i].Samples, governance.Sample{GPUUUID: sm.GPUUUID, At: sm.At, GPUPercent: sm.GPUPercent})
+			out[i].Samples = append(out[i].Samples, governance.Sample{GPUUUID: sm.GPUUUID, At: sm.At, GPUPercent: sm.GPUPercent,
+				MemoryUsedMiB: sm.MemoryUsedMiB})
 		}
 	}
 	return out, nil
@@ -160,9 +189,13 @@ type NewReclaim struct {
 }
 
 // OpenReclaim records a finding for its allocation (one reclaim per
-// allocation: a second call returns the first record and false). The
-// evidence stored is the basis, the run, the checkpoint time, the run's last
-// heartbeat and its age at nr.At (when known) and a summary of the samples. Errors are database errors.
+// allocation: a second call returns the first record and false) and, in the
+// same transaction, its reclaim_open audit entry on the job. The evidence
+// stored is the basis, the run, the checkpoint time, the run's last
+// observed progress, the owner's completion declaration, the run's last
+// heartbeat and its age at nr.At (when known), a summary of the samples and,
+// for an idle finding, each GPU's window (mean, peak, bursts, memory) and why
+// it is notify-at-most. Errors are database errors.
 func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool, error) {
 	e := nr.Evidence
 	evidence := map[string]any{"job_state": e.JobState, "run_id": e.RunID, "run_outcome": e.RunOutcome,
@@ -174,33 +207,68 @@ func (s *Store) OpenReclaim(ctx context.Context, nr NewReclaim) (*Reclaim, bool,
 	if e.LastCheckpointAt != nil {
 		evidence["last_checkpoint_at"] = e.LastCheckpointAt.UTC()
 	}
+	if e.LastProgressAt != nil {
+		evidence["last_progress_at"] = e.LastProgressAt.UTC()
+	}
+	if c := e.Completion; c != nil {
+		evidence["completion"] = map[string]any{"by": c.By, "at": c.At.UTC(), "reason": c.Reason}
+	}
 	if age, ok := e.HeartbeatAge(nr.At); ok {
 		evidence["last_heartbeat_at"] = e.LastHeartbeatAt.UTC()
 		evidence["heartbeat_age_s"] = age.Seconds()
 	}
 	if len(e.Samples) > 0 {
 		peak := 0
+		var memory int64
 		for _, sm := range e.Samples {
-			peak = max(peak, sm.GPUPercent)
+			peak, memory = max(peak, sm.GPUPercent), max(memory, sm.MemoryUsedMiB)
 		}
 		evidence["peak_gpu_percent"] = peak
+		evidence["max_memory_mib"] = memory
 	}
-	tag, err := s.pool.Exec(ctx, `
-		INSERT INTO reclaims (id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage,
-			basis, evidence, gpus, workflow_id, detected_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)
-		ON CONFLICT (allocation_id) DO NOTHING`,
-		newID("rc-"), e.AllocationID, e.JobID, e.Project, e.Queue, e.Pool, e.Node, string(nr.Finding.Class),
-		string(nr.Decision.Mode), string(nr.Decision.Configured), string(nr.Decision.Stage), nr.Finding.Basis,
-		evidenceJSON(evidence), e.GPUs, nr.WorkflowID, nr.At)
+	if len(nr.Finding.GPUs) > 0 {
+		gpus := make([]map[string]any, len(nr.Finding.GPUs))
+		for i, w := range nr.Finding.GPUs {
+			gpus[i] = map[string]any{"gpu_uuid": w.GPUUUID, "samples": w.Samples, "mean_gpu_percent": w.MeanPercent,
+				"peak_gpu_percent": w.PeakPercent, "bursts": w.Bursts, "max_memory_mib": w.MaxMemoryMiB}
+		}
+		evidence["gpu_windows"] = gpus
+	}
+	if nr.Finding.NotifyAtMost != "" {
+		evidence["notify_at_most"] = nr.Finding.NotifyAtMost
+	}
+	var inserted bool
+	id := newID("rc-")
+	err := s.inTx(ctx, "open reclaim of "+e.AllocationID, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO reclaims (id, allocation_id, job_id, project, queue, pool, node, class, mode, configured_mode, stage,
+				basis, evidence, gpus, workflow_id, detected_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)
+			ON CONFLICT (allocation_id) DO NOTHING`,
+			id, e.AllocationID, e.JobID, e.Project, e.Queue, e.Pool, e.Node, string(nr.Finding.Class),
+			string(nr.Decision.Mode), string(nr.Decision.Configured), string(nr.Decision.Stage), nr.Finding.Basis,
+			evidenceJSON(evidence), e.GPUs, nr.WorkflowID, nr.At)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		inserted = true
+		audit := map[string]any{"reclaim_id": id, "allocation_id": e.AllocationID, "class": nr.Finding.Class,
+			"mode": nr.Decision.Mode, "configured_mode": nr.Decision.Configured, "stage": nr.Decision.Stage}
+		for k, v := range evidence {
+			audit[k] = v
+		}
+		return appendAuditTx(ctx, tx, AuditEntry{At: nr.At, Actor: vocab.ActorReclaim, Action: AuditReclaimOpen, Subject: e.JobID,
+			Reason:   fmt.Sprintf("allocation %s is %s (mode %s): %s", e.AllocationID, nr.Finding.Class, nr.Decision.Mode, nr.Finding.Basis),
+			Evidence: audit})
+	})
 	if err != nil {
-		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
+		return nil, false, err
 	}
 	r, err := queryReclaim(ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims WHERE allocation_id = $1`, e.AllocationID)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: open reclaim of %s: %w", e.AllocationID, err)
 	}
-	return r, tag.RowsAffected() == 1, nil
+	return r, inserted, nil
 }
 
 // GetReclaim returns one reclaim. Errors wrap ErrNotFound or database errors.
@@ -247,15 +315,26 @@ func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, e
 
 // SetReclaimState moves an undecided reclaim (open, notified or
 // awaiting_confirmation) to state with a detail; a reclaim already in a
-// final state is left alone, so retries are safe. Errors are database errors.
+// final state is left alone, so retries are safe. A move to reported or
+// expired (the reclaim ends without a release) is audited as reclaim_close
+// in the same transaction. Errors are database errors.
 func (s *Store) SetReclaimState(ctx context.Context, id string, state vocab.ReclaimState, detail string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `
-		UPDATE reclaims SET state = $2, detail = $3, updated_at = $4
-		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, state, detail, at)
-	if err != nil {
-		return fmt.Errorf("store: set reclaim %s %s: %w", id, state, err)
-	}
-	return nil
+	return s.inTx(ctx, "set reclaim "+id+" "+string(state), func(tx pgx.Tx) error {
+		var jobID, alloc, class, mode string
+		err := tx.QueryRow(ctx, `
+			UPDATE reclaims SET state = $2, detail = $3, updated_at = $4
+			WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')
+			RETURNING job_id, allocation_id, class, mode`, id, state, detail, at).Scan(&jobID, &alloc, &class, &mode)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != vocab.ReclaimReported && state != vocab.ReclaimExpired) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: AuditReclaimClose, Subject: jobID,
+			Reason:   fmt.Sprintf("allocation %s (%s, mode %s) %s without release: %s", alloc, class, mode, state, detail),
+			Evidence: map[string]any{"reclaim_id": id, "allocation_id": alloc, "class": class, "mode": mode, "state": state}})
+	})
 }
 
 // NoticeReclaim records the owner's notice of a notify-mode reclaim: the
@@ -292,7 +371,7 @@ func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.
 	if err != nil || !noticed {
 		return r, err
 	}
-	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: reclaimAuditNotice, Subject: r.JobID,
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: vocab.ActorReclaim, Action: AuditReclaimNotice, Subject: r.JobID,
 		Reason: fmt.Sprintf("allocation %s is %s: %s; released at %s unless the owner keeps it", r.AllocationID, r.Class,
 			r.Basis, deadline.UTC().Format(time.RFC3339)),
 		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class, "deadline": deadline.UTC()}})
@@ -304,8 +383,8 @@ func (s *Store) NoticeReclaim(ctx context.Context, id string, deadline, at time.
 // dispute. Errors are database errors.
 func (s *Store) DisputeReclaim(ctx context.Context, id, by, reason string, at time.Time) (*Reclaim, bool, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE reclaims SET state = 'kept', disputed = true, dispute_by = $2, dispute_reason = $3, decided_by = $2,
-			decided_at = $4, detail = 'kept by the owner: ' || $3, updated_at = $4
+		UPDATE reclaims SET state = 'kept', disputed = true, dispute_by = $2, dispute_reason = $3, disputed_at = $4,
+			decided_by = $2, decided_at = $4, detail = 'kept by the owner: ' || $3, updated_at = $4
 		WHERE id = $1 AND state IN ('open', 'notified', 'awaiting_confirmation')`, id, by, reason, at)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: dispute reclaim %s: %w", id, err)
@@ -314,8 +393,9 @@ func (s *Store) DisputeReclaim(ctx context.Context, id, by, reason string, at ti
 	if err != nil || tag.RowsAffected() == 0 {
 		return r, false, err
 	}
-	return r, true, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditDispute, Subject: r.JobID,
-		Reason: reason, Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class}})
+	return r, true, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: AuditReclaimDispute, Subject: r.JobID,
+		Reason: reason, Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class,
+			"mode": r.Mode, "after_release": false}})
 }
 
 // ConfirmReclaim records an operator's (by) approval of a confirm-mode
@@ -331,7 +411,7 @@ func (s *Store) ConfirmReclaim(ctx context.Context, id, by, reason string, at ti
 	if err != nil || tag.RowsAffected() == 0 {
 		return r, err
 	}
-	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditDecision, Subject: r.JobID,
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: AuditReclaimConfirm, Subject: r.JobID,
 		Reason: reason, Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID}})
 }
 
@@ -394,7 +474,7 @@ func (s *Store) ReleaseReclaimed(ctx context.Context, id, by string, at time.Tim
 			id, at, float64(milli)/1000, by); err != nil {
 			return err
 		}
-		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: reclaimAuditRelease, Subject: r.JobID,
+		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: AuditReclaimRelease, Subject: r.JobID,
 			Reason: fmt.Sprintf("%s allocation %s released: %s", r.Class, r.AllocationID, r.Basis),
 			Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "gpus_released": float64(milli) / 1000,
 				"mode": r.Mode, "job_state_after": next}})
@@ -422,7 +502,7 @@ func (s *Store) MarkReclaimReleased(ctx context.Context, id, by string, at time.
 	if err != nil || tag.RowsAffected() == 0 {
 		return r, err
 	}
-	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: reclaimAuditRelease, Subject: r.JobID,
+	return r, s.AppendAudit(ctx, AuditEntry{At: at, Actor: by, Action: AuditReclaimRelease, Subject: r.JobID,
 		Reason:   fmt.Sprintf("%s allocation %s released by stopping its run: %s", r.Class, r.AllocationID, r.Basis),
 		Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "gpus_released": r.GPUs, "mode": r.Mode}})
 }

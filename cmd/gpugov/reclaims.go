@@ -35,6 +35,10 @@ func init() {
 	}
 	cmd.AddCommand(reclaimDecisionCmd("confirm", "Approve a reclaim's release (operator or admin token)", (*apiclient.Client).ConfirmReclaim))
 	cmd.AddCommand(reclaimDecisionCmd("keep", "Keep your allocation: object to its reclaim, recorded as a dispute", (*apiclient.Client).KeepReclaim))
+	cmd.AddCommand(reclaimDisputeCmd("dispute", "Dispute a released reclaim (a false kill) within the policy's dispute window (owning project)",
+		(*apiclient.Client).DisputeReclaim))
+	cmd.AddCommand(reclaimDisputeCmd("reject-dispute", "Reject a reclaim's dispute: the reclaim was right (operator or admin token)",
+		(*apiclient.Client).RejectReclaimDispute))
 	rootCmd.AddCommand(cmd)
 }
 
@@ -68,15 +72,19 @@ func printReclaims(w io.Writer, rep *api.ReclaimReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCLASS\tMODE\tSTATE\tPOOL\tQUEUE\tJOB\tGPUS\tRELEASED\tDISPUTED\tBASIS")
 	for _, r := range rep.Reclaims {
+		disputed := yesNo(r.Disputed)
+		if r.Disputed && !r.FalseReclaim {
+			disputed = "rejected"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%g\t%g\t%s\t%s\n", r.ID, r.Class, r.Mode, r.State, r.Pool, r.Queue, r.JobID,
-			r.GPUs, r.GPUsReleased, yesNo(r.Disputed), r.Basis)
+			r.GPUs, r.GPUsReleased, disputed, r.Basis)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	s := rep.Summary
-	_, err := fmt.Fprintf(w, "\n%d reclaim(s): by class %s; by mode %s; %g GPU(s) released; %d disputed (false reclaims)\n",
-		len(rep.Reclaims), counts(s.ByClass), counts(s.ByMode), s.GPUsReleased, s.Disputed)
+	_, err := fmt.Fprintf(w, "\n%d reclaim(s): by class %s; by mode %s; %g GPU(s) released; %d disputed, %d false reclaim(s) (disputes not rejected)\n",
+		len(rep.Reclaims), counts(s.ByClass), counts(s.ByMode), s.GPUsReleased, s.Disputed, s.FalseReclaims)
 	return err
 }
 

@@ -265,8 +265,24 @@ type Reclaim struct {
 	// heartbeat, before it is failed).
 	ObservationWindowSeconds float64 `json:"observation_window_s"`
 	// IdleGPUPercent is the utilisation (NVML utilization.gpu, percent) at or
-	// below which a sample counts as idle.
+	// below which a sample counts as idle; it also bounds the mean
+	// utilisation of each GPU over the window (docs/design.md §3 "The idle
+	// rule").
 	IdleGPUPercent int `json:"idle_gpu_percent"`
+	// IdleMaxBursts is how many bursts (maximal runs of consecutive samples
+	// above IdleGPUPercent) a GPU may show in one observation window and
+	// still be idle; a GPU with more is working periodically and is not
+	// idle. An idle finding with any burst is handled in notify mode at most,
+	// never released automatically.
+	IdleMaxBursts int `json:"idle_max_bursts"`
+	// IdleMemoryMiB is the GPU memory (MiB, the samples' memory_used_mib)
+	// above which an otherwise idle GPU counts as holding state (a loaded
+	// model, an interactive session): its idle finding is handled in notify
+	// mode at most, never released automatically.
+	IdleMemoryMiB int64 `json:"idle_memory_mib"`
+	// DisputeWindowSeconds is how long after a reclaim's release its owner
+	// may dispute it (POST /v1/reclaims/{id}/dispute): a false reclaim.
+	DisputeWindowSeconds float64 `json:"dispute_window_s"`
 	// NotifyWindowSeconds is how long the owner has to keep an allocation in notify mode.
 	NotifyWindowSeconds float64 `json:"notify_window_s"`
 	// ConfirmWindowSeconds is how long a confirm-mode finding waits for an
@@ -324,6 +340,9 @@ const (
 	DefaultScanIntervalSeconds        = 60
 	DefaultObservationWindowSeconds   = 1800
 	DefaultIdleGPUPercent             = 5
+	DefaultIdleMaxBursts              = 1
+	DefaultIdleMemoryMiB              = 1024
+	DefaultDisputeWindowSeconds       = 72 * 3600
 	DefaultNotifyWindowSeconds        = 900
 	DefaultConfirmWindowSeconds       = 86400
 )
@@ -354,8 +373,9 @@ func DefaultQueues() []Queue {
 // file's absent fields take: scheduling.DefaultPolicy's rules; verify-resume
 // bounds of 3,600 s and 1,800 s; no queue, quota, pool stage or protection
 // window; the reclaim scan off (60 s scan, 1,800 s observation window, 5 %
-// idle threshold, 900 s notice, 86,400 s confirmation, every finding
-// reported only); and the simulation assumptions pool "alibaba", 8 projects,
+// idle threshold, at most 1 burst and 1,024 MiB of GPU memory per window for
+// an automatic idle release, 900 s notice, 86,400 s confirmation, 72 h to
+// dispute a release, every finding reported only); and the simulation assumptions pool "alibaba", 8 projects,
 // seed 1, a 600 s timer cycle (the default aging interval), starvation at 4×
 // the objective, and standard and experiment jobs checkpointable with
 // probability 0.5, every 1,800 s, with one verified resume.
@@ -376,8 +396,9 @@ func Default() *Policy {
 			MinVerifiedResumes: sp.Preemption.MinVerifiedResumes, MaxResumeFailureRate: sp.Preemption.MaxResumeFailureRate,
 			EvidenceWindowSeconds: sp.Preemption.EvidenceWindowSeconds},
 		Reclaim: Reclaim{ScanIntervalSeconds: DefaultScanIntervalSeconds, ObservationWindowSeconds: DefaultObservationWindowSeconds,
-			IdleGPUPercent: DefaultIdleGPUPercent, NotifyWindowSeconds: DefaultNotifyWindowSeconds,
-			ConfirmWindowSeconds: DefaultConfirmWindowSeconds, DefaultMode: vocab.ModeReport},
+			IdleGPUPercent: DefaultIdleGPUPercent, IdleMaxBursts: DefaultIdleMaxBursts, IdleMemoryMiB: DefaultIdleMemoryMiB,
+			NotifyWindowSeconds: DefaultNotifyWindowSeconds, ConfirmWindowSeconds: DefaultConfirmWindowSeconds,
+			DisputeWindowSeconds: DefaultDisputeWindowSeconds, DefaultMode: vocab.ModeReport},
 		Notifications: Notifications{Delivery: DefaultDelivery()},
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
 			CycleIntervalSeconds: 600, StarvationFactor: 4,

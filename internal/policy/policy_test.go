@@ -66,7 +66,8 @@ func TestLoadGoodFile(t *testing.T) {
 		t.Error("protection window not applied as [start, end) to its queues")
 	}
 	if !p.Reclaim.Enabled || p.Reclaim.NotifyWindowSeconds != 600 || p.Reclaim.ObservationWindowSeconds != DefaultObservationWindowSeconds ||
-		p.Reclaim.DefaultMode != vocab.ModeReport {
+		p.Reclaim.DefaultMode != vocab.ModeReport || p.Reclaim.IdleMaxBursts != DefaultIdleMaxBursts ||
+		p.Reclaim.IdleMemoryMiB != DefaultIdleMemoryMiB || p.Reclaim.DisputeWindowSeconds != DefaultDisputeWindowSeconds {
 		t.Errorf("reclaim %+v", p.Reclaim)
 	}
 	for _, tc := range []struct {
@@ -176,6 +177,9 @@ func TestLoadErrors(t *testing.T) {
 		{"negative quota", v + "quotas:\n  - {project: a, pool: p, nominal_milli: -1}\n", "p.yaml:3: quotas[0].nominal_milli: -1 is negative"},
 		{"zero project weight", v + "fair_share:\n  project_weights: {a: 0}\n", "p.yaml:3: fair_share.project_weights.a: 0, want > 0"},
 		{"idle percent", v + "reclaim:\n  idle_gpu_percent: 120\n", "p.yaml:3: reclaim.idle_gpu_percent: 120 is outside 0..100"},
+		{"negative bursts", v + "reclaim:\n  idle_max_bursts: -1\n", "p.yaml:3: reclaim.idle_max_bursts: -1 is negative"},
+		{"negative idle memory", v + "reclaim:\n  idle_memory_mib: -5\n", "p.yaml:3: reclaim.idle_memory_mib: -5 is negative"},
+		{"zero dispute window", v + "reclaim:\n  dispute_window_s: 0\n", "p.yaml:3: reclaim.dispute_window_s: 0, want > 0"},
 		{"probability", v + "simulation:\n  recovery:\n    probability: 1.5\n", "p.yaml:4: simulation.recovery.probability: 1.5 is outside 0..1"},
 		{"projects", v + "simulation:\n  projects: 0\n", "p.yaml:3: simulation.projects: 0, want at least 1"},
 		{"negative seed", v + "simulation:\n  seed: -1\n", `p.yaml:3: simulation.seed: want a whole number, got "-1"`},

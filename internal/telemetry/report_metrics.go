@@ -18,16 +18,19 @@ import (
 const (
 	MetricQueueLongestWait     = "gpugov_queue_longest_wait_seconds"    // gauge {queue}
 	MetricQueueStarvingJobs    = "gpugov_queue_starving_jobs"           // gauge {queue}
+	MetricQueueWaitObjective   = "gpugov_queue_wait_objective_seconds"  // gauge {queue, tier}: the queue's max_wait_s
 	MetricWaitReasonTransition = "gpugov_wait_reason_transitions_total" // counter {reason}
 	waitReasonTransitionsName  = "gpugov_wait_reason_transitions"       // the OTel name; the exporter adds _total
 )
 
 // MetricNames lists the Prometheus metric families gpugov exports, by the
-// names queries use; histograms (gpugov_job_wait_seconds,
-// gpugov_scheduling_cycle_duration_seconds) are queried through their
+// names queries use: the scheduling and queue instruments (Metrics) and the
+// governance ones (GovernanceMetrics); histograms (gpugov_job_wait_seconds,
+// gpugov_scheduling_cycle_duration_seconds,
+// gpugov_preemption_effective_loss_gpu_seconds) are queried through their
 // _bucket, _sum and _count series. A test checks the list against the
-// exporter's output, and deploy's test checks the Grafana dashboards use
-// nothing else.
+// exporter's output, and deploy's tests check that the Grafana dashboards
+// and the Prometheus alerting rules use nothing else.
 var MetricNames = []string{
 	"gpugov_waiting_jobs",
 	"gpugov_job_wait_seconds",
@@ -35,7 +38,18 @@ var MetricNames = []string{
 	"gpugov_placements_total",
 	MetricQueueLongestWait,
 	MetricQueueStarvingJobs,
+	MetricQueueWaitObjective,
 	MetricWaitReasonTransition,
+	MetricPreemptions,
+	MetricPreemptionLoss,
+	MetricPreemptionResumes,
+	MetricReclaims,
+	MetricReclaimGPUsReleased,
+	MetricFalseReclaims,
+	MetricFalseReclaimsRejected,
+	MetricExperimentRollbacks,
+	MetricPoolReady,
+	MetricPoolReadinessCheck,
 }
 
 // QueueGauge is one queue's current service state for the queue gauges.
@@ -47,12 +61,17 @@ type QueueGauge struct {
 	// starvation signal (queuereport's overtaken, releases or
 	// higher_tier_arrivals) in their current wait.
 	StarvingJobs int64
+	// Tier is the queue's tier name and WaitObjectiveSeconds its wait
+	// objective (max_wait_s; 0: none, and no objective gauge is exported).
+	Tier                 string
+	WaitObjectiveSeconds float64
 }
 
 // reportMetrics holds the queue service instruments and the gauges' values.
 type reportMetrics struct {
 	longestWait metric.Float64ObservableGauge
 	starving    metric.Int64ObservableGauge
+	objective   metric.Float64ObservableGauge
 	transitions metric.Int64Counter
 
 	mu     sync.Mutex
@@ -74,11 +93,16 @@ func newReportMetrics(meter metric.Meter) (*reportMetrics, error) {
 		metric.WithDescription("Jobs waiting in the queue that carry a starvation signal (overtaken, releases, higher-tier arrivals)")); err != nil {
 		return nil, fmt.Errorf("telemetry: starving jobs gauge: %w", err)
 	}
+	if r.objective, err = meter.Float64ObservableGauge(MetricQueueWaitObjective,
+		metric.WithDescription("The queue's wait objective (max_wait_s), by queue and tier; queues without one are not exported"),
+		metric.WithUnit("s")); err != nil {
+		return nil, fmt.Errorf("telemetry: wait objective gauge: %w", err)
+	}
 	if r.transitions, err = meter.Int64Counter(waitReasonTransitionsName,
 		metric.WithDescription("Wait-reason transitions (wait events opened), by the new reason")); err != nil {
 		return nil, fmt.Errorf("telemetry: wait reason transitions counter: %w", err)
 	}
-	if _, err = meter.RegisterCallback(r.observe, r.longestWait, r.starving); err != nil {
+	if _, err = meter.RegisterCallback(r.observe, r.longestWait, r.starving, r.objective); err != nil {
 		return nil, fmt.Errorf("telemetry: queue gauges callback: %w", err)
 	}
 	return r, nil
@@ -97,6 +121,9 @@ func (r *reportMetrics) observe(_ context.Context, o metric.Observer) error {
 		attrs := metric.WithAttributes(attribute.String("queue", q))
 		o.ObserveFloat64(r.longestWait, r.queues[q].LongestWaitSeconds, attrs)
 		o.ObserveInt64(r.starving, r.queues[q].StarvingJobs, attrs)
+		if g := r.queues[q]; g.WaitObjectiveSeconds > 0 {
+			o.ObserveFloat64(r.objective, g.WaitObjectiveSeconds, metric.WithAttributes(attribute.String("queue", q), attribute.String("tier", g.Tier)))
+		}
 	}
 	return nil
 }
@@ -136,11 +163,12 @@ func (m *Metrics) AddWaitTransitions(ctx context.Context, byReason map[string]in
 // the last requeue), and the starving jobs from report, a queue service
 // report whose window ends at now and that lists every starving job
 // (Options.StarvingLimit queuereport.NoStarvingLimit): those still waiting
-// at its end. A nil report leaves the starving counts at zero.
+// at its end. A nil report leaves the starving counts at zero. Each entry
+// carries the queue's tier and wait objective.
 func QueueGauges(queues []scheduling.Queue, pending []scheduling.PendingJob, report *queuereport.Report, now time.Time) map[string]QueueGauge {
 	out := make(map[string]QueueGauge, len(queues))
 	for _, q := range queues {
-		out[q.Name] = QueueGauge{}
+		out[q.Name] = QueueGauge{Tier: q.Tier.String(), WaitObjectiveSeconds: q.MaxWait.Seconds()}
 	}
 	for _, j := range pending {
 		g := out[j.Queue]
