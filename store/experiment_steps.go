@@ -329,11 +329,11 @@ func abortPolicyChangedTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *acti
 // during the window re-applied (restoreTargetTx) — audited as
 // AuditActivatePolicy by "experiment/<id>" with evidence (plus the version
 // restored and the kept quota changes), and as action with a kind event
-// giving reason; when another policy was applied meanwhile it restores
-// nothing and records a policy_changed event. It returns the hash of the
-// version restored, "" when none was.
+// giving reason and carrying data (nil for none); when another policy was
+// applied meanwhile it restores nothing and records a policy_changed event.
+// It returns the hash of the version restored, "" when none was.
 func restoreBaselineTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *activePolicy, kind, action, reason string,
-	evidence map[string]any, at time.Time) (string, error) {
+	evidence map[string]any, data json.RawMessage, at time.Time) (string, error) {
 	in, err := candidateInForceTx(ctx, tx, e, a)
 	if err != nil {
 		return "", err
@@ -375,7 +375,7 @@ func restoreBaselineTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *activeP
 	default:
 		detail = fmt.Sprintf("baseline %s restored (was %s): %s", shortHash(e.BaselineHash), shortHash(a.hash), reason)
 	}
-	if _, err := insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: kind, Detail: detail}); err != nil {
+	if _, err := insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: kind, Detail: detail, Data: data}); err != nil {
 		return "", err
 	}
 	return target, appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: actor, Action: action, Subject: e.ID,
@@ -586,8 +586,14 @@ func rollBackTx(ctx context.Context, tx pgx.Tx, e *Experiment, out *experiment.O
 	}
 	breaches := breachEvidence(out.Breaches)
 	reason := fmt.Sprintf("experiment %s (%s): rollback after a breach: %s", e.ID, e.Spec.Name, resultsText(out.Breaches))
+	// The rolled_back event carries the breached conditions' results, as a
+	// check event carries its own, so the timeline shows the numbers.
+	data, err := json.Marshal(out.Breaches)
+	if err != nil {
+		return fmt.Errorf("encode breaches: %w", err)
+	}
 	restored, err := restoreBaselineTx(ctx, tx, e, a, ExperimentEventRolledBack, AuditExperimentRollback, reason,
-		map[string]any{"breaches": breaches}, at)
+		map[string]any{"breaches": breaches}, data, at)
 	if err != nil {
 		return err
 	}
@@ -662,7 +668,7 @@ func (s *Store) FinishExperiment(ctx context.Context, id string, out *experiment
 		}
 		_, err = restoreBaselineTx(ctx, tx, e, a, ExperimentEventReverted, AuditExperimentRevert,
 			fmt.Sprintf("experiment %s (%s): %s, so the baseline is restored", e.ID, e.Spec.Name, out.Verdict),
-			map[string]any{"verdict": out.Verdict, "reason": out.Reason}, at)
+			map[string]any{"verdict": out.Verdict, "reason": out.Reason}, nil, at)
 		return err
 	})
 }
@@ -714,7 +720,7 @@ func (s *Store) AbortExperiment(ctx context.Context, id, actor, reason string, a
 			return nil
 		}
 		_, err = restoreBaselineTx(ctx, tx, e, a, ExperimentEventReverted, AuditExperimentRevert,
-			fmt.Sprintf("experiment %s (%s) aborted by %s", id, e.Spec.Name, actor), map[string]any{"aborted_by": actor}, at)
+			fmt.Sprintf("experiment %s (%s) aborted by %s", id, e.Spec.Name, actor), map[string]any{"aborted_by": actor}, nil, at)
 		return err
 	})
 }

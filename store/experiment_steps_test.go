@@ -254,6 +254,16 @@ func TestExperimentRollBack(t *testing.T) {
 	if got := eventKinds(t, s, e.ID); !slices.Equal(got[3:], []string{"rolled_back", "verdict"}) {
 		t.Fatalf("timeline %v", got)
 	}
+	// The rolled_back event carries the breached results, as a check does.
+	evs, err := s.ExperimentEvents(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var carried []experiment.ConditionResult
+	if err := json.Unmarshal(evs[3].Data, &carried); err != nil || len(carried) != 1 || !carried[0].Breached ||
+		carried[0].Value == nil || *carried[0].Value != 412 || carried[0].Threshold == nil || *carried[0].Threshold != 360 {
+		t.Fatalf("rolled_back event data %s (%v), want the breach with its numbers", evs[3].Data, err)
+	}
 	audit, err := s.AuditFor(ctx, e.ID, 0)
 	if err != nil {
 		t.Fatal(err)
