@@ -379,3 +379,29 @@ func TestVictimsLowRiskFirst(t *testing.T) {
 		t.Fatalf("one GPU: proposals %+v, want l1", res.Preemptions)
 	}
 }
+
+// TestLossUsesCheckpointRealAge checks the planner's loss estimate: the
+// checkpoint's real age (now − its time), not the declared interval, plus
+// the save/restore estimate, per GPU; a checkpoint stamped a little ahead
+// of the planner's clock (within the store's allowed skew) counts as fresh,
+// never as a negative loss.
+func TestLossUsesCheckpointRealAge(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+		want float64
+	}{
+		{"old checkpoint, short interval", 900 * time.Second, 8 * (900 + 60)},
+		{"checkpoint stamped ahead", -30 * time.Second, 8 * 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, p := preemptScenario()
+			s.Running[0].Recovery.CheckpointIntervalSeconds = 60
+			s.Running[0].Recovery.LastCheckpoint = &Checkpoint{At: t0.Add(-tc.age), Step: 10}
+			res := Plan(s, p, t0)
+			if len(res.Preemptions) != 1 || res.Preemptions[0].EstimatedLossGPUSeconds != tc.want {
+				t.Fatalf("proposals %+v, want an estimated loss of %v GPU-s", res.Preemptions, tc.want)
+			}
+		})
+	}
+}

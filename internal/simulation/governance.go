@@ -114,4 +114,3 @@ func CoveringWindow(reports ...*Report) queuereport.Window {
 	}
 	return w
 }
-

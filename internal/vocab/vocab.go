@@ -88,8 +88,8 @@ type PreemptionOutcome string
 
 // The preemption outcomes.
 const (
-	PreemptionCompleted         PreemptionOutcome = "completed"             // all five steps ran and the next run resumed at the saved step
-	PreemptionResumeFailed      PreemptionOutcome = "resume_failed"         // the next run started from another step: recovery evidence downgraded
+	PreemptionCompleted         PreemptionOutcome = "completed"             // all five steps ran; the next run resumed at the saved step and progressed past it
+	PreemptionResumeFailed      PreemptionOutcome = "resume_failed"         // the next run started from another step (recovery evidence downgraded), or started right but did not progress past it
 	PreemptionResumeNotObserved PreemptionOutcome = "resume_not_observed"   // released, but no next run (or no pass of the notice step) within the bound
 	PreemptionAbortedNoCkpt     PreemptionOutcome = "aborted_no_checkpoint" // no checkpoint within the grace period and policy said abort
 	PreemptionAbortedIneligible PreemptionOutcome = "aborted_ineligible"    // the victim became protected, not checkpointable or not running
