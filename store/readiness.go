@@ -270,15 +270,16 @@ func (s *Store) recoveryLoss(ctx context.Context, pool string, w queuereport.Win
 }
 
 // runningObservation counts pool's running allocations and those with a
-// utilisation sample of one of their GPUs, or a checkpoint of their run,
-// at or after since.
+// utilisation sample of one of their GPUs, a checkpoint of their run, or a
+// step advance of their run observed by the reclaim scan (runs.progress_at,
+// ObserveRunSteps), at or after since.
 func (s *Store) runningObservation(ctx context.Context, pool string, since time.Time) (governance.RunningObservation, error) {
 	var o governance.RunningObservation
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE sampled), count(*) FILTER (WHERE progressed),
 			count(*) FILTER (WHERE sampled OR progressed)
 		FROM (SELECT EXISTS (SELECT 1 FROM gpu_samples g WHERE g.gpu_uuid = ANY(a.gpu_uuids) AND g.at >= $2) AS sampled,
-				coalesce((r.last_checkpoint->>'at')::timestamptz >= $2, false) AS progressed
+				(coalesce((r.last_checkpoint->>'at')::timestamptz >= $2, false) OR coalesce(r.progress_at >= $2, false)) AS progressed
 			FROM allocations a JOIN runs r ON r.id = a.run_id AND r.ended_at IS NULL
 			WHERE a.pool = $1 AND a.released_at IS NULL) x`, pool, since).
 		Scan(&o.Allocations, &o.Sampled, &o.Progressing, &o.Observed)

@@ -258,3 +258,40 @@ func TestActivatePolicyStaged(t *testing.T) {
 		t.Errorf("history %+v", hist)
 	}
 }
+
+// TestPoolReadinessCountsObservedProgress: a running allocation with no
+// checkpoint and no utilisation sample is told apart from an idle one once
+// the reclaim scan observed its step advance (runs.progress_at,
+// ObserveRunSteps): progress lines count as output.
+func TestPoolReadinessCountsObservedProgress(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool("p", vocab.StageTrial, 1, 2)
+	s, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{pool}, Queues: []scheduling.Queue{storetest.TrainQueue}})
+	ctx := context.Background()
+	now := t0.Add(2 * time.Hour)
+	_, _, run := runningJob(t, s, pool, 0, true, now.Add(-50*time.Minute))
+	p := readinessPolicy(t)
+	detail := func() string {
+		t.Helper()
+		r, err := s.PoolReadiness(ctx, "p", p, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Checks {
+			if c.Check == vocab.ReadinessRunningIdle {
+				return c.Detail
+			}
+		}
+		t.Fatal("no running/idle check")
+		return ""
+	}
+	if d := detail(); !strings.HasPrefix(d, "0 of 1 running allocations") {
+		t.Fatalf("before any progress: %s", d)
+	}
+	if _, err := s.ObserveRunSteps(ctx, []store.RunStep{{RunID: run, Step: 7}}, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if d := detail(); d != "1 of 1 running allocations (100.0%, min 90.0%) have a utilisation sample (0) or progress (1) from the last 600 s" {
+		t.Fatalf("after observed progress: %s", d)
+	}
+}
