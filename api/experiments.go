@@ -181,8 +181,9 @@ func specInvalid(errs []experiment.FieldError) *Error {
 // invalid spec (every problem named: Spec.Validate's, the candidate's
 // policy file by line and field, an unknown candidate hash, a candidate
 // equal to the baseline, more than one variable group without an
-// override); 409 an active experiment holding one of the pools (named), or
-// no active policy version; 503 when the workflow cannot be started (the
+// override); 409 an experiment holding its pools (named; checked first:
+// the policy in force is service-wide, so experiments run one at a time,
+// whatever pools they name), or no active policy version; 503 when the workflow cannot be started (the
 // experiment is then aborted, with an event saying why).
 func (s *Server) createExperiment(c *gin.Context) {
 	if !requireAdmin(c, "create experiments") {
@@ -204,16 +205,19 @@ func (s *Server) createExperiment(c *gin.Context) {
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
 
-	plan, err := s.checkExperiment(ctx, es, &spec)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	if holder, err := es.ActiveExperimentFor(ctx, spec.Scope.Pools); err != nil {
+	// First: while any experiment holds its pools no other can start, on
+	// any pool (the policy in force is service-wide), so a spec is not
+	// judged against the first one's candidate in force.
+	if holder, err := es.ActiveExperimentFor(ctx, nil); err != nil {
 		writeError(c, err)
 		return
 	} else if holder != nil {
-		writeError(c, experimentConflict(holder.ID, sharedPools(holder.Spec.Scope.Pools, spec.Scope.Pools)))
+		writeError(c, experimentConflict(holder.ID, holder.Spec.Scope.Pools))
+		return
+	}
+	plan, err := s.checkExperiment(ctx, es, &spec)
+	if err != nil {
+		writeError(c, err)
 		return
 	}
 
@@ -397,25 +401,12 @@ func (s *Server) unknownPools(ctx context.Context, pools []string) ([]experiment
 	return out, nil
 }
 
-// experimentConflict is the 409 naming the active experiment that holds
-// pools.
+// experimentConflict is the 409 naming the experiment that holds its
+// pools, whichever pools the new one names.
 func experimentConflict(id string, pools []string) *Error {
-	return newError(http.StatusConflict, CodeConflict, "scope.pools",
-		"experiment %s is active in pool %s; one experiment per pool at a time: wait for its verdict or abort it", id, strings.Join(pools, ", "))
-}
-
-// sharedPools returns the pools of a that b names too, or a when none.
-func sharedPools(a, b []string) []string {
-	var out []string
-	for _, p := range a {
-		if slices.Contains(b, p) {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return a
-	}
-	return out
+	return newError(http.StatusConflict, CodeConflict, "",
+		"experiment %s holds pool %s; the policy in force is service-wide: one experiment at a time: wait for its verdict, promote or abort it (gpugov experiment abort %s)",
+		id, strings.Join(pools, ", "), id)
 }
 
 // shortHash is the first 12 digits of a policy hash.

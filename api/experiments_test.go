@@ -14,9 +14,11 @@ import (
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // experimentWorkflows is recordingWorkflows plus the experiment calls
@@ -300,21 +302,52 @@ func TestCreateExperimentBadInput(t *testing.T) {
 	}
 }
 
-// One experiment per pool: a second in the same pool is a 409 naming the
-// first; an override lets a two-group candidate in, audited with its reason.
+// One experiment at a time: the policy in force is service-wide, so while
+// one holds its pools a second — in the same pool or another, with its
+// candidate in force or not — is a 409 naming the first and saying why;
+// an override lets a two-group candidate in, audited with its reason.
 func TestCreateExperimentConflictAndOverride(t *testing.T) {
 	t.Parallel()
 	env := newExperimentEnv(t)
+	ctx := context.Background()
+	if err := env.store.UpsertInventory(ctx, []scheduling.Pool{storetest.Pool("h100-west", vocab.StageObserve, 1, 2)}); err != nil {
+		t.Fatal(err)
+	}
 	first := env.mustCreate(validExperiment(agingCandidate))
 	before := env.experimentCounts()
 	spec := validExperiment(twoGroups)
 	spec["override"] = map[string]any{"reason": "the grace and the aging change ship together"}
-	r := env.create(spec)
-	if r.status != http.StatusConflict || !strings.Contains(r.apiError(t).Message, first.ID) {
-		t.Fatalf("second experiment in the pool: %d %s, want 409 naming %s", r.status, r.body, first.ID)
+	elsewhere := validExperiment(twoGroups)
+	elsewhere["override"] = spec["override"]
+	elsewhere["scope"] = map[string]any{"pools": []string{"h100-west"}}
+	sameCandidate := validExperiment(agingCandidate)
+	sameCandidate["scope"] = elsewhere["scope"]
+	refused := func(name string, spec map[string]any) {
+		t.Helper()
+		r := env.create(spec)
+		if e := r.apiError(t); r.status != http.StatusConflict || !strings.Contains(e.Message, first.ID) ||
+			!strings.Contains(e.Message, "the policy in force is service-wide: one experiment at a time") {
+			t.Fatalf("%s: %d %s, want 409 naming %s and why", name, r.status, r.body, first.ID)
+		}
 	}
+	refused("second experiment in the pool", spec)
+	refused("second experiment in another pool", elsewhere)
 	if after := env.experimentCounts(); !mapsEqual(before, after) {
-		t.Fatalf("the refused create stored rows: %v → %v", before, after)
+		t.Fatalf("the refused creates stored rows: %v → %v", before, after)
+	}
+	// Once the first's candidate is in force, a second with that candidate
+	// is still refused for the first, not as "the baseline".
+	m := &experiment.Measurement{Window: queuereport.Window{From: time.Now().Add(-time.Hour), To: time.Now()}}
+	if _, err := env.store.RecordExperimentBaseline(ctx, first.ID, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.store.SwitchExperiment(ctx, first.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before = env.experimentCounts()
+	refused("the first's candidate in another pool", sameCandidate)
+	if after := env.experimentCounts(); !mapsEqual(before, after) {
+		t.Fatalf("the refused creates stored rows: %v → %v", before, after)
 	}
 
 	// Once the first is aborted (as its workflow records it) the pool is free.
@@ -323,7 +356,7 @@ func TestCreateExperimentConflictAndOverride(t *testing.T) {
 	if !slices.Equal(x.Groups, []vocab.PolicyGroup{vocab.PolicyAging, vocab.PolicyPreemption}) || x.Spec.Override == nil {
 		t.Fatalf("override: groups %v override %+v", x.Groups, x.Spec.Override)
 	}
-	entries, err := env.store.AuditFor(context.Background(), x.ID, 100)
+	entries, err := env.store.AuditFor(ctx, x.ID, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,10 +87,12 @@ type Experiment struct {
 // experiment measures and holds.
 func (e *Experiment) Pools() []string { return e.Spec.Scope.Pools }
 
-// HoldsPools reports whether the experiment holds its pools, so that no
-// other experiment may be created on one of them: it is active
+// HoldsPools reports whether the experiment holds its pools: it is active
 // (vocab.ExperimentState.Active), or finished kept and neither promoted nor
-// aborted (its candidate is still in force).
+// aborted (its candidate is still in force). While one does, no other
+// experiment may be created, on any pool: the policy in force is
+// service-wide, so a second experiment would take the first's candidate
+// as its baseline and switch every pool again.
 func (e *Experiment) HoldsPools() bool {
 	return e.State.Active() || (e.State == vocab.ExperimentFinished && e.Verdict == vocab.VerdictKept && e.PromotedAt == nil)
 }
@@ -110,18 +112,20 @@ type ExperimentEvent struct {
 	Data   json.RawMessage // e.g. []experiment.ConditionResult for a check; nil when none
 }
 
-// ExperimentConflict is the error CreateExperiment returns when an
-// experiment that holds its pools (Experiment.HoldsPools) shares a pool with
-// the new one: ID is the first such experiment (oldest first), Pools the
-// pools both name. It wraps ErrConflict.
+// ExperimentConflict is the error CreateExperiment returns while an
+// experiment holds its pools (Experiment.HoldsPools), whichever pools the
+// new one names: the policy in force is service-wide, so experiments run
+// one at a time. ID is the holding experiment (the oldest when there are
+// several), Pools its pools. It wraps ErrConflict.
 type ExperimentConflict struct {
 	ID    string
 	Pools []string
 }
 
-// Error names the experiment and the shared pools.
+// Error names the experiment, its pools and why it excludes another.
 func (e *ExperimentConflict) Error() string {
-	return fmt.Sprintf("experiment %s already runs on pool %s", e.ID, strings.Join(e.Pools, ", "))
+	return fmt.Sprintf("experiment %s holds pool %s; the policy in force is service-wide: one experiment at a time",
+		e.ID, strings.Join(e.Pools, ", "))
 }
 
 // Unwrap returns ErrConflict.
@@ -132,7 +136,7 @@ func (e *ExperimentConflict) Unwrap() error { return ErrConflict }
 const holdingSQL = `(state IN ('scheduled', 'baseline', 'running') OR (state = 'finished' AND verdict = 'kept' AND promoted_at IS NULL))`
 
 // experimentLock is the advisory lock key pair every experiment writer that
-// checks the one-experiment-per-pool rule takes (transaction-scoped).
+// checks the one-experiment-at-a-time rule takes (transaction-scoped).
 const experimentLockSQL = `SELECT pg_advisory_xact_lock(hashtext('gpugov.experiments'), 0)`
 
 // CreateExperiment stores e as a new experiment in state scheduled, in one
@@ -141,7 +145,7 @@ const experimentLockSQL = `SELECT pg_advisory_xact_lock(hashtext('gpugov.experim
 // Spec.Candidate.Hash to CandidateHash, records the "created" event and
 // audits AuditCreateExperiment (and AuditOverrideOneVariable with the
 // override's reason when Spec.Override is set), under a transaction-scoped
-// advisory lock that makes the pool check race-free.
+// advisory lock that makes the one-at-a-time check race-free.
 //
 // The caller (the API) has validated the spec (experiment.Spec.Validate),
 // stored the candidate version and computed Groups; CreateExperiment checks
@@ -150,7 +154,8 @@ const experimentLockSQL = `SELECT pg_advisory_xact_lock(hashtext('gpugov.experim
 // stored, different, the baseline being the active version), groups
 // (vocab.PolicyGroups), candidate.hash when set equal to CandidateHash —
 // ErrInvalid naming the field. It returns an *ExperimentConflict (wrapping
-// ErrConflict) naming the first experiment that holds one of the pools, and
+// ErrConflict) naming the experiment that holds its pools, whichever they
+// are (the policy in force is service-wide: one experiment at a time), and
 // an error wrapping ErrConflict when the active policy version is not
 // BaselineHash any more. Nothing is stored on error.
 func (s *Store) CreateExperiment(ctx context.Context, e *Experiment) error {
@@ -187,7 +192,7 @@ func (s *Store) CreateExperiment(ctx context.Context, e *Experiment) error {
 				return err
 			}
 		}
-		if c, err := holdingConflict(ctx, tx, e.Spec.Scope.Pools); err != nil || c != nil {
+		if c, err := holdingConflict(ctx, tx); err != nil || c != nil {
 			if c != nil {
 				return c
 			}
@@ -294,14 +299,14 @@ func checkExperimentPolicies(ctx context.Context, tx pgx.Tx, e *Experiment) erro
 	return nil
 }
 
-// holdingConflict returns the oldest experiment holding one of pools, as
-// an *ExperimentConflict, or nil.
-func holdingConflict(ctx context.Context, q querier, pools []string) (*ExperimentConflict, error) {
+// holdingConflict returns the oldest experiment that holds its pools, on
+// whichever pools, as an *ExperimentConflict, or nil: the policy in force
+// is service-wide, so a new experiment waits for any holding one.
+func holdingConflict(ctx context.Context, q querier) (*ExperimentConflict, error) {
 	var c ExperimentConflict
 	err := q.QueryRow(ctx, `
-		SELECT id, ARRAY(SELECT p FROM unnest(pools) AS p WHERE p = ANY($1::text[]) ORDER BY p)
-		FROM experiments WHERE `+holdingSQL+` AND pools && $1::text[]
-		ORDER BY created_at, id LIMIT 1`, pools).Scan(&c.ID, &c.Pools)
+		SELECT id, pools FROM experiments WHERE `+holdingSQL+`
+		ORDER BY created_at, id LIMIT 1`).Scan(&c.ID, &c.Pools)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -468,8 +473,9 @@ func (s *Store) ActiveExperimentFor(ctx context.Context, pools []string) (*Exper
 }
 
 // HoldingExperiments returns the experiments that hold their pools
-// (Experiment.HoldsPools), oldest first: at most one per pool. Errors are
-// wrapped with "holding experiments".
+// (Experiment.HoldsPools), oldest first: at most one, since experiments
+// run one at a time (CreateExperiment). Errors are wrapped with "holding
+// experiments".
 func (s *Store) HoldingExperiments(ctx context.Context) ([]Experiment, error) {
 	rows, err := queryAll[experimentRow](ctx, s.pool, `SELECT `+experimentColumns+` FROM experiments WHERE `+holdingSQL+`
 		ORDER BY created_at, id`)

@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
@@ -144,10 +146,11 @@ func TestCreateExperimentRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestCreateExperimentOnePerPool: a second experiment sharing a pool with
-// one that holds it is refused naming the first, also when both race; one
-// on other pools is accepted.
-func TestCreateExperimentOnePerPool(t *testing.T) {
+// TestCreateExperimentOneAtATime: while an experiment holds its pools a
+// second one is refused naming it, on a shared pool or on others (the
+// policy in force is service-wide), also when several race; once it ends
+// exactly one of racing creations on disjoint pools wins.
+func TestCreateExperimentOneAtATime(t *testing.T) {
 	t.Parallel()
 	s := newStoreWith(t, testPool("a100", 1, 8), testPool("h100", 1, 8), testPool("l4", 1, 8))
 	ctx := context.Background()
@@ -156,28 +159,35 @@ func TestCreateExperimentOnePerPool(t *testing.T) {
 	if err := s.CreateExperiment(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	err := s.CreateExperiment(ctx, newExperiment(base, cand, "l4", "h100"))
-	var c *store.ExperimentConflict
-	if !errors.As(err, &c) || !errors.Is(err, store.ErrConflict) || c.ID != first.ID || len(c.Pools) != 1 || c.Pools[0] != "h100" {
-		t.Fatalf("second on h100: %v (%+v), want a conflict naming %s on h100", err, c, first.ID)
+	for _, pools := range [][]string{{"l4", "h100"}, {"l4"}} {
+		err := s.CreateExperiment(ctx, newExperiment(base, cand, pools...))
+		var c *store.ExperimentConflict
+		if !errors.As(err, &c) || !errors.Is(err, store.ErrConflict) || c.ID != first.ID || !slices.Equal(c.Pools, []string{"a100", "h100"}) {
+			t.Fatalf("second on %v: %v (%+v), want a conflict naming %s and its pools", pools, err, c, first.ID)
+		}
+		if want := "experiment " + first.ID + " holds pool a100, h100; the policy in force is service-wide: one experiment at a time"; err.Error() != want {
+			t.Fatalf("message %q, want %q", err, want)
+		}
 	}
-	if err.Error() != "experiment "+first.ID+" already runs on pool h100" {
-		t.Fatalf("message %q", err)
+	if _, err := s.AbortExperiment(ctx, first.ID, "admin-alice", "make room", time.Now()); err != nil {
+		t.Fatal(err)
 	}
 
-	// Racing creations on l4: exactly one wins.
+	// Racing creations, each on its own pool: exactly one wins.
 	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
+	pools := []string{"a100", "h100", "l4", "l4"}
+	errs := make([]error, len(pools))
+	for i, p := range pools {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.CreateExperiment(ctx, newExperiment(base, cand, "l4"))
+			errs[i] = s.CreateExperiment(ctx, newExperiment(base, cand, p))
 		}()
 	}
 	wg.Wait()
 	won := 0
 	for _, err := range errs {
+		var c *store.ExperimentConflict
 		switch {
 		case err == nil:
 			won++
@@ -186,6 +196,6 @@ func TestCreateExperimentOnePerPool(t *testing.T) {
 		}
 	}
 	if won != 1 {
-		t.Fatalf("%d racing creations on l4 succeeded, want 1 (%v)", won, errs)
+		t.Fatalf("%d racing creations succeeded, want 1 (%v)", won, errs)
 	}
 }

@@ -83,8 +83,11 @@ window of at least one scheduling cycle), loads the candidate, takes the active
 policy version as the baseline and refuses a candidate that differs from it in
 more than one variable group unless override.reason is given. It prints the
 experiment's ID; the ExperimentWorkflow then measures the baseline, switches
-the scope's pools to the candidate at the start and checks the rollback
-conditions during the window.` + experimentExitCodes,
+the policy in force to the candidate at the start and checks the rollback
+conditions during the window. The policy in force is service-wide: the
+candidate governs every pool, and the scope's pools are what is measured and
+what the experiment holds. So experiments run one at a time: while one holds
+its pools, creating another (in any pool) is refused naming it.` + experimentExitCodes,
 		Args: cobra.NoArgs,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
