@@ -560,3 +560,63 @@ func TestApplyPolicyWhileAnExperimentHoldsAPool(t *testing.T) {
 		t.Fatalf("activation audit %+v %v, want the override recorded", audit, err)
 	}
 }
+
+// overrideEnded requires experiment id to be aborted now, its last event a
+// policy_changed naming version hash, and its workflow sent an abort.
+func (e *experimentEnv) overrideEnded(id, hash string) {
+	e.t.Helper()
+	r := e.do(http.MethodGet, "/v1/experiments/"+id, tokAdmin, nil)
+	var d ExperimentDetail
+	r.decode(e.t, &d)
+	if r.status != http.StatusOK || d.State != vocab.ExperimentAborted || len(d.Events) == 0 {
+		e.t.Fatalf("experiment %s after the override: %d %s, want aborted", id, r.status, r.body)
+	}
+	if last := d.Events[len(d.Events)-1]; last.Kind != store.ExperimentEventPolicyChanged || !strings.Contains(last.Detail, shortHash(hash)) {
+		e.t.Fatalf("last event %+v, want policy_changed naming %s", last, shortHash(hash))
+	}
+	e.ewf.mu.Lock()
+	defer e.ewf.mu.Unlock()
+	if !slices.ContainsFunc(e.ewf.signals, func(s string) bool { return strings.HasPrefix(s, id+" "+ActionAbort+" root overridden: ") }) {
+		e.t.Fatalf("signals %q, want an abort of %s", e.ewf.signals, id)
+	}
+}
+
+// An override ends the experiment at once, whatever its step: scheduled
+// (the baseline is no longer in force), running and finished kept (the
+// candidate is no longer in force) — aborted with a policy_changed event
+// naming the applied version, and its workflow told, rather than at its
+// next check.
+func TestPolicyOverrideEndsTheExperimentAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, step := range []string{"scheduled", "running", "kept"} {
+		env := newExperimentEnv(t)
+		x := env.mustCreate(validExperiment(agingCandidate))
+		now := time.Now().UTC()
+		m := &experiment.Measurement{Window: queuereport.Window{From: now.Add(-time.Hour), To: now}}
+		switch step {
+		case "running":
+			if _, err := env.store.RecordExperimentBaseline(ctx, x.ID, m, now); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.store.SwitchExperiment(ctx, x.ID, now); err != nil {
+				t.Fatal(err)
+			}
+		case "kept":
+			finishKept(t, env.store, x.ID)
+		}
+		r := env.do(http.MethodPost, "/v1/policies", tokAdmin, PolicyApply{Policy: "version: gpugov.policy/v1\npreemption: {grace_s: 30}\n",
+			Reason: "shorter grace", OverrideReason: "incident"})
+		var out PolicyApplied
+		r.decode(t, &out)
+		if r.status != http.StatusOK || !out.Changed {
+			t.Fatalf("%s: apply with override: %d %s", step, r.status, r.body)
+		}
+		env.overrideEnded(x.ID, out.Hash)
+		if h, _ := env.store.ActivePolicyHash(ctx); h != out.Hash {
+			t.Fatalf("%s: active %s, want the applied %s (the experiment restores nothing)", step, h, out.Hash)
+		}
+		// The pools are free: the next experiment may start.
+		env.mustCreate(validExperiment(agingCandidate + "preemption: {grace_s: 30}\n"))
+	}
+}

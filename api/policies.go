@@ -42,8 +42,9 @@ type PolicyStore interface {
 // applied, both required. File names the file in error messages
 // ("policy.yaml" when empty). The file's `simulation:` section is not part
 // of a version and is ignored. OverrideReason lets the change through while
-// a policy experiment holds a pool (it ends that experiment; audited with
-// the activation); without it such a change is a 409 naming the experiment.
+// a policy experiment holds a pool (audited with the activation; the
+// experiment ends aborted, policy_changed, as soon as the version is
+// active); without it such a change is a 409 naming the experiment.
 type PolicyApply struct {
 	Policy         string `json:"policy"`
 	Reason         string `json:"reason"`
@@ -212,6 +213,7 @@ func (s *Server) applyPolicy(c *gin.Context) {
 		groups[i] = string(g)
 	}
 	evidence := map[string]any{"source": "api", "groups": groups, "override_readiness": body.OverrideReadiness}
+	overridden := false
 	if out.Hash != out.Previous {
 		holder, ok := s.heldByExperiment(ctx, c, body.OverrideReason)
 		if !ok {
@@ -219,6 +221,7 @@ func (s *Server) applyPolicy(c *gin.Context) {
 		}
 		if holder != nil {
 			evidence["override_experiment"], evidence["override_reason"] = holder.ID, body.OverrideReason
+			overridden = true
 		}
 	}
 	// Every stage the version widens is judged on its pool's readiness
@@ -242,6 +245,9 @@ func (s *Server) applyPolicy(c *gin.Context) {
 	}
 	if plan != nil {
 		out.Stages = plan
+	}
+	if overridden && out.Changed {
+		s.endOverriddenExperiments(ctx, c, "policy "+out.Hash+" applied by "+principal(c).Name+": "+body.OverrideReason)
 	}
 	if out.Changed || len(plan) > 0 {
 		wctx, wcancel := s.workflowCtx(c)

@@ -80,9 +80,9 @@ type QuotaList struct {
 // QuotaUpdate is the body of PUT /v1/quotas/{pool}/{project}: the whole
 // quota (nominal and borrowing limit, milli-GPU) and why. All three are
 // required. OverrideReason lets the change through while a policy
-// experiment about quotas holds a pool (the change ends that experiment;
-// recorded in the set_quota audit evidence); without it such a change is a
-// 409 naming the experiment.
+// experiment about quotas holds a pool (the change ends that experiment at
+// once, policy_changed; recorded in the set_quota audit evidence); without
+// it such a change is a 409 naming the experiment.
 type QuotaUpdate struct {
 	NominalMilli        *int64 `json:"nominal_milli"`
 	BorrowingLimitMilli *int64 `json:"borrowing_limit_milli"`
@@ -262,6 +262,9 @@ func (s *Server) setQuota(c *gin.Context) {
 	if err != nil {
 		writeError(c, err)
 		return
+	}
+	if evidence != nil && res != nil && res.Changed {
+		s.endOverriddenExperiments(ctx, c, "quota "+pool+"/"+project+" set by "+principal(c).Name+": "+body.OverrideReason)
 	}
 	s.wakeAfterQuota(c, pool, project, res)
 	c.JSON(http.StatusOK, quotaChangeOf(pool, project, res))
@@ -495,6 +498,9 @@ func (s *Server) decideQuotaRequest(c *gin.Context, approve bool) {
 	case err != nil:
 		writeError(c, err)
 		return
+	}
+	if evidence != nil && change != nil && change.Changed {
+		s.endOverriddenExperiments(ctx, c, "quota request "+r.ID+" approved by "+principal(c).Name+": "+body.OverrideReason)
 	}
 	s.wakeAfterQuota(c, r.Pool, r.Project, change)
 	out := quotaRequestOf(r)

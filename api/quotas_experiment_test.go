@@ -31,8 +31,8 @@ func (e *experimentEnv) quotaRows() [4]int {
 // While an experiment about quotas holds a pool, PUT /v1/quotas and a quota
 // request's approval are a 409 naming it — in its pool the change would
 // confound it, in another it would end it — and store nothing; an admin's
-// override_reason lets them through, recorded in the audit evidence. A
-// denial needs no override.
+// override_reason lets them through, recorded in the audit evidence, and
+// the experiment ends at once (policy_changed). A denial needs no override.
 func TestQuotaChangeWhileAQuotaExperimentHoldsThePool(t *testing.T) {
 	t.Parallel()
 	env := newExperimentEnv(t)
@@ -89,6 +89,11 @@ func TestQuotaChangeWhileAQuotaExperimentHoldsThePool(t *testing.T) {
 		audit[0].Evidence["override_reason"] != "incident: vision must run now" {
 		t.Fatalf("set_quota audit %+v %v, want the override recorded", audit, err)
 	}
+	// The override ended the experiment at once (its baseline is no longer
+	// in force), not at its next step.
+	active, _ := env.store.ActivePolicyHash(ctx)
+	env.overrideEnded(x.ID, active)
+	x = env.mustCreate(validExperiment(quotaCandidate))
 	r = env.do(http.MethodPost, "/v1/quota-requests/"+req.ID+"/approve", tokAdmin,
 		QuotaDecision{Comment: "granted", OverrideReason: "the experiment is moot"})
 	var decided QuotaRequest
@@ -106,6 +111,8 @@ func TestQuotaChangeWhileAQuotaExperimentHoldsThePool(t *testing.T) {
 			t.Fatalf("%s audit %+v, want the override recorded", action, last)
 		}
 	}
+	active, _ = env.store.ActivePolicyHash(ctx)
+	env.overrideEnded(x.ID, active)
 
 	// A denial changes no quota: no override needed.
 	r = env.do(http.MethodPost, "/v1/quota-requests", tokAlice, map[string]any{"pool": "a100-east", "project": "vision",

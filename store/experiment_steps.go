@@ -275,19 +275,29 @@ func resultsText(rs []experiment.ConditionResult) string {
 	return strings.Join(parts, "; ")
 }
 
-// VerifyExperimentPolicy checks that the candidate of running (or kept,
-// not promoted) experiment id is still in force; when it is not, the
-// experiment ends aborted with a policy_changed event naming the active
-// version (restoring nothing), audited as AuditExperimentAbort by
-// "experiment/<id>". Other experiments are returned unchanged.
+// VerifyExperimentPolicy checks that the policy experiment id expects is
+// still the one in force: its candidate for a running (or kept, not
+// promoted) experiment, its baseline for one scheduled or measuring its
+// baseline (as SwitchExperiment requires). When it is not, the experiment
+// ends aborted with a policy_changed event naming the active version
+// (restoring nothing), audited as AuditExperimentAbort by
+// "experiment/<id>". The workflow's checks call it, and so does the API
+// right after an override_reason change, so that the experiment ends at
+// once. Other experiments are returned unchanged.
 func (s *Store) VerifyExperimentPolicy(ctx context.Context, id string, at time.Time) (*Experiment, error) {
 	return s.experimentStep(ctx, "verify experiment policy", id, func(tx pgx.Tx, e *Experiment) error {
-		if e.State != vocab.ExperimentRunning && !(e.HoldsPools() && e.State == vocab.ExperimentFinished) {
+		if !e.HoldsPools() {
 			return nil
 		}
 		a, err := lockActive(ctx, tx)
 		if err != nil {
 			return err
+		}
+		if e.State == vocab.ExperimentScheduled || e.State == vocab.ExperimentBaseline {
+			if a.hash == e.BaselineHash {
+				return nil
+			}
+			return abortPolicyChangedTx(ctx, tx, e, a, "before the switch", at)
 		}
 		in, err := candidateInForceTx(ctx, tx, e, a)
 		if err != nil || in {

@@ -416,3 +416,38 @@ func TestExperimentSwitchRefusedAfterOutsideChange(t *testing.T) {
 		t.Fatalf("timeline %v", got)
 	}
 }
+
+// TestVerifyExperimentPolicyBeforeTheSwitch: before its switch an
+// experiment expects its baseline in force; VerifyExperimentPolicy (which
+// the API runs right after an override) leaves it while the baseline is
+// active and ends it aborted, policy_changed, once another version is.
+func TestVerifyExperimentPolicyBeforeTheSwitch(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a100", 1, 8))
+	ctx := context.Background()
+	base, cand := expPolicies(t, s)
+	e := newExperiment(base, cand, "a100")
+	if err := s.CreateExperiment(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.VerifyExperimentPolicy(ctx, e.ID, t0); err != nil || got.State != vocab.ExperimentScheduled {
+		t.Fatalf("baseline in force: %+v (%v), want scheduled", got, err)
+	}
+	if _, err := s.RecordExperimentBaseline(ctx, e.ID, baselineMeasurement(), t0); err != nil {
+		t.Fatal(err)
+	}
+	other := policy.Default()
+	other.Aging.CapPoints++
+	if _, err := s.ActivatePolicy(ctx, other.Hash(), other.Canonical(), "admin-carol", "override", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.VerifyExperimentPolicy(ctx, e.ID, t0.Add(1e9))
+	if err != nil || got.State != vocab.ExperimentAborted || got.HoldsPools() || activeHash(t, s) != other.Hash() {
+		t.Fatalf("after another policy: %+v (%v), want aborted, nothing restored", got, err)
+	}
+	evs, _ := s.ExperimentEvents(ctx, e.ID)
+	if last := evs[len(evs)-1]; last.Kind != store.ExperimentEventPolicyChanged ||
+		!strings.Contains(last.Detail, "before the switch: the active policy version is "+other.Hash()[:12]+", not the baseline") {
+		t.Fatalf("last event %+v", last)
+	}
+}

@@ -318,7 +318,7 @@ func TestPolicyApplyDuringAnExperiment(t *testing.T) {
 
 // While an experiment about quotas holds a pool, `gpugov quota set` and
 // `quota approve` are refused naming it (exit code 2, nothing changes);
-// --override-reason changes the quota.
+// --override-reason changes the quota and ends the experiment at once.
 func TestQuotaChangeDuringAQuotaExperiment(t *testing.T) {
 	env, _ := newExperimentCLIEnv(t)
 	ctx := context.Background()
@@ -355,12 +355,17 @@ func TestQuotaChangeDuringAQuotaExperiment(t *testing.T) {
 		t.Fatalf("a refused change switched %s → %s", before, h)
 	}
 	mustRun(t, env, append(set, "--override-reason", "incident")...)
-	out = mustRun(t, env, append(approve, "--override-reason", "incident")...)
+	// The override ended the experiment at once, so the approval needs none.
+	if x, err := env.store.GetExperiment(ctx, id); err != nil || x.State != vocab.ExperimentAborted {
+		t.Fatalf("experiment %s after the override: %+v %v, want aborted", id, x, err)
+	}
+	out = mustRun(t, env, approve...)
 	if !strings.Contains(out, "approved") {
-		t.Fatalf("approve with --override-reason: %q", out)
+		t.Fatalf("approve after the override: %q", out)
 	}
 	audit, err := env.store.AuditFor(ctx, "sim/vision", 0)
-	if err != nil || len(audit) != 2 || audit[0].Evidence["override_experiment"] != id || audit[1].Evidence["override_reason"] != "incident" {
-		t.Fatalf("set_quota audit %+v %v, want both overrides recorded", audit, err)
+	if err != nil || len(audit) != 2 || audit[0].Evidence["override_experiment"] != id || audit[0].Evidence["override_reason"] != "incident" ||
+		audit[1].Evidence["override_experiment"] != nil {
+		t.Fatalf("set_quota audit %+v %v, want the override recorded on the set only", audit, err)
 	}
 }

@@ -69,7 +69,8 @@ the loader refuses prints every problem as "file:line: field: what is wrong"
 and changes nothing. Applying the active version again changes nothing.
 While a policy experiment holds a pool the API refuses (the experiment is
 named): a new version would end it. --override-reason applies it anyway
-(recorded in the audit log), ending the experiment. A file that widens a
+(recorded in the audit log), ending the experiment at once (aborted,
+policy_changed). A file that widens a
 pool's automation stage (observe → trial → automate) is refused unless the
 pool's readiness passes (gpugov pool readiness POOL); each failed check is
 printed with its numbers. --override-readiness applies it anyway, audited

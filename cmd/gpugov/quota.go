@@ -131,7 +131,7 @@ supersedes it (a restart on the same file keeps it): copy a lasting change
 into the file. While a policy experiment about quotas holds a pool the API
 refuses (the experiment is named): the change would confound or end it.
 --override-reason sets it anyway (recorded in the audit log), ending the
-experiment.` + quotaExitCodes,
+experiment at once (aborted, policy_changed).` + quotaExitCodes,
 		Args: cobra.ExactArgs(2),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
