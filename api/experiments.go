@@ -278,7 +278,8 @@ type experimentPlan struct {
 
 // checkExperiment checks a spec as POST /v1/experiments does before
 // storing anything, and returns every problem at once as one 400
-// (*Error): Spec.Validate at the scheduler's cycle interval, the
+// (*Error): Spec.Validate at the scheduler's cycle interval, a start in
+// the past (pastStart), the
 // candidate's loading (loadCandidate), the scope's pools against the
 // inventory, and, when the candidate loaded, that it is not the active
 // version (the baseline) and the one-variable rule
@@ -286,6 +287,7 @@ type experimentPlan struct {
 // are the store's.
 func (s *Server) checkExperiment(ctx context.Context, es ExperimentStore, spec *experiment.Spec) (*experimentPlan, error) {
 	errs := spec.Validate(s.cycleInterval)
+	errs = append(errs, pastStart(spec, s.now(), s.cycleInterval)...)
 	candidate, body, cerrs, err := loadCandidate(ctx, es, spec)
 	if err != nil {
 		return nil, err

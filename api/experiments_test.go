@@ -270,6 +270,9 @@ func TestCreateExperimentBadInput(t *testing.T) {
 		{"unknown pool", with(func(s map[string]any) {
 			s["scope"] = map[string]any{"pools": []string{"nowhere"}}
 		}), "scope.pools[0]", "nowhere"},
+		{"start in the past", with(func(s map[string]any) {
+			s["start"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		}), "start", "is in the past (now "},
 	}
 	before := env.experimentCounts()
 	for _, tc := range cases {
@@ -618,5 +621,18 @@ func TestPolicyOverrideEndsTheExperimentAtOnce(t *testing.T) {
 		}
 		// The pools are free: the next experiment may start.
 		env.mustCreate(validExperiment(agingCandidate + "preemption: {grace_s: 30}\n"))
+	}
+}
+
+// A start within one cycle of now (a client's clock, the request's way) is
+// accepted and kept; one earlier is refused above (TestCreateExperimentBadInput).
+func TestCreateExperimentStartNow(t *testing.T) {
+	t.Parallel()
+	env := newExperimentEnv(t)
+	spec := validExperiment(agingCandidate)
+	start := time.Now().Add(-time.Second).UTC().Truncate(time.Second)
+	spec["start"] = start.Format(time.RFC3339)
+	if x := env.mustCreate(spec); !x.StartAt.Equal(start) {
+		t.Fatalf("start_at %s, want %s", x.StartAt, start)
 	}
 }
