@@ -281,7 +281,8 @@ type experimentPlan struct {
 // (*Error): Spec.Validate at the scheduler's cycle interval, a start in
 // the past (pastStart), the
 // candidate's loading (loadCandidate), the scope's pools against the
-// inventory, and, when the candidate loaded, that it is not the active
+// inventory, the queues it names against the stored ones (unknownQueues),
+// and, when the candidate loaded, that it is not the active
 // version (the baseline) and the one-variable rule
 // (experiment.CheckOneVariable). No active version is a 409; other errors
 // are the store's.
@@ -298,6 +299,11 @@ func (s *Server) checkExperiment(ctx context.Context, es ExperimentStore, spec *
 		return nil, err
 	}
 	errs = append(errs, perrs...)
+	qerrs, err := s.unknownQueues(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, qerrs...)
 	active, err := es.ActivePolicyVersion(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, newError(http.StatusConflict, CodeConflict, "", "no active policy version to take as the baseline: start serve with its policy first")

@@ -270,6 +270,15 @@ func TestCreateExperimentBadInput(t *testing.T) {
 		{"unknown pool", with(func(s map[string]any) {
 			s["scope"] = map[string]any{"pools": []string{"nowhere"}}
 		}), "scope.pools[0]", "nowhere"},
+		{"unknown scope queue", with(func(s map[string]any) {
+			s["scope"] = map[string]any{"pools": []string{experimentPoolID}, "queues": []string{"train", "nosuch"}}
+		}), "scope.queues[1]", `queue "nosuch" is not a stored queue`},
+		{"unknown expected queue", with(func(s map[string]any) {
+			s["expected"] = map[string]any{"metric": "longest_wait_s", "queue": "nosuch", "direction": "decrease", "change": 0.3}
+		}), "expected.queue", "nosuch"},
+		{"unknown rollback queue", with(func(s map[string]any) {
+			s["rollback"] = []any{map[string]any{"metric": "wait_p95_s", "queue": "trian", "above": 600}}
+		}), "rollback[0].queue", "delivery, inference, train"},
 		{"start in the past", with(func(s map[string]any) {
 			s["start"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 		}), "start", "is in the past (now "},
@@ -625,14 +634,17 @@ func TestPolicyOverrideEndsTheExperimentAtOnce(t *testing.T) {
 }
 
 // A start within one cycle of now (a client's clock, the request's way) is
-// accepted and kept; one earlier is refused above (TestCreateExperimentBadInput).
-func TestCreateExperimentStartNow(t *testing.T) {
+// accepted and kept, and so are stored queues; an earlier start and unknown
+// queues are refused above (TestCreateExperimentBadInput).
+func TestCreateExperimentStartNowOnStoredQueues(t *testing.T) {
 	t.Parallel()
 	env := newExperimentEnv(t)
 	spec := validExperiment(agingCandidate)
 	start := time.Now().Add(-time.Second).UTC().Truncate(time.Second)
 	spec["start"] = start.Format(time.RFC3339)
-	if x := env.mustCreate(spec); !x.StartAt.Equal(start) {
-		t.Fatalf("start_at %s, want %s", x.StartAt, start)
+	spec["scope"] = map[string]any{"pools": []string{experimentPoolID}, "queues": []string{"train", "inference"}}
+	spec["rollback"] = []any{map[string]any{"metric": "wait_p95_s", "queue": "inference", "above": 600}}
+	if x := env.mustCreate(spec); !x.StartAt.Equal(start) || !slices.Equal(x.Spec.Scope.Queues, []string{"train", "inference"}) {
+		t.Fatalf("start_at %s, want %s; scope %+v", x.StartAt, start, x.Spec.Scope)
 	}
 }
