@@ -110,7 +110,7 @@ func (s *Server) evidenceStore(c *gin.Context) (EvidenceStore, bool) {
 // (operator and admin): the audit log, newest first, one page.
 func (s *Server) listAudit(c *gin.Context) {
 	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "reading the audit log needs an operator or admin token; this is a %s token", p.Role))
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "reading the audit log needs an operator or admin token; this is %s token", aRole(p.Role)))
 		return
 	}
 	f, apiErr := auditFilter(c)
@@ -274,7 +274,7 @@ func (s *Server) disputeReclaim(c *gin.Context) {
 // reclaim.
 func (s *Server) rejectDispute(c *gin.Context) {
 	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "rejecting a dispute needs an operator or admin token; this is a %s token", p.Role))
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "rejecting a dispute needs an operator or admin token; this is %s token", aRole(p.Role)))
 		return
 	}
 	req, ok := decodeAction(c)

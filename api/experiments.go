@@ -450,7 +450,7 @@ func (s *Server) heldByExperiment(ctx context.Context, c *gin.Context, overrideR
 	}
 	if holder != nil && strings.TrimSpace(overrideReason) == "" {
 		writeError(c, newError(http.StatusConflict, CodeConflict, "override_reason",
-			"experiment %s (%s, %s) holds pool %s: a policy applied now would end it; wait for its verdict, abort it (gpugov experiment abort %s), or give override_reason",
+			"experiment %s (%s, %s) holds pool %s: a policy applied now would end it; wait for its verdict, abort it (gpugov experiment abort %s), or give override_reason (gpugov policy apply --override-reason)",
 			holder.ID, holder.Spec.Name, holder.State, strings.Join(holder.Spec.Scope.Pools, ", "), holder.ID))
 		return holder, false
 	}

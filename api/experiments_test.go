@@ -534,6 +534,9 @@ func TestExperimentRoles(t *testing.T) {
 	if after := env.experimentCounts(); !mapsEqual(before, after) || len(env.ewf.signals) != 0 {
 		t.Errorf("refused calls changed something: %v → %v, signals %v", before, after, env.ewf.signals)
 	}
+	if r := env.do(http.MethodPost, "/v1/experiments", tokOps, validExperiment(agingCandidate)); !strings.Contains(r.apiError(t).Message, "(this token is an operator)") {
+		t.Errorf("403 message %s, want the role with its article", r.body)
+	}
 }
 
 // While an experiment holds a pool, POST /v1/policies is a 409 naming it

@@ -132,7 +132,7 @@ func (s *Server) nodeRoutes(v1 *gin.RouterGroup) {
 func requireAgentRole(c *gin.Context) {
 	if p := principal(c); p.Role != vocab.RoleAgent && !p.Role.SeesAllProjects() {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
-			"node-agent routes need an agent, operator or admin token; this is a %s token", p.Role))
+			"node-agent routes need an agent, operator or admin token; this is %s token", aRole(p.Role)))
 		return
 	}
 	c.Next()

@@ -130,7 +130,7 @@ func (s *Server) policyStore(c *gin.Context) (ps PolicyStore, ctx context.Contex
 // requireOperator answers 403 unless the caller is an operator or an admin.
 func requireOperator(c *gin.Context, what string) bool {
 	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "only an operator or an admin may %s (this token is a %s)", what, p.Role))
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "only an operator or an admin may %s (this token is %s)", what, aRole(p.Role)))
 		return false
 	}
 	return true

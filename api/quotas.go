@@ -178,7 +178,7 @@ func (s *Server) quotaStore(c *gin.Context) (qs QuotaStore, ctx context.Context,
 // requireAdmin answers 403 unless the caller is an admin.
 func requireAdmin(c *gin.Context, what string) bool {
 	if p := principal(c); p.Role != vocab.RoleAdmin {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "only an admin may %s (this token is a %s)", what, p.Role))
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "only an admin may %s (this token is %s)", what, aRole(p.Role)))
 		return false
 	}
 	return true
@@ -313,7 +313,7 @@ func (s *Server) quotaHeldByExperiment(ctx context.Context, c *gin.Context, qs Q
 			effect = "a quota change in pool " + pool + " would confound it (a second change to its own variable) and end it"
 		}
 		writeError(c, newError(http.StatusConflict, CodeConflict, "override_reason",
-			"experiment %s (%s, %s) varies quotas and holds pool %s: %s; wait for its verdict, abort it (gpugov experiment abort %s), or give override_reason",
+			"experiment %s (%s, %s) varies quotas and holds pool %s: %s; wait for its verdict, abort it (gpugov experiment abort %s), or give override_reason (gpugov quota set|approve --override-reason)",
 			holder.ID, holder.Spec.Name, holder.State, pools, effect, holder.ID))
 		return nil, false
 	}

@@ -129,7 +129,7 @@ func reclaimReport(rs []store.Reclaim) ReclaimReport {
 // its window ends).
 func (s *Server) confirmReclaim(c *gin.Context) {
 	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "confirming a reclaim needs an operator or admin token; this is a %s token", p.Role))
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "confirming a reclaim needs an operator or admin token; this is %s token", aRole(p.Role)))
 		return
 	}
 	s.decideReclaim(c, temporalx.SignalReclaimConfirm, "confirmed")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -165,8 +166,8 @@ func (s *Store) RecordExperimentBaseline(ctx context.Context, id string, m *expe
 		if _, err := tx.Exec(ctx, `UPDATE experiments SET state = 'baseline', baseline = $2 WHERE id = $1`, id, b); err != nil {
 			return err
 		}
-		detail := fmt.Sprintf("baseline measured over %s under %s: %d jobs, %d started; %s",
-			windowText(m.Window.From, m.Window.To), shortHash(e.BaselineHash), m.Total.Jobs, m.Total.Started,
+		detail := fmt.Sprintf("baseline measured over %s under %s: %s, %d started; %s",
+			windowText(m.Window.From, m.Window.To), shortHash(e.BaselineHash), jobsText(m.Total.Jobs), m.Total.Started,
 			expectedText(&e.Spec, m))
 		_, err = insertExperimentEvent(ctx, tx, id, "", ExperimentEvent{At: at, Kind: ExperimentEventBaselineMeasured,
 			Detail: detail, Data: b})
@@ -252,7 +253,7 @@ func (s *Store) RecordExperimentCheck(ctx context.Context, id string, n int, w e
 		if err != nil {
 			return fmt.Errorf("encode check: %w", err)
 		}
-		detail := fmt.Sprintf("check %d over %s (%d jobs): %s", n, windowText(w.Window.From, w.Window.To), w.Total.Jobs,
+		detail := fmt.Sprintf("check %d over %s (%s): %s", n, windowText(w.Window.From, w.Window.To), jobsText(w.Total.Jobs),
 			resultsText(results))
 		_, err = insertExperimentEvent(ctx, tx, id, fmt.Sprintf("check-%d", n),
 			ExperimentEvent{At: at, Kind: ExperimentEventCheck, Detail: detail, Data: data})
@@ -629,7 +630,7 @@ func finishTx(ctx context.Context, tx pgx.Tx, e *Experiment, out *experiment.Out
 		return err
 	}
 	_, err = insertExperimentEvent(ctx, tx, e.ID, "", ExperimentEvent{At: at, Kind: ExperimentEventVerdict,
-		Detail: "verdict " + string(out.Verdict) + " — " + out.Reason, Data: b})
+		Detail: verdictText(out), Data: b})
 	return err
 }
 
@@ -802,7 +803,7 @@ func expectedText(s *experiment.Spec, m *experiment.Measurement) string {
 	if err != nil {
 		return what + ": " + err.Error()
 	}
-	return fmt.Sprintf("%s = %s (%d jobs)", what, valueText(v, x.Metric), n)
+	return fmt.Sprintf("%s = %s (%s)", what, valueText(v, x.Metric), jobsText(n))
 }
 
 // conditionName is a condition's name, or its rendered predicate.
@@ -829,7 +830,9 @@ func valueText(v *float64, metric string) string {
 	if v == nil {
 		return "none"
 	}
-	s := fmt.Sprintf("%.4g", *v)
+	// Four significant digits, written out in full (no exponent).
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(*v, 'g', 4, 64), 64)
+	s := strconv.FormatFloat(r, 'f', -1, 64)
 	if info, ok := experiment.LookupMetric(metric); ok && info.Unit != "" && info.Unit != "ratio" && info.Unit != "count" && info.Unit != "jobs" {
 		s += " " + info.Unit
 	}
@@ -839,4 +842,24 @@ func valueText(v *float64, metric string) string {
 // windowText renders [from, to) as "2026-11-30T09:00:00Z..2026-11-30T10:00:00Z".
 func windowText(from, to time.Time) string {
 	return from.UTC().Format(time.RFC3339) + ".." + to.UTC().Format(time.RFC3339)
+}
+
+// jobsText is "1 job" or "n jobs".
+func jobsText(n int) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
+}
+
+// verdictText is a verdict event's sentence: "verdict kept — <reason>",
+// the verdict word not repeated when the reason starts with it (as an
+// outcome decided before experiment.Decide dropped that prefix does:
+// "rolled back: …", "inconclusive: …").
+func verdictText(out *experiment.Outcome) string {
+	reason := out.Reason
+	for _, w := range []string{string(out.Verdict), strings.ReplaceAll(string(out.Verdict), "_", " ")} {
+		reason = strings.TrimPrefix(reason, w+": ")
+	}
+	return "verdict " + string(out.Verdict) + " — " + reason
 }

@@ -451,3 +451,52 @@ func TestVerifyExperimentPolicyBeforeTheSwitch(t *testing.T) {
 		t.Fatalf("last event %+v", last)
 	}
 }
+
+// TestExperimentTimelineTexts: one job is "1 job", a long window and a large
+// value are written out in full (no exponent), and a verdict event does not
+// repeat its verdict word.
+func TestExperimentTimelineTexts(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a100", 1, 8))
+	ctx := context.Background()
+	base, cand := expPolicies(t, s)
+	e := newExperiment(base, cand, "a100")
+	e.Spec.WindowSeconds = 2592000
+	if err := s.CreateExperiment(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	m := &experiment.Measurement{Window: queuereport.Window{From: t0.Add(-3600e9), To: t0},
+		Total:  queuereport.Group{Key: map[string]string{}, Jobs: 1, Started: 1},
+		ByTier: []queuereport.Group{{Key: map[string]string{queuereport.KeyTier: "experiment"}, Jobs: 1, LongestWaitS: f64(1234567)}}}
+	if _, err := s.RecordExperimentBaseline(ctx, e.ID, m, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SwitchExperiment(ctx, e.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	out := &experiment.Outcome{Verdict: vocab.VerdictInconclusive,
+		Reason: "inconclusive: experiment tier had 1 job in the baseline window and 0 jobs in the candidate window; a verdict needs at least 5 in each (min_sample)"}
+	if _, err := s.FinishExperiment(ctx, e.ID, out, t0.Add(3600e9)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.ExperimentEvents(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := map[string]string{}
+	for _, ev := range evs {
+		details[ev.Kind] = ev.Detail
+	}
+	for kind, want := range map[string]string{
+		store.ExperimentEventCreated:          "window 2592000 s from",
+		store.ExperimentEventBaselineMeasured: ": 1 job, 1 started; experiment tier longest_wait_s = 1235000 s (1 job)",
+		store.ExperimentEventVerdict:          "verdict inconclusive — experiment tier had 1 job",
+	} {
+		if !strings.Contains(details[kind], want) {
+			t.Errorf("%s event %q, want %q in it", kind, details[kind], want)
+		}
+	}
+	if strings.Contains(details[store.ExperimentEventVerdict], "inconclusive: ") {
+		t.Errorf("verdict event repeats the verdict: %q", details[store.ExperimentEventVerdict])
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,7 +250,7 @@ func checkNewExperiment(e *Experiment) error {
 	}
 	switch {
 	case !(e.Spec.WindowSeconds > 0):
-		return invalidf("window_s", "window_s must be above 0, got %v", e.Spec.WindowSeconds)
+		return invalidf("window_s", "window_s must be above 0, got %s", strconv.FormatFloat(e.Spec.WindowSeconds, 'f', -1, 64))
 	case e.CandidateHash == e.BaselineHash:
 		return invalidf("candidate", "candidate %s is the baseline: nothing to try", shortHash(e.CandidateHash))
 	case e.Spec.Candidate.Hash != "" && e.Spec.Candidate.Hash != e.CandidateHash:
@@ -570,5 +571,6 @@ func groupsText(gs []vocab.PolicyGroup) string {
 	return "changes " + strings.Join(groupStrings(gs), ", ")
 }
 
-// secondsText renders a duration in seconds as "3600 s".
-func secondsText(s float64) string { return fmt.Sprintf("%g s", s) }
+// secondsText renders a duration in seconds as "3600 s", every digit
+// written out ("2592000 s", never "2.592e+06 s").
+func secondsText(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) + " s" }

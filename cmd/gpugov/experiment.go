@@ -13,6 +13,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/experiment"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // This file holds `gpugov experiment …`, the client side of policy
@@ -82,7 +83,8 @@ candidate.policy) and posts it. The API validates it (metrics, targets, a
 window of at least one scheduling cycle), loads the candidate, takes the active
 policy version as the baseline and refuses a candidate that differs from it in
 more than one variable group unless override.reason is given. It prints the
-experiment's ID; the ExperimentWorkflow then measures the baseline, switches
+experiment's ID alone on stdout (a summary line goes to stderr), so that
+ID=$(gpugov experiment create -f FILE) works; the ExperimentWorkflow then measures the baseline, switches
 the policy in force to the candidate at the start and checks the rollback
 conditions during the window. The policy in force is service-wide: the
 candidate governs every pool, and the scope's pools are what is measured and
@@ -112,8 +114,11 @@ its pools, creating another (in any pool) is refused naming it.` + experimentExi
 		if format == "json" {
 			return printJSON(cmd.OutOrStdout(), e)
 		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s: %s in pool %s; candidate %s vs baseline %s (%s); workflow %s; follow it with `gpugov experiment show %s`\n",
-			e.ID, e.ID, e.Name, strings.Join(e.Spec.Scope.Pools, ", "), shortHash(e.CandidateHash), shortHash(e.BaselineHash),
+		if _, err := fmt.Fprintln(cmd.OutOrStdout(), e.ID); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s in pool %s; candidate %s vs baseline %s (%s); workflow %s; follow it with `gpugov experiment show %s`\n",
+			e.ID, e.Name, strings.Join(e.Spec.Scope.Pools, ", "), shortHash(e.CandidateHash), shortHash(e.BaselineHash),
 			groupList(e), e.WorkflowID, e.ID)
 		return err
 	}
@@ -252,7 +257,11 @@ func writeExperiment(w io.Writer, d *api.ExperimentDetail) error {
 		}
 	}
 	if e.Outcome == nil {
-		_, err := fmt.Fprintln(w, "\nno verdict yet")
+		none := "no verdict yet"
+		if e.State == vocab.ExperimentAborted {
+			none = "aborted (no verdict)"
+		}
+		_, err := fmt.Fprintln(w, "\n"+none)
 		return err
 	}
 	fmt.Fprintln(w)

@@ -113,10 +113,10 @@ func TestExperimentCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v %s", err, stderr)
 	}
-	id := strings.SplitN(out, "\n", 2)[0]
-	if !strings.HasPrefix(id, "exp-") || !strings.Contains(out, "aging-ceiling-standard in pool sim") ||
-		!strings.Contains(out, "(aging)") || !strings.Contains(out, "workflow experiment/"+id) {
-		t.Fatalf("create printed:\n%s", out)
+	id := strings.TrimSuffix(out, "\n")
+	if !strings.HasPrefix(id, "exp-") || strings.Contains(id, "\n") || !strings.Contains(stderr, id+": aging-ceiling-standard in pool sim") ||
+		!strings.Contains(stderr, "(aging)") || !strings.Contains(stderr, "workflow experiment/"+id) {
+		t.Fatalf("create printed the ID alone on stdout? stdout:\n%s\nstderr:\n%s", out, stderr)
 	}
 	if len(wf.started) != 1 || wf.started[0] != id {
 		t.Fatalf("workflows started %v, want [%s]", wf.started, id)
@@ -290,7 +290,8 @@ expected: {metric: longest_wait_s, tier: experiment, direction: decrease, change
 }
 
 // While an experiment holds a pool, `gpugov policy apply` is refused naming
-// it (exit code 2, nothing changes); --override-reason applies it.
+// it (exit code 2, nothing changes); --override-reason applies it and ends
+// the experiment.
 func TestPolicyApplyDuringAnExperiment(t *testing.T) {
 	env, _ := newExperimentCLIEnv(t)
 	out := mustRun(t, env, "experiment", "create", "-f", "../../deploy/gpugov/experiment-aging.yaml")
@@ -302,8 +303,9 @@ func TestPolicyApplyDuringAnExperiment(t *testing.T) {
 	}
 	file := writeFile(t, "version: gpugov.policy/v1\npreemption: {grace_s: 30}\n")
 	var ue usageError
-	if _, _, err := env.run(t, "policy", "apply", file, "--reason", "shorter grace"); !errors.As(err, &ue) || !strings.Contains(err.Error(), id) {
-		t.Fatalf("apply during %s: %v, want a usage error naming it", id, err)
+	if _, _, err := env.run(t, "policy", "apply", file, "--reason", "shorter grace"); !errors.As(err, &ue) || !strings.Contains(err.Error(), id) ||
+		!strings.Contains(err.Error(), "override_reason (gpugov policy apply --override-reason)") {
+		t.Fatalf("apply during %s: %v, want a usage error naming it and the flag", id, err)
 	}
 	if h, _ := env.store.ActivePolicyHash(ctx); h != before {
 		t.Fatalf("the refused apply switched %s → %s", before, h)
@@ -313,6 +315,10 @@ func TestPolicyApplyDuringAnExperiment(t *testing.T) {
 	}
 	if h, _ := env.store.ActivePolicyHash(ctx); h == before {
 		t.Fatal("the override changed nothing")
+	}
+	// The override ended the experiment: show says so, not "no verdict yet".
+	if out := mustRun(t, env, "experiment", "show", id); !strings.Contains(out, "(aborted)") || !strings.Contains(out, "\naborted (no verdict)\n") {
+		t.Fatalf("show after the override:\n%s", out)
 	}
 }
 

@@ -86,7 +86,7 @@ func checkOne(c Condition, baseline, current *Measurement) ConditionResult {
 		r.Threshold = ptr(*pr.v)
 	}
 	if r.Value == nil {
-		r.Text = fmt.Sprintf("%s has no value in this window (%d jobs measured); not checked", what, n)
+		r.Text = fmt.Sprintf("%s has no value in this window (%s measured); not checked", what, jobs(n))
 		return r
 	}
 	if r.Threshold == nil {
@@ -133,10 +133,10 @@ func decide(s *Spec, baseline, candidate *Measurement, breaches []ConditionResul
 		for i, b := range o.Breaches {
 			texts[i] = b.Text
 		}
-		o.Reason = "rolled back: " + strings.Join(texts, "; ")
+		o.Reason = strings.Join(texts, "; ")
 	case e.SampleBefore < minSample || e.SampleAfter < minSample:
 		o.Verdict = vocab.VerdictInconclusive
-		o.Reason = fmt.Sprintf("inconclusive: %s had %s in the baseline window and %s in the candidate window; a verdict needs at least %d in each (min_sample)",
+		o.Reason = fmt.Sprintf("%s had %s in the baseline window and %s in the candidate window; a verdict needs at least %d in each (min_sample)",
 			e.Target.label(), jobs(e.SampleBefore), jobs(e.SampleAfter), minSample)
 	case e.Before == nil || e.After == nil:
 		o.Verdict = vocab.VerdictInconclusive
@@ -147,7 +147,7 @@ func decide(s *Spec, baseline, candidate *Measurement, breaches []ConditionResul
 		case e.Before != nil:
 			side = "the candidate window"
 		}
-		o.Reason = fmt.Sprintf("inconclusive: %s has no value in %s (%s before, %s after, none measured for it); no rollback condition breached",
+		o.Reason = fmt.Sprintf("%s has no value in %s (%s before, %s after, none measured for it); no rollback condition breached",
 			what, side, jobs(e.SampleBefore), jobs(e.SampleAfter))
 	default:
 		o.Verdict = vocab.VerdictNotMet

@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,25 +167,25 @@ func (s *Spec) validateWindows(p *problems, cycle time.Duration) {
 	w := s.WindowSeconds
 	switch {
 	case math.IsNaN(w) || math.IsInf(w, 0):
-		p.add("window_s", "want a finite number of seconds, got %v", w)
+		p.add("window_s", "want a finite number of seconds, got %s", plain(w))
 	case w <= 0:
-		p.add("window_s", "is required: the observation window in seconds, more than 0 (got %v)", w)
+		p.add("window_s", "is required: the observation window in seconds, more than 0 (got %s)", plain(w))
 	case cycle > 0 && seconds(w) < cycle:
-		p.add("window_s", "%v s is shorter than one scheduling cycle (%v s): nothing could be observed", w, cycle.Seconds())
+		p.add("window_s", "%s s is shorter than one scheduling cycle (%s s): nothing could be observed", plain(w), plain(cycle.Seconds()))
 	case w > MaxWindow.Seconds():
-		p.add("window_s", "%v s is longer than %v s (30 days)", w, MaxWindow.Seconds())
+		p.add("window_s", "%s s is longer than %s s (30 days)", plain(w), plain(MaxWindow.Seconds()))
 	}
 	ci := s.CheckIntervalSeconds
 	switch {
 	case math.IsNaN(ci) || math.IsInf(ci, 0):
-		p.add("check_interval_s", "want a finite number of seconds, got %v", ci)
+		p.add("check_interval_s", "want a finite number of seconds, got %s", plain(ci))
 	case ci < 0:
-		p.add("check_interval_s", "%v is negative; 0 means %d checks per window", ci, DefaultChecks)
+		p.add("check_interval_s", "%s is negative; 0 means %d checks per window", plain(ci), DefaultChecks)
 	case ci == 0:
 	case cycle > 0 && seconds(ci) < cycle:
-		p.add("check_interval_s", "%v s is shorter than one scheduling cycle (%v s)", ci, cycle.Seconds())
+		p.add("check_interval_s", "%s s is shorter than one scheduling cycle (%s s)", plain(ci), plain(cycle.Seconds()))
 	case w > 0 && ci > w:
-		p.add("check_interval_s", "%v s is longer than the window (window_s %v): the conditions would never be checked during it", ci, w)
+		p.add("check_interval_s", "%s s is longer than the window (window_s %s): the conditions would never be checked during it", plain(ci), plain(w))
 	}
 	b := s.Baseline
 	switch {
@@ -212,11 +213,11 @@ func (s *Spec) validateExpected(p *problems, watched []string) {
 	}
 	switch c := e.Change; {
 	case math.IsNaN(c) || math.IsInf(c, 0):
-		p.add("expected.change", "want a finite fraction of the baseline, got %v", c)
+		p.add("expected.change", "want a finite fraction of the baseline, got %s", plain(c))
 	case c <= 0 || c > MaxChange:
-		p.add("expected.change", "%v is outside (0, %d]: the change is a fraction of the baseline (0.3 = 30 %%)", c, MaxChange)
+		p.add("expected.change", "%s is outside (0, %d]: the change is a fraction of the baseline (0.3 = 30 %%)", plain(c), MaxChange)
 	case e.Direction == Decrease && c > 1:
-		p.add("expected.change", "a decrease by %v (%v %%) cannot be met: no metric falls below 0", c, c*100)
+		p.add("expected.change", "a decrease by %s (%s %%) cannot be met: no metric falls below 0", plain(c), plain(c*100))
 	}
 }
 
@@ -265,9 +266,9 @@ func (c *Condition) validate(p *problems, path string, watched []string) {
 		set = append(set, pr.name)
 		switch v := *pr.v; {
 		case math.IsNaN(v) || math.IsInf(v, 0):
-			p.add(path+"."+pr.name, "want a finite number, got %v", v)
+			p.add(path+"."+pr.name, "want a finite number, got %s", plain(v))
 		case pr.factor && v <= 0:
-			p.add(path+"."+pr.name, "%v, want a factor > 0 of the baseline's value", v)
+			p.add(path+"."+pr.name, "%s, want a factor > 0 of the baseline's value", plain(v))
 		}
 	}
 	switch len(set) {
@@ -363,3 +364,7 @@ func oneVariable(s *Spec, groups []vocab.PolicyGroup) *FieldError {
 	}
 	return nil
 }
+
+// plain renders a number as validation messages give it: every digit, no
+// exponent ("2592001", "0.00001", "NaN", "+Inf").
+func plain(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -93,7 +93,7 @@ func TestValidateRefuses(t *testing.T) {
 		{func(s *Spec) { s.WindowSeconds = -60 }, "window_s", "more than 0"},
 		{func(s *Spec) { s.WindowSeconds = math.NaN() }, "window_s", "finite"},
 		{func(s *Spec) { s.WindowSeconds = 4.5 }, "window_s", "shorter than one scheduling cycle (5 s)"},
-		{func(s *Spec) { s.WindowSeconds = 30*86400 + 1 }, "window_s", "30 days"},
+		{func(s *Spec) { s.WindowSeconds = 30*86400 + 1 }, "window_s", "2592001 s is longer than 2592000 s (30 days)"},
 		{func(s *Spec) { s.CheckIntervalSeconds = -1 }, "check_interval_s", "negative"},
 		{func(s *Spec) { s.CheckIntervalSeconds = 2 }, "check_interval_s", "shorter than one scheduling cycle"},
 		{func(s *Spec) { s.CheckIntervalSeconds = 3601 }, "check_interval_s", "longer than the window"},
