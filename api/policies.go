@@ -74,9 +74,11 @@ type PolicyApplied struct {
 	Stages []store.StageChange `json:"stages"`
 }
 
-// PolicyVersionInfo is one stored policy version without its body:
-// DerivedFrom is the version active when it was last activated through the
-// API (a quota change, POST /v1/policies); BaseHash the policy-file version
+// PolicyVersionInfo is one stored policy version without its body (which
+// is immutable): DerivedFrom is the version active when it was last
+// activated through the store (a quota change, POST /v1/policies, an
+// experiment's switch or rollback: the lineage of its latest activation);
+// BaseHash the policy-file version
 // that chain started from ("" for a file version: a restart on the file
 // with that hash keeps the version).
 type PolicyVersionInfo struct {

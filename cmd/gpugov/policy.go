@@ -25,9 +25,11 @@ func init() {
 	pol := &cobra.Command{
 		Use:   "policy",
 		Short: "Live policy versions: apply, list, show, diff",
-		Long: `policy manages the stored policy versions. Every version is immutable and
-named by the SHA-256 of its resolved rules (its hash); exactly one is active,
-and the scheduler runs its next cycle with it, without a restart. apply
+		Long: `policy manages the stored policy versions. A version's body (its resolved
+rules) is immutable and named by its SHA-256 (its hash); its lineage (derived
+from, base) is that of its latest activation through the store. Exactly one
+is active, and the scheduler runs its next cycle with it, without a
+restart. apply
 stores a policy file's version and activates it (admin, audited with your
 reason); list, show and diff read the versions (operator or admin). A hash
 may be given as a unique prefix of at least 8 hex digits.
@@ -198,10 +200,13 @@ func policyListCmd() *cobra.Command {
 		Use:   "list [--limit N]",
 		Short: "List the stored policy versions, newest first (operator, admin)",
 		Long: `list shows the stored policy versions, newest first: the hash (12 digits),
-when it was stored, whether it is the active one (*), the version it was
-derived from (the one active when it was applied or a quota changed) and its
-base (the policy file's version the chain started from; "-" for a file's own
-version).
+when it was stored, whether it is the active one (*), DERIVED-FROM and BASE.
+A version's body is immutable; its lineage is not: DERIVED-FROM is the version
+that was active when this one was last activated through the store (an
+apply, a quota change, an experiment's switch or rollback), and BASE the
+policy file's version that chain started from. "-" for a file's own version,
+which a file load or a switch back to it clears (docs/design.md §4 "Live
+policy versions").
 
 Example:
   gpugov policy list --limit 5` + policyExitCodes,
