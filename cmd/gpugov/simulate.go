@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -177,12 +178,14 @@ func checkSimulateFlags(cmd *cobra.Command, f simulateFlags) error {
 }
 
 // traceSource is where a simulation's trace is read from: the node and pod
-// lists, and, for an export, the pool it was limited to and the GPU models
-// it names outside alibaba.KnownModels.
+// lists, and, for an export, the pool it was limited to, the GPU models it
+// names outside alibaba.KnownModels and origin, the service time of its
+// trace second 0 (--since; zero for a trace file).
 type traceSource struct {
 	nodes, pods string
 	pool        string
 	models      []string
+	origin      time.Time
 }
 
 // readTrace reads the node and pod lists (usage errors naming the file and line).

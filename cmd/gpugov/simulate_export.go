@@ -77,7 +77,7 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 		return src, cleanup, newUsageError("simulate: --out %s: %w", dir, err)
 	}
 	src = traceSource{nodes: filepath.Join(dir, exportNodesFile), pods: filepath.Join(dir, exportPodsFile), pool: f.pool,
-		models: unknownModels(nodes, pods)}
+		models: unknownModels(nodes, pods), origin: since}
 	if err := writeTraceFile(src.nodes, func(w *os.File) error { return alibaba.WriteNodes(w, nodes) }); err != nil {
 		cleanup()
 		return src, func() {}, err

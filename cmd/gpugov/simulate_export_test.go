@@ -176,6 +176,10 @@ func TestSimulateFromStore(t *testing.T) {
 	if err != nil || !strings.Contains(out, "verdict:") || !strings.Contains(out, "variable groups the candidate changes: aging") {
 		t.Fatalf("what-if on the export: %v\n%s", err, out)
 	}
+	// Its window is in trace time, second 0 being --since, with the dates.
+	if !strings.Contains(out, "trace time t=0 s (day 0.0) to t=") || !strings.Contains(out, "(--since is t=0: "+since+" to ") {
+		t.Errorf("what-if window on the export:\n%s", out)
+	}
 }
 
 // TestSimulateFromStoreBadInput: bad flags are usage errors naming them.
