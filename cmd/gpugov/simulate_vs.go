@@ -138,12 +138,12 @@ func (tw traceWindow) text() string {
 	return out
 }
 
-// runWhatIf is `simulate --vs`: the candidate and the spec are loaded and
+// runWhatIf is `simulate --vs` with base (named baseLabel in the output)
+// as the baseline: the candidate and the spec are loaded and
 // checked first (usage errors, exit 2, before any simulation), then the
 // trace is simulated under both policies and judged with the experiment
 // package's Measure, Check and Decide.
-func runWhatIf(cmd *cobra.Command, f simulateFlags, base *policy.Policy, in simulation.Input, src traceSource) error {
-	baseLabel := cmp.Or(f.policy, "(default policy)")
+func runWhatIf(cmd *cobra.Command, f simulateFlags, base *policy.Policy, baseLabel string, in simulation.Input, src traceSource) error {
 	spec, cand, candLabel, err := loadWhatIf(f)
 	if err != nil {
 		return err
