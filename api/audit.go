@@ -169,13 +169,11 @@ func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "until", "until %s is not after since %s",
 			f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > store.MaxListLimit {
-			return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "limit", "%q is not a number in 1..%d", v, store.MaxListLimit)
-		}
-		f.Limit = n
+	n, apiErr := countParam(c, "limit")
+	if apiErr != nil {
+		return f, apiErr
 	}
+	f.Limit = n
 	if v := c.Query("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
