@@ -25,26 +25,11 @@ type SpecError struct {
 // SpecProblem is one problem of a spec file: its line (1-based), the
 // field's JSON path (`rollback[2].above_baseline_factor`; "" for a YAML
 // syntax error) and what is wrong.
-type SpecProblem struct {
-	Line    int
-	Field   string
-	Message string
-}
+type SpecProblem = yamlnode.Problem
 
 // Error renders "file:line: field: message", one problem a line.
 func (e *SpecError) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		if p.Field == "" {
-			fmt.Fprintf(&b, "%s:%d: %s", e.File, p.Line, p.Message)
-		} else {
-			fmt.Fprintf(&b, "%s:%d: %s: %s", e.File, p.Line, p.Field, p.Message)
-		}
-	}
-	return b.String()
+	return yamlnode.Render(e.File, e.Problems)
 }
 
 // ParseSpec reads an experiment spec from YAML (JSON is YAML too) with the

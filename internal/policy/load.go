@@ -24,26 +24,11 @@ type Error struct {
 // Problem is one invalid field: its line in the file (1-based), its dotted
 // path (e.g. "reclaim.rules[1].mode"; "" for a YAML syntax error) and what
 // is wrong.
-type Problem struct {
-	Line    int
-	Field   string
-	Message string
-}
+type Problem = yamlnode.Problem
 
 // Error renders "file:line: field: message", one problem a line.
 func (e *Error) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		if p.Field == "" {
-			fmt.Fprintf(&b, "%s:%d: %s", e.File, p.Line, p.Message)
-		} else {
-			fmt.Fprintf(&b, "%s:%d: %s: %s", e.File, p.Line, p.Field, p.Message)
-		}
-	}
-	return b.String()
+	return yamlnode.Render(e.File, e.Problems)
 }
 
 // Load reads the policy file at path and resolves it over Default. A file

@@ -16,6 +16,32 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Problem is one problem of a YAML file: its line (1-based), the field's
+// path ("reclaim.rules[1].mode"; "" for a YAML syntax error) and what is
+// wrong.
+type Problem struct {
+	Line    int
+	Field   string
+	Message string
+}
+
+// Render writes problems as "file:line: field: message" ("file:line:
+// message" without a field), one a line.
+func Render(file string, problems []Problem) string {
+	var b strings.Builder
+	for i, p := range problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if p.Field == "" {
+			fmt.Fprintf(&b, "%s:%d: %s", file, p.Line, p.Message)
+		} else {
+			fmt.Fprintf(&b, "%s:%d: %s: %s", file, p.Line, p.Field, p.Message)
+		}
+	}
+	return b.String()
+}
+
 // Report records a problem at node n (its Line) for the field at path;
 // msg is the whole message ("want a mapping, got a list").
 type Report func(n *yaml.Node, path, msg string)
