@@ -169,13 +169,11 @@ func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "until", "until %s is not after since %s",
 			f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > store.MaxListLimit {
-			return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "limit", "%q is not a number in 1..%d", v, store.MaxListLimit)
-		}
-		f.Limit = n
+	n, apiErr := countParam(c, "limit")
+	if apiErr != nil {
+		return f, apiErr
 	}
+	f.Limit = n
 	if v := c.Query("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
@@ -232,15 +230,7 @@ func requiredReason(c *gin.Context, req ActionRequest, what string) (string, boo
 // reclaim.dispute_window_s, a false reclaim unless an operator rejects it.
 // 409 before the release (keep it instead) or after the window.
 func (s *Server) disputeReclaim(c *gin.Context) {
-	req, ok := decodeAction(c)
-	if !ok {
-		return
-	}
-	reason, ok := requiredReason(c, req, "the reclaim was wrong")
-	if !ok {
-		return
-	}
-	es, ok := s.evidenceStore(c)
+	es, reason, ok := s.disputeAction(c, "the reclaim was wrong")
 	if !ok {
 		return
 	}
@@ -259,14 +249,7 @@ func (s *Server) disputeReclaim(c *gin.Context) {
 	}
 	window := policy.Seconds(s.currentPolicy().Reclaim.DisputeWindowSeconds)
 	r, recorded, err := es.DisputeReleasedReclaim(ctx, r.ID, p.Name, reason, window, s.now())
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	if recorded && s.disputes != nil {
-		s.disputes.RecordDispute(ctx, r.Pool, string(r.Class))
-	}
-	c.JSON(http.StatusOK, reclaimFromStore(r))
+	s.answerDispute(ctx, c, r, recorded, err, DisputeRecorder.RecordDispute)
 }
 
 // rejectDispute handles POST /v1/reclaims/{id}/reject-dispute (operator or
@@ -277,27 +260,46 @@ func (s *Server) rejectDispute(c *gin.Context) {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "rejecting a dispute needs an operator or admin token; this is %s token", aRole(p.Role)))
 		return
 	}
-	req, ok := decodeAction(c)
-	if !ok {
-		return
-	}
-	reason, ok := requiredReason(c, req, "the reclaim was right")
-	if !ok {
-		return
-	}
-	es, ok := s.evidenceStore(c)
+	es, reason, ok := s.disputeAction(c, "the reclaim was right")
 	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
 	r, recorded, err := es.RejectDispute(ctx, c.Param("id"), principal(c).Name, reason, s.now())
+	s.answerDispute(ctx, c, r, recorded, err, DisputeRecorder.RecordDisputeRejected)
+}
+
+// disputeAction reads a dispute route's body, whose reason is required (a
+// 422 asking to say why what), and the evidence store; false when it has
+// answered.
+func (s *Server) disputeAction(c *gin.Context, what string) (EvidenceStore, string, bool) {
+	req, ok := decodeAction(c)
+	if !ok {
+		return nil, "", false
+	}
+	reason, ok := requiredReason(c, req, what)
+	if !ok {
+		return nil, "", false
+	}
+	es, ok := s.evidenceStore(c)
+	if !ok {
+		return nil, "", false
+	}
+	return es, reason, true
+}
+
+// answerDispute answers a dispute route with the reclaim r the store
+// returned (or its error), reporting a recorded change to the dispute
+// recorder with record when one is set.
+func (s *Server) answerDispute(ctx context.Context, c *gin.Context, r *store.Reclaim, recorded bool, err error,
+	record func(DisputeRecorder, context.Context, string, string)) {
 	if err != nil {
 		writeError(c, err)
 		return
 	}
 	if recorded && s.disputes != nil {
-		s.disputes.RecordDisputeRejected(ctx, r.Pool, string(r.Class))
+		record(s.disputes, ctx, r.Pool, string(r.Class))
 	}
 	c.JSON(http.StatusOK, reclaimFromStore(r))
 }

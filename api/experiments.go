@@ -161,6 +161,21 @@ func (s *Server) experimentStore(c *gin.Context) (ExperimentStore, bool) {
 	return implements[ExperimentStore](c, s.store)
 }
 
+// experimentBackends returns the store as an ExperimentStore and the
+// workflow starter as ExperimentWorkflows, for the routes that change an
+// experiment, or answers 500.
+func (s *Server) experimentBackends(c *gin.Context) (ExperimentStore, ExperimentWorkflows, bool) {
+	es, ok := s.experimentStore(c)
+	if !ok {
+		return nil, nil, false
+	}
+	wf, ok := implements[ExperimentWorkflows](c, s.workflows)
+	if !ok {
+		return nil, nil, false
+	}
+	return es, wf, true
+}
+
 // specInvalid is the 400 of an experiment spec: every problem listed, the
 // first one named in field and message.
 func specInvalid(errs []experiment.FieldError) *Error {
@@ -194,11 +209,7 @@ func (s *Server) createExperiment(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	es, ok := s.experimentStore(c)
-	if !ok {
-		return
-	}
-	wf, ok := implements[ExperimentWorkflows](c, s.workflows)
+	es, wf, ok := s.experimentBackends(c)
 	if !ok {
 		return
 	}
@@ -571,11 +582,7 @@ func (s *Server) decideExperiment(c *gin.Context, action string) {
 		writeError(c, newError(http.StatusBadRequest, CodeMalformed, "reason", "required: why, for the experiment's record and the audit log"))
 		return
 	}
-	es, ok := s.experimentStore(c)
-	if !ok {
-		return
-	}
-	wf, ok := implements[ExperimentWorkflows](c, s.workflows)
+	es, wf, ok := s.experimentBackends(c)
 	if !ok {
 		return
 	}

@@ -122,16 +122,27 @@ func (s *Server) governanceStore(c *gin.Context) (GovernanceStore, bool) {
 
 // listLimit parses the limit query parameter (0 when absent), or writes a 422.
 func listLimit(c *gin.Context) (int, bool) {
-	v := c.Query("limit")
-	if v == "" {
-		return 0, true
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > store.MaxListLimit {
-		writeError(c, invalid([]FieldError{{Field: "limit", Message: fmt.Sprintf("%q is not a number in 1..%d", v, store.MaxListLimit)}}))
+	n, apiErr := countParam(c, "limit")
+	if apiErr != nil {
+		writeError(c, apiErr)
 		return 0, false
 	}
 	return n, true
+}
+
+// countParam parses the optional query parameter field as a count in
+// 1..store.MaxListLimit: 0 when absent, a 422 naming field when it is not
+// such a number.
+func countParam(c *gin.Context, field string) (int, *Error) {
+	v := c.Query(field)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > store.MaxListLimit {
+		return 0, newError(http.StatusUnprocessableEntity, CodeInvalid, field, "%q is not a number in 1..%d", v, store.MaxListLimit)
+	}
+	return n, nil
 }
 
 // oneOf checks an optional query value against its accepted values, or writes a 422.

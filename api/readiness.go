@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -187,14 +186,13 @@ func (s *Server) drillJob(c *gin.Context) {
 // version and the latest N (default DefaultStageHistory, 1..1000) stage
 // changes. 404 an unknown pool; 422 a bad history.
 func (s *Server) poolReadiness(c *gin.Context) {
-	limit := DefaultStageHistory
-	if v := c.Query("history"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > store.MaxListLimit {
-			writeError(c, invalid([]FieldError{{Field: "history", Message: fmt.Sprintf("%q is not a number in 1..%d", v, store.MaxListLimit)}}))
-			return
-		}
-		limit = n
+	limit, apiErr := countParam(c, "history")
+	if apiErr != nil {
+		writeError(c, apiErr)
+		return
+	}
+	if limit == 0 {
+		limit = DefaultStageHistory
 	}
 	rs, ok := s.readinessStore(c)
 	if !ok {

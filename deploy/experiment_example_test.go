@@ -7,13 +7,15 @@ import (
 
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // TestExperimentExampleIsOneVariable reads deploy/gpugov/experiment-aging.yaml
 // as `gpugov experiment create -f` does (experiment.ParseSpecFile, which reads
 // its candidate.file, deploy/gpugov/policy-aging-candidate.yaml) and checks
-// what the API will check against a service running deploy/gpugov/policy.yaml:
+// what the API will check against a service running deploy/gpugov/policy.yaml
+// (`GPUGOV_POLICY_FILE=deploy/gpugov/policy.yaml make run`, as README says):
 // the spec is valid at serve's default 5 s cycle, the candidate loads, and it
 // differs from policy.yaml in the aging group only (the one-variable rule,
 // no override), in the two fields the file's header names.
@@ -28,8 +30,8 @@ func TestExperimentExampleIsOneVariable(t *testing.T) {
 	if spec.Override != nil || spec.Candidate.Policy == "" || spec.Candidate.File != "" {
 		t.Fatalf("candidate %+v override %+v: want the candidate file's text and no override", spec.Candidate, spec.Override)
 	}
-	if !slices.Equal(spec.Scope.Pools, []string{"sim"}) {
-		t.Errorf("scope.pools %v, want [sim], the pool of deploy/gpugov/inventory.yaml", spec.Scope.Pools)
+	if !slices.Equal(spec.Scope.Pools, []string{alibaba.DefaultPoolName}) {
+		t.Errorf("scope.pools %v, want [%s], the pool `make run` imports the trace's nodes into", spec.Scope.Pools, alibaba.DefaultPoolName)
 	}
 	baseline, err := policy.Load("gpugov/policy.yaml")
 	if err != nil {

@@ -64,12 +64,19 @@ func logJSON(t *testing.T, title string, v any) {
 // preemption workflow with no beneficiary, is recorded as a drill with its
 // effective run loss, and gives the job's profile a verified resume (kind
 // drill); readiness then passes, and the same policy widens the pool to
-// automate, in its stage history.
+// automate, in its stage history. Before the drill an admin's override
+// widens it despite the failed check and a narrowing puts it back in
+// trial. After it, bogus checkpoint reports through the agent's route are
+// refused and change nothing (checkBogusCheckpoints), and the audit lists
+// each action of the run with who, why and the evidence, through the API
+// and the CLI (checkLiveAudit).
 func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 	p, err := policy.Parse("policy.yaml", []byte(rehearsePolicy(vocab.StageTrial)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	since := time.Now()
+	cli := startCLIBuild(t)
 	e := startEnv(t, envOptions{pools: rehearsePool, simSpeed: 1, policy: p})
 	ctx := context.Background()
 	spec := &api.JobSpec{Project: "vision", Queue: "experiment", RunSeconds: 3600,
@@ -104,6 +111,18 @@ func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 		t.Fatalf("apply automate without evidence: %v", err)
 	}
 	t.Logf("POST /v1/policies (automate) refused: %d %s: %s", ae.Status, ae.Body.Code, ae.Body.Message)
+
+	// An admin's override widens it anyway (audited with the failed
+	// checks); the pool is then put back in trial for the drill.
+	overridden, err := e.client.ApplyPolicyWith(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageAutomate),
+		Reason: "override: automate rehearse before its drill", OverrideReadiness: true})
+	if err != nil || len(overridden.Stages) != 1 || overridden.Stages[0].Outcome != vocab.StageChangeOverridden {
+		t.Fatalf("apply automate with override_readiness: %+v %v", overridden, err)
+	}
+	back, err := e.client.ApplyPolicyWith(ctx, api.PolicyApply{Policy: rehearsePolicy(vocab.StageTrial), Reason: "back to trial for the drill"})
+	if err != nil || len(back.Stages) != 1 || back.Stages[0].Outcome != vocab.StageChangeApplied || back.Stages[0].To != vocab.StageTrial {
+		t.Fatalf("apply trial: %+v %v", back, err)
+	}
 
 	// A drill: the whole preemption workflow, no beneficiary.
 	started, status, err := e.client.Drill(ctx, job.ID, "earn the first verified resume of vision/simulated")
@@ -156,13 +175,18 @@ func TestDrillEarnsEvidenceAndReadinessGatesAutomate(t *testing.T) {
 		t.Fatalf("apply automate with evidence: %+v %v", applied, err)
 	}
 	final, err := e.client.PoolReadiness(ctx, "rehearse", 0)
-	if err != nil || final.Stage != vocab.StageAutomate || len(final.History) != 2 || final.History[0].Outcome != vocab.StageChangeApplied ||
-		final.History[0].Actor != "e2e-admin" || final.History[0].Ready == nil || !*final.History[0].Ready {
+	if err != nil || final.Stage != vocab.StageAutomate || len(final.History) != 4 || final.History[0].Outcome != vocab.StageChangeApplied ||
+		final.History[0].Actor != "e2e-admin" || final.History[0].Ready == nil || !*final.History[0].Ready ||
+		final.History[1].To != vocab.StageTrial || final.History[2].Outcome != vocab.StageChangeOverridden {
 		t.Fatalf("stage after the apply: %+v %v", final, err)
 	}
 	if n := e.queryInt(t, `SELECT count(*) FROM audit_log WHERE subject = $1 AND action = 'drill'`, job.ID); n != 1 {
 		t.Errorf("%d drill audit entries", n)
 	}
+
+	// Bogus checkpoint reports change nothing; the audit lists the run.
+	checkBogusCheckpoints(t, e, job, rec.RunID)
+	checkLiveAudit(t, e, since, job, rec, cli())
 }
 
 // TestAutomaticDrillInTrialPool: with drills.auto_in_trial, the governance

@@ -154,8 +154,11 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 // they were derived from supersedes them (docs/design.md §4).
 func (s *Service) applyStartPolicy(ctx context.Context) error {
 	reason := "default policy (no policy file)"
-	if s.policy != nil {
+	switch {
+	case s.policy != nil:
 		reason = "loaded from " + s.policy.Path
+	case s.cfg.Policy != nil:
+		reason = "policy of the service's configuration (no policy file)"
 	}
 	p := s.filePolicy()
 	active, err := s.store.ActivePolicyVersion(ctx)

@@ -278,3 +278,38 @@ func TestActivatedVersionIsACompleteSwitch(t *testing.T) {
 		t.Fatalf("edited file %+v", got)
 	}
 }
+
+// TestStartPolicyAuditSaysWhereItCameFrom: the start's policy activation is
+// audited with the policy's source — the default policy, or the one of the
+// service's configuration (Config.Policy), never the one for the other.
+func TestStartPolicyAuditSaysWhereItCameFrom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	configured := policy.Default()
+	configured.Pools = map[string]policy.Pool{"p": {Stage: vocab.StageTrial}}
+	for _, c := range []struct {
+		name   string
+		cfg    *policy.Policy
+		reason string
+	}{
+		{"default", nil, "default policy (no policy file)"},
+		{"configured", configured, "policy of the service's configuration (no policy file)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{storetest.Pool("p", vocab.StageObserve, 1, 2)}})
+			s := &Service{cfg: Config{Logger: logger, Policy: c.cfg}, store: st}
+			if err := s.loadPolicy(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.applyStartPolicy(ctx); err != nil {
+				t.Fatal(err)
+			}
+			audit, err := st.AuditFor(ctx, s.filePolicy().Hash(), 0)
+			if err != nil || len(audit) != 1 || audit[0].Action != store.AuditActivatePolicy || audit[0].Reason != c.reason {
+				t.Fatalf("audit of the start's activation %+v (%v), want reason %q", audit, err, c.reason)
+			}
+		})
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,41 +102,27 @@ type AuditFilter struct {
 // next page ("" when this is the last: the ID of the page's last entry, in
 // decimal). Errors are wrapped with "list audit".
 func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
+	limit := pageLimit(f.Limit)
+	var q conditions
 	if f.Subject != "" {
-		add("subject = $%d", f.Subject)
+		q.add("subject = $%d", f.Subject)
 	}
 	if f.Action != "" {
-		add("action = $%d", f.Action)
+		q.add("action = $%d", f.Action)
 	}
 	if f.Actor != "" {
-		add("actor = $%d", f.Actor)
+		q.add("actor = $%d", f.Actor)
 	}
 	if !f.Since.IsZero() {
-		add("at >= $%d", f.Since)
+		q.add("at >= $%d", f.Since)
 	}
 	if !f.Until.IsZero() {
-		add("at < $%d", f.Until)
+		q.add("at < $%d", f.Until)
 	}
 	if f.BeforeID > 0 {
-		add("id < $%d", f.BeforeID)
+		q.add("id < $%d", f.BeforeID)
 	}
-	sql := `SELECT id, at, actor, action, subject, reason, evidence FROM audit_log`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	args = append(args, limit+1)
-	sql += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	sql, args := q.query(`SELECT id, at, actor, action, subject, reason, evidence FROM audit_log`, "id DESC", limit+1)
 	out, err := queryAll[AuditEntry](ctx, s.pool, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list audit: %w", err)

@@ -290,22 +290,31 @@ func (s *Store) VerifyExperimentPolicy(ctx context.Context, id string, at time.T
 		if !e.HoldsPools() {
 			return nil
 		}
-		a, err := lockActive(ctx, tx)
-		if err != nil {
-			return err
-		}
 		if e.State == vocab.ExperimentScheduled || e.State == vocab.ExperimentBaseline {
-			if a.hash == e.BaselineHash {
-				return nil
+			a, err := lockActive(ctx, tx)
+			if err != nil || a.hash == e.BaselineHash {
+				return err
 			}
 			return abortPolicyChangedTx(ctx, tx, e, a, "before the switch", at)
 		}
-		in, err := candidateInForceTx(ctx, tx, e, a)
-		if err != nil || in {
-			return err
-		}
-		return abortPolicyChangedTx(ctx, tx, e, a, "", at)
+		_, err := lockCandidateInForceTx(ctx, tx, e, "", at)
+		return err
 	})
+}
+
+// lockCandidateInForceTx locks the active version and returns it when e's
+// candidate is in force under it; otherwise e ends aborted
+// (abortPolicyChangedTx, when naming the step) and it returns nil.
+func lockCandidateInForceTx(ctx context.Context, tx pgx.Tx, e *Experiment, when string, at time.Time) (*activePolicy, error) {
+	a, err := lockActive(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	in, err := candidateInForceTx(ctx, tx, e, a)
+	if err != nil || in {
+		return a, err
+	}
+	return nil, abortPolicyChangedTx(ctx, tx, e, a, when, at)
 }
 
 // abortPolicyChangedTx ends e aborted because the active version a is
@@ -661,15 +670,9 @@ func (s *Store) FinishExperiment(ctx context.Context, id string, out *experiment
 		if out.Verdict == vocab.VerdictRolledBack {
 			return rollBackTx(ctx, tx, e, out, at)
 		}
-		a, err := lockActive(ctx, tx)
-		if err != nil {
+		a, err := lockCandidateInForceTx(ctx, tx, e, "at the end of the window", at)
+		if a == nil || err != nil {
 			return err
-		}
-		if in, err := candidateInForceTx(ctx, tx, e, a); err != nil || !in {
-			if err != nil {
-				return err
-			}
-			return abortPolicyChangedTx(ctx, tx, e, a, "at the end of the window", at)
 		}
 		if err := finishTx(ctx, tx, e, out, at); err != nil {
 			return err
@@ -767,15 +770,9 @@ func (s *Store) PromoteExperiment(ctx context.Context, id, actor, reason string,
 			}
 			return fmt.Errorf("experiment %s is %s%s: only a kept candidate can be promoted: %w", id, e.State, verdict, ErrConflict)
 		}
-		a, err := lockActive(ctx, tx)
-		if err != nil {
+		a, err := lockCandidateInForceTx(ctx, tx, e, "at the promotion", at)
+		if a == nil || err != nil {
 			return err
-		}
-		if in, err := candidateInForceTx(ctx, tx, e, a); err != nil || !in {
-			if err != nil {
-				return err
-			}
-			return abortPolicyChangedTx(ctx, tx, e, a, "at the promotion", at)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE experiments SET promoted_at = $2 WHERE id = $1`, id, at); err != nil {
 			return err

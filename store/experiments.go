@@ -396,11 +396,8 @@ func (s *Store) GetExperiment(ctx context.Context, id string) (*Experiment, erro
 // means DefaultListLimit; at most MaxListLimit). Errors are wrapped with
 // "list experiments".
 func (s *Store) ListExperiments(ctx context.Context, limit int) ([]Experiment, error) {
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
 	rows, err := queryAll[experimentRow](ctx, s.pool, `SELECT `+experimentColumns+` FROM experiments
-		ORDER BY created_at DESC, id DESC LIMIT $1`, min(limit, MaxListLimit))
+		ORDER BY created_at DESC, id DESC LIMIT $1`, pageLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("store: list experiments: %w", err)
 	}

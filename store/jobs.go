@@ -391,42 +391,61 @@ const (
 	MaxListLimit     = 1000
 )
 
+// pageLimit is a list's page size for the requested limit:
+// DefaultListLimit when limit ≤ 0, capped at MaxListLimit.
+func pageLimit(limit int) int {
+	if limit <= 0 {
+		return DefaultListLimit
+	}
+	return min(limit, MaxListLimit)
+}
+
+// conditions collects the WHERE conditions of a filtered list query and
+// their arguments, each condition's one %d becoming its $N placeholder.
+type conditions struct {
+	where []string
+	args  []any
+}
+
+// add appends cond (with one %d for the placeholder) and its argument v.
+func (q *conditions) add(cond string, v any) {
+	q.args = append(q.args, v)
+	q.where = append(q.where, fmt.Sprintf(cond, len(q.args)))
+}
+
+// query is sql with the conditions' WHERE clause (none when empty), then
+// order and LIMIT limit as the last argument; it returns the SQL and its
+// arguments.
+func (q *conditions) query(sql, order string, limit int) (string, []any) {
+	if len(q.where) > 0 {
+		sql += ` WHERE ` + strings.Join(q.where, " AND ")
+	}
+	args := append(q.args, limit)
+	return sql + fmt.Sprintf(` ORDER BY %s LIMIT $%d`, order, len(args)), args
+}
+
 // ListJobs returns one page of jobs matching f in ID order (IDs are ULIDs, so
 // this is submission order) and the cursor for the next page, "" after the
 // last page. Errors are wrapped with "list jobs".
 func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Job, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
+	limit := pageLimit(f.Limit)
+	var q conditions
 	if f.Project != "" {
-		add("project = $%d", f.Project)
+		q.add("project = $%d", f.Project)
 	}
 	if f.Queue != "" {
-		add("queue = $%d", f.Queue)
+		q.add("queue = $%d", f.Queue)
 	}
 	if f.State != "" {
-		add("state = $%d", string(f.State))
+		q.add("state = $%d", string(f.State))
 	}
 	if f.Reason != "" {
-		add("reason = $%d", string(f.Reason))
+		q.add("reason = $%d", string(f.Reason))
 	}
 	if f.AfterID != "" {
-		add("id > $%d", f.AfterID)
+		q.add("id > $%d", f.AfterID)
 	}
-	sql := `SELECT ` + jobColumns + ` FROM jobs`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	args = append(args, limit+1)
-	sql += fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args))
+	sql, args := q.query(`SELECT `+jobColumns+` FROM jobs`, "id", limit+1)
 	rows, err := queryAll[jobRow](ctx, s.pool, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list jobs: %w", err)

@@ -122,13 +122,9 @@ func (s *Store) ListNotifications(ctx context.Context, f NotificationFilter) ([]
 	if f.State != "" && !f.State.Valid() {
 		return nil, fmt.Errorf("store: list notifications: %w", invalidf("state", "%q is not a notification state", f.State))
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
 	out, err := queryAll[Notification](ctx, s.pool, `SELECT `+notificationColumns+` FROM notifications
 		WHERE ($1 = '' OR project = $1) AND ($2 = '' OR job_id = $2) AND ($3 = '' OR state = $3)
-		ORDER BY seq DESC LIMIT $4`, f.Project, f.JobID, f.State, min(limit, MaxListLimit))
+		ORDER BY seq DESC LIMIT $4`, f.Project, f.JobID, f.State, pageLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("store: list notifications: %w", err)
 	}

@@ -284,10 +284,7 @@ func scanPolicyVersion(row pgx.Row) (PolicyVersion, error) {
 // capped at MaxListLimit). Errors: database errors, wrapped with "list
 // policy versions".
 func (s *Store) ListPolicyVersions(ctx context.Context, limit int) ([]PolicyVersion, error) {
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit = pageLimit(limit)
 	rows, err := s.pool.Query(ctx, `SELECT `+policyVersionColumns+` FROM policy_versions
 		ORDER BY created_at DESC, hash DESC LIMIT $1`, limit)
 	if err != nil {

@@ -178,11 +178,7 @@ type PreemptionFilter struct {
 // ListPreemptions returns the newest preemptions matching f first. Errors
 // are wrapped with "list preemptions".
 func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]PreemptionRecord, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit := pageLimit(f.Limit)
 	rows, err := queryAll[preemptionRow](ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
 		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR outcome = $2) AND ($3 = '' OR pool = $3)
 			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4) AND ($6 = '' OR kind = $6)

@@ -378,11 +378,7 @@ type QuotaRequestFilter struct {
 
 // ListQuotaRequests returns the requests matching f, newest first.
 func (s *Store) ListQuotaRequests(ctx context.Context, f QuotaRequestFilter) ([]QuotaRequest, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit := pageLimit(f.Limit)
 	rows, err := queryAll[QuotaRequest](ctx, s.pool, `SELECT `+quotaRequestColumns+` FROM quota_requests
 		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR project = $2) AND ($3 = '' OR pool = $3)
 		ORDER BY requested_at DESC, id DESC LIMIT $4`, string(f.State), f.Project, f.Pool, limit)

@@ -58,10 +58,7 @@ type PoolStageChange struct {
 // first (limit ≤ 0: DefaultListLimit, capped at MaxListLimit). Errors are
 // database errors.
 func (s *Store) PoolStageHistory(ctx context.Context, pool string, limit int) ([]PoolStageChange, error) {
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit = pageLimit(limit)
 	var out []PoolStageChange
 	err := forEachRow(ctx, s.pool, `
 		SELECT id, pool, from_stage, to_stage, outcome, at, actor, reason, source, policy_hash, readiness

@@ -150,43 +150,28 @@ func (s *Store) CompleteJob(ctx context.Context, jobID, actor, reason string, at
 // are safe. Errors wrap ErrNotFound, ErrInvalid (reason empty), ErrConflict
 // (not released, or the window has closed) or database errors.
 func (s *Store) DisputeReleasedReclaim(ctx context.Context, id, by, reason string, window time.Duration, at time.Time) (*Reclaim, bool, error) {
-	if err := required("actor", by, "reason", strings.TrimSpace(reason)); err != nil {
-		return nil, false, fmt.Errorf("store: dispute reclaim %s: %w", id, err)
-	}
-	var recorded bool
-	err := s.inTx(ctx, "dispute reclaim "+id, func(tx pgx.Tx) error {
-		r, err := queryReclaim(ctx, tx, `SELECT `+reclaimColumns+` FROM reclaims WHERE id = $1 FOR UPDATE`, id)
+	return s.disputeChange(ctx, "dispute reclaim "+id, id, by, reason, func(tx pgx.Tx, r *Reclaim) (bool, error) {
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("reclaim %s: %w", id, ErrNotFound)
-		case err != nil:
-			return err
 		case r.Disputed:
-			return nil
+			return false, nil
 		case r.State != vocab.ReclaimReleased || r.ReleasedAt == nil:
-			return fmt.Errorf("reclaim %s is %s: only a released reclaim can be disputed (one that awaits a decision is kept with POST /v1/reclaims/%s/keep): %w",
+			return false, fmt.Errorf("reclaim %s is %s: only a released reclaim can be disputed (one that awaits a decision is kept with POST /v1/reclaims/%s/keep): %w",
 				id, r.State, id, ErrConflict)
 		case at.After(r.ReleasedAt.Add(window)):
-			return fmt.Errorf("reclaim %s was released at %s: its dispute window of %s closed at %s: %w", id,
+			return false, fmt.Errorf("reclaim %s was released at %s: its dispute window of %s closed at %s: %w", id,
 				r.ReleasedAt.Format(time.RFC3339), window, r.ReleasedAt.Add(window).Format(time.RFC3339), ErrConflict)
 		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE reclaims SET disputed = true, dispute_by = $2, dispute_reason = $3, disputed_at = $4, dispute_after_release = true,
 				updated_at = $4
 			WHERE id = $1`, id, by, reason, at); err != nil {
-			return err
+			return false, err
 		}
-		recorded = true
-		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: AuditReclaimDispute, Subject: r.JobID, Reason: reason,
+		return true, appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: AuditReclaimDispute, Subject: r.JobID, Reason: reason,
 			Evidence: map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class, "mode": r.Mode,
 				"after_release": true, "released_at": r.ReleasedAt.UTC(), "gpus_released": r.GPUsReleased,
 				"dispute_window_s": window.Seconds(), "basis": r.Basis}})
 	})
-	if err != nil {
-		return nil, false, err
-	}
-	r, err := s.GetReclaim(ctx, id)
-	return r, recorded, err
 }
 
 // RejectDispute records an operator's (by) rejection of reclaim id's
@@ -196,35 +181,48 @@ func (s *Store) DisputeReleasedReclaim(ctx context.Context, id, by, reason strin
 // unchanged with false. Errors wrap ErrNotFound, ErrInvalid (reason empty),
 // ErrConflict (no dispute to reject) or database errors.
 func (s *Store) RejectDispute(ctx context.Context, id, by, reason string, at time.Time) (*Reclaim, bool, error) {
+	return s.disputeChange(ctx, "reject dispute of reclaim "+id, id, by, reason, func(tx pgx.Tx, r *Reclaim) (bool, error) {
+		switch {
+		case !r.Disputed:
+			return false, fmt.Errorf("reclaim %s is not disputed: %w", id, ErrConflict)
+		case r.DisputeRejectedAt != nil:
+			return false, nil
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE reclaims SET dispute_rejected_by = $2, dispute_rejection = $3, dispute_rejected_at = $4, updated_at = $4
+			WHERE id = $1`, id, by, reason, at); err != nil {
+			return false, err
+		}
+		ev := map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class,
+			"disputed_by": r.DisputeBy, "dispute_reason": r.DisputeReason, "after_release": r.DisputeAfterRelease}
+		if r.DisputedAt != nil {
+			ev["disputed_at"] = r.DisputedAt.UTC()
+		}
+		return true, appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: AuditReclaimDisputeReject, Subject: r.JobID,
+			Reason: reason, Evidence: ev})
+	})
+}
+
+// disputeChange is the frame of a change to reclaim id's dispute by actor
+// by with reason (what names it in errors: "dispute reclaim R1"): both are
+// required (ErrInvalid), then change runs on the reclaim locked in a
+// transaction (ErrNotFound when there is none) and says whether it
+// recorded anything; the reclaim is then read again.
+func (s *Store) disputeChange(ctx context.Context, what, id, by, reason string, change func(tx pgx.Tx, r *Reclaim) (bool, error)) (*Reclaim, bool, error) {
 	if err := required("actor", by, "reason", strings.TrimSpace(reason)); err != nil {
-		return nil, false, fmt.Errorf("store: reject dispute of reclaim %s: %w", id, err)
+		return nil, false, fmt.Errorf("store: %s: %w", what, err)
 	}
 	var recorded bool
-	err := s.inTx(ctx, "reject dispute of reclaim "+id, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, what, func(tx pgx.Tx) error {
 		r, err := queryReclaim(ctx, tx, `SELECT `+reclaimColumns+` FROM reclaims WHERE id = $1 FOR UPDATE`, id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("reclaim %s: %w", id, ErrNotFound)
 		case err != nil:
 			return err
-		case !r.Disputed:
-			return fmt.Errorf("reclaim %s is not disputed: %w", id, ErrConflict)
-		case r.DisputeRejectedAt != nil:
-			return nil
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE reclaims SET dispute_rejected_by = $2, dispute_rejection = $3, dispute_rejected_at = $4, updated_at = $4
-			WHERE id = $1`, id, by, reason, at); err != nil {
-			return err
-		}
-		recorded = true
-		ev := map[string]any{"reclaim_id": id, "allocation_id": r.AllocationID, "class": r.Class,
-			"disputed_by": r.DisputeBy, "dispute_reason": r.DisputeReason, "after_release": r.DisputeAfterRelease}
-		if r.DisputedAt != nil {
-			ev["disputed_at"] = r.DisputedAt.UTC()
-		}
-		return appendAuditTx(ctx, tx, AuditEntry{At: at, Actor: by, Action: AuditReclaimDisputeReject, Subject: r.JobID,
-			Reason: reason, Evidence: ev})
+		recorded, err = change(tx, r)
+		return err
 	})
 	if err != nil {
 		return nil, false, err

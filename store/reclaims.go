@@ -296,11 +296,7 @@ type ReclaimFilter struct {
 // ListReclaims returns the newest reclaims matching f first. Errors are
 // wrapped with "list reclaims".
 func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit := pageLimit(f.Limit)
 	out, err := queryAll[Reclaim](ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims
 		WHERE ($1 = '' OR class = $1) AND ($2 = '' OR mode = $2) AND ($3 = '' OR pool = $3) AND ($4 = '' OR state = $4)
 		ORDER BY detected_at DESC, id DESC LIMIT $5`, f.Class, f.Mode, f.Pool, f.State, limit)

@@ -53,14 +53,10 @@ is named), 1 server or network failure.`,
 			return err
 		}
 		job, err := client.SetPrerequisite(cmd.Context(), args[0], args[1], ready, message)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), job)
-		}
-		_, err = io.WriteString(cmd.OutOrStdout(), describePrerequisites(job, args[1]))
-		return err
+		return showResult(cmd, format, job, err, func(w io.Writer, job *api.Job) error {
+			_, err := io.WriteString(w, describePrerequisites(job, args[1]))
+			return err
+		})
 	}
 	return cmd
 }
@@ -138,15 +134,11 @@ Exit codes: 0 done, 2 bad arguments, a bad file or a request the API refused
 			return err
 		}
 		job, err := client.Amend(cmd.Context(), args[0], *res, reason)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), job)
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%s: resources now %s (submitted %s, kept)\n", job.ID,
-			describeResources(job.Resources), formatClock(job.SubmittedAt))
-		return nil
+		return showResult(cmd, format, job, err, func(w io.Writer, job *api.Job) error {
+			fmt.Fprintf(w, "%s: resources now %s (submitted %s, kept)\n", job.ID,
+				describeResources(job.Resources), formatClock(job.SubmittedAt))
+			return nil
+		})
 	}
 	return cmd
 }
@@ -189,13 +181,7 @@ expected next re-evaluation and the last scheduling action.`,
 			return err
 		}
 		list, err := client.JobEvents(cmd.Context(), args[0])
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), list)
-		}
-		return printWaitEvents(cmd.OutOrStdout(), list)
+		return showResult(cmd, format, list, err, printWaitEvents)
 	}
 	return cmd
 }

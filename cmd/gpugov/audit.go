@@ -179,15 +179,11 @@ a job holding no GPUs), 1 server or network failure.`,
 			return err
 		}
 		done, err := client.Complete(cmd.Context(), args[0], reason)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), done)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: work declared done by %s at %s (allocation %s): %s\n", done.JobID, done.DeclaredBy,
-			done.DeclaredAt.UTC().Format(time.RFC3339), done.AllocationID, done.Note)
-		return err
+		return showResult(cmd, format, done, err, func(w io.Writer, done *api.JobCompletion) error {
+			_, err := fmt.Fprintf(w, "%s: work declared done by %s at %s (allocation %s): %s\n", done.JobID, done.DeclaredBy,
+				done.DeclaredAt.UTC().Format(time.RFC3339), done.AllocationID, done.Note)
+			return err
+		})
 	}
 	return cmd
 }
@@ -209,19 +205,15 @@ func reclaimDisputeCmd(verb, short string, call func(*apiclient.Client, context.
 			return err
 		}
 		r, err := call(client, cmd.Context(), args[0], reason)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), r)
-		}
-		verdict := "no longer a false reclaim (dispute rejected by " + r.DisputeRejectedBy + ")"
-		if r.FalseReclaim {
-			verdict = "a false reclaim unless an operator rejects the dispute"
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "reclaim %s (allocation %s, %s, %s) disputed by %s: %s\n", r.ID, r.AllocationID, r.Class,
-			r.State, r.DisputeBy, verdict)
-		return err
+		return showResult(cmd, format, r, err, func(w io.Writer, r *api.Reclaim) error {
+			verdict := "no longer a false reclaim (dispute rejected by " + r.DisputeRejectedBy + ")"
+			if r.FalseReclaim {
+				verdict = "a false reclaim unless an operator rejects the dispute"
+			}
+			_, err := fmt.Fprintf(w, "reclaim %s (allocation %s, %s, %s) disputed by %s: %s\n", r.ID, r.AllocationID, r.Class,
+				r.State, r.DisputeBy, verdict)
+			return err
+		})
 	}
 	return cmd
 }

@@ -202,13 +202,7 @@ metrics.` + experimentExitCodes,
 			return err
 		}
 		d, err := client.Experiment(cmd.Context(), args[0])
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), d)
-		}
-		return writeExperiment(cmd.OutOrStdout(), d)
+		return showResult(cmd, format, d, err, writeExperiment)
 	}
 	return cmd
 }
@@ -346,15 +340,11 @@ baseline version is restored; the abort is recorded with who and why.`
 			return err
 		}
 		e, err := client.DecideExperiment(cmd.Context(), args[0], action, reason)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), e)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s sent to experiment %s (%s); its workflow records it: `gpugov experiment show %s`\n",
-			action, e.ID, e.State, e.ID)
-		return err
+		return showResult(cmd, format, e, err, func(w io.Writer, e *api.Experiment) error {
+			_, err := fmt.Fprintf(w, "%s sent to experiment %s (%s); its workflow records it: `gpugov experiment show %s`\n",
+				action, e.ID, e.State, e.ID)
+			return err
+		})
 	}
 	return cmd
 }

@@ -47,14 +47,16 @@ func (w *experimentWorkflows) SignalExperiment(_ context.Context, id, action, ac
 
 const experimentAdminToken = "tok-experiment-admin"
 
-// newExperimentCLIEnv is the real API on a store with pool sim and, as the
+// newExperimentCLIEnv is the real API on a store with pools sim and alibaba
+// (the example experiment's scope, the pool `make run` imports) and, as the
 // active policy version, deploy/gpugov/policy.yaml (what `make
-// demo-governance` serves), so the example experiment's candidate differs
-// from the baseline in aging only. run uses the admin's token.
+// demo-governance` serves, and `make run` with GPUGOV_POLICY_FILE), so the
+// example experiment's candidate differs from the baseline in aging only.
+// run uses the admin's token.
 func newExperimentCLIEnv(t *testing.T) (*cliEnv, *experimentWorkflows) {
 	t.Helper()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue},
-		Pools: []scheduling.Pool{storetest.Pool("sim", vocab.StageAutomate, 1, 8)}})
+		Pools: []scheduling.Pool{storetest.Pool("sim", vocab.StageAutomate, 1, 8), storetest.Pool("alibaba", vocab.StageObserve, 1, 8)}})
 	p, err := policy.Load("../../deploy/gpugov/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestExperimentCommands(t *testing.T) {
 		t.Fatalf("create: %v %s", err, stderr)
 	}
 	id := strings.TrimSuffix(out, "\n")
-	if !strings.HasPrefix(id, "exp-") || strings.Contains(id, "\n") || !strings.Contains(stderr, id+": aging-ceiling-standard in pool sim") ||
+	if !strings.HasPrefix(id, "exp-") || strings.Contains(id, "\n") || !strings.Contains(stderr, id+": aging-ceiling-standard in pool alibaba") ||
 		!strings.Contains(stderr, "(aging)") || !strings.Contains(stderr, "workflow experiment/"+id) {
 		t.Fatalf("create printed the ID alone on stdout? stdout:\n%s\nstderr:\n%s", out, stderr)
 	}
@@ -337,6 +339,7 @@ func TestQuotaChangeDuringAQuotaExperiment(t *testing.T) {
 		t.Fatal(err)
 	}
 	specText := strings.Replace(string(spec), "file: policy-aging-candidate.yaml", "file: cand.yaml", 1)
+	specText = strings.Replace(specText, "pools: [alibaba]", "pools: [sim]", 1) // the pool of the quotas below
 	cand := string(base) + "\nquotas:\n  - {project: vision, pool: sim, nominal_milli: 2000}\n"
 	out := mustRun(t, env, "experiment", "create", "-f", writeSpecFiles(t, specText, cand))
 	id := strings.SplitN(out, "\n", 2)[0]

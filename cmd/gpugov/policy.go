@@ -224,13 +224,7 @@ Example:
 			return err
 		}
 		list, err := client.PolicyVersions(cmd.Context(), limit)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), list)
-		}
-		return writePolicyList(cmd.OutOrStdout(), list)
+		return showResult(cmd, format, list, err, writePolicyList)
 	}
 	return cmd
 }
@@ -284,13 +278,7 @@ Example:
 			return err
 		}
 		v, err := client.PolicyVersion(cmd.Context(), args[0])
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), v)
-		}
-		return writePolicyVersion(cmd.OutOrStdout(), v)
+		return showResult(cmd, format, v, err, writePolicyVersion)
 	}
 	return cmd
 }
@@ -341,16 +329,12 @@ Example:
 			return err
 		}
 		d, err := client.PolicyDiff(cmd.Context(), args[0], args[1])
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), d)
-		}
-		if _, err := fmt.Fprintf(cmd.OutOrStdout(), "policy %s → %s\n", shortHash(d.From), shortHash(d.To)); err != nil {
-			return err
-		}
-		return writeGroupDiff(cmd.OutOrStdout(), d.Diff)
+		return showResult(cmd, format, d, err, func(w io.Writer, d *api.PolicyDiff) error {
+			if _, err := fmt.Fprintf(w, "policy %s → %s\n", shortHash(d.From), shortHash(d.To)); err != nil {
+				return err
+			}
+			return writeGroupDiff(w, d.Diff)
+		})
 	}
 	return cmd
 }

@@ -27,13 +27,7 @@ func init() {
 			return err
 		}
 		qs, err := client.Queues(cmd.Context())
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), qs)
-		}
-		return printQueues(cmd.OutOrStdout(), qs)
+		return showResult(cmd, format, qs, err, printQueues)
 	}
 	rootCmd.AddCommand(cmd)
 }

@@ -66,13 +66,7 @@ unused quota) — and to whom.` + quotaExitCodes,
 			return err
 		}
 		list, err := client.Quotas(cmd.Context(), pool)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), list)
-		}
-		return writeQuotaList(cmd.OutOrStdout(), list)
+		return showResult(cmd, format, list, err, writeQuotaList)
 	}
 	return cmd
 }
@@ -158,14 +152,10 @@ experiment at once (aborted, policy_changed).` + quotaExitCodes,
 			return err
 		}
 		ch, err := client.SetQuotaOverride(cmd.Context(), args[0], args[1], nominal, borrow, reason, override)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), ch)
-		}
-		_, err = io.WriteString(cmd.OutOrStdout(), describeQuotaChange(ch)+"\n")
-		return err
+		return showResult(cmd, format, ch, err, func(w io.Writer, ch *api.QuotaChange) error {
+			_, err := io.WriteString(w, describeQuotaChange(ch)+"\n")
+			return err
+		})
 	}
 	return cmd
 }
@@ -226,15 +216,11 @@ it (the quota changes, as quota set) or denies it, with a comment.` + quotaExitC
 			nr.BorrowingLimitMilli = &borrow
 		}
 		r, err := client.RequestQuota(cmd.Context(), nr)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), r)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s asks nominal %d milli-GPU in %s (pending; an admin approves with `gpugov quota approve %s -m TEXT`)\n",
-			r.ID, r.Project, r.NominalMilli, r.Pool, r.ID)
-		return err
+		return showResult(cmd, format, r, err, func(w io.Writer, r *api.QuotaRequest) error {
+			_, err := fmt.Fprintf(w, "%s: %s asks nominal %d milli-GPU in %s (pending; an admin approves with `gpugov quota approve %s -m TEXT`)\n",
+				r.ID, r.Project, r.NominalMilli, r.Pool, r.ID)
+			return err
+		})
 	}
 	return cmd
 }
@@ -261,13 +247,9 @@ first, optionally of one state.` + quotaExitCodes,
 			return err
 		}
 		list, err := client.QuotaRequests(cmd.Context(), state)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), list)
-		}
-		return writeQuotaRequests(cmd.OutOrStdout(), list.Requests)
+		return showResult(cmd, format, list, err, func(w io.Writer, list *api.QuotaRequestList) error {
+			return writeQuotaRequests(w, list.Requests)
+		})
 	}
 	return cmd
 }

@@ -51,18 +51,13 @@ Exit codes: 0 started, 2 bad arguments or a refusal (403, 404, 409), 1 server or
 			return err
 		}
 		out, _, err := client.Drill(cmd.Context(), args[0], reason)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), out)
-		}
-		w := cmd.OutOrStdout()
-		fmt.Fprintf(w, "drill %s started on job %s (follow it with: gpugov preemptions %s)\n", out.Drill.ID, out.Drill.VictimJobID, out.Drill.ID)
-		if out.Note != "" {
-			fmt.Fprintln(w, "note: "+out.Note)
-		}
-		return printPreemption(w, &out.Drill)
+		return showResult(cmd, format, out, err, func(w io.Writer, out *api.DrillStarted) error {
+			fmt.Fprintf(w, "drill %s started on job %s (follow it with: gpugov preemptions %s)\n", out.Drill.ID, out.Drill.VictimJobID, out.Drill.ID)
+			if out.Note != "" {
+				fmt.Fprintln(w, "note: "+out.Note)
+			}
+			return printPreemption(w, &out.Drill)
+		})
 	}
 	return cmd
 }
@@ -98,13 +93,7 @@ Exit codes: 0 shown (ready or not), 2 bad arguments or an unknown pool, 1 server
 			return err
 		}
 		r, err := client.PoolReadiness(cmd.Context(), args[0], history)
-		if err != nil {
-			return apiFailure(err)
-		}
-		if format == "json" {
-			return printJSON(cmd.OutOrStdout(), r)
-		}
-		return printReadiness(cmd.OutOrStdout(), r)
+		return showResult(cmd, format, r, err, printReadiness)
 	}
 	cmd.AddCommand(rc)
 	return cmd

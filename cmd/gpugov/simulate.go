@@ -1,9 +1,9 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -67,7 +67,9 @@ a refusal.
 --from-store exports the jobs the service recorded as submitted in [--since, --until)
 (RFC 3339 times) and the stored inventory as a trace in this same format (written to
 --out DIR, else a temporary folder, as nodes.csv and pods.csv) and simulates it;
---pool limits the export to one pool's nodes and jobs. The trace reader accepts the GPU
+--pool limits the export to one pool's nodes and jobs. Without --policy it simulates
+the service's active policy version, read from the same database (the default
+policy when none is active; stderr says which); a what-if takes it as the baseline. The trace reader accepts the GPU
 models of KnownModels (the Alibaba trace's) and those --models names: an exported
 inventory names its GPUs by their NVML product names, which the export prints.
 
@@ -103,12 +105,13 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	if err := checkSimulateFlags(cmd, f); err != nil {
 		return err
 	}
-	pol := policy.Default()
+	pol, label := policy.Default(), "(default policy)"
 	if f.policy != "" {
 		var err error
 		if pol, err = policy.Load(f.policy); err != nil {
 			return newUsageError("%w", err)
 		}
+		label = f.policy
 	}
 	var in simulation.Input
 	var src traceSource
@@ -119,6 +122,15 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 			return err
 		}
 		defer cleanup()
+		if f.policy == "" {
+			if src.active != nil {
+				pol, label = src.active, "(the store's active policy version "+short(src.activeHash)+")"
+				fmt.Fprintf(cmd.ErrOrStderr(), "simulate: policy: the service's active version %s, read from the database (--policy FILE simulates another)\n",
+					short(src.activeHash))
+			} else {
+				fmt.Fprintln(cmd.ErrOrStderr(), "simulate: policy: the default; the store has no active policy version (--policy FILE sets one)")
+			}
+		}
 		if src.pool != "" {
 			pol.Simulation.Pool = src.pool
 		}
@@ -131,9 +143,9 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 		return err
 	}
 	if f.vs != "" || f.experiment != "" {
-		return runWhatIf(cmd, f, pol, in, src)
+		return runWhatIf(cmd, f, pol, label, in, src)
 	}
-	cfg, err := simConfig(cmd, f, pol, cmp.Or(f.policy, "(default)"))
+	cfg, err := simConfig(cmd, f, pol, label)
 	if err != nil {
 		return err
 	}
@@ -177,12 +189,18 @@ func checkSimulateFlags(cmd *cobra.Command, f simulateFlags) error {
 }
 
 // traceSource is where a simulation's trace is read from: the node and pod
-// lists, and, for an export, the pool it was limited to and the GPU models
-// it names outside alibaba.KnownModels.
+// lists, and, for an export, the pool it was limited to, the GPU models it
+// names outside alibaba.KnownModels and origin, the service time of its
+// trace second 0 (--since; zero for a trace file). active is, for an
+// export without --policy, the service's active policy version (hash
+// activeHash), nil when the store has none.
 type traceSource struct {
 	nodes, pods string
 	pool        string
 	models      []string
+	origin      time.Time
+	active      *policy.Policy
+	activeHash  string
 }
 
 // readTrace reads the node and pod lists (usage errors naming the file and line).

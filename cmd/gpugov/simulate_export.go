@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -29,8 +31,10 @@ const (
 // recorded as submitted in [--since, --until) and the stored inventory,
 // writes them as an Alibaba v2023 trace (exportNodesFile, exportPodsFile)
 // to --out (a temporary folder without it, removed by cleanup) and returns
-// where the trace is. Bad flags are usage errors; an unreachable database
-// is an error (exit 1).
+// where the trace is. Without --policy it also reads the service's active
+// policy version (src.active; nil when there is none), which the
+// simulation then runs under. Bad flags are usage errors; an unreachable
+// database is an error (exit 1).
 func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, cleanup func(), err error) {
 	cleanup = func() {}
 	since, err := time.Parse(time.RFC3339, f.since)
@@ -49,6 +53,13 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 	}
 	defer st.Close()
 	now := time.Now().UTC()
+	var active *policy.Policy
+	var activeHash string
+	if f.policy == "" {
+		if active, activeHash, err = activePolicy(ctx, st); err != nil {
+			return src, cleanup, err
+		}
+	}
 	pools, err := st.GetInventory(ctx)
 	if err != nil {
 		return src, cleanup, fmt.Errorf("simulate --from-store: %w", err)
@@ -77,7 +88,7 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 		return src, cleanup, newUsageError("simulate: --out %s: %w", dir, err)
 	}
 	src = traceSource{nodes: filepath.Join(dir, exportNodesFile), pods: filepath.Join(dir, exportPodsFile), pool: f.pool,
-		models: unknownModels(nodes, pods)}
+		models: unknownModels(nodes, pods), origin: since, active: active, activeHash: activeHash}
 	if err := writeTraceFile(src.nodes, func(w *os.File) error { return alibaba.WriteNodes(w, nodes) }); err != nil {
 		cleanup()
 		return src, func() {}, err
@@ -105,6 +116,29 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 		fmt.Fprintf(progress, "simulate: reuse the trace with: %s\n", reuse)
 	}
 	return src, cleanup, nil
+}
+
+// activePolicy reads the service's active policy version from st (what
+// --from-store simulates without --policy): the decoded version
+// (policy.FromCanonical: the default simulation section) and its hash, or
+// nil and "" when the store has none active. A body that does not decode to
+// its hash is an error.
+func activePolicy(ctx context.Context, st *store.Store) (*policy.Policy, string, error) {
+	v, err := st.ActivePolicyVersion(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("simulate --from-store: active policy version: %w", err)
+	}
+	p, err := policy.FromCanonical(v.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("simulate --from-store: active policy version %s: %w", v.Hash, err)
+	}
+	if h := p.Hash(); h != v.Hash {
+		return nil, "", fmt.Errorf("simulate --from-store: active policy version %s decodes to %s", v.Hash, h)
+	}
+	return p, v.Hash, nil
 }
 
 // writeTraceFile creates path and writes it with write.

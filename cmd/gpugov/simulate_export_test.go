@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -175,6 +177,78 @@ func TestSimulateFromStore(t *testing.T) {
 		"--policy", writeIn(t, pdir, "base.yaml", whatIfBase), "--vs", writeIn(t, pdir, "aging.yaml", whatIfAging))
 	if err != nil || !strings.Contains(out, "verdict:") || !strings.Contains(out, "variable groups the candidate changes: aging") {
 		t.Fatalf("what-if on the export: %v\n%s", err, out)
+	}
+	// Its window is in trace time, second 0 being --since, with the dates.
+	if !strings.Contains(out, "trace time t=0 s (day 0.0) to t=") || !strings.Contains(out, "(--since is t=0: "+since+" to ") {
+		t.Errorf("what-if window on the export:\n%s", out)
+	}
+}
+
+// TestSimulateFromStoreActivePolicy: without --policy, --from-store
+// simulates the service's active policy version read from the same
+// database, and says so on stderr; with no active version it simulates the
+// default and says that; --policy overrides it; a what-if takes the active
+// version as its baseline, as a live experiment does.
+func TestSimulateFromStoreActivePolicy(t *testing.T) {
+	url, base, _ := exportStore(t)
+	since, until := base.Format(time.RFC3339), base.Add(time.Hour).Format(time.RFC3339)
+	export := []string{"--from-store", "--database-url", url, "--since", since, "--until", until, "--pool", "p"}
+	simulated := func(args ...string) (hash, progress string) {
+		t.Helper()
+		out, progress, err := runSimulateArgs(t, append(append(slices.Clone(export), args...), "--format", "json")...)
+		if err != nil {
+			t.Fatalf("simulate %v: %v\n%s", args, err, progress)
+		}
+		var rep struct {
+			PolicyVersion string `json:"policy_version"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.PolicyVersion, progress
+	}
+
+	hash, progress := simulated()
+	if hash != policy.Default().Hash() || !strings.Contains(progress, "simulate: policy: the default; the store has no active policy version") {
+		t.Fatalf("no active version: policy %s (default %s), progress:\n%s", hash, policy.Default().Hash(), progress)
+	}
+
+	dir := t.TempDir()
+	activeFile, otherFile := writeIn(t, dir, "aging.yaml", whatIfAging), writeIn(t, dir, "base.yaml", whatIfBase)
+	active, err := policy.Load(activeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.SavePolicyVersion(ctx, active.Hash(), active.Canonical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ActivatePolicyVersion(ctx, active.Hash(), "test", "the service's policy"); err != nil {
+		t.Fatal(err)
+	}
+	hash, progress = simulated()
+	if want := "simulate: policy: the service's active version " + active.Hash()[:12] + ", read from the database"; hash != active.Hash() ||
+		!strings.Contains(progress, want) {
+		t.Fatalf("active version %s: simulated %s, progress lacks %q:\n%s", active.Hash(), hash, want, progress)
+	}
+	other, err := policy.Load(otherFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hash, progress = simulated("--policy", otherFile); hash != other.Hash() || strings.Contains(progress, "simulate: policy:") {
+		t.Fatalf("--policy: simulated %s, want %s; progress:\n%s", hash, other.Hash(), progress)
+	}
+
+	// A what-if without --policy: the active version is the baseline.
+	out, _, err := runSimulateArgs(t, append(slices.Clone(export), "--vs", otherFile)...)
+	want := "what-if: baseline (the store's active policy version " + active.Hash()[:12] + ") (policy " + active.Hash()[:12] + ") vs candidate " + otherFile
+	if err != nil || !strings.Contains(out, want) || !strings.Contains(out, "variable groups the candidate changes: aging") {
+		t.Fatalf("what-if on the active version: %v, want %q:\n%s", err, want, out)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"runtime/debug"
@@ -52,6 +53,10 @@ func defaultWhatIfSpec(pool string) *experiment.Spec {
 	}
 }
 
+// CancelRateNote tells the comparison's two cancellation metrics apart.
+const CancelRateNote = "cancel_rate (governance: jobs cancelled ÷ jobs submitted in the window, running or waiting) " +
+	"is not cancellation_rate (queue report: waits ended by a cancellation ÷ waits ended)"
+
 // DefaultWhatIfSpecText describes defaultWhatIfSpec in the output.
 const DefaultWhatIfSpecText = "default spec (no --experiment): expected experiment longest_wait_s decrease ≥ 30 %; " +
 	"rollback when production wait_p95_s > 1.2 × baseline or experiment starving_jobs > 0"
@@ -79,25 +84,66 @@ type whatIfInput struct {
 
 // whatIfOutput is the JSON form of a what-if.
 type whatIfOutput struct {
-	Input       whatIfInput               `json:"input"`
-	Baseline    whatIfRun                 `json:"baseline"`
-	Candidate   whatIfRun                 `json:"candidate"`
-	Groups      []vocab.PolicyGroup       `json:"variable_groups"`
-	Warnings    []string                  `json:"warnings"`
-	Spec        *experiment.Spec          `json:"spec"`
-	DefaultSpec bool                      `json:"default_spec"`
-	Window      queuereport.Window        `json:"window"`
+	Input       whatIfInput         `json:"input"`
+	Baseline    whatIfRun           `json:"baseline"`
+	Candidate   whatIfRun           `json:"candidate"`
+	Groups      []vocab.PolicyGroup `json:"variable_groups"`
+	Warnings    []string            `json:"warnings"`
+	Spec        *experiment.Spec    `json:"spec"`
+	DefaultSpec bool                `json:"default_spec"`
+	Window      queuereport.Window  `json:"window"`
+	// TraceWindow is Window in trace time: seconds from the trace's origin
+	// (Window's times are those seconds read as Unix times, not dates).
+	TraceWindow traceWindow               `json:"trace_window"`
 	Measured    [2]experiment.Measurement `json:"measurements"` // baseline, candidate
 	Outcome     experiment.Outcome        `json:"outcome"`
 	Notes       []string                  `json:"notes"`
 }
 
-// runWhatIf is `simulate --vs`: the candidate and the spec are loaded and
+// traceWindow is a what-if's window in trace time: FromS and ToS are
+// seconds from the trace's origin (its second 0). For a trace exported from
+// the store (--from-store), second 0 is --since, and Dates holds the window
+// as the service's times.
+type traceWindow struct {
+	FromS float64             `json:"from_s"`
+	ToS   float64             `json:"to_s"`
+	Dates *queuereport.Window `json:"dates,omitempty"`
+}
+
+// newTraceWindow converts w (trace seconds read as Unix times, as the
+// simulator's clock runs) to trace time; origin, when not zero, is the
+// service time of trace second 0 (an export's --since).
+func newTraceWindow(w queuereport.Window, origin time.Time) traceWindow {
+	tw := traceWindow{FromS: unixSeconds(w.From), ToS: unixSeconds(w.To)}
+	if !origin.IsZero() {
+		tw.Dates = &queuereport.Window{From: origin.Add(w.From.Sub(time.Unix(0, 0))).UTC(), To: origin.Add(w.To.Sub(time.Unix(0, 0))).UTC()}
+	}
+	return tw
+}
+
+// unixSeconds is t's seconds since the Unix epoch, fractions included.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// text renders the window for the notes, to the millisecond, e.g. "trace
+// time t=12772873 s (day 147.8) to t=12844110 s (day 148.7), seconds from
+// the trace's origin", with the service's dates after it for an export.
+func (tw traceWindow) text() string {
+	at := func(s float64) string {
+		return fmt.Sprintf("t=%s s (day %.1f)", strconv.FormatFloat(math.Round(s*1000)/1000, 'f', -1, 64), s/86400)
+	}
+	out := "trace time " + at(tw.FromS) + " to " + at(tw.ToS) + ", seconds from the trace's origin"
+	if tw.Dates != nil {
+		out += fmt.Sprintf(" (--since is t=0: %s to %s)", tw.Dates.From.Format(time.RFC3339), tw.Dates.To.Format(time.RFC3339))
+	}
+	return out
+}
+
+// runWhatIf is `simulate --vs` with base (named baseLabel in the output)
+// as the baseline: the candidate and the spec are loaded and
 // checked first (usage errors, exit 2, before any simulation), then the
 // trace is simulated under both policies and judged with the experiment
 // package's Measure, Check and Decide.
-func runWhatIf(cmd *cobra.Command, f simulateFlags, base *policy.Policy, in simulation.Input, src traceSource) error {
-	baseLabel := cmp.Or(f.policy, "(default policy)")
+func runWhatIf(cmd *cobra.Command, f simulateFlags, base *policy.Policy, baseLabel string, in simulation.Input, src traceSource) error {
 	spec, cand, candLabel, err := loadWhatIf(f)
 	if err != nil {
 		return err
@@ -176,14 +222,15 @@ func runWhatIf(cmd *cobra.Command, f simulateFlags, base *policy.Policy, in simu
 	out := whatIfOutput{
 		Input:    input,
 		Baseline: whatIfRun{Label: baseLabel, Policy: base.Hash(), Report: repA}, Candidate: whatIfRun{Label: candLabel, Policy: cand.Hash(), Report: repB},
-		Groups: groups, Warnings: warnings, Spec: spec, DefaultSpec: defaulted, Window: w, Measured: ms,
+		Groups: groups, Warnings: warnings, Spec: spec, DefaultSpec: defaulted, Window: w, TraceWindow: newTraceWindow(w, src.origin), Measured: ms,
 		Outcome: experiment.Decide(spec, &ms[0], &ms[1], breaches),
 		Notes: []string{
-			"both runs are measured over the same window, the whole simulated span of either run [" + w.From.UTC().Format(time.RFC3339) + ", " +
-				w.To.UTC().Format(time.RFC3339) + "), with the live experiment's code (internal/experiment)",
+			"both runs are measured over the same window, the whole simulated span of either run, " + newTraceWindow(w, src.origin).text() +
+				", with the live experiment's code (internal/experiment); each run's summary above is that measurement",
 			WholeWindowNote,
 			"governance metrics measured by the simulator: " + strings.Join(simulation.GovernanceMeasured, ", ") +
 				"; the others (resumes, reclaims, start failures, GPU release time) are not modelled",
+			CancelRateNote,
 			"the spec's start, window_s, baseline and check_interval_s apply to live experiments only",
 		},
 	}
@@ -348,12 +395,12 @@ func writeWhatIfText(w io.Writer, o *whatIfOutput) error {
 	for _, warn := range o.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", warn)
 	}
-	for _, run := range []struct {
+	for i, run := range []struct {
 		name string
 		r    whatIfRun
 	}{{"baseline", o.Baseline}, {"candidate", o.Candidate}} {
 		fmt.Fprintf(&b, "\n%s run (%s):\n", run.name, run.r.Label)
-		if err := writeRunSummary(&b, run.r.Report); err != nil {
+		if err := writeRunSummary(&b, &o.Measured[i], o.Spec.Scope.Queues, run.r.Report); err != nil {
 			return err
 		}
 	}
@@ -368,27 +415,51 @@ func writeWhatIfText(w io.Writer, o *whatIfOutput) error {
 	return o.Outcome.WriteText(w)
 }
 
-// writeRunSummary writes a short form of one run's report: the totals and,
-// per tier, the waits the comparison reads.
-func writeRunSummary(w io.Writer, r *simulation.Report) error {
-	fmt.Fprintf(w, "  %d scheduling cycles, GPU utilization %.1f%%, preemptions %d (loss %.0f GPU-s, recompute %.0f GPU-s), would preempt %d, starved jobs %d, unfinished %d\n",
-		r.Cycles, 100*r.GPUUtilization, r.Preemptions.Count, r.Preemptions.LossGPUSeconds, r.Preemptions.RecomputeGPUSeconds,
-		r.Preemptions.WouldPreempt, r.StarvedJobs.Count, r.Unfinished.Count)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  tier\tjobs\tsim_p50\tsim_p95\tsim_max\tlongest_wait\tover_obj\tnever_started\tpreempted\t")
-	for _, g := range r.Groups {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t\n", g.Tier, g.Jobs, optSecs(g.WaitP50S), optSecs(g.WaitP95S),
-			optSecs(g.WaitMaxS), g.LongestWaitS, g.OverObjective, g.NeverStarted, g.Preemptions)
-	}
-	return tw.Flush()
-}
+// summaryMetrics are the queue report metrics a run's summary shows per
+// tier: the comparison's core metrics (experiment.CoreMetrics) but the
+// service share.
+var summaryMetrics = []string{"jobs", "started", "wait_p50_s", "wait_p95_s", "longest_wait_s",
+	"jobs_over_objective", "starving_jobs", "cancellation_rate"}
 
-// optSecs renders optional seconds, "-" when absent.
-func optSecs(v *int64) string {
-	if v == nil {
-		return "-"
+// writeRunSummary writes a short form of one run: its measurement m (the
+// one the comparison reads: the queue report's definitions over the
+// what-if's window, and the governance metrics), the scope's total and
+// each tier of m (those of the watched queues, when the spec names any),
+// rendered as the comparison renders them; then, labelled as the
+// simulator's, what only the simulator's report r has.
+func writeRunSummary(w io.Writer, m *experiment.Measurement, watched []string, r *simulation.Report) error {
+	val := func(metric string, t experiment.Target) string {
+		v, _, err := m.Value(metric, t)
+		if err != nil {
+			return "?"
+		}
+		return experiment.FormatValue(v)
 	}
-	return strconv.FormatInt(*v, 10)
+	total := experiment.Target{}
+	tiers := "by tier"
+	if len(watched) > 0 {
+		tiers = "the tiers of the watched queues " + strings.Join(watched, ", ")
+	}
+	fmt.Fprintf(w, "  as compared below (the queue report's definitions, the window in the notes): total %s jobs, %s started, wait_p95_s %s s, longest_wait_s %s s, jobs_over_objective %s, starving_jobs %s; preemptions %s (effective_run_loss_gpu_s %s, recompute_gpu_s %s); %s:\n",
+		val("jobs", total), val("started", total), val("wait_p95_s", total), val("longest_wait_s", total),
+		val("jobs_over_objective", total), val("starving_jobs", total),
+		val("preemptions", total), val("effective_run_loss_gpu_s", total), val("recompute_gpu_s", total), tiers)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  tier\t%s\t\n", strings.Join(summaryMetrics, "\t"))
+	for _, g := range m.ByTier {
+		t := experiment.Target{Tier: g.Key[queuereport.KeyTier]}
+		cells := make([]string, len(summaryMetrics))
+		for i, metric := range summaryMetrics {
+			cells[i] = val(metric, t)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t\n", t.Tier, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "  simulator only (its own report, not compared): %d scheduling cycles, GPU utilization %.1f%%, would preempt %d, unfinished %d at the end\n",
+		r.Cycles, 100*r.GPUUtilization, r.Preemptions.WouldPreempt, r.Unfinished.Count)
+	return err
 }
 
 // short abbreviates a policy hash to 12 digits.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -253,6 +254,79 @@ rollback:
 	}
 	if got.Spec.Scope.Pools[0] != "alibaba" || len(got.Measured) != 2 || got.Measured[0].Governance.Measured == nil {
 		t.Fatalf("scope %+v, measurements %+v", got.Spec.Scope, got.Measured)
+	}
+}
+
+// TestSimulateVsSummaryIsTheMeasurement: each run's summary prints the
+// measurement the comparison reads (the queue report's definitions), not
+// the simulator's own report: every tier row holds that run's measured
+// values rendered as the comparison renders them, the simulator's numbers
+// are labelled as its own, and the window is given in trace time (seconds
+// from the trace's origin), never as 1970 dates.
+func TestSimulateVsSummaryIsTheMeasurement(t *testing.T) {
+	dir := t.TempDir()
+	base := writeIn(t, dir, "base.yaml", whatIfBase)
+	cand := writeIn(t, dir, "aging.yaml", whatIfAging)
+	args := []string{"--nodes", simNodes, "--pods", simPods, "--policy", base, "--vs", cand}
+	out, _, err := runSimulateArgs(t, append(slices.Clone(args), "--format", "json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		whatIfJSON
+		Window      queuereport.Window `json:"window"`
+		TraceWindow traceWindow        `json:"trace_window"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Measured) != 2 || got.TraceWindow.FromS != unixSeconds(got.Window.From) || got.TraceWindow.ToS != unixSeconds(got.Window.To) ||
+		got.TraceWindow.Dates != nil {
+		t.Fatalf("measurements %d, window %+v, trace window %+v", len(got.Measured), got.Window, got.TraceWindow)
+	}
+	text, _, err := runSimulateArgs(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"sim_p95", "starved jobs", "1970-"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("text output holds %q:\n%s", bad, text)
+		}
+	}
+	for _, want := range []string{"simulator only (its own report, not compared): ", CancelRateNote,
+		fmt.Sprintf("trace time t=%d s (day %.1f) to t=%d s", got.Window.From.Unix(), float64(got.Window.From.Unix())/86400, got.Window.To.Unix())} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+	runs := []string{"baseline run (" + base + "):", "candidate run (" + cand + "):"}
+	for i, m := range got.Measured {
+		section := text[strings.Index(text, runs[i]):]
+		if end := strings.Index(section, "simulator only"); end > 0 {
+			section = section[:end]
+		}
+		if len(m.ByTier) == 0 {
+			t.Fatalf("run %d: no tier measured", i)
+		}
+		lines := strings.Split(section, "\n")
+		for _, g := range m.ByTier {
+			tier := experiment.Target{Tier: g.Key[queuereport.KeyTier]}
+			want := []string{tier.Tier}
+			for _, metric := range summaryMetrics {
+				v, _, err := m.Value(metric, tier)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, experiment.FormatValue(v))
+			}
+			if !slices.ContainsFunc(lines, func(l string) bool { return slices.Equal(strings.Fields(l), want) }) {
+				t.Errorf("run %d: no summary row %v in:\n%s", i, want, section)
+			}
+		}
+		total := fmt.Sprintf("total %d jobs, %d started", m.Total.Jobs, m.Total.Started)
+		if !strings.Contains(section, total) || !strings.Contains(section, fmt.Sprintf("starving_jobs %d;", m.Total.StarvingJobs)) {
+			t.Errorf("run %d: summary lacks %q and starving_jobs %d:\n%s", i, total, m.Total.StarvingJobs, section)
+		}
 	}
 }
 

@@ -171,3 +171,17 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// showResult ends a client command that fetched v (err being the call's
+// error): a failed call is an API failure (apiFailure's exit codes), the
+// json format prints v as indented JSON, any other format writes it with
+// write to the command's output.
+func showResult[T any](cmd *cobra.Command, format string, v T, err error, write func(w io.Writer, v T) error) error {
+	if err != nil {
+		return apiFailure(err)
+	}
+	if format == "json" {
+		return printJSON(cmd.OutOrStdout(), v)
+	}
+	return write(cmd.OutOrStdout(), v)
+}

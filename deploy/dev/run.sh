@@ -11,8 +11,10 @@
 #   GPUGOV_PODS       pod list to replay (default $GPUGOV_TRACE_DIR/openb_pod_list_default.csv)
 #   GPUGOV_SPEED      trace seconds per real second, for the replay and the simulated executor (default 600)
 #   GPUGOV_REPLAY_ARGS  extra `gpugov replay` flags, e.g. "--max-pods 200 --wait 1m"
-#   GPUGOV_POLICY_FILE  policy file `gpugov serve --policy` reads (default none: the
-#                     default policy), e.g. deploy/gpugov/policy.yaml
+#   GPUGOV_POLICY_FILE  policy file gpugov serve runs (serve reads it from the
+#                     environment: its --policy default; unset: the default
+#                     policy), e.g. deploy/gpugov/policy.yaml, which README's
+#                     policy experiment (deploy/gpugov/experiment-aging.yaml) needs
 #   DATABASE_URL, TEMPORAL_ADDRESS, GPUGOV_API_ADDR as in deploy/dev/env.sh
 set -euo pipefail
 source "$(dirname "$0")/env.sh"

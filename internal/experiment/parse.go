@@ -3,8 +3,6 @@ package experiment
 import (
 	"cmp"
 	"fmt"
-	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
 // SpecError lists every problem found in an experiment spec file, ordered
@@ -26,26 +25,11 @@ type SpecError struct {
 // SpecProblem is one problem of a spec file: its line (1-based), the
 // field's JSON path (`rollback[2].above_baseline_factor`; "" for a YAML
 // syntax error) and what is wrong.
-type SpecProblem struct {
-	Line    int
-	Field   string
-	Message string
-}
+type SpecProblem = yamlnode.Problem
 
 // Error renders "file:line: field: message", one problem a line.
 func (e *SpecError) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		if p.Field == "" {
-			fmt.Fprintf(&b, "%s:%d: %s", e.File, p.Line, p.Message)
-		} else {
-			fmt.Fprintf(&b, "%s:%d: %s: %s", e.File, p.Line, p.Field, p.Message)
-		}
-	}
-	return b.String()
+	return yamlnode.Render(e.File, e.Problems)
 }
 
 // ParseSpec reads an experiment spec from YAML (JSON is YAML too) with the
@@ -118,6 +102,11 @@ func (d *specDecoder) fail(line int, path, format string, args ...any) {
 	d.probs = append(d.probs, SpecProblem{Line: line, Field: path, Message: fmt.Sprintf(format, args...)})
 }
 
+// report is fail at node n's line, as a yamlnode.Report.
+func (d *specDecoder) report(n *yaml.Node, path, msg string) {
+	d.probs = append(d.probs, SpecProblem{Line: n.Line, Field: path, Message: msg})
+}
+
 // line returns the line of path, or of its nearest recorded parent, or 1.
 func (d *specDecoder) line(path string) int {
 	for path != "" {
@@ -143,12 +132,12 @@ func parseSpec(name string, data []byte) (*Spec, *specDecoder) {
 	s := &Spec{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		d.fail(syntaxLine(err), "", "%s", err.Error())
+		d.fail(yamlnode.SyntaxLine(err), "", "%s", err.Error())
 		return nil, d
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = deref(root.Content[0])
+		root = yamlnode.Deref(root.Content[0])
 	}
 	if root.Kind == yaml.DocumentNode || root.Kind == 0 {
 		d.fail(1, "", "the file is empty: want an experiment spec (name, hypothesis, candidate, scope, window_s, expected, rollback)")
@@ -180,43 +169,6 @@ func parseSpec(name string, data []byte) (*Spec, *specDecoder) {
 	return s, d
 }
 
-// syntaxLine extracts the line yaml.v3 names in a syntax error ("yaml: line 3: …"), or 1.
-func syntaxLine(err error) int {
-	var line int
-	if i := strings.Index(err.Error(), "line "); i >= 0 {
-		fmt.Sscanf(err.Error()[i:], "line %d", &line)
-	}
-	return max(line, 1)
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// describe names a node's value for messages.
-func describe(n *yaml.Node) string {
-	switch {
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-		return "no value"
-	default:
-		return fmt.Sprintf("%q", n.Value)
-	}
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
 // fieldFunc decodes the value node n of the field at path.
 type fieldFunc func(n *yaml.Node, path string)
 
@@ -226,35 +178,15 @@ type specFields map[string]fieldFunc
 // mapping decodes a mapping node with the known keys fs; an unknown or
 // repeated key is a problem at the key's line.
 func (d *specDecoder) mapping(n *yaml.Node, path string, fs specFields) {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		d.fail(n.Line, path, "want a mapping, got %s", describe(n))
-		return
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		at := join(path, k.Value)
-		switch f, ok := fs[k.Value]; {
-		case seen[k.Value]:
-			d.fail(k.Line, at, "repeats an earlier key")
-		case !ok:
-			d.fail(k.Line, at, "unknown field (want one of %s)", strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
-		default:
-			seen[k.Value] = true
-			d.at[at] = k.Line
-			f(v, at)
-		}
-	}
+	yamlnode.Fields(n, path, fs, d.report, func(k, v *yaml.Node, at string, f fieldFunc) {
+		d.at[at] = k.Line
+		f(v, at)
+	})
 }
 
 // scalar decodes a scalar node into dst; want names the expected kind.
 func (d *specDecoder) scalar(n *yaml.Node, path, want string, dst any) bool {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || n.Decode(dst) != nil {
-		d.fail(n.Line, path, "want %s, got %s", want, describe(n))
-		return false
-	}
-	return true
+	return yamlnode.Scalar(n, path, want, dst, d.report)
 }
 
 func (d *specDecoder) str(dst *string) fieldFunc {
@@ -263,19 +195,15 @@ func (d *specDecoder) str(dst *string) fieldFunc {
 
 func (d *specDecoder) strs(dst *[]string) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		if n.Kind != yaml.SequenceNode {
-			d.fail(n.Line, path, "want a list of names, got %s", describe(n))
-			return
-		}
 		out := []string{}
-		for i, c := range n.Content {
-			c = deref(c)
-			at := fmt.Sprintf("%s[%d]", path, i)
+		if !yamlnode.List(n, path, "a list of names", d.report, func(c *yaml.Node, at string) {
 			d.at[at] = c.Line
 			var v string
 			if d.scalar(c, at, "a name", &v) {
 				out = append(out, v)
 			}
+		}) {
+			return
 		}
 		*dst = out
 	}
@@ -283,15 +211,9 @@ func (d *specDecoder) strs(dst *[]string) fieldFunc {
 
 func (d *specDecoder) number(dst *float64) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		var v float64
-		if !d.scalar(n, path, "a number", &v) {
-			return
+		if v, ok := yamlnode.Number(n, path, d.report); ok {
+			*dst = v
 		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			d.fail(n.Line, path, "want a finite number, got %s", describe(n))
-			return
-		}
-		*dst = v
 	}
 }
 
@@ -305,27 +227,17 @@ func (d *specDecoder) numberPtr(dst **float64) fieldFunc {
 
 func (d *specDecoder) integer(dst *int) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		// yaml.v3 truncates a float decoded into an integer: only !!int is whole.
-		if n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null" {
-			d.fail(n.Line, path, "want a whole number, got %s", describe(n))
-			return
+		if v, ok := yamlnode.Integer[int](n, path, d.report); ok {
+			*dst = v
 		}
-		d.scalar(n, path, "a whole number", dst)
 	}
 }
 
 func (d *specDecoder) timePtr(dst **time.Time) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		var s string
-		if !d.scalar(n, path, "an RFC 3339 time", &s) {
-			return
+		if t, ok := yamlnode.Time(n, path, d.report); ok {
+			*dst = &t
 		}
-		t, err := time.Parse(time.RFC3339, s)
-		if err != nil {
-			d.fail(n.Line, path, "want an RFC 3339 time (2026-01-02T15:04:05Z), got %q", s)
-			return
-		}
-		*dst = &t
 	}
 }
 
@@ -360,14 +272,8 @@ func (d *specDecoder) expected(e *Expectation) fieldFunc {
 
 func (d *specDecoder) rollback(dst *[]Condition) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		if n.Kind != yaml.SequenceNode {
-			d.fail(n.Line, path, "want a list of conditions, got %s", describe(n))
-			return
-		}
 		out := []Condition{}
-		for i, item := range n.Content {
-			item = deref(item)
-			at := fmt.Sprintf("%s[%d]", path, i)
+		if !yamlnode.List(n, path, "a list of conditions", d.report, func(item *yaml.Node, at string) {
 			d.at[at] = item.Line
 			var c Condition
 			d.mapping(item, at, specFields{
@@ -376,6 +282,8 @@ func (d *specDecoder) rollback(dst *[]Condition) fieldFunc {
 				"above_baseline_factor": d.numberPtr(&c.AboveBaselineFactor), "below_baseline_factor": d.numberPtr(&c.BelowBaselineFactor),
 			})
 			out = append(out, c)
+		}) {
+			return
 		}
 		*dst = out
 	}

@@ -135,3 +135,8 @@ func (o *Outcome) writeText(out io.Writer) error {
 	}
 	return w.Flush()
 }
+
+// FormatValue renders a metric value as the comparison table of
+// Outcome.WriteText does ("766", "12.5", "0.0865"), "-" for nil, so that
+// another summary of the same measurement prints the same numbers.
+func FormatValue(v *float64) string { return cell(v) }

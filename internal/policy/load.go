@@ -3,7 +3,6 @@ package policy
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
 // Error lists every problem found in a policy file, ordered by line.
@@ -24,26 +24,11 @@ type Error struct {
 // Problem is one invalid field: its line in the file (1-based), its dotted
 // path (e.g. "reclaim.rules[1].mode"; "" for a YAML syntax error) and what
 // is wrong.
-type Problem struct {
-	Line    int
-	Field   string
-	Message string
-}
+type Problem = yamlnode.Problem
 
 // Error renders "file:line: field: message", one problem a line.
 func (e *Error) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		if p.Field == "" {
-			fmt.Fprintf(&b, "%s:%d: %s", e.File, p.Line, p.Message)
-		} else {
-			fmt.Fprintf(&b, "%s:%d: %s: %s", e.File, p.Line, p.Field, p.Message)
-		}
-	}
-	return b.String()
+	return yamlnode.Render(e.File, e.Problems)
 }
 
 // Load reads the policy file at path and resolves it over Default. A file
@@ -66,19 +51,19 @@ func Load(path string) (*Policy, error) {
 func Parse(name string, data []byte) (*Policy, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{File: name, Problems: []Problem{{Line: syntaxLine(err), Message: err.Error()}}}
+		return nil, &Error{File: name, Problems: []Problem{{Line: yamlnode.SyntaxLine(err), Message: err.Error()}}}
 	}
 	d := &decoder{at: map[string]*yaml.Node{}}
 	p := Default()
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = deref(root.Content[0])
+		root = yamlnode.Deref(root.Content[0])
 	}
 	switch {
 	case root.Kind == yaml.DocumentNode || root.Kind == 0:
 		d.fail(&yaml.Node{Line: 1}, "version", "is required: want %q (the file is empty)", FormatV1)
 	case root.Kind != yaml.MappingNode:
-		d.fail(root, "", "want a mapping of policy sections, got %s", describe(root))
+		d.fail(root, "", "want a mapping of policy sections, got %s", yamlnode.Describe(root))
 	default:
 		if d.version(root) {
 			d.decodeRoot(root, p)
@@ -91,14 +76,6 @@ func Parse(name string, data []byte) (*Policy, error) {
 	return p, nil
 }
 
-// syntaxLine extracts the line yaml.v3 names in a syntax error ("yaml: line 3: …"), or 1.
-func syntaxLine(err error) int {
-	var line int
-	if i := strings.Index(err.Error(), "line "); i >= 0 {
-		fmt.Sscanf(err.Error()[i:], "line %d", &line)
-	}
-	return max(line, 1)
-}
 
 // decoder walks the YAML node tree, decoding known fields into the policy
 // and collecting a Problem, with the node's line, for each bad one.
@@ -114,7 +91,12 @@ type fieldFunc func(n *yaml.Node, path string)
 type fields map[string]fieldFunc
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
-	d.probs = append(d.probs, Problem{Line: n.Line, Field: path, Message: fmt.Sprintf(format, args...)})
+	d.report(n, path, fmt.Sprintf(format, args...))
+}
+
+// report is fail as a yamlnode.Report.
+func (d *decoder) report(n *yaml.Node, path, msg string) {
+	d.probs = append(d.probs, Problem{Line: n.Line, Field: path, Message: msg})
 }
 
 // has reports whether the field at path was in the file.
@@ -135,9 +117,9 @@ func (d *decoder) version(root *yaml.Node) bool {
 		if root.Content[i].Value != "version" {
 			continue
 		}
-		v := deref(root.Content[i+1])
+		v := yamlnode.Deref(root.Content[i+1])
 		if v.Kind != yaml.ScalarNode || v.Value != FormatV1 {
-			d.fail(v, "version", "%s is not a known policy format: want %q", describe(v), FormatV1)
+			d.fail(v, "version", "%s is not a known policy format: want %q", yamlnode.Describe(v), FormatV1)
 			return false
 		}
 		return true
@@ -146,103 +128,35 @@ func (d *decoder) version(root *yaml.Node) bool {
 	return false
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// describe names a node's value for messages.
-func describe(n *yaml.Node) string {
-	switch {
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-		return "no value"
-	default:
-		return fmt.Sprintf("%q", n.Value)
-	}
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
 // mapping decodes a mapping node with the known keys fs; an unknown or
 // repeated key is a problem at the key's line.
 func (d *decoder) mapping(n *yaml.Node, path string, fs fields) bool {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "want a mapping, got %s", describe(n))
-		return false
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		at := join(path, k.Value)
-		switch f, ok := fs[k.Value]; {
-		case seen[k.Value]:
-			d.fail(k, at, "repeats an earlier key")
-		case !ok:
-			d.fail(k, at, "unknown field (want one of %s)", strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
-		default:
-			seen[k.Value] = true
-			d.at[at] = v
-			f(v, at)
-		}
-	}
-	return true
+	return yamlnode.Fields(n, path, fs, d.report, func(_, v *yaml.Node, at string, f fieldFunc) {
+		d.at[at] = v
+		f(v, at)
+	})
 }
 
 // entries decodes a mapping of names to values (pools, tier bases, project
 // weights) in file order; a repeated name is a problem.
 func (d *decoder) entries(n *yaml.Node, path string, each func(key *yaml.Node, v *yaml.Node, path string)) {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "want a mapping, got %s", describe(n))
-		return
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		at := join(path, k.Value)
-		if seen[k.Value] {
-			d.fail(k, at, "repeats an earlier key")
-			continue
-		}
-		seen[k.Value] = true
+	yamlnode.Entries(n, path, d.report, func(k, v *yaml.Node, at string) {
 		d.at[at] = v
 		each(k, v, at)
-	}
+	})
 }
 
 // list decodes each item of a sequence node.
 func (d *decoder) list(n *yaml.Node, path string, item fieldFunc) {
-	n = deref(n)
-	if n.Kind != yaml.SequenceNode {
-		d.fail(n, path, "want a list, got %s", describe(n))
-		return
-	}
-	for i, c := range n.Content {
-		at := fmt.Sprintf("%s[%d]", path, i)
-		d.at[at] = deref(c)
-		item(deref(c), at)
-	}
+	yamlnode.List(n, path, "a list", d.report, func(c *yaml.Node, at string) {
+		d.at[at] = c
+		item(c, at)
+	})
 }
 
 // scalar decodes a scalar node into dst; want names the expected kind.
 func (d *decoder) scalar(n *yaml.Node, path, want string, dst any) bool {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || n.Decode(dst) != nil {
-		d.fail(n, path, "want %s, got %s", want, describe(n))
-		return false
-	}
-	return true
+	return yamlnode.Scalar(n, path, want, dst, d.report)
 }
 
 func (d *decoder) boolean(dst *bool) fieldFunc {
@@ -297,12 +211,8 @@ func anyValue[T int | int64 | uint64 | float64](T) string { return "" }
 // number decodes a finite number checked by rule.
 func number(d *decoder, dst *float64, rule check[float64]) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		var v float64
-		if !d.scalar(n, path, "a number", &v) {
-			return
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			d.fail(n, path, "want a finite number, got %s", describe(n))
+		v, ok := yamlnode.Number(n, path, d.report)
+		if !ok {
 			return
 		}
 		if msg := rule(v); msg != "" {
@@ -316,13 +226,8 @@ func number(d *decoder, dst *float64, rule check[float64]) fieldFunc {
 // integer decodes a whole number checked by rule.
 func integer[T int | int64 | uint64](d *decoder, dst *T, rule check[T]) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		var v T
-		// yaml.v3 truncates a float decoded into an integer: only !!int is whole.
-		if n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null" {
-			d.fail(n, path, "want a whole number, got %s", describe(n))
-			return
-		}
-		if !d.scalar(n, path, "a whole number", &v) {
+		v, ok := yamlnode.Integer[T](n, path, d.report)
+		if !ok {
 			return
 		}
 		if msg := rule(v); msg != "" {
@@ -387,16 +292,9 @@ func (d *decoder) class(dst *vocab.ReclaimClass) fieldFunc {
 // instant decodes an RFC 3339 time.
 func (d *decoder) instant(dst *time.Time) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		var s string
-		if !d.scalar(n, path, "an RFC 3339 time", &s) {
-			return
+		if t, ok := yamlnode.Time(n, path, d.report); ok {
+			*dst = t
 		}
-		t, err := time.Parse(time.RFC3339, s)
-		if err != nil {
-			d.fail(n, path, "want an RFC 3339 time (2026-01-02T15:04:05Z), got %q", s)
-			return
-		}
-		*dst = t
 	}
 }
 
@@ -524,8 +422,8 @@ func (d *decoder) preemption(p *Preemption) fieldFunc {
 // required reports a problem for each key of item not in the file.
 func (d *decoder) required(item *yaml.Node, path string, keys ...string) {
 	for _, k := range keys {
-		if !d.has(join(path, k)) {
-			d.fail(item, join(path, k), "is required")
+		if !d.has(yamlnode.Join(path, k)) {
+			d.fail(item, yamlnode.Join(path, k), "is required")
 		}
 	}
 }

@@ -3,7 +3,8 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -156,19 +157,11 @@ func (m *GovernanceMetrics) PrimePools(ctx context.Context, pools []string) {
 func (m *GovernanceMetrics) observe(_ context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	pools := make([]string, 0, len(m.readiness))
-	for p := range m.readiness {
-		pools = append(pools, p)
-	}
-	sort.Strings(pools)
+	pools := slices.Sorted(maps.Keys(m.readiness))
 	for _, p := range pools {
 		r := m.readiness[p]
 		o.ObserveInt64(m.ready, b2i(r.Ready), metric.WithAttributes(attribute.String("pool", p)))
-		names := make([]string, 0, len(r.Checks))
-		for c := range r.Checks {
-			names = append(names, c)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(r.Checks))
 		for _, c := range names {
 			o.ObserveInt64(m.checks, b2i(r.Checks[c]), metric.WithAttributes(attribute.String("pool", p), attribute.String("check", c)))
 		}

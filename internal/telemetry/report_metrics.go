@@ -3,7 +3,8 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,11 +113,7 @@ func newReportMetrics(meter metric.Meter) (*reportMetrics, error) {
 func (r *reportMetrics) observe(_ context.Context, o metric.Observer) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	names := make([]string, 0, len(r.queues))
-	for q := range r.queues {
-		names = append(names, q)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(r.queues))
 	for _, q := range names {
 		attrs := metric.WithAttributes(attribute.String("queue", q))
 		o.ObserveFloat64(r.longestWait, r.queues[q].LongestWaitSeconds, attrs)
