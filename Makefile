@@ -20,8 +20,9 @@ test: postgres temporal promtool
 test-unit:
 	go test -short $(GO_TEST_FLAGS) ./...
 
-## lint: go vet and the pinned staticcheck (built into bin/ if missing; staticcheck.conf holds its settings).
+## lint: gofmt, go vet and the pinned staticcheck (built into bin/ if missing; staticcheck.conf holds its settings).
 lint: staticcheck
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	bin/staticcheck ./...
 

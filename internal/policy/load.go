@@ -76,7 +76,6 @@ func Parse(name string, data []byte) (*Policy, error) {
 	return p, nil
 }
 
-
 // decoder walks the YAML node tree, decoding known fields into the policy
 // and collecting a Problem, with the node's line, for each bad one.
 type decoder struct {
