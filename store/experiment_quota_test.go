@@ -251,3 +251,27 @@ func TestQuotaExperimentRestoresExactly(t *testing.T) {
 		t.Fatalf("timeline %v", kinds)
 	}
 }
+
+// TestQuotaSetBackKeepsTheCandidateInForce: a quota set during the window
+// and then set back to its earlier value re-activates an older version
+// whose derived_from no longer leads to the candidate (lineage records the
+// latest activation); it still differs from the candidate only in quotas,
+// so the aging experiment goes on running.
+func TestQuotaSetBackKeepsTheCandidateInForce(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a100", 1, 8))
+	ctx := context.Background()
+	base := quotaBaseline()
+	cand := quotaBaseline()
+	cand.Aging.IntervalSeconds *= 2
+	e := runningWith(t, s, base, cand, vocab.PolicyAging)
+	for i, milli := range []int64{4000, 5000, 4000} {
+		if _, err := s.SetQuota(ctx, store.QuotaChange{Pool: "a100", Project: "vision", NominalMilli: milli,
+			Actor: "admin-alice", Reason: "request"}); err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		if got, err := s.VerifyExperimentPolicy(ctx, e.ID, t0.Add(time.Duration(i+1)*time.Minute)); err != nil || got.State != vocab.ExperimentRunning {
+			t.Fatalf("after quota change %d (%d milli): %+v (%v), want running", i, milli, got, err)
+		}
+	}
+}

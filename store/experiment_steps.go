@@ -31,8 +31,7 @@ import (
 // experiment returns it unchanged, so the workflow sees how it ended.
 //
 // The candidate is "in force" while the active version is the candidate,
-// or a version derived from it (through derived_from) that differs from
-// it only in quotas (a quota change approved meanwhile, policy.Diff's
+// or any version that differs from it only in quotas (a quota change approved meanwhile, policy.Diff's
 // quota group) when the experiment is not itself about quotas. Any other
 // active version means someone applied another policy: the experiment
 // does not fight it, it ends aborted with a policy_changed event and
@@ -45,9 +44,6 @@ import (
 // instead of the baseline itself (restoreTargetTx). An experiment about
 // quotas restores its baseline exactly: its quotas are its variable, and
 // a quota change during its window ended it (policy_changed) already.
-
-// maxLineage bounds the derived_from chain candidateInForceTx follows.
-const maxLineage = 64
 
 // experimentStep runs fn in one transaction on experiment id's row, locked,
 // and returns the experiment as fn left it.
@@ -103,18 +99,13 @@ func candidateInForceTx(ctx context.Context, tx pgx.Tx, e *Experiment, a *active
 	case a.hash == e.BaselineHash || slices.Contains(e.Groups, vocab.PolicyQuota):
 		return false, nil
 	}
-	var derived bool
+	// Quota-only from the candidate, whatever the lineage: derived_from
+	// records a version's latest activation, so setting a quota back to an
+	// earlier value re-activates an older version whose lineage no longer
+	// leads to the candidate; the diff is what decides.
 	var body []byte
-	err := tx.QueryRow(ctx, `
-		WITH RECURSIVE chain (hash, depth) AS (
-			SELECT derived_from, 1 FROM policy_versions WHERE hash = $1 AND derived_from IS NOT NULL
-			UNION ALL
-			SELECT v.derived_from, c.depth + 1 FROM chain c JOIN policy_versions v ON v.hash = c.hash
-			WHERE v.derived_from IS NOT NULL AND c.depth < $3)
-		SELECT EXISTS (SELECT 1 FROM chain WHERE hash = $2), (SELECT body FROM policy_versions WHERE hash = $2)`,
-		a.hash, e.CandidateHash, maxLineage).Scan(&derived, &body)
-	if err != nil || !derived {
-		return false, err
+	if err := tx.QueryRow(ctx, `SELECT body FROM policy_versions WHERE hash = $1`, e.CandidateHash).Scan(&body); err != nil {
+		return false, fmt.Errorf("candidate %s: %w", e.CandidateHash, err)
 	}
 	cand, err := policy.FromCanonical(body)
 	if err != nil {
