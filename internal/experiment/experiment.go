@@ -303,7 +303,8 @@ type Outcome struct {
 // says kept next to a breached check (the caller restores the baseline for
 // every verdict but kept). The expected result is inconclusive as well when
 // its value is undefined in either window (no sample of it, e.g. no job
-// started), and not met when the baseline's value is 0 (no relative change).
+// started). From a baseline value of 0 (no relative change) an increase
+// is met by any positive value and a decrease never.
 func Decide(s *Spec, baseline, candidate *Measurement, breaches []ConditionResult) Outcome {
 	return decide(s, baseline, candidate, breaches)
 }
