@@ -113,7 +113,7 @@ func newGovFixture(t *testing.T) govFixture {
 	must(err)
 	yes, no, step, recompute := true, false, int64(300), 60.0
 	_, err = s.FinishPreemption(ctx, pa, store.PreemptionResume{Outcome: vocab.PreemptionCompleted, ResumedRunID: a2,
-		ResumedFromStep: &step, ResumedCorrectly: &yes, RecomputeS: &recompute, LossGPUSeconds: 120, At: at(12)})
+		ResumedFromStep: &step, ResumedCorrectly: &yes, Progressed: true, RecomputeS: &recompute, LossGPUSeconds: 120, At: at(12)})
 	must(err)
 
 	pb := preempt("c3", B, 20)
