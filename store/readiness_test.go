@@ -295,3 +295,13 @@ func TestPoolReadinessCountsObservedProgress(t *testing.T) {
 		t.Fatalf("after observed progress: %s", d)
 	}
 }
+
+// TestReadinessWindowFitsAReport: the loader's bound on
+// automation.readiness.window_s keeps the two windows readiness reads
+// within one queue report (MaxReportWindow), so no loadable policy makes
+// every readiness evaluation fail.
+func TestReadinessWindowFitsAReport(t *testing.T) {
+	if got := 2 * time.Duration(policy.MaxReadinessWindowSeconds) * time.Second; got > store.MaxReportWindow {
+		t.Fatalf("two readiness windows are %s, more than a report's %s", got, store.MaxReportWindow)
+	}
+}

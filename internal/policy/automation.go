@@ -43,11 +43,19 @@ type Automation struct {
 	Readiness Readiness `json:"readiness"`
 }
 
+// MaxReadinessWindowSeconds bounds automation.readiness.window_s: the
+// checks read two such windows of records in one queue report, which the
+// store bounds at store.MaxReportWindow (90 days), so 45 days. Beyond it
+// every readiness evaluation would fail, and with it every policy refresh
+// that widens a stage (a store test holds the two bounds together).
+const MaxReadinessWindowSeconds = 45 * 24 * 3600
+
 // Readiness holds the window and thresholds of a pool's readiness checks
 // (governance.EvaluateReadiness). Shares are fractions 0..1.
 type Readiness struct {
 	// WindowSeconds is the last window the checks measure, compared with
-	// the window of the same length before it.
+	// the window of the same length before it; at most
+	// MaxReadinessWindowSeconds.
 	WindowSeconds float64 `json:"window_s"`
 	// MinReasonShare is the least share of the pool's waiting after a
 	// job's first evaluation (or still without one) that must carry a

@@ -57,6 +57,8 @@ automation:
 		{"share over one", v + "automation:\n  readiness: {min_reason_share: 1.5}\n",
 			"p.yaml:3: automation.readiness.min_reason_share: 1.5 is outside 0..1"},
 		{"zero window", v + "automation:\n  readiness: {window_s: 0}\n", "p.yaml:3: automation.readiness.window_s: 0, want > 0"},
+		{"window over two report windows", v + "automation:\n  readiness: {window_s: 3888001}\n",
+			"p.yaml:3: automation.readiness.window_s: 3888001 s is longer than 3888000 s (45 days: readiness reads two windows, a queue report at most 90 days)"},
 		{"fractional count", v + "automation:\n  readiness: {max_starving_jobs: 0.5}\n",
 			"p.yaml:3: automation.readiness.max_starving_jobs: want a whole number"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -651,7 +652,16 @@ func (d *decoder) automation(dst *Automation) fieldFunc {
 			"readiness": func(n *yaml.Node, path string) {
 				r := &dst.Readiness
 				d.mapping(n, path, fields{
-					"window_s":                    number(d, &r.WindowSeconds, positive),
+					"window_s": number(d, &r.WindowSeconds, func(v float64) string {
+						if m := positive(v); m != "" {
+							return m
+						}
+						if v > MaxReadinessWindowSeconds {
+							return fmt.Sprintf("%s s is longer than %d s (45 days: readiness reads two windows, a queue report at most 90 days)",
+								strconv.FormatFloat(v, 'f', -1, 64), MaxReadinessWindowSeconds)
+						}
+						return ""
+					}),
 					"min_reason_share":            number(d, &r.MinReasonShare, between(0.0, 1.0)),
 					"max_not_yet_evaluated_share": number(d, &r.MaxNotYetEvaluatedShare, between(0.0, 1.0)),
 					"min_observed_share":          number(d, &r.MinObservedShare, between(0.0, 1.0)),
