@@ -405,6 +405,13 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 	if err != nil {
 		return err
 	}
+	if seen.progressed == nil && seen.interrupted {
+		// Cancelled or preempted before progressing: not a failed resume
+		// (no evidence either way), the preemption itself completed.
+		r.Interrupted = true
+		r.Outcome, r.Detail = vocab.PreemptionCompleted, fmt.Sprintf("resumed at step %d; %s: the resume is unverified", saved, seen.why)
+		return nil
+	}
 	if seen.progressed == nil {
 		r.Outcome = vocab.PreemptionResumeFailed
 		why := fmt.Sprintf("the next run started at the saved step %d but was not seen past it: %s", saved, seen.why)
@@ -431,6 +438,9 @@ func (a *Preemptions) observeResume(ctx context.Context, in *VerifyResumeInput, 
 type resumeSeen struct {
 	progressed, passed *time.Time
 	why                string
+	// interrupted: the run ended cancelled or preempted (stopped by
+	// someone, not failing) before it was seen past the saved step.
+	interrupted bool
 }
 
 // watchResumed polls the resumed run until it is seen both progressing past
@@ -483,6 +493,7 @@ func (a *Preemptions) watchResumed(ctx context.Context, in *VerifyResumeInput, r
 				return seen, nil
 			}
 			if seen.progressed == nil {
+				seen.interrupted = cur.Outcome == vocab.RunCancelled || cur.Outcome == vocab.RunPreempted
 				seen.why = fmt.Sprintf("the next run ended %s before progressing past step %d", cur.Outcome, saved)
 			} else {
 				seen.why = fmt.Sprintf("the next run ended %s before passing step %d", cur.Outcome, target)

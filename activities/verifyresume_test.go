@@ -224,3 +224,34 @@ func TestFinishRunRecordsCrashResume(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyResumeInterruptedGivesNoEvidence: a next run that started at
+// the saved step and was cancelled (its owner, a reclaim) before it was
+// seen past it is no failed resume: the preemption completes with the
+// resume unverified, and the profile gets no evidence either way (as a
+// crash resume stopped on request gives none).
+func TestVerifyResumeInterruptedGivesNoEvidence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, id, victim, run := resumedVictim(t, 40)
+	if err := st.FinishRun(ctx, victim.ID, run, vocab.RunCancelled, "cancelled by its owner", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res := verify(t, st, &steps{step: map[string]int64{}}, id, victim, run)
+	if res.Outcome != vocab.PreemptionCompleted || len(res.Failures) != 0 {
+		t.Fatalf("outcome %s, failures %q: want completed with no failure", res.Outcome, res.Failures)
+	}
+	if evs, err := st.ResumeEvidenceOf(ctx, victim.ID); err != nil || len(evs) != 0 {
+		t.Fatalf("resume evidence %+v (%v), want none", evs, err)
+	}
+	rec, _ := st.GetPreemption(ctx, id)
+	if rec.ResumeVerified != nil {
+		t.Errorf("record's resume_verified %v, want null (not observed)", *rec.ResumeVerified)
+	}
+	if !strings.Contains(rec.Detail, "ended cancelled before progressing past step 40") {
+		t.Errorf("record's detail %q, want it to name the cancel", rec.Detail)
+	}
+	if j, err := st.GetJob(ctx, victim.ID); err != nil || j.Recovery.VerifiedResumes != 0 {
+		t.Errorf("the job's verified resumes %d (%v), want 0", j.Recovery.VerifiedResumes, err)
+	}
+}

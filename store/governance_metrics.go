@@ -37,7 +37,7 @@ const NodeFailureDetailPrefix = "node failure:"
 const governanceSQL = `
 WITH pr AS (
 	SELECT p.state, p.notified_at, p.released_at, p.finished_at, p.effective_loss_gpu_s, p.recompute_s,
-		p.resumed_correctly, coalesce(p.resume_verified, p.resumed_correctly) AS verified,
+		p.resumed_correctly, p.resume_verified,
 		coalesce(p.gpus, (SELECT coalesce(sum(m), 0) / 1000.0 FROM unnest(a.gpu_milli) AS m)) AS gpus
 	FROM preemptions p JOIN allocations a ON a.id = p.allocation_id
 	WHERE p.state <> 'observed' AND p.started_at >= $1 AND p.started_at < $2
@@ -74,8 +74,8 @@ SELECT
 	(SELECT count(*) FROM pr)::int8,
 	(SELECT coalesce(sum(effective_loss_gpu_s), 0) FROM done)::float8,
 	(SELECT coalesce(sum(gpus * recompute_s), 0) FROM done WHERE recompute_s IS NOT NULL)::float8,
-	(SELECT count(*) FROM done WHERE verified)::int8,
-	(SELECT count(*) FROM done WHERE resumed_correctly IS NOT NULL AND NOT verified)::int8,
+	(SELECT count(*) FROM done WHERE resume_verified)::int8,
+	(SELECT count(*) FROM done WHERE NOT resume_verified OR (resume_verified IS NULL AND NOT resumed_correctly))::int8,
 	(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM released_at - notified_at)::float8)
 		FROM pr WHERE notified_at IS NOT NULL AND released_at < $2),
 	(SELECT count(*) FROM reclaims WHERE state = 'released' AND released_at >= $1 AND released_at < $2
@@ -106,9 +106,10 @@ SELECT
 //     part, the victim's GPUs × recompute_s, where recompute was measured.
 //   - ResumesVerified / ResumesFailed: those finished preemptions whose
 //     victim's next run was verified (resume_verified: started at the saved
-//     step and seen past it; resumed_correctly for records made before that
-//     column) / was not (another step, or no progress after a correct start;
-//     a resume not observed is neither);
+//     step and seen past it) / was not (another step, or no progress after
+//     a correct start); a resume not observed — no next run, one cancelled
+//     or preempted before it progressed (resume_verified NULL), or a
+//     correct start recorded before resume_verified existed — is neither;
 //     ResumeSuccessRate verified ÷ (verified + failed), nil when both are 0.
 //   - Reclaims: reclaims released (state released) in the window in the
 //     pools. FalseReclaims: reclaims the owner disputed — kept before the

@@ -610,6 +610,12 @@ type PreemptionResume struct {
 	// the saved step, or its success. Only a resume both correct and
 	// progressed is a verified resume.
 	Progressed bool
+	// Interrupted is true when the next run, started at the saved step,
+	// was cancelled or preempted before it was seen past it (a user's
+	// cancel, a reclaim, another preemption): the resume was not observed
+	// to the end, so it is neither verified nor failed, and gives no
+	// evidence either way.
+	Interrupted bool
 	// EvidenceKind is the kind of the resume evidence FinishPreemption
 	// records for the victim's recovery profile (key: the preemption ID);
 	// "" means the record's: vocab.EvidenceDrill for a drill, else
@@ -619,9 +625,10 @@ type PreemptionResume struct {
 
 // evidence is the resume evidence r is for the victim's recovery profile,
 // or nil when no next run was seen (no evidence either way: the victim may
-// simply not have been placed again in time).
+// simply not have been placed again in time) or the next run was
+// interrupted before it progressed (Interrupted).
 func (r *PreemptionResume) evidence(rec *PreemptionRecord) *ResumeEvidence {
-	if r.ResumedCorrectly == nil {
+	if r.ResumedCorrectly == nil || (r.Interrupted && *r.ResumedCorrectly && !r.Progressed) {
 		return nil
 	}
 	kind := r.EvidenceKind
@@ -676,8 +683,8 @@ func (s *Store) FinishPreemption(ctx context.Context, id string, r PreemptionRes
 		if _, _, _, err := lockJob(ctx, tx, rec.VictimJobID); err != nil {
 			return err
 		}
-		var verified *bool
-		if r.ResumedCorrectly != nil {
+		var verified *bool // NULL: not observed (no next run, or one interrupted before progressing)
+		if r.ResumedCorrectly != nil && !(r.Interrupted && *r.ResumedCorrectly && !r.Progressed) {
 			v := r.Verified()
 			verified = &v
 		}
