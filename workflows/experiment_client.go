@@ -24,13 +24,17 @@ type ExperimentSignal struct {
 
 // ExperimentStartOptions are the options of an experiment's
 // ExperimentWorkflow: ID "experiment/<id>" on the service task queue; a
-// running workflow with that ID is reused and a closed one is never started
-// again, so a retried start is safe.
+// running workflow with that ID is reused and one that completed is never
+// started again, so a retried start is safe. One that failed (a
+// non-retryable store error), timed out or was terminated may be started
+// again: an experiment still holding its pools would otherwise hold them
+// for good with nothing to take an abort; the new run resumes from the
+// store (ReconcileExperimentWorkflows starts it).
 func ExperimentStartOptions(id string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       temporalx.ExperimentWorkflowID(id),
 		TaskQueue:                temporalx.ServiceTaskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
 }
@@ -39,8 +43,8 @@ func ExperimentStartOptions(id string) client.StartWorkflowOptions {
 // (store.CreateExperiment) with ExperimentStartOptions. The workflow sets
 // its search attributes (GpugovPool, the scope's first pool, and
 // GpugovExperimentState) once it has loaded the experiment. It is
-// idempotent: a running workflow is reused and a closed one is not started
-// again (both count as success). It returns the client's error when the
+// idempotent: a running workflow is reused and a completed one is not
+// started again (both count as success); a failed one is started anew. It returns the client's error when the
 // server refuses otherwise.
 func StartExperiment(ctx context.Context, c client.Client, id string) error {
 	if id == "" {
@@ -87,8 +91,9 @@ func SignalExperiment(ctx context.Context, c client.Client, id string, s Experim
 // experiment that holds its pools (holding: the store's
 // HoldingExperimentIDs), so that an experiment stored while Temporal did
 // not answer the start, or whose start was lost with the process, gets its
-// workflow. StartExperiment is idempotent: a running workflow is left as it
-// is and a closed one is not started again. serve runs it with the job
+// workflow, or a new run after its workflow failed. StartExperiment is
+// idempotent: a running workflow is left as it is and a completed one is
+// not started again. serve runs it with the job
 // reconciler. It returns how many starts were asked for and an error
 // joining the store's, if any, with the first failed start.
 func ReconcileExperimentWorkflows(ctx context.Context, c client.Client, holding func(context.Context) ([]string, error)) (int, error) {

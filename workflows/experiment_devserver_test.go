@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -243,5 +244,48 @@ func submitExperimentJob(t *testing.T, st *store.Store, at time.Time) {
 	if _, _, err := st.CreateJob(context.Background(), &store.NewJob{Project: "vision", Queue: testQueue, Tier: vocab.TierStandard,
 		SubmitTime: at, Request: scheduling.ResourceRequest{GPUs: 1, Pool: testPool}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFailedExperimentWorkflowIsStartedAgain: an experiment that still
+// holds its pools after its workflow ended without completing (terminated
+// here; a non-retryable store error fails it alike) gets a new run from
+// the reconciler, so it is not left holding the service with nothing to
+// take an abort; a running one is reused.
+func TestFailedExperimentWorkflowIsStartedAgain(t *testing.T) {
+	dev := temporaltest.Start(t)
+	c := dev.Client
+	st := newStore(t, 1)
+	base, cand := expPolicies(t, st)
+	e := liveExperiment(t, st, base, cand, time.Minute, 100, 5)
+	ctx := context.Background()
+	wid := temporalx.ExperimentWorkflowID(e.ID)
+	if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.DescribeWorkflowExecution(ctx, wid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.DescribeWorkflowExecution(ctx, wid, ""); err != nil ||
+		again.WorkflowExecutionInfo.Execution.RunId != first.WorkflowExecutionInfo.Execution.RunId {
+		t.Fatalf("a retried start of a running workflow started another run (%v)", err)
+	}
+	if err := c.TerminateWorkflow(ctx, wid, "", "the test fails it"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := workflows.ReconcileExperimentWorkflows(ctx, c, st.HoldingExperimentIDs); err != nil || n != 1 {
+		t.Fatalf("reconcile: %d, %v", n, err)
+	}
+	next, err := c.DescribeWorkflowExecution(ctx, wid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := next.WorkflowExecutionInfo
+	if info.Execution.RunId == first.WorkflowExecutionInfo.Execution.RunId || info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Fatalf("after the termination: run %s status %s, want a new running run", info.Execution.RunId, info.Status)
 	}
 }
