@@ -25,6 +25,7 @@ type ExperimentStore interface {
 	RecordExperimentBaseline(ctx context.Context, id string, m *experiment.Measurement, at time.Time) (*store.Experiment, error)
 	SwitchExperiment(ctx context.Context, id string, at time.Time) (*store.Experiment, error)
 	RecordExperimentCheck(ctx context.Context, id string, n int, w experiment.Measurement, results []experiment.ConditionResult, at time.Time) (*store.Experiment, error)
+	ExperimentCheckResults(ctx context.Context, id string, n int) ([]experiment.ConditionResult, error)
 	VerifyExperimentPolicy(ctx context.Context, id string, at time.Time) (*store.Experiment, error)
 	RollBackExperiment(ctx context.Context, id string, out *experiment.Outcome, at time.Time) (*store.Experiment, error)
 	FinishExperiment(ctx context.Context, id string, out *experiment.Outcome, at time.Time) (*store.Experiment, error)
@@ -219,6 +220,15 @@ func (a *ExperimentActivities) CheckExperiment(ctx context.Context, in *Experime
 	}
 	results := experiment.Check(&e.Spec, e.Baseline, m)
 	if e, err = a.Store.RecordExperimentCheck(ctx, in.ID, in.N, *m, results, now); err != nil {
+		return nil, nonRetryable(err)
+	}
+	if e.State != vocab.ExperimentRunning {
+		return a.status(e), nil
+	}
+	// Decide on what check n recorded: a retried attempt (the first one
+	// recorded its check, then failed before rolling back) must act on the
+	// breach the timeline shows, not on a fresh measurement that may not.
+	if results, err = a.Store.ExperimentCheckResults(ctx, in.ID, in.N); err != nil {
 		return nil, nonRetryable(err)
 	}
 	var breaches []experiment.ConditionResult

@@ -15,6 +15,7 @@ import (
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/internal/webhook/webhooktest"
@@ -290,5 +291,34 @@ func TestExperimentActivitiesInconclusiveReverts(t *testing.T) {
 	st := f.step(t, expStart.Add(601*time.Second), "FinishExperiment", ref)
 	if st.Verdict != vocab.VerdictInconclusive || st.Holds || f.active(t) != f.base || !strings.Contains(st.Detail, "min_sample") {
 		t.Fatalf("finish: %+v, active %s", st, f.active(t))
+	}
+}
+
+// TestExperimentActivitiesRetriedCheckActsOnTheRecordedBreach: an attempt
+// of check 1 recorded a breach and failed before its rollback; the retry,
+// whose fresh measurement breaches nothing (1 submission, cap 10), still
+// rolls back on the breach the timeline shows.
+func TestExperimentActivitiesRetriedCheckActsOnTheRecordedBreach(t *testing.T) {
+	f := newExpFixture(t, submittedSpec(10), -500*time.Second, 100*time.Second)
+	ref := &activities.ExperimentRef{ID: f.e.ID}
+	f.step(t, expStart, "MeasureExperimentBaseline", ref)
+	f.step(t, expStart, "SwitchExperiment", ref)
+	e, err := f.st.GetExperiment(context.Background(), f.e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breach := experiment.ConditionResult{Condition: e.Spec.Rollback[0], Value: fp(11), Threshold: fp(10), Breached: true,
+		Text: "total submitted 11 jobs > 10 jobs"}
+	w := experiment.Measurement{Window: queuereport.Window{From: expStart, To: expStart.Add(200 * time.Second)}}
+	if _, err := f.st.RecordExperimentCheck(context.Background(), f.e.ID, 1, w, []experiment.ConditionResult{breach},
+		expStart.Add(200*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := f.step(t, expStart.Add(250*time.Second), "CheckExperiment", &activities.ExperimentCheckInput{ID: f.e.ID, N: 1})
+	if st.State != vocab.ExperimentFinished || st.Verdict != vocab.VerdictRolledBack || !strings.Contains(st.Detail, "11 jobs > 10 jobs") {
+		t.Fatalf("retried check: %+v, want rolled back on the recorded breach", st)
+	}
+	if f.active(t) != f.base {
+		t.Fatal("the recorded breach did not restore the baseline")
 	}
 }

@@ -252,6 +252,28 @@ func (s *Store) RecordExperimentCheck(ctx context.Context, id string, n int, w e
 	})
 }
 
+// ExperimentCheckResults returns the condition results stored with check n
+// of experiment id (RecordExperimentCheck's data): what a retried check
+// decides on, so a breach recorded by an attempt that failed before its
+// rollback is acted on, never re-measured away. Errors: ErrNotFound when
+// check n is not recorded, or database and decoding errors.
+func (s *Store) ExperimentCheckResults(ctx context.Context, id string, n int) ([]experiment.ConditionResult, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM experiment_events WHERE experiment_id = $1 AND step_key = $2`,
+		id, fmt.Sprintf("check-%d", n)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: experiment %s check %d: %w", id, n, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: experiment %s check %d: %w", id, n, err)
+	}
+	var rs []experiment.ConditionResult
+	if err := json.Unmarshal(data, &rs); err != nil {
+		return nil, fmt.Errorf("store: experiment %s check %d: decode results: %w", id, n, err)
+	}
+	return rs, nil
+}
+
 // resultsText joins the conditions' sentences, the breached ones marked.
 func resultsText(rs []experiment.ConditionResult) string {
 	if len(rs) == 0 {
