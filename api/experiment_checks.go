@@ -15,8 +15,20 @@ import (
 // than now less one scheduling cycle (the slack for a client's clock and
 // the request's way): the workflow would measure a baseline and switch at
 // once while the spec says otherwise. No start (start now) is fine.
+//
+// Without a start, a stated baseline window must have ended by now (with
+// the same slack): otherwise it would overlap the candidate's window, and
+// Spec.Validate, which has no clock, compares baseline.to with an explicit
+// start only.
 func pastStart(spec *experiment.Spec, now time.Time, cycle time.Duration) []experiment.FieldError {
-	if spec.Start == nil || !spec.Start.Before(now.Add(-cycle)) {
+	if spec.Start == nil {
+		if to := spec.Baseline.To; to != nil && to.After(now.Add(cycle)) {
+			return []experiment.FieldError{{Field: "baseline.to", Message: to.UTC().Format(time.RFC3339) +
+				" is after the start (now " + now.UTC().Format(time.RFC3339) + "): the baseline must end before the candidate's window begins"}}
+		}
+		return nil
+	}
+	if !spec.Start.Before(now.Add(-cycle)) {
 		return nil
 	}
 	return []experiment.FieldError{{Field: "start", Message: spec.Start.UTC().Format(time.RFC3339) +

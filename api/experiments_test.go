@@ -282,6 +282,10 @@ func TestCreateExperimentBadInput(t *testing.T) {
 		{"start in the past", with(func(s map[string]any) {
 			s["start"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 		}), "start", "is in the past (now "},
+		{"baseline ending after an omitted start", with(func(s map[string]any) {
+			s["baseline"] = map[string]any{"from": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339),
+				"to": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+		}), "baseline.to", "the baseline must end before the candidate's window begins"},
 	}
 	before := env.experimentCounts()
 	for _, tc := range cases {
