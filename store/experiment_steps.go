@@ -157,13 +157,39 @@ func (s *Store) RecordExperimentBaseline(ctx context.Context, id string, m *expe
 		if _, err := tx.Exec(ctx, `UPDATE experiments SET state = 'baseline', baseline = $2 WHERE id = $1`, id, b); err != nil {
 			return err
 		}
-		detail := fmt.Sprintf("baseline measured over %s under %s: %s, %d started; %s",
-			windowText(m.Window.From, m.Window.To), shortHash(e.BaselineHash), jobsText(m.Total.Jobs), m.Total.Started,
+		ran, err := cycleVersionsTx(ctx, tx, m.Window.From, m.Window.To)
+		if err != nil {
+			return err
+		}
+		detail := fmt.Sprintf("baseline measured over %s (baseline version %s; %s): %s, %d started; %s",
+			windowText(m.Window.From, m.Window.To), shortHash(e.BaselineHash), ran, jobsText(m.Total.Jobs), m.Total.Started,
 			expectedText(&e.Spec, m))
 		_, err = insertExperimentEvent(ctx, tx, id, "", ExperimentEvent{At: at, Kind: ExperimentEventBaselineMeasured,
 			Detail: detail, Data: b})
 		return err
 	})
+}
+
+// cycleVersionsTx says which policy versions the scheduling cycles of
+// [from, to) ran under, in the order they first ran: the baseline window
+// may predate the baseline version (a stated past window, or jobs
+// scheduled before the policy last changed), and the timeline must not
+// claim the window ran under it.
+func cycleVersionsTx(ctx context.Context, tx pgx.Tx, from, to time.Time) (string, error) {
+	hashes, err := collectStrings(tx.Query(ctx, `
+		SELECT policy_version FROM scheduling_cycles WHERE at >= $1 AND at < $2 AND policy_version <> ''
+		GROUP BY policy_version ORDER BY min(at)`, from, to))
+	if err != nil {
+		return "", fmt.Errorf("cycle versions: %w", err)
+	}
+	if len(hashes) == 0 {
+		return "no scheduling cycle in the window", nil
+	}
+	short := make([]string, len(hashes))
+	for i, h := range hashes {
+		short[i] = shortHash(h)
+	}
+	return "its cycles ran under " + strings.Join(short, ", "), nil
 }
 
 // SwitchExperiment switches experiment id to its candidate (state baseline

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
@@ -499,4 +502,53 @@ func TestExperimentTimelineTexts(t *testing.T) {
 	if strings.Contains(details[store.ExperimentEventVerdict], "inconclusive: ") {
 		t.Errorf("verdict event repeats the verdict: %q", details[store.ExperimentEventVerdict])
 	}
+}
+
+// TestBaselineNamesTheVersionsItsCyclesRanUnder: the baseline event says
+// which versions the window's cycles really ran under (here an older one,
+// then the baseline), not only the baseline version.
+func TestBaselineNamesTheVersionsItsCyclesRanUnder(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a100", 1, 8))
+	ctx := context.Background()
+	base, cand := policy.Default(), policy.Default()
+	cand.Aging.IntervalSeconds *= 2
+	for _, p := range []*policy.Policy{base, cand} {
+		if err := s.SavePolicyVersion(ctx, p.Hash(), p.Canonical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ActivatePolicyVersion(ctx, base.Hash(), "serve", "policy file"); err != nil {
+		t.Fatal(err)
+	}
+	older := strings.Repeat("a", 64)
+	for i, c := range []struct {
+		version string
+		at      time.Duration
+	}{{older, -50 * time.Minute}, {older, -40 * time.Minute}, {base.Hash(), -10 * time.Minute}} {
+		if _, err := s.ApplyCycle(ctx, fmt.Sprintf("c%d", i), &scheduling.Result{PolicyVersion: c.version}, t0.Add(c.at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newExperiment(base.Hash(), cand.Hash(), "a100")
+	if err := s.CreateExperiment(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordExperimentBaseline(ctx, e.ID, baselineMeasurement(), t0); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.ExperimentEvents(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("(baseline version %s; its cycles ran under aaaaaaaaaaaa, %s)", base.Hash()[:12], base.Hash()[:12])
+	for _, ev := range evs {
+		if ev.Kind == store.ExperimentEventBaselineMeasured {
+			if !strings.Contains(ev.Detail, want) {
+				t.Fatalf("baseline event %q, want it to contain %q", ev.Detail, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no baseline event in %+v", evs)
 }
