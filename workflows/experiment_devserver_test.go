@@ -263,15 +263,15 @@ func TestFailedExperimentWorkflowIsStartedAgain(t *testing.T) {
 	if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
 		t.Fatal(err)
 	}
-	first, err := c.DescribeWorkflowExecution(ctx, wid, "")
+	first, err := c.DescribeWorkflow(ctx, wid, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := workflows.StartExperiment(ctx, c, e.ID); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.DescribeWorkflowExecution(ctx, wid, ""); err != nil ||
-		again.WorkflowExecutionInfo.Execution.RunId != first.WorkflowExecutionInfo.Execution.RunId {
+	if again, err := c.DescribeWorkflow(ctx, wid, ""); err != nil ||
+		again.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId() != first.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId() {
 		t.Fatalf("a retried start of a running workflow started another run (%v)", err)
 	}
 	if err := c.TerminateWorkflow(ctx, wid, "", "the test fails it"); err != nil {
@@ -280,12 +280,12 @@ func TestFailedExperimentWorkflowIsStartedAgain(t *testing.T) {
 	if n, err := workflows.ReconcileExperimentWorkflows(ctx, c, st.HoldingExperimentIDs); err != nil || n != 1 {
 		t.Fatalf("reconcile: %d, %v", n, err)
 	}
-	next, err := c.DescribeWorkflowExecution(ctx, wid, "")
+	next, err := c.DescribeWorkflow(ctx, wid, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := next.WorkflowExecutionInfo
-	if info.Execution.RunId == first.WorkflowExecutionInfo.Execution.RunId || info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		t.Fatalf("after the termination: run %s status %s, want a new running run", info.Execution.RunId, info.Status)
+	info := next.RawResponse.GetWorkflowExecutionInfo()
+	if info.GetExecution().GetRunId() == first.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId() || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Fatalf("after the termination: run %s status %s, want a new running run", info.GetExecution().GetRunId(), info.GetStatus())
 	}
 }
