@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // principalKey is the gin context key of the authenticated Principal.
@@ -79,6 +77,3 @@ func forbiddenProject(p Principal, project string) *Error {
 	return newError(http.StatusForbidden, CodeForbidden, "",
 		"a %s token of project %q may not access jobs of project %q", p.Role, p.Project, project)
 }
-
-// isAgent reports whether p is a node agent's token.
-func (p Principal) isAgent() bool { return p.Role == vocab.RoleAgent }

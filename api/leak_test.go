@@ -25,7 +25,7 @@ func TestTokensNeverLogged(t *testing.T) {
 	const unknown = "tok-unknown-secret"
 	e.do(http.MethodGet, "/v1/queues", tokAlice, nil)
 	e.do(http.MethodGet, "/v1/audit", tokAlice, nil) // 403
-	e.do(http.MethodGet, "/v1/queues", unknown, nil)  // 401
+	e.do(http.MethodGet, "/v1/queues", unknown, nil) // 401
 	e.do(http.MethodPost, "/v1/jobs", tokBob, "{bad json")
 	spans := rec.Ended()
 	if len(spans) < 4 {
@@ -35,12 +35,12 @@ func TestTokensNeverLogged(t *testing.T) {
 	for _, s := range spans {
 		seen.WriteString(s.Name())
 		for _, a := range s.Attributes() {
-			seen.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+			seen.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 		}
 		for _, ev := range s.Events() {
 			seen.WriteString(" " + ev.Name)
 			for _, a := range ev.Attributes {
-				seen.WriteString(" " + a.Value.Emit())
+				seen.WriteString(" " + a.Value.String())
 			}
 		}
 	}

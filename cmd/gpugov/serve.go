@@ -146,10 +146,11 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		return service.Config{}, newUsageError("--decision-retention must be > 0, got %s", o.decisionRetention)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return service.Config{}, newUsageError("--tls-cert and --tls-key go together (HTTPS needs both)")
-	case !(o.limits.RatePerSecond > 0) || o.limits.RateBurst < 1:
-		return service.Config{}, newUsageError("--rate-limit must be > 0 and --rate-burst ≥ 1, got %g and %d", o.limits.RatePerSecond, o.limits.RateBurst)
-	case o.limits.MaxBodyBytes < 1 || o.limits.MaxHeaderBytes < 1024:
-		return service.Config{}, newUsageError("--max-body-bytes must be ≥ 1 and --max-header-bytes ≥ 1024, got %d and %d", o.limits.MaxBodyBytes, o.limits.MaxHeaderBytes)
+	case o.limits.RatePerSecond < 0 || o.limits.RateBurst < 0:
+		return service.Config{}, newUsageError("--rate-limit and --rate-burst must be > 0 (0: the default), got %g and %d", o.limits.RatePerSecond, o.limits.RateBurst)
+	case o.limits.MaxBodyBytes < 0 || o.limits.MaxHeaderBytes < 0 || (o.limits.MaxHeaderBytes > 0 && o.limits.MaxHeaderBytes < 1024):
+		return service.Config{}, newUsageError("--max-body-bytes must be > 0 and --max-header-bytes ≥ 1024 (0: the default), got %d and %d",
+			o.limits.MaxBodyBytes, o.limits.MaxHeaderBytes)
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
