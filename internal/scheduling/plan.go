@@ -164,7 +164,7 @@ type cycle struct {
 	// unknownPools counts, per pool the inventory lacks, its jobs decided
 	// so far (their pool ranks).
 	unknownPools map[string]int32
-	victims      *victimIndex // built beside ranking when preemption is on, else on first need
+	victims      *victimIndex // built on first need (victimsIndex)
 	jobs         []jobEntry   // in Snapshot.Pending order
 	prios        []Priority   // by rank
 	aging        []agingRule  // by rank
@@ -186,10 +186,12 @@ type cycle struct {
 }
 
 // newCycle indexes the snapshot and ranks the pending jobs. Ranking needs
-// only the pending jobs and the policy, and the victim index only the
-// inventory, so each runs on its own goroutine beside the capacity work and
-// the job entries; they share nothing that is written, and the result does
-// not depend on their timing. slow selects the reference scans and pl the
+// only the pending jobs and the policy, so it runs on its own goroutine
+// beside the capacity work and the job entries; they share nothing that is
+// written, and the result does not depend on their timing. The victim index
+// is built only when a preemption or reclaim first needs it (victimsIndex):
+// most cycles of a pool with room never do, and building it for every
+// cycle was the simulator's largest cost after the capacity index. slow selects the reference scans and pl the
 // static capacity index (see plan).
 func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool, pl *Planner) *cycle {
 	c := &cycle{s: s, p: p, now: now, queues: make(map[string]*Queue, len(s.Queues)),
@@ -212,9 +214,6 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool, pl *Planner) *cy
 		ps.quota = c.quota.pools[ps.name]
 	}
 	c.startReclaim()
-	if p.Preemption.Enabled && len(s.Running) > 0 && len(s.Pending) > 0 {
-		wg.Go(func() { c.victims = c.buildVictims() })
-	}
 	c.fillEntries()
 	wg.Wait()
 	c.findClaims()
