@@ -35,10 +35,12 @@ type Input struct {
 }
 
 // BatchGCPercent is the GOGC value `gpugov simulate` runs a simulation
-// under (runtime/debug.SetGCPercent). Every scheduling cycle builds its
-// per-cycle capacity state inside scheduling.Plan; a heap goal of 5× the
-// live heap instead of 2× costs about 100 MiB on the default trace and
-// saves part of the CPU time otherwise spent collecting it.
+// under (runtime/debug.SetGCPercent): a heap goal of 5× the live heap
+// instead of 2×. It was set when every cycle rebuilt the whole capacity
+// index, when it saved about a third of the CPU time for about 100 MiB more
+// heap on the default trace; since the scheduling.Planner reuses the index
+// a whole run allocates about 230 MB, and BenchmarkSimulateDefaultTrace's
+// gc=400 and gc=100 cases show how much it still saves.
 const BatchGCPercent = 400
 
 // simInventoryVersion is the InventoryVersion of every snapshot of a run:
