@@ -63,14 +63,15 @@ type ReservationRow struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// readPreemptions returns the preemption records of pool (GET
-// /v1/preemptions) whose trigger or victim is one of recs, oldest first.
-func readPreemptions(ctx context.Context, c *apiclient.Client, recs []*jobRecord, pool string) ([]api.Preemption, error) {
+// readPreemptions returns the preemption records (GET /v1/preemptions) whose
+// trigger or victim is one of recs, oldest first. It does not filter by
+// pool: a record whose victim ended before the notice names none.
+func readPreemptions(ctx context.Context, c *apiclient.Client, recs []*jobRecord) ([]api.Preemption, error) {
 	ours := make(map[string]bool, len(recs))
 	for _, rec := range recs {
 		ours[rec.job.ID] = true
 	}
-	list, err := c.Preemptions(ctx, apiclient.PreemptionOptions{Pool: pool, Kind: "preemption", Limit: preemptionReadLimit})
+	list, err := c.Preemptions(ctx, apiclient.PreemptionOptions{Kind: "preemption", Limit: preemptionReadLimit})
 	if err != nil {
 		return nil, fmt.Errorf("read the preemptions: %w", err)
 	}

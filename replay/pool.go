@@ -19,17 +19,19 @@ const (
 	// creation times; it overlaps the busiest day's last five hours.
 	ContendedFrom int64 = 3567 * 3600
 	ContendedTo   int64 = 3573 * 3600
-	// ContendedSpeed submits those six hours in 144 s: slow enough that a
-	// job lifecycle through the service (about a second on 2 cores) is a
-	// few trace-minutes, not the hour it is at DefaultSpeed.
-	ContendedSpeed = 150
+	// ContendedSpeed submits those six hours in 216 s: slow enough that a
+	// job lifecycle through the service (seconds on a loaded 2-core
+	// machine) is a few trace-minutes, not the hour it is at DefaultSpeed,
+	// and that the window's half-hour experiment runs (18 s real) outlast a
+	// preemption's path from the plan to the victim's notice.
+	ContendedSpeed = 100
 	// ContendedPoolGPUs is the contended pool's size: internal/simulation
 	// replays the window on 6 GPUs with production waits up to 199 s and 14
 	// preemptions of checkpointable experiment jobs, on 8 GPUs with waits up
 	// to 89 s and 4 preemptions (runs capped at ContendedMaxRunS; the
 	// replay's own latency adds to that).
 	ContendedPoolGPUs = 6
-	// ContendedMaxRunS caps run_seconds: an hour of trace time, 24 s of real
+	// ContendedMaxRunS caps run_seconds: an hour of trace time, 36 s of real
 	// time at ContendedSpeed, so that the pool drains within a minute or
 	// two of the last submission; some of the window's pods run for weeks.
 	ContendedMaxRunS = 3600

@@ -99,7 +99,7 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the inventory: %w", err)
 	}
-	preemptions, err := readPreemptions(ctx, r.cfg.Client, recs, r.cfg.Pool)
+	preemptions, err := readPreemptions(ctx, r.cfg.Client, recs)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@
 # the API and prints the queue report. The services keep running: `make stop`.
 #
 # By default the trace's busiest six hours (trace hours 3567-3573, 221 GPU
-# pods) are replayed at 150x on a contended pool: 6 GPUs cut from the
+# pods) are replayed at 100x on a contended pool: 6 GPUs cut from the
 # trace's node list (gpugov replay --pool-gpus 6 --write-nodes, then
 # inventory import of that list), runs capped at one trace-hour, served under
 # deploy/gpugov/replay-policy.yaml (pool alibaba in stage trial: checkpointable
@@ -21,7 +21,7 @@
 #   GPUGOV_NODES      node list to import (default $GPUGOV_TRACE_DIR/openb_node_list_gpu_node.csv)
 #   GPUGOV_PODS       pod list to replay (default $GPUGOV_TRACE_DIR/openb_pod_list_default.csv)
 #   GPUGOV_SPEED      trace seconds per real second, for the replay and the simulated executor
-#                     (default 150 with a contended pool, 600 on the whole cluster)
+#                     (default 100 with a contended pool, 600 on the whole cluster)
 #   GPUGOV_POOL_GPUS  GPUs of the contended pool (default 6); 0: the whole node list, no contention
 #   GPUGOV_MAX_RUN_S  cap on each job's run_seconds in trace seconds (default 3600 with a contended
 #                     pool, none on the whole cluster)
@@ -41,9 +41,9 @@ nodes="${GPUGOV_NODES:-$trace_dir/openb_node_list_gpu_node.csv}"
 pods="${GPUGOV_PODS:-$trace_dir/openb_pod_list_default.csv}"
 pool_gpus="${GPUGOV_POOL_GPUS:-6}"
 if [ "$pool_gpus" != 0 ]; then
-  # The contended window: the trace's busiest six hours (replay.ContendedFrom/To) at 150x.
+  # The contended window: the trace's busiest six hours (replay.ContendedFrom/To) at 100x.
   export GPUGOV_POLICY_FILE="${GPUGOV_POLICY_FILE:-$GPUGOV_ROOT/deploy/gpugov/replay-policy.yaml}"
-  speed="${GPUGOV_SPEED:-150}"
+  speed="${GPUGOV_SPEED:-100}"
   max_run="${GPUGOV_MAX_RUN_S:-3600}"
   slice=(--from 3567h --to 3573h)
   what="the trace's busiest six hours at ${speed}x on a contended pool of $pool_gpus GPUs"
