@@ -6,8 +6,9 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
 .PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench stop clean demo-governance
 
-## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
-## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
+## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
+## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
+## trace's busiest six hours on it (GPUGOV_POOL_GPUS=0: the busiest day on the whole cluster).
 run:
 	deploy/dev/run.sh
 

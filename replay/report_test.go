@@ -50,7 +50,7 @@ func TestReportInputStarts(t *testing.T) {
 			api.WaitEvent{Reason: "capacity_busy", StartedAt: at(1)}),
 	}
 	queues := &api.QueueList{Queues: []api.Queue{{Name: "production", Tier: "production", ServiceShare: 4, MaxWaitSec: 60}}}
-	in, sources := reportInput(recs, queues, 600)
+	in, sources := reportInput(recs, queues, 600, nil)
 	if sources[startRecorded] != 2 || sources[startEstimated] != 1 || sources[startUnknown] != 1 {
 		t.Errorf("start sources %v, want 2 recorded, 1 estimated, 1 unknown", sources)
 	}

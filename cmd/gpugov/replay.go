@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,6 +33,9 @@ type replayFlags struct {
 	maxRunSeconds float64
 	concurrency   int
 	format        string
+	poolGPUs      int
+	writeNodes    string
+	temporalUI    string
 }
 
 func init() {
@@ -58,7 +62,19 @@ The serving side must run its simulated executor at the same speed
 or an admin's (dev token: dev-admin). --from and --to take trace seconds or a
 duration from the trace start (3548h); the default slice is the busiest day of
 openb_pod_list_default.csv (732 GPU pods). --nodes, when given, is read and the
-trace cluster's size printed in the header.`,
+trace cluster's size printed in the header.
+
+--pool-gpus N (with --nodes) replays on a contended pool: N GPUs cut from the
+node list so that every pod of the slice fits one of its nodes, then the
+list's nodes in order (replay.SizePool); the header states the nodes and the
+slice's peak demand. --write-nodes FILE writes that node list and exits, for
+gpugov inventory import FILE before serve starts; the replay itself checks
+that the API's pool holds exactly those nodes. Without --pool-gpus the pool is
+whatever the API has (make run's full-cluster run: the whole node list).
+The report ends with what governance did, from the service's records: aging
+credits, waits behind reservations, preemptions with their effective run loss
+and the Temporal UI query of their workflows (--temporal-ui), and the
+starvation signals or why none fired.`,
 		Args: cobra.NoArgs,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -77,6 +93,9 @@ trace cluster's size printed in the header.`,
 	fl.Float64Var(&f.maxRunSeconds, "max-run-seconds", 0, "cap on each job's run_seconds (0: the trace's run time)")
 	fl.IntVar(&f.concurrency, "concurrency", replay.DefaultConcurrency, "submissions in flight")
 	fl.StringVar(&f.format, "format", "table", "report format: table or json")
+	fl.IntVar(&f.poolGPUs, "pool-gpus", 0, "replay on a pool of this many GPUs cut from --nodes (0: the API's pool as it is)")
+	fl.StringVar(&f.writeNodes, "write-nodes", "", "with --pool-gpus: write the pool's node list (CSV) to this file and exit")
+	fl.StringVar(&f.temporalUI, "temporal-ui", "http://127.0.0.1:8233", "Temporal UI base URL the report links the preemption workflows to (\"\": none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		client, err := connect(newClient, "")
 		if err != nil {
@@ -110,15 +129,21 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 		return newUsageError("--max-pods, --wait and --max-run-seconds must not be negative")
 	case !(f.recoveryProb >= 0 && f.recoveryProb <= 1):
 		return newUsageError("--recovery-probability must be in 0..1, got %g", f.recoveryProb)
+	case f.poolGPUs < 0:
+		return newUsageError("--pool-gpus must not be negative, got %d", f.poolGPUs)
+	case f.poolGPUs > 0 && f.nodes == "":
+		return newUsageError("--pool-gpus needs --nodes, the node list the pool is cut from")
+	case f.writeNodes != "" && f.poolGPUs == 0:
+		return newUsageError("--write-nodes needs --pool-gpus")
 	}
 	pods, _, err := alibaba.ReadPods(f.pods, alibaba.ReadOptions{})
 	if err != nil {
 		return usageError{err}
 	}
+	var nodes []alibaba.NodeRow
 	clusterLine := ""
 	if f.nodes != "" {
-		nodes, err := alibaba.ReadNodes(f.nodes)
-		if err != nil {
+		if nodes, err = alibaba.ReadNodes(f.nodes); err != nil {
 			return usageError{err}
 		}
 		clusterLine = describeTraceCluster(nodes)
@@ -126,6 +151,18 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	selected := replay.Select(pods, from, to, f.maxPods)
 	if len(selected) == 0 {
 		return newUsageError("no GPU pod of %s is created in [%d, %d)", f.pods, from, to)
+	}
+	var sizing *replay.Sizing
+	if f.poolGPUs > 0 {
+		sz, err := replay.SizePool(nodes, selected, f.poolGPUs)
+		if err != nil {
+			return newUsageError("--pool-gpus: %w", err)
+		}
+		sizing = &sz
+		clusterLine += fmt.Sprintf("Contended pool %s: %s.\n", f.pool, sz)
+		if f.writeNodes != "" {
+			return writePoolNodes(cmd, f.writeNodes, sz)
+		}
 	}
 	rec := replay.DefaultRecovery()
 	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
@@ -137,11 +174,22 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	header := fmt.Sprintf("Trace slice: %s, trace seconds [%d, %d): %d GPU pods, submitted over %s.\n",
 		filepath.Base(f.pods), from, to, len(subs), subs[len(subs)-1].SubmitAt.Round(time.Second))
 	header += clusterLine
+	peak := replay.PeakDemand(subs)
+	header += fmt.Sprintf("Peak demand: %.1f GPUs at once were every pod started on arrival for its run time", float64(peak)/1000)
+	if f.maxRunSeconds > 0 {
+		header += fmt.Sprintf(" (runs capped at %g s by --max-run-seconds)", f.maxRunSeconds)
+	}
+	header += ".\n"
 	header += "Recovery evidence is not in the trace; drawn by rule: " + rec.String() + ".\n"
 	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d GPU pods of %s, submitted over %s; progress every %s\n",
 		len(subs), filepath.Base(f.pods), subs[len(subs)-1].SubmitAt.Round(time.Second), replay.DefaultProgressInterval)
+	if sizing != nil {
+		if err := checkPoolNodes(cmd, client, f.pool, *sizing); err != nil {
+			return err
+		}
+	}
 	res, err := replay.Run(cmd.Context(), replay.Config{Client: client, Submissions: subs, Speed: f.speed, Pool: f.pool,
-		Wait: f.wait, Concurrency: f.concurrency, Progress: cmd.ErrOrStderr()})
+		Wait: f.wait, Concurrency: f.concurrency, Progress: cmd.ErrOrStderr(), TemporalUI: f.temporalUI})
 	if err != nil {
 		return apiFailure(err)
 	}
@@ -161,4 +209,49 @@ func describeTraceCluster(nodes []alibaba.NodeRow) string {
 		}
 	}
 	return fmt.Sprintf("Trace cluster (--nodes): %d GPU nodes, %d GPUs.\n", n, gpus)
+}
+
+// writePoolNodes writes the sized pool's node list to path (the Alibaba
+// node-list CSV that gpugov inventory import reads) and says so on stderr.
+func writePoolNodes(cmd *cobra.Command, path string, sz replay.Sizing) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := alibaba.WriteNodes(out, sz.Nodes); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "replay: wrote the contended pool's node list to %s: %s\n", path, sz)
+	return nil
+}
+
+// checkPoolNodes fails unless the API's pool holds exactly the sized pool's
+// nodes, so that the report's pool is the one the header states.
+func checkPoolNodes(cmd *cobra.Command, client *apiclient.Client, pool string, sz replay.Sizing) error {
+	inv, err := client.Inventory(cmd.Context())
+	if err != nil {
+		return apiFailure(err)
+	}
+	want := map[string]int{}
+	for _, n := range sz.Nodes {
+		want[n.SN] = n.GPUs
+	}
+	got := map[string]int{}
+	for _, p := range inv.Pools {
+		if p.Name == pool {
+			for _, n := range p.Nodes {
+				got[n.Name] = len(n.GPUs)
+			}
+		}
+	}
+	if !maps.Equal(got, want) {
+		return newUsageError("--pool-gpus %d: the API's pool %s has %d nodes, not the %d of the contended pool; import them first: "+
+			"gpugov replay --nodes NODES --pool-gpus %d --write-nodes FILE, then gpugov inventory import FILE --pool %s",
+			sz.GPUs, pool, len(got), len(want), sz.GPUs, pool)
+	}
+	return nil
 }
