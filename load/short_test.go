@@ -84,7 +84,7 @@ func TestShortLoad(t *testing.T) {
 	rep, err := Run(ctx, Config{
 		Client: cl, Store: st, Temporal: dev.Client,
 		Rate: 10, Duration: 45 * time.Second, GetRate: 5, WhyRate: 2, ListRate: 1, ReportRate: 0.2,
-		CancelShare: 0.1, WaitShare: 0.03, RunSeconds: 20, Drain: 2 * time.Minute,
+		CancelShare: 0.1, WaitShare: 0.03, RunSeconds: 20, Drain: 4 * time.Minute,
 		ServePID: os.Getpid(), MetricsURL: base + "/metrics", SampleInterval: 5 * time.Second, Seed: 17,
 		Progress: &progress,
 	})
