@@ -39,7 +39,7 @@ func TestPostgresCutMidCycle(t *testing.T) {
 	requireTemporal(t)
 	t.Parallel()
 	var proxy *tcpProxy
-	r := newCrashRig(t, gpugovBinary(t, t.TempDir()), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 10,
+	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 10,
 		viaProxy: func(dbURL string) string {
 			u, err := url.Parse(dbURL)
 			if err != nil {
@@ -79,7 +79,12 @@ func TestPostgresCutMidCycle(t *testing.T) {
 	began := time.Now()
 	waitFor(t, 3*time.Minute, "every job succeeded after the cut", func() (bool, string) {
 		n := r.queryInt(`SELECT count(*) FROM jobs WHERE id = ANY($1) AND state = 'succeeded'`, ids)
-		return n == len(ids), fmt.Sprintf("%d of %d succeeded", n, len(ids))
+		var states string
+		if err := r.db.QueryRow(context.Background(), `SELECT coalesce(string_agg(state || ':' || n, ' '), '') FROM (
+			SELECT state, count(*) AS n FROM jobs WHERE id = ANY($1) GROUP BY state) s`, ids).Scan(&states); err != nil {
+			return false, err.Error()
+		}
+		return n == len(ids), fmt.Sprintf("%d of %d succeeded (states %s)", n, len(ids), states)
 	})
 	t.Logf("%d allocations stored at the cut; all %d jobs succeeded %.0f s after PostgreSQL returned", placedAtCut, len(ids), time.Since(began).Seconds())
 	what, res := verify(t, r, jobChecks(ids))
@@ -124,7 +129,7 @@ func TestTemporalRestartDuringReplay(t *testing.T) {
 	requireTemporal(t)
 	t.Parallel()
 	dir := traceDir(t)
-	r := newCrashRig(t, gpugovBinary(t, t.TempDir()), crashRigOptions{policy: "version: gpugov.policy/v1\n",
+	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: "version: gpugov.policy/v1\n",
 		inventory: traceNodeCSV(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}}), inventoryCSV: true, simSpeed: replaySpeed})
 	r.start("", "")
 	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,16 +32,48 @@ import (
 // crashToken is the admin token of the rig's token file.
 const crashToken = "crash-admin"
 
-// gpugovBinary builds cmd/gpugov into dir and returns its path.
-func gpugovBinary(t *testing.T, dir string) string {
+// gpugovBuild is the gpugov binary the crash tests share: built once per
+// test binary (gpugovBinary), removed by TestMain.
+var gpugovBuild struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// gpugovBinary builds cmd/gpugov once into a temporary directory and returns
+// its path; a failed build fails the test.
+func gpugovBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(dir, "gpugov")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpugov")
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/gpugov: %v\n%s", err, out)
+	root := repoRoot(t)
+	gpugovBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gpugov-crash-")
+		if err != nil {
+			gpugovBuild.err = err
+			return
+		}
+		gpugovBuild.dir = dir
+		bin := filepath.Join(dir, "gpugov")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpugov")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			gpugovBuild.err = fmt.Errorf("go build ./cmd/gpugov: %v\n%s", err, out)
+			return
+		}
+		gpugovBuild.bin = bin
+	})
+	if gpugovBuild.err != nil {
+		t.Fatal(gpugovBuild.err)
 	}
-	return bin
+	return gpugovBuild.bin
+}
+
+// TestMain runs the package's tests and removes the shared gpugov build.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if gpugovBuild.dir != "" {
+		_ = os.RemoveAll(gpugovBuild.dir)
+	}
+	os.Exit(code)
 }
 
 // crashRig is one serve process at a time on one database and dev server.
@@ -143,7 +176,7 @@ func (r *crashRig) start(point, workflow string) {
 		"--api-addr", r.apiAddr, "--tokens-file", filepath.Join(r.dir, "tokens.yaml"),
 		"--inventory-file", r.inventory, "--policy", filepath.Join(r.dir, "policy.yaml"),
 		"--cycle-interval", "1s", "--reconcile-interval", "2s", "--sim-speed", strconv.FormatFloat(r.simSpd, 'g', -1, 64),
-		"--log-level", "warn")
+		"--log-level", "info")
 	cmd.Env = append(os.Environ(), crashpoint.EnvPoint+"="+point, crashpoint.EnvDir+"="+r.markers(),
 		crashpoint.EnvWorkflow+"="+workflow)
 	// The output also goes to serve.log in the rig's directory, to follow a
@@ -152,14 +185,18 @@ func (r *crashRig) start(point, workflow string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer f.Close()
 	cmd.Stdout = io.MultiWriter(r.logs, f)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
+		_ = f.Close()
 		r.t.Fatal(err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait()
+		_ = f.Close() // only now: a closed writer would break serve's stdout pipe
+		close(exited)
+	}()
 	r.proc, r.exited = cmd, exited
 	deadline := time.Now().Add(90 * time.Second)
 	for {

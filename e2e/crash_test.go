@@ -148,7 +148,7 @@ func TestCrashAtEveryJobStep(t *testing.T) {
 	requireTemporal(t)
 	t.Parallel()
 	began := time.Now()
-	r := newCrashRig(t, gpugovBinary(t, t.TempDir()), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 10})
+	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 10})
 	var job *api.Job
 	var rows []crashRow
 	add := func(step string, took time.Duration, checks []check) {
@@ -250,50 +250,73 @@ func logCrashTable(t *testing.T, rows []crashRow, wall time.Duration) {
 	t.Log(b.String())
 }
 
-// TestCrashAtEveryPreemptionStep runs one preemption — a production job
-// needing the whole pool stops a running checkpointable experiment job —
-// with a SIGKILL after each step's effect: Notify, Checkpoint, Release,
-// Reschedule, VerifyResume. Every kill also kills both jobs' simulated
-// runs, which resume from their heartbeats on the next process. The
-// preemption must end completed with one notice, the victim's checkpoint
-// kept and resumed from, one release of its allocation, and the trigger
-// job placed once on the freed GPUs.
+// TestCrashAtEveryPreemptionStep runs two preemptions of a running
+// checkpointable experiment job by a production job needing the whole pool,
+// with a SIGKILL after each step's effect. The first meets a victim whose
+// executor died with the process just before (its run attempt is lost until
+// the heartbeat timeout): no checkpoint comes within the grace period, the
+// policy says abort, and serve is killed after Abort. The victim runs again
+// on its allocation; the second preemption is killed after Notify (once
+// the victim saved its checkpoint on the notice), Checkpoint, Release,
+// Reschedule and VerifyResume. Every kill also kills both jobs' simulated
+// runs, which resume from their heartbeats on the next process. The checks:
+// one notice per preemption, the first aborted with the victim's allocation
+// kept, the second completed with the victim's checkpoint kept and resumed
+// from, one release of the victim's allocation, the trigger job placed once.
 func TestCrashAtEveryPreemptionStep(t *testing.T) {
 	requireTemporal(t)
 	t.Parallel()
 	began := time.Now()
-	r := newCrashRig(t, gpugovBinary(t, t.TempDir()), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 1})
+	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 1})
 	ctx := context.Background()
-	var victim, trigger *api.Job
 	var rows []crashRow
 	add := func(step string, took time.Duration, checks []check) {
 		what, res := verify(t, r, checks)
 		rows = append(rows, crashRow{Workflow: "PreemptionWorkflow", Step: step, Checked: what, Result: res, Took: took})
 	}
-	took := r.crashAt("Notify", crashpoint.AfterEffect, "", crashTimeout, func() {
-		victim = submitCrash(t, r, "experiment", 4, 3600, true)
-		waitFor(t, time.Minute, "the victim running with a checkpoint", func() (bool, string) {
-			got, err := r.client.GetJob(ctx, victim.ID)
-			if err != nil {
-				return false, err.Error()
-			}
-			return got.State == vocab.JobRunning && got.Recovery.LastCheckpoint != nil, string(got.State)
-		})
+	r.start("", "")
+	victim := submitCrash(t, r, "experiment", 4, 3600, true)
+	waitFor(t, time.Minute, "the victim running with a checkpoint", func() (bool, string) {
+		got, err := r.client.GetJob(ctx, victim.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.State == vocab.JobRunning && got.Recovery.LastCheckpoint != nil, string(got.State)
+	})
+	r.kill() // the victim's executor dies: its run attempt is lost until the heartbeat timeout (30 s)
+	v := victim.ID
+	var trigger *api.Job
+	took := r.crashAt("Abort", crashpoint.AfterEffect, "", crashTimeout, func() {
 		trigger = submitCrash(t, r, "production", 4, 20, false)
 	}, nil)
-	v, p := victim.ID, trigger.ID
-	open := `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND state <> 'observed'`
+	p := trigger.ID
+	notices := `SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.preemption_notice'`
+	add("Abort (no checkpoint in grace)", took, append([]check{
+		{what: "first preemption aborted_no_checkpoint", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND outcome = 'aborted_no_checkpoint'`, args: []any{v}, want: 1},
+		{what: "one notice", sql: notices, args: []any{v}, want: 1},
+		{what: "victim keeps its allocation", sql: `SELECT count(*) FROM allocations WHERE job_id = $1 AND released_at IS NULL`, args: []any{v}, want: 1},
+		{what: "victim not failed", sql: `SELECT count(*) FROM jobs WHERE id = $1 AND state IN ('failed','succeeded','cancelled')`, args: []any{v}, want: 0},
+	}, gpuChecks()...))
+
+	second := `(SELECT id FROM preemptions WHERE victim_job_id = $1 AND state <> 'observed' ORDER BY started_at DESC LIMIT 1)`
+	took = r.crashAt("Notify", crashpoint.AfterEffect, "", crashTimeout, nil, func() {
+		// Held after the notice: the victim's live executor saves its
+		// checkpoint on the notice before the process dies.
+		waitFor(t, time.Minute, "the victim's checkpoint on the second notice", func() (bool, string) {
+			n := r.queryInt(`SELECT count(*) FROM job_queue q, preemptions p WHERE q.job_id = $1 AND p.id = `+second+`
+				AND p.notified_at IS NOT NULL AND (q.last_checkpoint->>'At')::timestamptz > p.notified_at`, v)
+			return n == 1, "no checkpoint after the notice"
+		})
+	})
 	add("Notify", took, []check{
-		{what: "one preemption", sql: open, args: []any{v}, want: 1},
-		{what: "notice recorded", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND notified_at IS NOT NULL`, args: []any{v}, want: 1},
-		{what: "one preemption notice to the owner", sql: `SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.preemption_notice'`, args: []any{v}, want: 1},
+		{what: "two preemptions", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND state <> 'observed'`, args: []any{v}, want: 2},
+		{what: "one notice each", sql: notices, args: []any{v}, want: 2},
 	})
 
 	took = r.crashAt("Checkpoint", crashpoint.AfterEffect, "", crashTimeout, nil, nil)
 	add("Checkpoint", took, []check{
-		{what: "one preemption", sql: open, args: []any{v}, want: 1},
-		{what: "checkpoint in grace recorded", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND saved_checkpoint IS NOT NULL`, args: []any{v}, want: 1},
-		{what: "one preemption notice to the owner", sql: `SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.preemption_notice'`, args: []any{v}, want: 1},
+		{what: "checkpoint in grace recorded", sql: `SELECT count(*) FROM preemptions WHERE id = ` + second + ` AND saved_checkpoint IS NOT NULL`, args: []any{v}, want: 1},
+		{what: "one notice each", sql: notices, args: []any{v}, want: 2},
 	})
 
 	took = r.crashAt("Release", crashpoint.AfterEffect, "", crashTimeout, nil, nil)
@@ -311,7 +334,7 @@ func TestCrashAtEveryPreemptionStep(t *testing.T) {
 
 	took = r.crashAt("VerifyResume", crashpoint.AfterEffect, "", crashTimeout, nil, nil)
 	add("VerifyResume", took, append([]check{
-		{what: "preemption completed", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND outcome = 'completed'`, args: []any{v}, want: 1},
+		{what: "second preemption completed", sql: `SELECT count(*) FROM preemptions WHERE id = ` + second + ` AND outcome = 'completed'`, args: []any{v}, want: 1},
 		{what: "one resume evidence", sql: `SELECT count(*) FROM resume_evidence WHERE job_id = $1`, args: []any{v}, want: 1},
 		{what: "one job.resumed notice", sql: `SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.resumed'`, args: []any{v}, want: 1},
 	}, gpuChecks()...))
@@ -324,10 +347,10 @@ func TestCrashAtEveryPreemptionStep(t *testing.T) {
 	waitJobState(t, r, v, vocab.JobCancelled, 2*time.Minute)
 	r.stop()
 	add("(end)", 0, append([]check{
-		{what: "one preemption in all", sql: open, args: []any{v}, want: 1},
+		{what: "two preemptions in all", sql: `SELECT count(*) FROM preemptions WHERE victim_job_id = $1 AND state <> 'observed'`, args: []any{v}, want: 2},
 		{what: "trigger job: one allocation, one run", sql: `SELECT count(*) FROM runs WHERE job_id = $1`, args: []any{p}, want: 1},
-		{what: "victim: two runs", sql: `SELECT count(*) FROM runs WHERE job_id = $1`, args: []any{v}, want: 2},
-		{what: "victim's second run resumed at the saved step", sql: `SELECT count(*) FROM runs WHERE job_id = $1 AND run_number = 2 AND start_step > 0`, args: []any{v}, want: 1},
+		{what: "victim: two allocations", sql: `SELECT count(*) FROM allocations WHERE job_id = $1`, args: []any{v}, want: 2},
+		{what: "victim's last run resumed at a saved step", sql: `SELECT count(*) FROM runs WHERE job_id = $1 AND ended_at IS NOT NULL AND outcome = 'cancelled' AND start_step > 0`, args: []any{v}, want: 1},
 		{what: "nothing charged", sql: `SELECT count(*) FROM gpu_usage WHERE used_milli <> 0`, want: 0},
 	}, gpuChecks()...))
 	logCrashTable(t, rows, time.Since(began))
