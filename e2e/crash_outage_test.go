@@ -61,7 +61,7 @@ func TestPostgresCutMidCycle(t *testing.T) {
 		err := r.db.QueryRow(context.Background(), `
 			SELECT coalesce(min(query), '') FROM pg_stat_activity
 			WHERE datname = current_database() AND client_port = ANY($1) AND xact_start IS NOT NULL
-			  AND query ~* '(scheduling_cycles|INSERT INTO allocations|allocation_gpus|INSERT INTO decisions)'`, ports).Scan(&q)
+			  AND query ~* '(scheduling_cycles|INSERT INTO allocations|INSERT INTO allocation_gpus|INSERT INTO decisions|FOR UPDATE OF g)'`, ports).Scan(&q)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -117,7 +117,7 @@ func traceNodeCSV(t *testing.T, dir string, picks []nodePick) string {
 	return strings.Join(out, "\n") + "\n"
 }
 
-// TestTemporalRestartDuringReplay replays 150 pods of the trace's busiest
+// TestTemporalRestartDuringReplay replays 100 pods of the trace's busiest
 // day (its requests and arrival times, at 800×) through a `gpugov serve`
 // process on a slice of the trace's nodes, and restarts the Temporal dev
 // server (SIGTERM, then the same port and SQLite file) in the middle of the
@@ -136,7 +136,7 @@ func TestTemporalRestartDuringReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 150
+	const n = 100
 	subs, err := replay.Build(replay.Select(pods, replay.DefaultFrom, replay.DefaultTo, n), replay.BuildOptions{
 		From: replay.DefaultFrom, Speed: replaySpeed, Recovery: replay.DefaultRecovery(), MaxRunSeconds: replayMaxRunS})
 	if err != nil || len(subs) != n {
@@ -165,9 +165,14 @@ func TestTemporalRestartDuringReplay(t *testing.T) {
 	}
 	t.Logf("Temporal dev server restarted mid-replay in %.1f s; replay: %d accepted, %d rejected, timed out %v",
 		down.Seconds(), res.Accepted, len(res.Rejected), res.TimedOut)
-	if res.TimedOut || len(res.Rejected) > 0 || res.Accepted != n {
-		t.Fatalf("replay: timed out %v, %d rejected (%v), %d of %d accepted", res.TimedOut, len(res.Rejected), res.Rejected, res.Accepted, n)
+	if len(res.Rejected) > 0 || res.Accepted != n {
+		t.Fatalf("replay: %d rejected (%v), %d of %d accepted", len(res.Rejected), res.Rejected, res.Accepted, n)
 	}
+	// On a loaded machine the replay's own settle wait may end first.
+	waitFor(t, 4*time.Minute, "every job ended or waiting", func() (bool, string) {
+		left := r.queryInt(`SELECT count(*) FROM jobs WHERE state IN ('submitted', 'placed', 'running')`)
+		return left == 0, fmt.Sprintf("%d jobs submitted, placed or running", left)
+	})
 	e := r.env()
 	checkEveryJobEndedOrExplained(t, e, n)
 	checkUsageConsistent(t, e)
