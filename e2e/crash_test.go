@@ -303,8 +303,8 @@ func TestCrashAtEveryPreemptionStep(t *testing.T) {
 		// Held after the notice: the victim's live executor saves its
 		// checkpoint on the notice before the process dies.
 		waitFor(t, time.Minute, "the victim's checkpoint on the second notice", func() (bool, string) {
-			n := r.queryInt(`SELECT count(*) FROM job_queue q, preemptions p WHERE q.job_id = $1 AND p.id = `+second+`
-				AND p.notified_at IS NOT NULL AND (q.last_checkpoint->>'At')::timestamptz > p.notified_at`, v)
+			n := r.queryInt(`SELECT count(*) FROM runs r, preemptions p WHERE p.id = `+second+` AND r.id = p.run_id
+				AND p.notified_at IS NOT NULL AND (r.last_checkpoint->>'at')::timestamptz > p.notified_at`, v)
 			return n == 1, "no checkpoint after the notice"
 		})
 	})
