@@ -10,7 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/trace/philly"
 	"github.com/gpugov/gpugov/replay"
 )
 
@@ -32,6 +34,7 @@ type replayFlags struct {
 	maxRunSeconds float64
 	concurrency   int
 	format        string
+	trace         traceFlags // --trace philly and its files (simulate_trace.go)
 }
 
 func init() {
@@ -58,7 +61,13 @@ The serving side must run its simulated executor at the same speed
 or an admin's (dev token: dev-admin). --from and --to take trace seconds or a
 duration from the trace start (3548h); the default slice is the busiest day of
 openb_pod_list_default.csv (732 GPU pods). --nodes, when given, is read and the
-trace cluster's size printed in the header.`,
+trace cluster's size printed in the header.
+
+--trace philly replays the Philly trace of --philly-dir instead (projects are
+its virtual clusters, every job a standard-tier job; jobs above one node's GPUs
+ask for whole nodes, topology whole-nodes); without --from/--to its slice is the
+24 hours with the most submissions. The serving side's pool (--pool) must hold
+the nodes and the VC quotas it is meant to model.`,
 		Args: cobra.NoArgs,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -77,6 +86,7 @@ trace cluster's size printed in the header.`,
 	fl.Float64Var(&f.maxRunSeconds, "max-run-seconds", 0, "cap on each job's run_seconds (0: the trace's run time)")
 	fl.IntVar(&f.concurrency, "concurrency", replay.DefaultConcurrency, "submissions in flight")
 	fl.StringVar(&f.format, "format", "table", "report format: table or json")
+	addTraceFlags(fl, &f.trace)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		client, err := connect(newClient, "")
 		if err != nil {
@@ -111,6 +121,14 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	case !(f.recoveryProb >= 0 && f.recoveryProb <= 1):
 		return newUsageError("--recovery-probability must be in 0..1, got %g", f.recoveryProb)
 	}
+	if err := checkTraceFlags(cmd.Flags(), f.trace, "replay", "pods", "nodes", "projects"); err != nil {
+		return err
+	}
+	rec := replay.DefaultRecovery()
+	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
+	if f.trace.format == philly.Format {
+		return runReplayPhilly(cmd, client, f, rec)
+	}
 	pods, _, err := alibaba.ReadPods(f.pods, alibaba.ReadOptions{})
 	if err != nil {
 		return usageError{err}
@@ -127,8 +145,6 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	if len(selected) == 0 {
 		return newUsageError("no GPU pod of %s is created in [%d, %d)", f.pods, from, to)
 	}
-	rec := replay.DefaultRecovery()
-	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
 	subs, err := replay.Build(selected, replay.BuildOptions{From: from, Speed: f.speed, Pool: f.pool,
 		Projects: f.projects, Recovery: rec, MaxRunSeconds: f.maxRunSeconds})
 	if err != nil {
@@ -140,6 +156,45 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	header += "Recovery evidence is not in the trace; drawn by rule: " + rec.String() + ".\n"
 	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d GPU pods of %s, submitted over %s; progress every %s\n",
 		len(subs), filepath.Base(f.pods), subs[len(subs)-1].SubmitAt.Round(time.Second), replay.DefaultProgressInterval)
+	return runReplaySubs(cmd, client, f, subs, header)
+}
+
+// runReplayPhilly replays a slice of the Philly trace (--trace philly).
+func runReplayPhilly(cmd *cobra.Command, client *apiclient.Client, f *replayFlags, rec replay.Recovery) error {
+	src, err := readPhilly(f.trace, false)
+	if err != nil {
+		return err
+	}
+	tr, err := src.Trace(trace.Options{Pool: f.pool, Projects: 1})
+	if err != nil {
+		return newUsageError("%w", err)
+	}
+	from, _ := replay.ParseTraceTime(f.from)
+	to, _ := replay.ParseTraceTime(f.to)
+	if !cmd.Flags().Changed("from") && !cmd.Flags().Changed("to") {
+		from = replay.BusiestWindow(tr.Jobs, 86400)
+		to = from + 86400
+	}
+	selected := replay.SelectJobs(tr.Jobs, from, to, f.maxPods)
+	if len(selected) == 0 {
+		return newUsageError("no Philly job of %s is submitted in [%d, %d)", src.Files.Jobs, from, to)
+	}
+	subs, err := replay.BuildJobs(selected, replay.BuildOptions{From: from, Speed: f.speed, Recovery: rec, MaxRunSeconds: f.maxRunSeconds})
+	if err != nil {
+		return newUsageError("%w", err)
+	}
+	last := subs[len(subs)-1].SubmitAt.Round(time.Second)
+	header := fmt.Sprintf("Trace slice: Philly %s, trace seconds [%d, %d) (second 0 is %s, local time read as UTC): %d jobs, submitted over %s.\n",
+		filepath.Base(src.Files.Jobs), from, to, tr.Epoch.Format(philly.TimeLayout), len(subs), last)
+	header += fmt.Sprintf("Trace cluster: %d nodes × %d GPUs; VC quotas are the service's own (the trace's: nodes in %s × %d GPUs).\n",
+		src.Nodes, src.GPUsPerNode, filepath.Base(src.Files.VCs), src.GPUsPerNode)
+	header += "Recovery evidence is not in the trace; drawn by rule: " + rec.String() + ".\n"
+	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d Philly jobs, submitted over %s; progress every %s\n", len(subs), last, replay.DefaultProgressInterval)
+	return runReplaySubs(cmd, client, f, subs, header)
+}
+
+// runReplaySubs runs the replay of subs and prints its report under header.
+func runReplaySubs(cmd *cobra.Command, client *apiclient.Client, f *replayFlags, subs []replay.Submission, header string) error {
 	res, err := replay.Run(cmd.Context(), replay.Config{Client: client, Submissions: subs, Speed: f.speed, Pool: f.pool,
 		Wait: f.wait, Concurrency: f.concurrency, Progress: cmd.ErrOrStderr()})
 	if err != nil {
