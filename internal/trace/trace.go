@@ -104,11 +104,11 @@ type RecordedWait struct {
 // Published is one published statistic of queueing delay for a trace's
 // cluster: what it covers, its mean and median in seconds, and its source.
 type Published struct {
-	Label   string  // the jobs it covers
-	Jobs    int     // how many jobs it covers
-	MeanS   float64 // mean queueing delay, seconds
-	MedianS float64 // median queueing delay, seconds
-	Source  string  // where it was published
+	Label   string  `json:"label"`    // the jobs it covers
+	Jobs    int     `json:"jobs"`     // how many jobs it covers
+	MeanS   float64 `json:"mean_s"`   // mean queueing delay, seconds
+	MedianS float64 `json:"median_s"` // median queueing delay, seconds
+	Source  string  `json:"source"`   // where it was published
 }
 
 // MaxSkippedMessages is how many skipped-row messages Skipped keeps.
