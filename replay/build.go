@@ -130,9 +130,9 @@ type BuildOptions struct {
 
 // Submission is one trace job as the replay submits it.
 type Submission struct {
-	Pod alibaba.PodRow // the Alibaba pod (Build); zero for other traces (BuildJobs)
-	Job trace.Job      // the job in the neutral trace model
-	Key string         // Idempotency-Key: the job's ID (an Alibaba pod's name)
+	Pod  alibaba.PodRow // the Alibaba pod (Build); zero for other traces (BuildJobs)
+	Job  trace.Job      // the job in the neutral trace model
+	Key  string         // Idempotency-Key: the job's ID (an Alibaba pod's name)
 	Spec api.JobSpec
 	// SubmitAt is the real time after the replay's start to submit at.
 	SubmitAt time.Duration

@@ -152,14 +152,6 @@ func readRows(path string, r io.Reader, header []string, skip bool, row func(c *
 	}
 }
 
-func readFile(path string, header []string, skip bool, row func(c *csvFile, rec []string) error) (trace.Skipped, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return trace.Skipped{}, err
-	}
-	defer f.Close()
-	return readRows(path, f, header, skip, row)
-}
 
 // time parses a required timestamp column (TimeLayout, read as UTC).
 func (c *csvFile) time(col, s string) (time.Time, error) {
@@ -170,7 +162,7 @@ func (c *csvFile) time(col, s string) (time.Time, error) {
 	return t, nil
 }
 
-// posInt parses a required integer column of at least min.
+// int parses a required integer column of at least min.
 func (c *csvFile) int(col, s string, min int64) (int64, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
