@@ -152,7 +152,6 @@ func readRows(path string, r io.Reader, header []string, skip bool, row func(c *
 	}
 }
 
-
 // time parses a required timestamp column (TimeLayout, read as UTC).
 func (c *csvFile) time(col, s string) (time.Time, error) {
 	t, err := time.Parse(TimeLayout, s)
