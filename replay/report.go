@@ -15,7 +15,6 @@ import (
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -299,9 +298,9 @@ func firstStart(rec *jobRecord, speed float64) (time.Time, startSource) {
 func traceWaits(subs []Submission, speed float64) map[string]WaitStats {
 	byTier := map[string][]float64{}
 	for _, s := range subs {
-		if w, ok := s.Pod.TraceWaitSeconds(); ok {
-			tier := alibaba.TierOf(s.Pod.QoS).String()
-			byTier[tier] = append(byTier[tier], float64(w)/speed)
+		if s.Job.HasRecordedWait {
+			tier := s.Job.Spec.Tier.String()
+			byTier[tier] = append(byTier[tier], float64(s.Job.RecordedWait)/speed)
 		}
 	}
 	out := map[string]WaitStats{}

@@ -111,10 +111,13 @@ func TestRender(t *testing.T) {
 }
 
 func TestTraceWaits(t *testing.T) {
-	subs := []Submission{
-		{Pod: pod("a", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 60)},
-		{Pod: pod("b", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 0)},
-		{Pod: pod("c", 1, 1000, alibaba.QoSBE, alibaba.PhasePending, 0, 100, 0)},
+	subs, err := Build([]alibaba.PodRow{
+		pod("a", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 60),
+		pod("b", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 0),
+		pod("c", 1, 1000, alibaba.QoSBE, alibaba.PhasePending, 0, 100, 0),
+	}, BuildOptions{Speed: 60})
+	if err != nil {
+		t.Fatal(err)
 	}
 	w := traceWaits(subs, 60)
 	if p := w["production"]; p.N != 2 || p.P50 != 0 || p.Max != 1 {

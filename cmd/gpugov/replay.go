@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/trace/philly"
 	"github.com/gpugov/gpugov/replay"
 )
 
@@ -36,6 +38,7 @@ type replayFlags struct {
 	poolGPUs      int
 	writeNodes    string
 	temporalUI    string
+	trace         traceFlags // --trace philly and its files (simulate_trace.go)
 }
 
 func init() {
@@ -74,7 +77,13 @@ whatever the API has (make run's full-cluster run: the whole node list).
 The report ends with what governance did, from the service's records: aging
 credits, waits behind reservations, preemptions with their effective run loss
 and the Temporal UI query of their workflows (--temporal-ui), and the
-starvation signals or why none fired.`,
+starvation signals or why none fired.
+
+--trace philly replays the Philly trace of --philly-dir instead (projects are
+its virtual clusters, every job a standard-tier job; jobs above one node's GPUs
+ask for whole nodes, topology whole-nodes); without --from/--to its slice is the
+24 hours with the most submissions. The serving side's pool (--pool) must hold
+the nodes and the VC quotas it is meant to model.`,
 		Args: cobra.NoArgs,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -96,6 +105,7 @@ starvation signals or why none fired.`,
 	fl.IntVar(&f.poolGPUs, "pool-gpus", 0, "replay on a pool of this many GPUs cut from --nodes (0: the API's pool as it is)")
 	fl.StringVar(&f.writeNodes, "write-nodes", "", "with --pool-gpus: write the pool's node list (CSV) to this file and exit")
 	fl.StringVar(&f.temporalUI, "temporal-ui", "http://127.0.0.1:8233", "Temporal UI base URL the report links the preemption workflows to (\"\": none)")
+	addTraceFlags(fl, &f.trace)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		client, err := connect(newClient, "")
 		if err != nil {
@@ -136,6 +146,14 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 	case f.writeNodes != "" && f.poolGPUs == 0:
 		return newUsageError("--write-nodes needs --pool-gpus")
 	}
+	if err := checkTraceFlags(cmd.Flags(), f.trace, "replay", "pods", "nodes", "projects"); err != nil {
+		return err
+	}
+	rec := replay.DefaultRecovery()
+	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
+	if f.trace.format == philly.Format {
+		return runReplayPhilly(cmd, client, f, rec)
+	}
 	pods, _, err := alibaba.ReadPods(f.pods, alibaba.ReadOptions{})
 	if err != nil {
 		return usageError{err}
@@ -164,8 +182,6 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 			return writePoolNodes(cmd, f.writeNodes, sz)
 		}
 	}
-	rec := replay.DefaultRecovery()
-	rec.Probability, rec.Seed = f.recoveryProb, f.recoverySeed
 	subs, err := replay.Build(selected, replay.BuildOptions{From: from, Speed: f.speed, Pool: f.pool,
 		Projects: f.projects, Recovery: rec, MaxRunSeconds: f.maxRunSeconds})
 	if err != nil {
@@ -188,6 +204,45 @@ func runReplay(cmd *cobra.Command, client *apiclient.Client, f *replayFlags) err
 			return err
 		}
 	}
+	return runReplaySubs(cmd, client, f, subs, header)
+}
+
+// runReplayPhilly replays a slice of the Philly trace (--trace philly).
+func runReplayPhilly(cmd *cobra.Command, client *apiclient.Client, f *replayFlags, rec replay.Recovery) error {
+	src, err := readPhilly(f.trace, false)
+	if err != nil {
+		return err
+	}
+	tr, err := src.Trace(trace.Options{Pool: f.pool, Projects: 1})
+	if err != nil {
+		return newUsageError("%w", err)
+	}
+	from, _ := replay.ParseTraceTime(f.from)
+	to, _ := replay.ParseTraceTime(f.to)
+	if !cmd.Flags().Changed("from") && !cmd.Flags().Changed("to") {
+		from = replay.BusiestWindow(tr.Jobs, 86400)
+		to = from + 86400
+	}
+	selected := replay.SelectJobs(tr.Jobs, from, to, f.maxPods)
+	if len(selected) == 0 {
+		return newUsageError("no Philly job of %s is submitted in [%d, %d)", src.Files.Jobs, from, to)
+	}
+	subs, err := replay.BuildJobs(selected, replay.BuildOptions{From: from, Speed: f.speed, Recovery: rec, MaxRunSeconds: f.maxRunSeconds})
+	if err != nil {
+		return newUsageError("%w", err)
+	}
+	last := subs[len(subs)-1].SubmitAt.Round(time.Second)
+	header := fmt.Sprintf("Trace slice: Philly %s, trace seconds [%d, %d) (second 0 is %s, local time read as UTC): %d jobs, submitted over %s.\n",
+		filepath.Base(src.Files.Jobs), from, to, tr.Epoch.Format(philly.TimeLayout), len(subs), last)
+	header += fmt.Sprintf("Trace cluster: %d nodes × %d GPUs; VC quotas are the service's own (the trace's: nodes in %s × %d GPUs).\n",
+		src.Nodes, src.GPUsPerNode, filepath.Base(src.Files.VCs), src.GPUsPerNode)
+	header += "Recovery evidence is not in the trace; drawn by rule: " + rec.String() + ".\n"
+	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d Philly jobs, submitted over %s; progress every %s\n", len(subs), last, replay.DefaultProgressInterval)
+	return runReplaySubs(cmd, client, f, subs, header)
+}
+
+// runReplaySubs runs the replay of subs and prints its report under header.
+func runReplaySubs(cmd *cobra.Command, client *apiclient.Client, f *replayFlags, subs []replay.Submission, header string) error {
 	res, err := replay.Run(cmd.Context(), replay.Config{Client: client, Submissions: subs, Speed: f.speed, Pool: f.pool,
 		Wait: f.wait, Concurrency: f.concurrency, Progress: cmd.ErrOrStderr(), TemporalUI: f.temporalUI})
 	if err != nil {

@@ -613,6 +613,7 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 			"seed":              integer(d, &s.Seed, anyValue),
 			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, atLeastOne),
 			"starvation_factor": number(d, &s.StarvationFactor, positive),
+			"trace_quotas":      d.boolean(&s.TraceQuotas),
 			"recovery": func(n *yaml.Node, path string) {
 				r := &s.Recovery
 				d.mapping(n, path, fields{

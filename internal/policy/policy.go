@@ -332,6 +332,11 @@ type Simulation struct {
 	StarvationFactor float64
 	// Recovery assigns recovery evidence, which the trace lacks.
 	Recovery Recovery
+	// TraceQuotas applies the quotas the trace's format defines (Philly:
+	// each virtual cluster's nodes × GPUs per node, without borrowing) as
+	// project quotas, besides the policy's own (a policy quota of the same
+	// project and pool wins). A trace without quotas (Alibaba) is unchanged.
+	TraceQuotas bool
 }
 
 // Recovery is the simulator's recovery-evidence rule: each job of Tiers is

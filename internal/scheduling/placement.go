@@ -78,6 +78,8 @@ func (ps *poolState) find(sh *shapeInfo, mode searchMode) (choice, bool) {
 		return ps.findInDomain(sh, mode)
 	case sh.topo == TopologySameNode:
 		return ps.findOnNode(sh, mode)
+	case sh.topo == TopologyWholeNodes:
+		return ps.findWholeNodes(sh, mode)
 	}
 	if c, ok := ps.findInDomain(sh, mode); ok {
 		return c, true
@@ -285,9 +287,51 @@ func (ps *poolState) spreadChoice(sh *shapeInfo, mode searchMode, groups []nodeG
 	return choice{node: hg.node, gpus: out}, true
 }
 
+// wholeNode reports whether every GPU of schedulable node n is a candidate
+// of sh in mode (a node without GPUs is never whole).
+func (ps *poolState) wholeNode(sh *shapeInfo, mode searchMode, n *nodeState) bool {
+	return n.schedulable && n.end > n.first && ps.countIn(sh, mode, n.first, n.end) == int(n.end-n.first)
+}
+
+// findWholeNodes places a whole-nodes request on the nodes whose GPUs are all
+// candidates, lowest index first; the host node (the first taken) must have
+// the CPU and memory, nodes before the first such one are passed over. All
+// GPUs of each node are taken but the last node's, which gives what the
+// count still lacks.
+func (ps *poolState) findWholeNodes(sh *shapeInfo, mode searchMode) (choice, bool) {
+	out, host := ps.pick[:0], int32(-1)
+	for ni := range ps.nodes {
+		if len(out) >= sh.count {
+			break
+		}
+		n := &ps.nodes[ni]
+		if !ps.wholeNode(sh, mode, n) || host < 0 && !sh.hostOK(n, mode) {
+			continue
+		}
+		if host < 0 {
+			host = int32(ni)
+		}
+		out = ps.takeOnNode(sh, mode, out, int32(ni), min(int(n.end-n.first), sh.count-len(out)))
+	}
+	if host < 0 || len(out) < sh.count {
+		return choice{}, false
+	}
+	return choice{node: host, gpus: out}, true
+}
+
 // largestGroup is the most candidates of sh in one unit of its topology: one
-// domain (nvlink-domain), one node (same-node) or the whole pool (any).
+// domain (nvlink-domain), one node (same-node), the whole pool (any) or the
+// GPUs of the pool's whole candidate nodes (whole-nodes).
 func (ps *poolState) largestGroup(sh *shapeInfo, mode searchMode) int {
+	if sh.topo == TopologyWholeNodes {
+		total := 0
+		for ni := range ps.nodes {
+			if n := &ps.nodes[ni]; ps.wholeNode(sh, mode, n) {
+				total += int(n.end - n.first)
+			}
+		}
+		return total
+	}
 	if mi := sh.mi; mi != nil && !ps.slow && sh.milli == MilliPerGPU {
 		v := &mi.all
 		if mode == searchFree {
