@@ -61,6 +61,11 @@ func (ps *poolState) search(sh *shapeInfo, mode searchMode) (choice, bool) {
 	if !validTopology(sh.topo) || sh.count < 0 {
 		return choice{}, false
 	}
+	if ps.pack != nil && ps.pack.rule.scored() {
+		if c, ok, handled := ps.findScored(sh, mode); handled {
+			return c, ok
+		}
+	}
 	if sh.mi != nil && mode != searchEmpty && !ps.slow {
 		return ps.findFast(sh, mode)
 	}
@@ -404,6 +409,7 @@ func (ps *poolState) apply(sh *shapeInfo, c choice) {
 	n.cpuUsed += sh.req.CPUMilli
 	n.memUsed += sh.req.MemoryMiB
 	ps.touchNode(c.node)
+	ps.packTouched(c.node)
 }
 
 // largestOnNode is the most candidates of sh on one schedulable node.
