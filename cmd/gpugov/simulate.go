@@ -107,6 +107,9 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	if f.inflate.ratios != "" || cmd.Flags().Changed("inflate") {
 		return runInflate(cmd, f)
 	}
+	if cmd.Flags().Changed("rules") {
+		return newUsageError("simulate: --rules goes with --inflate")
+	}
 	if err := checkSimulateFlags(cmd, f); err != nil {
 		return err
 	}

@@ -87,17 +87,24 @@ type packState struct {
 	// cpuPerGPU and memPerGPU are the workload's CPU milli and memory MiB per
 	// milli-GPU over its GPU requests (strandedOf).
 	cpuPerGPU, memPerGPU float64
+	// Per node: the types that can run on it at all (nodeTypes), the
+	// weight of those that never can (constW: they count all free milli),
+	// whether its GPUs are of one class (homog), and scratch (sorted).
+	nodeTypes [][]int32
+	constW    []int64
+	homog     []bool
+	sorted    []int32
 }
 
 // nodeOption is a shape's best placement on one node at a node version.
 type nodeOption struct {
-	ver   uint32 // 1 + the node version it was computed at; 0 = never
-	ok    bool
-	gpu   int32 // the GPU a share takes; −1 otherwise
-	delta int64 // fragmentation after − before (weighted milli)
+	ver    uint32 // 1 + the node version it was computed at; 0 = never
+	ok     bool
+	gpu    int32 // the GPU a share takes; −1 otherwise
+	delta  int64 // fragmentation after − before (weighted milli)
 	strand int64 // stranded GPU milli after − before (strandedOf)
-	left  int64 // free GPU milli left on the node after
-	cpu   int64 // free CPU milli left on the node after (MaxInt64 when untracked)
+	left   int64 // free GPU milli left on the node after
+	cpu    int64 // free CPU milli left on the node after (MaxInt64 when untracked)
 }
 
 // initPacking sets the pool's rule and target workload (shapes with weights;
@@ -136,6 +143,35 @@ func (ps *poolState) initPacking(rule PlacementRule, workload []WorkloadShape, s
 	if gpu > 0 {
 		pk.cpuPerGPU, pk.memPerGPU = cpu/gpu, mem/gpu
 	}
+	pk.nodeTypes = make([][]int32, len(ps.nodes))
+	pk.constW = make([]int64, len(ps.nodes))
+	pk.homog = make([]bool, len(ps.nodes))
+	for ni := range ps.nodes {
+		n := &ps.nodes[ni]
+		pk.homog[ni] = true
+		for gi := n.first; gi < n.end; gi++ {
+			if ps.gpus[gi].class != ps.gpus[n.first].class {
+				pk.homog[ni] = false
+			}
+		}
+		for ti := range pk.types {
+			t := &pk.types[ti]
+			can := n.schedulable && (t.sh.labelOK == nil || t.sh.labelOK[n.labels]) &&
+				(n.cpuCap == 0 || t.cpu <= n.cpuCap) && (n.memCap == 0 || t.mem <= n.memCap)
+			if can && t.count > 0 {
+				can = false
+				for gi := n.first; gi < n.end && !can; gi++ {
+					can = t.sh.match[ps.gpus[gi].class]
+				}
+			}
+			if can {
+				pk.nodeTypes[ni] = append(pk.nodeTypes[ni], int32(ti))
+			} else {
+				pk.constW[ni] += t.w
+			}
+		}
+	}
+	pk.sorted = make([]int32, 0, ps.maxNode)
 	ps.pack = pk
 }
 
@@ -171,7 +207,7 @@ func (ps *poolState) nodeFrag(ni int32) int64 {
 // GPU)). A request for no GPUs that fits leaves no fragment. Unusable GPUs
 // have no free capacity.
 func (ps *poolState) fragOf(ni int32, cpuUsed, memUsed int64, used []int32) int64 {
-	n := &ps.nodes[ni]
+	n, pk := &ps.nodes[ni], ps.pack
 	var total int64
 	for i, u := range used {
 		if ps.gpus[n.first+int32(i)].usable {
@@ -181,11 +217,49 @@ func (ps *poolState) fragOf(ni int32, cpuUsed, memUsed int64, used []int32) int6
 	if total == 0 {
 		return 0
 	}
-	var sum int64
-	for ti := range ps.pack.types {
-		t := &ps.pack.types[ti]
-		if !n.schedulable || (t.sh.labelOK != nil && !t.sh.labelOK[n.labels]) ||
-			(n.cpuCap > 0 && t.cpu > n.cpuCap-cpuUsed) || (n.memCap > 0 && t.mem > n.memCap-memUsed) {
+	sum := pk.constW[ni] * total
+	if pk.homog[ni] {
+		// One class, which every listed type matches: free milli sorted
+		// high to low answers each type in a few steps.
+		fs := pk.sorted[:0]
+		for i, u := range used {
+			if ps.gpus[n.first+int32(i)].usable {
+				fs = append(fs, MilliPerGPU-u)
+			}
+		}
+		for i := 1; i < len(fs); i++ {
+			for j := i; j > 0 && fs[j] > fs[j-1]; j-- {
+				fs[j], fs[j-1] = fs[j-1], fs[j]
+			}
+		}
+		for _, ti := range pk.nodeTypes[ni] {
+			t := &pk.types[ti]
+			if (n.cpuCap > 0 && t.cpu > n.cpuCap-cpuUsed) || (n.memCap > 0 && t.mem > n.memCap-memUsed) {
+				sum += t.w * total
+				continue
+			}
+			if t.count == 0 {
+				continue
+			}
+			fits, usable := 0, int64(0)
+			for _, f := range fs {
+				if f < t.milli {
+					break
+				}
+				fits++
+				usable += int64(f)
+			}
+			if fits < t.count {
+				sum += t.w * total
+			} else {
+				sum += t.w * (total - usable)
+			}
+		}
+		return sum
+	}
+	for _, ti := range pk.nodeTypes[ni] {
+		t := &pk.types[ti]
+		if (n.cpuCap > 0 && t.cpu > n.cpuCap-cpuUsed) || (n.memCap > 0 && t.mem > n.memCap-memUsed) {
 			sum += t.w * total
 			continue
 		}
