@@ -18,10 +18,10 @@ func TestFragOfHandMade(t *testing.T) {
 	n.CPUMilli = 8000
 	pool := mkPool("p", n)
 	wl := []WorkloadShape{
-		{Request: share(600, 1000), Weight: 1},                                     // fits g1: g0's 500 free is a fragment → 500
-		{Request: ResourceRequest{GPUs: 1, Pool: "p", CPUMilli: 1000}, Weight: 1}, // fits g1: g0's 500 → 500
+		{Request: share(600, 1000), Weight: 1},                                                                // fits g1: g0's 500 free is a fragment → 500
+		{Request: ResourceRequest{GPUs: 1, Pool: "p", CPUMilli: 1000}, Weight: 1},                             // fits g1: g0's 500 → 500
 		{Request: ResourceRequest{GPUs: 2, Pool: "p", Topology: TopologySameNode, CPUMilli: 1000}, Weight: 1}, // one free GPU: all 1500
-		{Request: ResourceRequest{Pool: "p", CPUMilli: 16000}, Weight: 1},                                    // CPU never fits: all 1500
+		{Request: ResourceRequest{Pool: "p", CPUMilli: 16000}, Weight: 1},                                     // CPU never fits: all 1500
 	}
 	pk := NewPacker(&pool, PlacementFGD, wl)
 	if out := pk.Place(&ResourceRequest{GPUs: 1, GPUMilli: 500, Pool: "p"}); !out.Placed {
