@@ -56,7 +56,9 @@ func (sh *shapeInfo) hostOK(n *nodeState, mode searchMode) bool {
 //     over nodes taking the smallest free groups first.
 //
 // Ties go to the lower index (nodes and GPUs are sorted by name), and the host
-// node must have the CPU and host memory asked for.
+// node must have the CPU and host memory asked for. That is the best-fit rule
+// (PlacementBestFit); under a scored rule (Policy.Placement, packing.go)
+// findScored chooses instead for the requests placed on one node.
 func (ps *poolState) search(sh *shapeInfo, mode searchMode) (choice, bool) {
 	if !validTopology(sh.topo) || sh.count < 0 {
 		return choice{}, false
