@@ -171,7 +171,7 @@ func Inflate(nodes []alibaba.NodeRow, pods []alibaba.PodRow, cfg InflateConfig, 
 	}
 	order, cum := inflateArrivals(milli, rep.TotalMilli, ratios[len(ratios)-1], cfg.Seed)
 	rep.Arrivals = len(order)
-	rep.Assumptions = inflateAssumptions(rep, cum)
+	rep.Assumptions = inflateAssumptions(rep)
 	for _, rule := range cfg.Rules {
 		start := time.Now()
 		run := InflateRun{Rule: rule}
@@ -199,7 +199,7 @@ func Inflate(nodes []alibaba.NodeRow, pods []alibaba.PodRow, cfg InflateConfig, 
 					AllocatedMilli: st.AllocatedMilli, AllocationRatio: float64(st.AllocatedMilli) / float64(st.TotalMilli),
 					GPUsInUse: st.GPUsInUse, UnallocatedMilli: st.TotalMilli - st.AllocatedMilli,
 					FragmentedMilli: st.FragmentedMilli, Failed: failed, FailedMilli: failedMilli,
-					Reasons: maps(reasons)}
+					Reasons: copyReasons(reasons)}
 				run.Points = append(run.Points, pt)
 				if progress != nil {
 					fmt.Fprintf(progress, "inflate: %s: %.2f× arrived: %d pods, %.2f %% of milli-GPU allocated, %d failed (%.1fs)\n",
@@ -213,8 +213,8 @@ func Inflate(nodes []alibaba.NodeRow, pods []alibaba.PodRow, cfg InflateConfig, 
 	return rep, nil
 }
 
-// maps copies a reason count.
-func maps(m map[vocab.WaitReason]int) map[vocab.WaitReason]int {
+// copyReasons copies a reason count.
+func copyReasons(m map[vocab.WaitReason]int) map[vocab.WaitReason]int {
 	out := make(map[vocab.WaitReason]int, len(m))
 	for k, v := range m {
 		out[k] = v
@@ -223,7 +223,7 @@ func maps(m map[vocab.WaitReason]int) map[vocab.WaitReason]int {
 }
 
 // inflateAssumptions states the study's rules in the report.
-func inflateAssumptions(rep *InflateReport, cum []int64) []string {
+func inflateAssumptions(rep *InflateReport) []string {
 	first := fmt.Sprintf("every pod of the list (CPU-only, failed and pending ones included) arrives once, in an order shuffled with seed %d; "+
 		"then pods drawn uniformly with replacement from the list (clones) keep arriving until the arrived GPU requests reach %.2f × the cluster's %d GPUs",
 		rep.Seed, rep.Ratios[len(rep.Ratios)-1], rep.GPUs)
@@ -231,7 +231,6 @@ func inflateAssumptions(rep *InflateReport, cum []int64) []string {
 		first = fmt.Sprintf("the list's GPU requests exceed %.2f × the cluster's %d GPUs: only the first %d pods of the shuffled list (seed %d) arrive, no clones",
 			rep.Ratios[len(rep.Ratios)-1], rep.GPUs, rep.Arrivals, rep.Seed)
 	}
-	_ = cum
 	return []string{
 		first,
 		"the trace's times, QoS and phases are ignored; nothing departs",
