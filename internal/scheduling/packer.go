@@ -43,7 +43,7 @@ type PackStats struct {
 // measure fragmentation against (for PlacementBestFit it is used for
 // FragmentedMilli only).
 func NewPacker(p *Pool, rule PlacementRule, workload []WorkloadShape) *Packer {
-	ps := newPoolState(p, nil)
+	ps := buildCapacity(&Snapshot{Pools: []Pool{*p}}).sorted[0]
 	ps.initIndex()
 	pk := &Packer{ps: ps, shapes: ps.shapes}
 	ps.initPacking(PlacementFGD, workload, pk.shape) // the measure, whatever the rule
