@@ -27,7 +27,8 @@ type simulateFlags struct {
 	databaseURL, out string
 	pool             string
 	// The trace format and Philly's files (simulate_trace.go).
-	trace traceFlags
+	trace   traceFlags
+	inflate inflateFlags // the packing study (simulate_inflate.go)
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -77,7 +78,7 @@ models of KnownModels (the Alibaba trace's) and those --models names: an exporte
 inventory names its GPUs by their NVML product names, which the export prints.
 
 Malformed input stops the command with "file:line: what is wrong" (or the file and
-field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.`,
+field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.` + inflateHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd, f) },
 	}
@@ -98,6 +99,7 @@ field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.`,
 	fl.StringVar(&f.out, "out", "", "with --from-store: folder the exported nodes.csv and pods.csv are written to (default: a temporary folder)")
 	fl.StringVar(&f.pool, "pool", "", "with --from-store: export only this pool's nodes and jobs, simulated as that pool")
 	addTraceFlags(fl, &f.trace)
+	addInflateFlags(fl, &f.inflate)
 	return cmd
 }
 
@@ -106,6 +108,12 @@ func init() { rootCmd.AddCommand(newSimulateCmd()) }
 // runSimulate validates the flags and inputs (usage errors, exit 2), runs the
 // simulation (or the what-if of --vs) and writes the report to stdout.
 func runSimulate(cmd *cobra.Command, f simulateFlags) error {
+	if f.inflate.ratios != "" || cmd.Flags().Changed("inflate") {
+		return runInflate(cmd, f)
+	}
+	if cmd.Flags().Changed("rules") {
+		return newUsageError("simulate: --rules goes with --inflate")
+	}
 	if err := checkSimulateFlags(cmd, f); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/internal/yamlnode"
 )
@@ -320,6 +321,7 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"fair_share":         d.fairShare(&p.FairShare),
 		"reservation":        d.reservation(&p.Reservation),
 		"preemption":         d.preemption(&p.Preemption),
+		"placement":          enum(d, &p.Placement, "a placement rule", scheduling.PlacementRules),
 		"queues":             d.queues(&p.Queues),
 		"quotas":             d.quotas(&p.Quotas),
 		"pools":              d.pools(&p.Pools),

@@ -56,10 +56,17 @@ func (sh *shapeInfo) hostOK(n *nodeState, mode searchMode) bool {
 //     over nodes taking the smallest free groups first.
 //
 // Ties go to the lower index (nodes and GPUs are sorted by name), and the host
-// node must have the CPU and host memory asked for.
+// node must have the CPU and host memory asked for. That is the best-fit rule
+// (PlacementBestFit); under a scored rule (Policy.Placement, packing.go)
+// findScored chooses instead for the requests placed on one node.
 func (ps *poolState) search(sh *shapeInfo, mode searchMode) (choice, bool) {
 	if !validTopology(sh.topo) || sh.count < 0 {
 		return choice{}, false
+	}
+	if ps.pack != nil && ps.pack.rule.scored() {
+		if c, ok, handled := ps.findScored(sh, mode); handled {
+			return c, ok
+		}
 	}
 	if sh.mi != nil && mode != searchEmpty && !ps.slow {
 		return ps.findFast(sh, mode)
@@ -448,6 +455,7 @@ func (ps *poolState) apply(sh *shapeInfo, c choice) {
 	n.cpuUsed += sh.req.CPUMilli
 	n.memUsed += sh.req.MemoryMiB
 	ps.touchNode(c.node)
+	ps.packTouched(c.node)
 }
 
 // largestOnNode is the most candidates of sh on one schedulable node.
