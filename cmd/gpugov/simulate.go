@@ -109,6 +109,9 @@ func init() { rootCmd.AddCommand(newSimulateCmd()) }
 // simulation (or the what-if of --vs) and writes the report to stdout.
 func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	if f.inflate.ratios != "" || cmd.Flags().Changed("inflate") {
+		if f.trace.format == philly.Format {
+			return newUsageError("simulate: --inflate goes with an Alibaba pod list (--nodes, --pods), not --trace philly")
+		}
 		return runInflate(cmd, f)
 	}
 	if cmd.Flags().Changed("rules") {
@@ -134,6 +137,9 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 		}
 		if f.policy == "" {
 			fmt.Fprintln(cmd.ErrOrStderr(), "simulate: policy: the default (deploy/gpugov/philly-fifo.yaml mimics Philly: per-VC quota, FIFO within a VC)")
+		}
+		if pol.Simulation.Pool == policy.Default().Simulation.Pool {
+			pol.Simulation.Pool = philly.Format // the Alibaba pool's name would name the wrong cluster
 		}
 	} else if f.fromStore {
 		var cleanup func()

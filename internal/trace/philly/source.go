@@ -224,7 +224,7 @@ func (s *Source) Trace(opts trace.Options) (*trace.Trace, error) {
 	}
 	slices.SortFunc(t.Quotas, func(a, b scheduling.Quota) int { return cmp.Compare(a.Project, b.Project) })
 	t.Assumptions = []string{
-		fmt.Sprintf("Philly: one pool of %d nodes × %d GPUs (%d GPUs); each VC's quota is its nodes in %s × %d GPUs, without borrowing (HeliosArtifact's sizing; the machine list is not public)",
+		fmt.Sprintf("Philly: one pool of %d nodes × %d GPUs (%d GPUs); each VC's quota is its nodes in %s × %d GPUs, without borrowing, where the policy applies the trace's quotas (simulation.trace_quotas) (HeliosArtifact's sizing; the machine list is not public)",
 			s.Nodes, s.GPUsPerNode, s.Nodes*s.GPUsPerNode, s.Files.VCs, s.GPUsPerNode),
 		fmt.Sprintf("Philly: timestamps are the cluster's local wall clock without a zone, read as UTC (no daylight-saving shift); trace second 0 is %s", epoch.Format(TimeLayout)),
 		"Philly: every job is a standard-tier job of its VC (the project); it runs for its duration (the sum of its attempts' run times: failures, retries and the gaps between them are not replayed)",
