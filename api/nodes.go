@@ -44,7 +44,7 @@ func agentRoute(fullPath string) bool { return slices.Contains(agentRoutes, full
 const (
 	// MaxSamplesPerReport bounds the samples of one POST …/samples: an agent
 	// sends one per GPU per refresh, so 4096 leaves room for a backlog.
-	MaxSamplesPerReport = 4096
+	MaxSamplesPerReport = vocab.MaxSamplesPerReport
 	// MaxSampleClockSkew is how far in the future (by the server's clock) a
 	// sample's time may be before it is rejected as a clock error.
 	MaxSampleClockSkew = 5 * time.Minute

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -68,15 +69,15 @@ type ResourceSpec struct {
 // 1..inventory.MaxLabelLength bytes, like a node label.
 const MaxNodeSelectorPairs = 16
 
-// Upper bounds of a job's resource request (docs/design.md "Job spec
-// bounds"): generous beyond any real job, and small enough that every value
-// fits its job_queue column (gpus is an integer) and sums over thousands of
-// jobs stay far from int64 overflow.
+// Upper bounds of a job's resource request, vocab's (docs/design.md "Bounds
+// of outside input"): generous beyond any real job, and small enough that
+// every value fits its job_queue column (gpus is an integer) and sums over
+// thousands of jobs stay far from int64 overflow.
 const (
-	MaxGPUs         = 4096    // resources.gpus
-	MaxGPUMemoryMiB = 1 << 20 // resources.gpu_memory_mib, per GPU: 1 TiB
-	MaxCPUMilli     = 1 << 30 // resources.cpu_milli: about 1 million cores
-	MaxMemoryMiB    = 1 << 30 // resources.memory_mib: 1 PiB
+	MaxGPUs         = vocab.MaxGPUs         // resources.gpus
+	MaxGPUMemoryMiB = vocab.MaxGPUMemoryMiB // resources.gpu_memory_mib, per GPU: 1 TiB
+	MaxCPUMilli     = vocab.MaxCPUMilli     // resources.cpu_milli: about 1 million cores
+	MaxMemoryMiB    = vocab.MaxMemoryMiB    // resources.memory_mib: 1 PiB
 )
 
 // MaxGPUModelLength bounds each resources.gpu_models entry, in bytes: NVML
@@ -105,9 +106,10 @@ type RecoverySpec struct {
 	TotalSteps int64 `json:"total_steps,omitempty" yaml:"total_steps,omitempty"`
 }
 
-// MaxTotalSteps bounds recovery.total_steps: 2^53, the largest integer a
-// JSON number carries exactly.
-const MaxTotalSteps = 1 << 53
+// MaxTotalSteps bounds recovery.total_steps and every reported step:
+// vocab.MaxTotalSteps, 2^53, the largest integer a JSON number carries
+// exactly.
+const MaxTotalSteps = vocab.MaxTotalSteps
 
 // PrerequisiteSpec is one prerequisite as declared at submit time.
 type PrerequisiteSpec struct {
