@@ -256,6 +256,7 @@ func FuzzNodeInventoryReport(f *testing.F) {
 
 // queryContext is a gin context of GET /v1/reports/queues?rawQuery.
 func queryContext(rawQuery string) *gin.Context {
+	gin.SetMode(gin.TestMode)
 	c, _ := gin.CreateTestContext(httptest.NewRecorder())
 	c.Request = &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/v1/reports/queues", RawQuery: rawQuery}, Header: http.Header{}}
 	return c

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/internal/inventory"
@@ -185,13 +186,25 @@ func jsonError(err error, data []byte, v any) *Error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		return newError(http.StatusBadRequest, CodeMalformed, "", "the body must be a JSON object, got JSON %s", typeErr.Value)
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		return newError(http.StatusBadRequest, CodeMalformed, field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+		return newError(http.StatusBadRequest, CodeMalformed, typeErr.Field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
 	case errors.As(err, &syntaxErr):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "truncated JSON")
+	}
+	// A time.Time's own decoder reports a bad time without the field: find
+	// the first time-typed field whose value does not parse.
+	var timeErr *time.ParseError
+	if errors.As(err, &timeErr) {
+		var doc any
+		field := ""
+		if json.Unmarshal(data, &doc) == nil {
+			field = badTimePath(doc, reflect.TypeOf(v), "")
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, field, "not an RFC 3339 time (e.g. 2026-01-05T00:00:00Z): %q", timeErr.Value)
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -390,6 +403,53 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		arr, _ := doc.([]any)
 		for i, el := range arr {
 			if p := unknownFieldPath(el, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// timeType is time.Time's reflect type.
+var timeType = reflect.TypeFor[time.Time]()
+
+// badTimePath returns the dotted path of the first value in doc (a generic
+// JSON value) that type t decodes as a time.Time and that is not an RFC
+// 3339 time, or "".
+func badTimePath(doc any, t reflect.Type, prefix string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == timeType {
+		if s, ok := doc.(string); ok {
+			if _, err := time.Parse(time.RFC3339, s); err == nil {
+				return ""
+			}
+		}
+		if doc == nil {
+			return ""
+		}
+		return prefix
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return ""
+		}
+		fields := map[string]reflect.Type{}
+		jsonFields(t, fields)
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, known := fields[key]; known {
+				if p := badTimePath(obj[key], ft, joinPath(prefix, key)); p != "" {
+					return p
+				}
+			}
+		}
+	case reflect.Slice:
+		arr, _ := doc.([]any)
+		for i, el := range arr {
+			if p := badTimePath(el, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
 				return p
 			}
 		}

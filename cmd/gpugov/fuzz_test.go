@@ -12,7 +12,7 @@ import (
 )
 
 // yamlProblemAt matches a YAML problem that names its line.
-var yamlProblemAt = regexp.MustCompile(`line \d+`)
+var yamlProblemAt = regexp.MustCompile(`(line |-:)\d+`)
 
 // wholeDocument are the rejections of a job file that need no field or
 // line: the file as a whole is empty, holds several documents, or is not one
@@ -88,4 +88,32 @@ func checkFileRejection(t *testing.T, err error) {
 		}
 	}
 	t.Fatalf("rejection names no field or line: %q", msg)
+}
+
+// TestReadJobSpecYAMLProblems holds what FuzzJobSpecYAML's seeds found:
+// YAML that JSON cannot carry was a usage error naming neither field nor
+// line ("json: unsupported value: NaN"), and a merge key must still merge.
+func TestReadJobSpecYAMLProblems(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: .nan\n", "submit: -:3: run_seconds: .nan is not a finite number"},
+		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: -.inf\n", "submit: -:3: run_seconds: -.inf is not a finite number"},
+		{"queue: standard\nresources: {gpus: 1, pool: p, labels: {1: x}}\n", `submit: -:2: resources.labels: key "1" is not a string (quote it)`},
+		{"queue: standard\nqueue: batch\n", "submit: -:2: queue: repeated key"},
+		{"a: &x [*x]\n", "submit: -:1: a[0][0]"}, // … a[0] 17 times: aliases nested more than 16 deep
+		{"? [a, b]\n: c\n", "submit: -:1: key a list is not a string"},
+	} {
+		_, err := readJobSpec(strings.NewReader(c.yaml), "-")
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want a usage error starting %q", c.yaml, err, c.want)
+		}
+	}
+	spec, err := readJobSpec(strings.NewReader("base: &b {gpus: 2, pool: p}\n"), "-")
+	if err == nil || spec != nil || !strings.Contains(err.Error(), "base") {
+		t.Errorf("unknown top-level key: spec %v, err %v", spec, err)
+	}
+	spec, err = readJobSpec(strings.NewReader("queue: standard\nrun_seconds: 5\nresources:\n  <<: {gpus: 2, pool: p}\n  gpus: 4\n"), "-")
+	if err != nil || spec.Resources.GPUs != 4 || spec.Resources.Pool != "p" {
+		t.Errorf("merge key: spec %+v, err %v; want gpus 4 (own key wins) and pool p (merged)", spec, err)
+	}
 }
