@@ -330,3 +330,41 @@ type windowBounds struct{ From, To time.Time }
 func parseGroupByKeys(keys []string) ([]string, *Error) {
 	return groupByParam(queryContext("group_by=" + url.QueryEscape(strings.Join(keys, ","))))
 }
+
+// TestFuzzFindingsNameTheField holds what the API's fuzz targets' seeds
+// found: each input was accepted, or refused naming no field, before.
+func TestFuzzFindingsNameTheField(t *testing.T) {
+	var cp Checkpoint
+	if e := decodeStrict(strings.NewReader(`{"at":"not a time","step":1,"location":"x"}`), &cp, false); e == nil || e.Body.Field != "at" || e.Status != 400 {
+		t.Errorf("a bad checkpoint time: %v, want a 400 naming at", e)
+	}
+	var rep SamplesReport
+	if e := decodeStrict(strings.NewReader(`{"samples":[{"gpu_uuid":"G","at":"2026-13-01T00:00:00Z"}]}`), &rep, false); e == nil || e.Body.Field != "samples[0].at" {
+		t.Errorf("a bad sample time: %v, want a 400 naming samples[0].at", e)
+	}
+	if _, e := DecodeJobSpec(strings.NewReader(`[]`)); e == nil || !strings.Contains(e.Body.Message, "the body must be a JSON object") {
+		t.Errorf("a top-level array: %v, want a whole-body 400", e)
+	}
+	if errs := ValidateCheckpoint(&Checkpoint{At: time.Now(), Step: MaxTotalSteps + 1, Location: "x"}); len(errs) != 1 || errs[0].Field != "step" {
+		t.Errorf("a checkpoint step above 2^53: %v, want step refused", errs)
+	}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	sm := []inventory.UtilizationSample{{GPUUUID: "GPU-1", At: now, MemoryUsedMiB: 1 << 62}}
+	if errs := ValidateSamples(sm, now); len(errs) != 1 || errs[0].Field != "samples[0].memory_used_mib" {
+		t.Errorf("a sample of 2^62 MiB: %v, want memory_used_mib refused", errs)
+	}
+	inv := &inventory.NodeInventory{Node: "n1", Pool: "p", Source: inventory.SourceStatic, CPUMilli: 1 << 62, MemoryMiB: 1 << 62,
+		GPUs: []inventory.GPUInfo{{Index: 1 << 40, UUID: "GPU-1", Model: "T4", MemoryTotalMiB: 1 << 62}}}
+	var fields []string
+	for _, fe := range ValidateNodeInventory("n1", inv) {
+		fields = append(fields, fe.Field)
+	}
+	if strings.Join(fields, ",") != "cpu_milli,memory_mib,gpus[0].index,gpus[0].memory_total_mib" {
+		t.Errorf("an int64-sized inventory report: refused fields %v", fields)
+	}
+	for _, q := range []string{"from=0001-01-01T00:00:00Z&to=0001-01-02T00:00:00Z", "from=1677-06-01T00:00:00Z&to=1677-06-02T00:00:00Z"} {
+		if _, e := windowParams(queryContext(q), now); e == nil || e.Body.Field != "from" {
+			t.Errorf("%s: %v, want a 400 naming from (Unix nanoseconds do not reach it)", q, e)
+		}
+	}
+}
