@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
@@ -117,6 +118,9 @@ func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		if strings.Contains(err.Error(), "line ") { // yaml.v3's "yaml: line 3: …"
+			return nil, newUsageError("%s: %s: %w", command, path, err)
+		}
 		return nil, newUsageError("%s: %s:%d: %w", command, path, yamlnode.SyntaxLine(err), err)
 	}
 	if len(root.Content) == 0 || root.Content[0].Tag == "!!null" {
