@@ -42,6 +42,9 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	reasons map[string]*signalledReasons // by shard
+	// planner plans every cycle, reusing its capacity index while the
+	// snapshot's InventoryVersion (the store's inventory_version) stays.
+	planner scheduling.Planner
 }
 
 // signalledReasons is the wait reason last signalled to each job, as of a cycle.
@@ -133,7 +136,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	a.addGovernance(snap)
 	snap.CycleIntervalSeconds = float64(a.CycleIntervalSeconds)
 	began := time.Now()
-	plan := scheduling.Plan(snap, pol, now)
+	plan := a.planner.Plan(snap, pol, now)
 	planMillis := time.Since(began).Milliseconds()
 	prev, err := a.reasonsBefore(ctx, in)
 	if err != nil {

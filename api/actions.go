@@ -66,6 +66,12 @@ func DecodeAmendRequest(r io.Reader) (*AmendRequest, *Error) {
 // project, an agent, an operator or an admin). 200 with the job; 400 a bad
 // body; 404 no such job or prerequisite; 409 a job that is not pending.
 func (s *Server) setPrerequisite(c *gin.Context) {
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	job, ok := s.loadActionJob(ctx, c) // another project's job is 403 whatever the body
+	if !ok {
+		return
+	}
 	var body PrerequisiteUpdate
 	if err := decodeStrict(c.Request.Body, &body, false); err != nil {
 		writeError(c, err)
@@ -80,12 +86,6 @@ func (s *Server) setPrerequisite(c *gin.Context) {
 		return
 	case !utf8.ValidString(body.Message):
 		writeError(c, newError(http.StatusUnprocessableEntity, CodeInvalid, "message", "not valid UTF-8"))
-		return
-	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
-	job, ok := s.loadActionJob(ctx, c)
-	if !ok {
 		return
 	}
 	name := c.Param("name")
@@ -108,15 +108,15 @@ func (s *Server) setPrerequisite(c *gin.Context) {
 // job's spec with the new resources). 200 with the job; 400/422 naming the
 // field; 409 a job that is placed, running or final.
 func (s *Server) amendJob(c *gin.Context) {
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	job, ok := s.loadOwnedJob(ctx, c) // another project's job is 403 whatever the body
+	if !ok {
+		return
+	}
 	body, apiErr := DecodeAmendRequest(c.Request.Body)
 	if apiErr != nil {
 		writeError(c, apiErr)
-		return
-	}
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
-	job, ok := s.loadOwnedJob(ctx, c)
-	if !ok {
 		return
 	}
 	if !job.State.Pending() {

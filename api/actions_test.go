@@ -22,7 +22,7 @@ func newActionTestEnv(t *testing.T) *testEnv {
 		tokBob:   {Name: "bob", Project: "speech", Role: vocab.RoleSubmitter},
 		tokOps:   {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
 		tokAdmin: {Name: "root", Project: "platform", Role: vocab.RoleAdmin},
-		tokAgent: {Name: "agent-node-1", Project: "platform", Role: vocab.RoleAgent},
+		tokAgent: {Name: "agent-node-1", Project: "platform", Role: vocab.RoleAgent, Node: "node-1"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
-	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/inventory/httpreport"
 	"github.com/gpugov/gpugov/internal/inventory/nvmlinv"
@@ -42,7 +41,7 @@ func newService(t *testing.T) *service {
 	t.Helper()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
 	toks, err := api.NewTokens(map[string]api.Principal{
-		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: vocab.RoleAgent},
+		tokAgent:     {Name: "agent-dgx-01", Project: "platform", Role: vocab.RoleAgent, Node: "dgx-01"},
 		tokSubmitter: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
 	})
 	if err != nil {
@@ -199,8 +198,9 @@ func TestRunSpecAndCheckpointRecording(t *testing.T) {
 	if rs.JobID != job.ID || !slices.Equal(rs.Command, []string{"python", "train.py"}) || rs.Env["SEED"] != "1" || rs.ResumeFrom != nil || rs.Ended {
 		t.Fatalf("run spec = %+v", rs)
 	}
-	if _, err := c.RunSpec(ctx, "dgx-02", runID); !errors.Is(err, process.ErrRunNotFound) {
-		t.Fatalf("another node's run: %v, want ErrRunNotFound", err)
+	var denied *httpreport.APIError
+	if _, err := c.RunSpec(ctx, "dgx-02", runID); !errors.As(err, &denied) || denied.Status != http.StatusForbidden {
+		t.Fatalf("dgx-01's agent asking as dgx-02: %v, want a 403", err)
 	}
 
 	cp := scheduling.Checkpoint{At: time.Now().UTC().Truncate(time.Microsecond), Step: 300, Location: "/ckpt/step-300"}

@@ -230,13 +230,14 @@ func requiredReason(c *gin.Context, req ActionRequest, what string) (string, boo
 // reclaim.dispute_window_s, a false reclaim unless an operator rejects it.
 // 409 before the release (keep it instead) or after the window.
 func (s *Server) disputeReclaim(c *gin.Context) {
-	es, reason, ok := s.disputeAction(c, "the reclaim was wrong")
+	// Another project's reclaim is 403 whatever the body.
+	gs, ok := s.governanceStore(c)
 	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
-	r, err := es.GetReclaim(ctx, c.Param("id"))
+	r, err := gs.GetReclaim(ctx, c.Param("id"))
 	if err != nil {
 		writeError(c, err)
 		return
@@ -245,6 +246,10 @@ func (s *Server) disputeReclaim(c *gin.Context) {
 	if p.Project != r.Project {
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
 			"only project %q may dispute the reclaim of its allocation; this token is of project %q", r.Project, p.Project))
+		return
+	}
+	es, reason, ok := s.disputeAction(c, "the reclaim was wrong")
+	if !ok {
 		return
 	}
 	window := policy.Seconds(s.currentPolicy().Reclaim.DisputeWindowSeconds)

@@ -246,9 +246,6 @@ func TestAuditRoute(t *testing.T) {
 		}
 		return l, res
 	}
-	if _, res := list("", tokAlice); res.status != http.StatusForbidden {
-		t.Fatalf("submitter: %d, want 403", res.status)
-	}
 	all, res := list("", tokAdmin)
 	if res.status != http.StatusOK || len(all.Entries) != 5 || all.Entries[0].Action != "reclaim_dispute" || all.NextCursor != "" ||
 		all.Entries[0].Evidence["n"] != 4.0 || all.Entries[0].Reason != "because reclaim_dispute" {
@@ -303,5 +300,13 @@ func TestAuditRoute(t *testing.T) {
 	}
 	if after := e.counts(); after["audit_log"] != before["audit_log"] {
 		t.Fatal("reading the audit log changed it")
+	}
+	// A submitter's read is refused, and the refusal is the newest entry.
+	if _, res := list("", tokAlice); res.status != http.StatusForbidden {
+		t.Fatalf("submitter: %d, want 403", res.status)
+	}
+	if l, res := list("?action="+store.AuditAccessDenied, tokOps); res.status != http.StatusOK || len(l.Entries) != 1 ||
+		l.Entries[0].Actor != "alice" || l.Entries[0].Subject != "/v1/audit" || l.Entries[0].Evidence["status"] != 403.0 {
+		t.Fatalf("the refusal's entry: %d %+v", res.status, l)
 	}
 }

@@ -94,6 +94,9 @@ func writeError(c *gin.Context, err error) {
 	if apiErr.Status >= 500 {
 		_ = c.Error(err) // keeps the cause for logging middleware; never shown to the client
 	}
+	if apiErr.Status == http.StatusUnauthorized || apiErr.Status == http.StatusForbidden {
+		c.Set(deniedKey, apiErr.Body.Message) // for the access_denied audit entry (denials.go)
+	}
 	c.AbortWithStatusJSON(apiErr.Status, ErrorResponse{Error: apiErr.Body})
 }
 

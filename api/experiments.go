@@ -468,11 +468,10 @@ func (s *Server) heldByExperiment(ctx context.Context, c *gin.Context, overrideR
 	return holder, true
 }
 
-// listExperiments handles GET /v1/experiments[?limit=] (operator, admin).
+// listExperiments handles GET /v1/experiments[?limit=] (every person's
+// role, read-only: an experiment changes a pool's policy for every project
+// on it, so each may see it).
 func (s *Server) listExperiments(c *gin.Context) {
-	if !requireOperator(c, "list experiments") {
-		return
-	}
 	limit, ok := listLimit(c)
 	if !ok {
 		return
@@ -511,12 +510,9 @@ func loadExperiment(ctx context.Context, c *gin.Context, es ExperimentStore) (*s
 	return e, true
 }
 
-// getExperiment handles GET /v1/experiments/:id (operator, admin): the
-// experiment with its timeline.
+// getExperiment handles GET /v1/experiments/:id (every person's role,
+// read-only): the experiment with its timeline.
 func (s *Server) getExperiment(c *gin.Context) {
-	if !requireOperator(c, "read experiments") {
-		return
-	}
 	es, ok := s.experimentStore(c)
 	if !ok {
 		return

@@ -90,8 +90,20 @@ func TestGovernanceRoutesListAndGet(t *testing.T) {
 	if len(pl.Preemptions) != 1 || pl.Preemptions[0].State != "observed" || pl.Preemptions[0].EstimatedLossGPUSeconds != 75 {
 		t.Fatalf("preemptions %+v, want the observed would-preempt record with its estimated loss", pl)
 	}
-	if res := e.do(http.MethodGet, "/v1/preemptions/"+p.ID, tokBob, nil); res.status != http.StatusOK {
+	if res := e.do(http.MethodGet, "/v1/preemptions/"+p.ID, tokAlice, nil); res.status != http.StatusOK {
 		t.Fatalf("get preemption: %d %s", res.status, res.body)
+	}
+	// Project speech has no job in it: neither the record nor the list shows it.
+	if res := e.do(http.MethodGet, "/v1/preemptions/"+p.ID, tokBob, nil); res.status != http.StatusForbidden {
+		t.Fatalf("another project's preemption: %d %s, want 403", res.status, res.body)
+	}
+	var none PreemptionList
+	if e.do(http.MethodGet, "/v1/preemptions", tokBob, nil).decode(t, &none); len(none.Preemptions) != 0 {
+		t.Fatalf("speech lists %+v, want no preemption", none)
+	}
+	var noReclaims ReclaimReport
+	if e.do(http.MethodGet, "/v1/reclaims", tokBob, nil).decode(t, &noReclaims); len(noReclaims.Reclaims) != 0 {
+		t.Fatalf("speech lists reclaims %+v, want none", noReclaims)
 	}
 	if res := e.do(http.MethodGet, "/v1/preemptions/p-nope", tokAlice, nil); res.status != http.StatusNotFound {
 		t.Fatalf("unknown preemption: %d", res.status)

@@ -19,8 +19,10 @@ import (
 )
 
 // Node-agent routes: what `gpugov agent` calls. They need an agent, operator
-// or admin token; an agent token may call nothing else (see agentRoutes) but
-// PUT /v1/jobs/{id}/prerequisites/{name} (actions.go).
+// or admin token (routeAccess); an agent token may call nothing else but
+// PUT /v1/jobs/{id}/prerequisites/{name} (actions.go), and only for the node
+// its token names: its own node's inventory and samples, the runs placed on
+// it and their checkpoints.
 //
 //	POST /v1/nodes/{name}/inventory           the node's inventory (inventory.NodeInventory), every refresh
 //	POST /v1/nodes/{name}/samples             GPU utilisation samples, the evidence for idle reclaim
@@ -32,13 +34,6 @@ const (
 	routeNodeRun        = "/v1/nodes/:name/runs/:run"
 	routeRunCheckpoints = "/v1/jobs/:id/runs/:run/checkpoints"
 )
-
-// agentRoutes are the only routes (gin full paths) an agent token may call.
-var agentRoutes = []string{routeNodeInventory, routeNodeSamples, routeNodeRun, routeRunCheckpoints, routePrerequisite}
-
-// agentRoute reports whether an agent token may call the route with gin full
-// path fullPath.
-func agentRoute(fullPath string) bool { return slices.Contains(agentRoutes, fullPath) }
 
 // Limits of node-agent requests.
 const (
@@ -120,22 +115,10 @@ type CheckpointResult struct {
 
 // nodeRoutes adds the node-agent routes to the authenticated /v1 group.
 func (s *Server) nodeRoutes(v1 *gin.RouterGroup) {
-	g := v1.Group("", requireAgentRole)
-	g.POST(strings.TrimPrefix(routeNodeInventory, "/v1"), s.reportInventory)
-	g.POST(strings.TrimPrefix(routeNodeSamples, "/v1"), s.reportSamples)
-	g.GET(strings.TrimPrefix(routeNodeRun, "/v1"), s.getRunSpec)
-	g.POST(strings.TrimPrefix(routeRunCheckpoints, "/v1"), s.recordCheckpoint)
-}
-
-// requireAgentRole lets agent, operator and admin tokens through and answers
-// 403 to submitters: a submitter must not write inventory or evidence.
-func requireAgentRole(c *gin.Context) {
-	if p := principal(c); p.Role != vocab.RoleAgent && !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
-			"node-agent routes need an agent, operator or admin token; this is %s token", aRole(p.Role)))
-		return
-	}
-	c.Next()
+	v1.POST(strings.TrimPrefix(routeNodeInventory, "/v1"), s.reportInventory)
+	v1.POST(strings.TrimPrefix(routeNodeSamples, "/v1"), s.reportSamples)
+	v1.GET(strings.TrimPrefix(routeNodeRun, "/v1"), s.getRunSpec)
+	v1.POST(strings.TrimPrefix(routeRunCheckpoints, "/v1"), s.recordCheckpoint)
 }
 
 // nodeStore returns the server's store as a NodeStore, or answers 500 and
@@ -424,6 +407,29 @@ var staleText = strings.TrimSuffix(store.ErrStaleCheckpoint.Error(), ": "+store.
 // allocation was released; 409 stale for a checkpoint older than the
 // current one. A refused report changes nothing; the same one again is 200.
 func (s *Server) recordCheckpoint(c *gin.Context) {
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return
+	}
+	jobID, runID := c.Param("id"), c.Param("run")
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
+	if p := principal(c); p.Role == vocab.RoleAgent {
+		// An agent reports checkpoints of the runs on its own node only,
+		// checked before the body: another node's run is 403 whatever it says.
+		rs, err := ns.GetRunSpec(ctx, runID)
+		switch {
+		case errors.Is(err, store.ErrNotFound) || (err == nil && rs.JobID != jobID):
+			writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "run %s of job %s not found", runID, jobID))
+			return
+		case err != nil:
+			writeError(c, err)
+			return
+		case rs.Node != p.Node:
+			writeError(c, forbiddenNode(p, rs.Node))
+			return
+		}
+	}
 	var cp Checkpoint
 	if apiErr := decodeStrict(c.Request.Body, &cp, false); apiErr != nil {
 		writeError(c, apiErr)
@@ -438,13 +444,6 @@ func (s *Server) recordCheckpoint(c *gin.Context) {
 		writeError(c, invalid(errs))
 		return
 	}
-	ns, ok := s.nodeStore(c)
-	if !ok {
-		return
-	}
-	jobID, runID := c.Param("id"), c.Param("run")
-	ctx, cancel := s.storeCtx(c)
-	defer cancel()
 	err := ns.RecordCheckpoint(ctx, jobID, runID, scheduling.Checkpoint{At: cp.At, Step: cp.Step, Location: cp.Location})
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -25,7 +25,7 @@ func newNodeTestEnv(t *testing.T) *testEnv {
 	toks, err := NewTokens(map[string]Principal{
 		tokAlice: {Name: "alice", Project: "vision", Role: vocab.RoleSubmitter},
 		tokOps:   {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
-		tokAgent: {Name: "agent-node-1", Project: "platform", Role: vocab.RoleAgent},
+		tokAgent: {Name: "agent-node-1", Project: "platform", Role: vocab.RoleAgent, Node: "node-1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +97,7 @@ func TestReportInventoryRejectsBadReportsNamingFields(t *testing.T) {
 		status int
 		field  string
 	}{
+		// An operator's token: the agent's may report for node-1 only (403).
 		{"node differs from path", "/v1/nodes/node-2/inventory", func(*inventory.NodeInventory) {}, 422, "node"},
 		{"bad node name", "/v1/nodes/-x/inventory", func(*inventory.NodeInventory) {}, 422, "name"},
 		{"no pool", "", func(n *inventory.NodeInventory) { n.Pool = "" }, 422, "pool"},
@@ -114,11 +115,11 @@ func TestReportInventoryRejectsBadReportsNamingFields(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := nodeReport()
 			tc.mutate(&rep)
-			path := tc.path
+			path, token := tc.path, tokOps
 			if path == "" {
-				path = "/v1/nodes/node-1/inventory"
+				path, token = "/v1/nodes/node-1/inventory", tokAgent
 			}
-			r := env.do(http.MethodPost, path, tokAgent, rep)
+			r := env.do(http.MethodPost, path, token, rep)
 			if r.status != tc.status || r.apiError(t).Field != tc.field {
 				t.Fatalf("%d %s, want %d naming %s", r.status, r.body, tc.status, tc.field)
 			}
@@ -241,8 +242,11 @@ func TestRunSpecAndCheckpoints(t *testing.T) {
 		rs.Env["SEED"] != "7" || rs.ResumeFrom != nil || rs.Ended {
 		t.Fatalf("run spec: %d %s", r.status, r.body)
 	}
-	if r := env.do(http.MethodGet, "/v1/nodes/node-2/runs/"+runID, tokAgent, nil); r.status != http.StatusNotFound {
-		t.Fatalf("run asked by another node: %d %s", r.status, r.body)
+	if r := env.do(http.MethodGet, "/v1/nodes/node-2/runs/"+runID, tokAgent, nil); r.status != http.StatusForbidden {
+		t.Fatalf("node-1's agent asking as node-2: %d %s, want 403", r.status, r.body)
+	}
+	if r := env.do(http.MethodGet, "/v1/nodes/node-2/runs/"+runID, tokOps, nil); r.status != http.StatusNotFound {
+		t.Fatalf("run asked for another node: %d %s", r.status, r.body)
 	}
 	if r := env.do(http.MethodGet, "/v1/nodes/node-1/runs/r-nope", tokAgent, nil); r.status != http.StatusNotFound {
 		t.Fatalf("unknown run: %d %s", r.status, r.body)

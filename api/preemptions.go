@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -218,7 +219,8 @@ func names[T ~string](vs []T) []string {
 }
 
 // listPreemptions handles GET /v1/preemptions?state=&outcome=&kind=&pool=&job=&limit=.
-// Every role but agent may read them: a preemption concerns two projects.
+// Operators and admins read every preemption; a submitter those whose
+// trigger or victim job is of its project (a preemption concerns two).
 func (s *Server) listPreemptions(c *gin.Context) {
 	q, limit, ok := listQuery(c, preemptionStates, preemptionOutcomes, preemptionKinds)
 	if !ok {
@@ -226,6 +228,9 @@ func (s *Server) listPreemptions(c *gin.Context) {
 	}
 	f := store.PreemptionFilter{State: vocab.PreemptionState(q["state"]), Outcome: vocab.PreemptionOutcome(q["outcome"]),
 		Kind: vocab.PreemptionKind(q["kind"]), Pool: c.Query("pool"), JobID: c.Query("job"), Limit: limit}
+	if p := principal(c); !p.Role.SeesAllProjects() {
+		f.Project = p.Project
+	}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (PreemptionList, error) {
 		ps, err := gs.ListPreemptions(ctx, f)
 		out := PreemptionList{Preemptions: make([]Preemption, len(ps))}
@@ -236,16 +241,46 @@ func (s *Server) listPreemptions(c *gin.Context) {
 	})
 }
 
-// getPreemption handles GET /v1/preemptions/{id}.
+// getPreemption handles GET /v1/preemptions/{id}: a submitter's only when
+// its trigger or victim job is of its project (else 403).
 func (s *Server) getPreemption(c *gin.Context) {
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (*Preemption, error) {
 		p, err := gs.GetPreemption(ctx, c.Param("id"))
 		if err != nil {
 			return nil, err
 		}
+		if err := s.preemptionVisible(ctx, principal(c), p); err != nil {
+			return nil, err
+		}
 		out := preemptionFromStore(p)
 		return &out, nil
 	})
+}
+
+// preemptionVisible returns nil when caller may read preemption p: staff
+// always, a submitter when the trigger or the victim job is of its project;
+// else the 403.
+func (s *Server) preemptionVisible(ctx context.Context, caller Principal, p *store.PreemptionRecord) error {
+	if caller.Role.SeesAllProjects() {
+		return nil
+	}
+	for _, id := range []string{p.ForJobID, p.VictimJobID} {
+		if id == "" {
+			continue
+		}
+		j, err := s.store.GetJob(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if j.Project == caller.Project {
+			return nil
+		}
+	}
+	return newError(http.StatusForbidden, CodeForbidden, "",
+		"preemption %s concerns no job of project %q (a %s token sees its own project's only)", p.ID, caller.Project, caller.Role)
 }
 
 func preemptionFromStore(p *store.PreemptionRecord) Preemption {

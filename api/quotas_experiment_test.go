@@ -19,7 +19,7 @@ const quotaCandidate = "version: gpugov.policy/v1\nquotas:\n  - {project: vision
 func (e *experimentEnv) quotaRows() [4]int {
 	e.t.Helper()
 	var out [4]int
-	for i, q := range []string{`SELECT count(*) FROM policy_versions`, `SELECT count(*) FROM audit_log`,
+	for i, q := range []string{`SELECT count(*) FROM policy_versions`, `SELECT count(*) FROM audit_log WHERE action <> 'access_denied'`,
 		`SELECT count(*) FROM quota_requests WHERE state = 'pending'`, `SELECT count(*) FROM quotas`} {
 		if err := e.store.Pool().QueryRow(context.Background(), q).Scan(&out[i]); err != nil {
 			e.t.Fatal(err)

@@ -52,7 +52,7 @@ func newQuotaTestEnv(t *testing.T) (*testEnv, string) {
 func (e *testEnv) quotaSnapshot() [4]int {
 	e.t.Helper()
 	var out [4]int
-	for i, q := range []string{`SELECT count(*) FROM policy_versions`, `SELECT count(*) FROM audit_log`,
+	for i, q := range []string{`SELECT count(*) FROM policy_versions`, `SELECT count(*) FROM audit_log WHERE action <> 'access_denied'`,
 		`SELECT count(*) FROM quota_requests WHERE state = 'pending'`,
 		`SELECT coalesce(sum(nominal_milli * 7 + borrowing_limit_milli), 0) FROM quotas`} {
 		if err := e.store.Pool().QueryRow(context.Background(), q).Scan(&out[i]); err != nil {

@@ -83,7 +83,7 @@ func TestDrillRoute(t *testing.T) {
 		status          int
 		msg             string
 	}{
-		{"submitter", tokAlice, job.ID, http.StatusForbidden, "only an operator or an admin may start a resume drill"},
+		{"submitter", tokAlice, job.ID, http.StatusForbidden, "only an operator or an admin may call POST /v1/jobs/:id/drill"},
 		{"unknown job", tokOps, "j-nosuchjob", http.StatusNotFound, "not found"},
 		{"waiting job", tokOps, waiting.ID, http.StatusConflict, "job is submitted; only a running job can be drilled"},
 	} {

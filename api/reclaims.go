@@ -97,6 +97,9 @@ func (s *Server) listReclaims(c *gin.Context) {
 	}
 	f := store.ReclaimFilter{Class: vocab.ReclaimClass(q["class"]), Mode: vocab.ReclaimMode(q["mode"]), Pool: c.Query("pool"),
 		State: vocab.ReclaimState(q["state"]), Limit: limit}
+	if p := principal(c); !p.Role.SeesAllProjects() {
+		f.Project = p.Project // a submitter reads its own project's reclaims only
+	}
 	serveGovernance(s, c, func(ctx context.Context, gs GovernanceStore) (ReclaimReport, error) {
 		rs, err := gs.ListReclaims(ctx, f)
 		return reclaimReport(rs), err

@@ -4,8 +4,11 @@
 // readiness, metrics and a hand-written OpenAPI 3.1 document (openapi.json).
 //
 // Every /v1 route except the OpenAPI document needs a bearer token (see
-// Tokens). A submitter sees and changes only its own project's jobs; operators
-// and admins see all. Errors are JSON {"error": {"code", "message", "field"}}.
+// Tokens, WithTokenLookup); which roles may call a route is routeAccess
+// (access.go). A submitter sees and changes only its own project's jobs,
+// preemptions, reclaims and reports; an agent acts for its own node;
+// operators and admins see all. Denials are audited (denials.go). Every route
+// has body and header limits and every token a rate limit (Limits). Errors are JSON {"error": {"code", "message", "field"}}.
 //
 // Durability (docs/design.md invariant 3): POST /v1/jobs answers only after the
 // job row is committed. With a StartQueue (WithStartQueue, as serve runs it)
@@ -153,6 +156,10 @@ type Server struct {
 	// cycleInterval is the scheduler's cycle interval (WithCycleInterval),
 	// the shortest experiment window.
 	cycleInterval time.Duration
+	tokenLookup   TokenLookup    // WithTokenLookup's; nil: the token file's tokens only
+	limits        Limits         // WithLimits', with defaults
+	limiter       *tokenLimiter  // per-token rate limits
+	denials       *denialAuditor // coalesces the access_denied audit entries
 }
 
 // New builds the API on st and wf with the given tokens. gin runs in release
@@ -165,6 +172,9 @@ func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	s.limits = s.limits.withDefaults()
+	s.limiter = newTokenLimiter(s.limits, s.now)
+	s.denials = newDenialAuditor()
 	if os.Getenv(gin.EnvGinMode) == "" {
 		gin.SetMode(gin.ReleaseMode)
 	}
@@ -185,6 +195,7 @@ func (s *Server) routes() *gin.Engine {
 	}))
 	e.Use(s.middleware...)
 	e.Use(s.logServerErrors)
+	e.Use(s.limitRequest)
 	e.Use(rejectNUL)
 	e.NoRoute(func(c *gin.Context) {
 		writeError(c, newError(http.StatusNotFound, CodeNotFound, "", "no route %s %s", c.Request.Method, c.Request.URL.Path))
@@ -200,7 +211,7 @@ func (s *Server) routes() *gin.Engine {
 	}
 	e.GET("/v1/openapi.json", serveOpenAPI)
 
-	v1 := e.Group("/v1", s.authenticate)
+	v1 := e.Group("/v1", s.auditDenials, s.authenticate, s.authorize)
 	v1.POST("/jobs", s.submitJob)
 	v1.GET("/jobs", s.listJobs)
 	v1.GET("/jobs/:id", s.getJob)

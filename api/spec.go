@@ -153,6 +153,9 @@ func DecodeJobSpec(r io.Reader) (*JobSpec, *Error) {
 // unless allowEmpty, when v is left as it is.
 func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	data, err := io.ReadAll(io.LimitReader(r, MaxSpecBytes+1))
+	if tooLarge := maxBytesError(err); tooLarge != nil {
+		return tooLarge
+	}
 	if err != nil {
 		return newError(http.StatusBadRequest, CodeMalformed, "", "reading body: %v", err)
 	}

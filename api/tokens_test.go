@@ -71,3 +71,54 @@ func TestLoadTokensFromFile(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+func TestTokensHashedFormAndAgentNode(t *testing.T) {
+	t.Parallel()
+	plain := "s3cr3t-plain"
+	cfg := "\"" + DigestToken("s3cr3t-hashed").String() + "\": {name: ci, project: infra, role: admin}\n" +
+		plain + ": {name: agent-7, project: platform, role: agent, node: dgx-07}\n"
+	toks, err := ParseTokens([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := toks.Lookup("s3cr3t-hashed"); !ok || p.Name != "ci" {
+		t.Fatalf("hashed entry: %+v %v", p, ok)
+	}
+	if _, ok := toks.Lookup(DigestToken("s3cr3t-hashed").String()); ok {
+		t.Fatal("the digest itself was accepted as a token")
+	}
+	if p, ok := toks.Lookup(plain); !ok || p.Node != "dgx-07" {
+		t.Fatalf("agent entry: %+v %v", p, ok)
+	}
+	for cfg, want := range map[string]string{
+		"t: {project: p, role: agent}":             "node is required",
+		"t: {project: p, role: admin, node: n1}":   "node is only for agent tokens",
+		`"sha256:abcd": {project: p, role: admin}`: "64 hex digits",
+		"s3cr3t-plain: {project: p, role: admin}\n\"" + DigestToken("s3cr3t-plain").String() + "\": {project: p, role: admin}": "the same token",
+	} {
+		if _, err := ParseTokens([]byte(cfg)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error containing %q", cfg, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%q: the error shows the token: %v", cfg, err)
+		}
+	}
+}
+
+func TestNewTokenIsHighEntropy(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 100 {
+		tok, err := NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(tok, TokenPrefix) || len(tok) != len(TokenPrefix)+43 || seen[tok] {
+			t.Fatalf("token %q (len %d), or a repeat", tok, len(tok))
+		}
+		seen[tok] = true
+		if d, err := ParseTokenDigest(DigestToken(tok).String()); err != nil || d != DigestToken(tok) {
+			t.Fatalf("digest round trip: %v", err)
+		}
+	}
+}

@@ -116,7 +116,7 @@ func startAgentStack(t *testing.T) *agentStack {
 	dev := temporaltest.Start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
-		agentToken: {Name: "agent-" + agentNode, Project: "platform", Role: vocab.RoleAgent},
+		agentToken: {Name: "agent-" + agentNode, Project: "platform", Role: vocab.RoleAgent, Node: agentNode},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -154,7 +154,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	tokens, err := api.NewTokens(map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 		drillToken: {Name: "e2e-drill", Project: "drill", Role: vocab.RoleSubmitter},
-		agentToken: {Name: "e2e-agent", Project: "platform", Role: vocab.RoleAgent},
+		agentToken: {Name: "e2e-agent", Project: "platform", Role: vocab.RoleAgent, Node: "rehearse-1"},
 	})
 	if err != nil {
 		t.Fatal(err)

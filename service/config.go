@@ -69,8 +69,17 @@ type Config struct {
 	// APIAddr is the HTTP listen address; a ":0" port picks a free one (see
 	// Service.APIAddr). Required.
 	APIAddr string
-	// Tokens are the API's bearer tokens. Required (at least one).
+	// Tokens are the API's bearer tokens of the token file. Required (at
+	// least one). The tokens `gpugov token create` stored in PostgreSQL
+	// (api_tokens) are accepted too (api.WithTokenLookup).
 	Tokens api.Tokens
+	// APILimits are the API's request body and header limits and per-token
+	// rate limits; zero fields take api's defaults (api.Limits).
+	APILimits api.Limits
+	// TLSCertFile and TLSKeyFile, both set, make the API serve HTTPS with
+	// that PEM certificate (chain) and key; both empty serve plain HTTP.
+	// Setting one only is an error.
+	TLSCertFile, TLSKeyFile string
 
 	// PolicyFile is the policy file (internal/policy: scheduling rules,
 	// queues, quotas, pool stages, protection windows, preemption and

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -101,6 +102,8 @@ func validate(cfg Config) error {
 		return errors.New("service: a Temporal address is required")
 	case cfg.APIAddr == "":
 		return errors.New("service: an API listen address is required")
+	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
+		return errors.New("service: the TLS certificate and key (--tls-cert, --tls-key) go together: HTTPS needs both")
 	case cfg.Tokens.Len() == 0:
 		return errors.New("service: at least one API token is required")
 	case cfg.GPUSampleRetention < 0:
@@ -312,15 +315,34 @@ func (s *Service) serveHTTP() error {
 		api.WithStartQueue(s.starter),
 		api.WithGovernancePolicy(s.currentPolicy),
 		api.WithDisputeRecorder(s.govMetrics),
-		api.WithCycleInterval(s.cfg.CycleInterval))
+		api.WithCycleInterval(s.cfg.CycleInterval),
+		api.WithTokenLookup(api.StoreTokens(s.store)),
+		api.WithLimits(s.cfg.APILimits))
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
 	}
 	s.listener = l
-	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	maxHeader := s.cfg.APILimits.MaxHeaderBytes
+	if maxHeader <= 0 {
+		maxHeader = api.DefaultMaxHeaderBytes
+	}
+	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeader}
+	if s.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("service: TLS certificate %s, key %s: %w", s.cfg.TLSCertFile, s.cfg.TLSKeyFile, err)
+		}
+		s.httpSrv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	go func() {
-		err := s.httpSrv.Serve(l)
+		var err error
+		if s.httpSrv.TLSConfig != nil {
+			err = s.httpSrv.ServeTLS(l, "", "")
+		} else {
+			err = s.httpSrv.Serve(l)
+		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}

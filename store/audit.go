@@ -42,6 +42,19 @@ func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
 	return nil
 }
 
+// AuditAccessDenied is the action of a 401 or 403 answer of the API
+// (api/denials.go, coalesced): subject the request path; evidence method,
+// route, status, role, project, node, suppressed.
+const AuditAccessDenied = "access_denied"
+
+// AuditTokenCreate and AuditTokenRevoke are `gpugov token create` and
+// `revoke`: subject the token's ID; evidence name, role, project, node
+// (never the token or its digest).
+const (
+	AuditTokenCreate = "token_create"
+	AuditTokenRevoke = "token_revoke"
+)
+
 const insertAuditSQL = `INSERT INTO audit_log (at, actor, action, subject, reason, evidence) VALUES ($1, $2, $3, $4, $5, $6)`
 
 func appendAuditTx(ctx context.Context, tx pgx.Tx, e AuditEntry) error {

@@ -172,6 +172,9 @@ type PreemptionFilter struct {
 	Pool    string
 	JobID   string               // trigger or victim
 	Kind    vocab.PreemptionKind // preemption or drill
+	// Project keeps the preemptions whose trigger or victim job is of this
+	// project (a submitter's view); "" keeps all.
+	Project string
 	Limit   int
 }
 
@@ -182,7 +185,8 @@ func (s *Store) ListPreemptions(ctx context.Context, f PreemptionFilter) ([]Pree
 	rows, err := queryAll[preemptionRow](ctx, s.pool, `SELECT `+preemptionColumns+` FROM preemptions
 		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR outcome = $2) AND ($3 = '' OR pool = $3)
 			AND ($4 = '' OR for_job_id = $4 OR victim_job_id = $4) AND ($6 = '' OR kind = $6)
-		ORDER BY started_at DESC, id DESC LIMIT $5`, f.State, f.Outcome, f.Pool, f.JobID, limit, f.Kind)
+			AND ($7 = '' OR EXISTS (SELECT 1 FROM jobs pj WHERE pj.id IN (for_job_id, victim_job_id) AND pj.project = $7))
+		ORDER BY started_at DESC, id DESC LIMIT $5`, f.State, f.Outcome, f.Pool, f.JobID, limit, f.Kind, f.Project)
 	if err != nil {
 		return nil, fmt.Errorf("store: list preemptions: %w", err)
 	}

@@ -290,7 +290,10 @@ type ReclaimFilter struct {
 	Mode  vocab.ReclaimMode
 	Pool  string
 	State vocab.ReclaimState
-	Limit int
+	// Project keeps the reclaims of this project's allocations (a
+	// submitter's view); "" keeps all.
+	Project string
+	Limit   int
 }
 
 // ListReclaims returns the newest reclaims matching f first. Errors are
@@ -299,7 +302,8 @@ func (s *Store) ListReclaims(ctx context.Context, f ReclaimFilter) ([]Reclaim, e
 	limit := pageLimit(f.Limit)
 	out, err := queryAll[Reclaim](ctx, s.pool, `SELECT `+reclaimColumns+` FROM reclaims
 		WHERE ($1 = '' OR class = $1) AND ($2 = '' OR mode = $2) AND ($3 = '' OR pool = $3) AND ($4 = '' OR state = $4)
-		ORDER BY detected_at DESC, id DESC LIMIT $5`, f.Class, f.Mode, f.Pool, f.State, limit)
+			AND ($6 = '' OR project = $6)
+		ORDER BY detected_at DESC, id DESC LIMIT $5`, f.Class, f.Mode, f.Pool, f.State, limit, f.Project)
 	for i := range out {
 		out[i].utc()
 	}

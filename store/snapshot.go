@@ -48,7 +48,10 @@ import (
 // decayed GPU-seconds of its running allocations so far (same formula as
 // FinishRun), so fair share sees long runs before they end. ProjectUsage.Share
 // and Snapshot.ProtectionWindows come from configuration, not the store, and
-// are left zero. Errors are wrapped with "load snapshot".
+// are left zero. Snapshot.InventoryVersion is the inventory_version the
+// pools were read at, which moves with every change of a pool, node, node
+// label or GPU row, so a scheduling.Planner may reuse its capacity index
+// while it stays. Errors are wrapped with "load snapshot".
 func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
@@ -474,6 +477,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		l.cache.inventory, l.cache.inventoryVersion = l.inv.pools(), l.version
 	}
 	snap.Pools = clonePools(l.cache.inventory)
+	snap.InventoryVersion = l.version // the version snap.Pools was read at (scheduling.Planner)
 
 	for i := range l.running {
 		rj := &l.running[i]

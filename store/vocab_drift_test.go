@@ -147,6 +147,7 @@ func TestVocabularyMatchesDatabaseChecks(t *testing.T) {
 		{"pool_stage_changes", "from_stage", strs(vocab.AutomationStages)},
 		{"pool_stage_changes", "to_stage", strs(vocab.AutomationStages)},
 		{"pool_stage_changes", "outcome", strs(vocab.StageChangeOutcomes)},
+		{"api_tokens", "role", strs(vocab.Roles)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.table+"."+tc.column, func(t *testing.T) {

@@ -6,6 +6,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,8 +26,11 @@ import (
 
 // Environment variables and default the CLI reads for the API address and token.
 const (
-	EnvAPI     = "GPUGOV_API"
-	EnvToken   = "GPUGOV_TOKEN"
+	EnvAPI   = "GPUGOV_API"
+	EnvToken = "GPUGOV_TOKEN"
+	// EnvCACert names a PEM file of the CA certificate(s) to trust for an
+	// https API (a self-signed serve --tls-cert), as --ca-cert does.
+	EnvCACert  = "GPUGOV_CA_CERT"
 	DefaultAPI = "http://127.0.0.1:8080"
 )
 
@@ -62,13 +67,39 @@ func AddFlags(fs *pflag.FlagSet) func() (*Client, error) {
 	// The token's default is read when the command runs, not shown as the
 	// flag's default: --help must never print a secret.
 	token := fs.String("token", "", "bearer token (default: env "+EnvToken+")")
+	ca := fs.String("ca-cert", os.Getenv(EnvCACert), "PEM CA certificate(s) to trust for an https --api, besides the system's (env "+EnvCACert+")")
 	return func() (*Client, error) {
 		t := *token
 		if t == "" {
 			t = os.Getenv(EnvToken)
 		}
-		return New(*api, t)
+		c, err := New(*api, t)
+		if err != nil || *ca == "" {
+			return c, err
+		}
+		return c, c.TrustCA(*ca)
 	}
+}
+
+// TrustCA makes the client trust the PEM CA certificate(s) in file, besides
+// the system's roots, for an https API. It returns an error naming the file
+// when it cannot be read or holds no certificate.
+func (c *Client) TrustCA(file string) error {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("CA certificate: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("CA certificate %s: no PEM certificate in it", file)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c.http.Transport = tr
+	return nil
 }
 
 // Error is a non-2xx answer of the API. Error() is "field: message", or the

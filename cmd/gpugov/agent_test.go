@@ -81,7 +81,7 @@ func newAgentTestEnv(t *testing.T) *agentTestEnv {
 	ds := temporaltest.Start(t)
 	ctx := context.Background()
 	st, _ := storetest.NewStore(t, storetest.Fixture{Queues: []scheduling.Queue{storetest.TrainQueue}})
-	toks, err := api.NewTokens(map[string]api.Principal{"tok-agent": {Name: "agent", Project: "platform", Role: vocab.RoleAgent}})
+	toks, err := api.NewTokens(map[string]api.Principal{"tok-agent": {Name: "agent", Project: "platform", Role: vocab.RoleAgent, Node: agentTestNode}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,8 @@ type serveOptions struct {
 	sampleRetention   time.Duration
 	decisionRetention time.Duration
 	logLevel          string
+	tlsCert, tlsKey   string
+	limits            api.Limits
 }
 
 func init() {
@@ -102,6 +104,12 @@ compresses runs and arrivals alike.`,
 	f.DurationVar(&o.decisionRetention, "decision-retention", service.DefaultDecisionRetention,
 		"how long scheduling decisions are kept (each unfinished job keeps its latest wait decision)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("GPUGOV_TLS_CERT"), "PEM certificate (chain) to serve HTTPS with, together with --tls-key (env GPUGOV_TLS_CERT)")
+	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("GPUGOV_TLS_KEY"), "PEM private key of --tls-cert (env GPUGOV_TLS_KEY)")
+	f.Float64Var(&o.limits.RatePerSecond, "rate-limit", api.DefaultRatePerSecond, "requests per second each API token may make, sustained (429 with Retry-After beyond)")
+	f.IntVar(&o.limits.RateBurst, "rate-burst", api.DefaultRateBurst, "requests each API token may make at once above --rate-limit")
+	f.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes (413 beyond)")
+	f.IntVar(&o.limits.MaxHeaderBytes, "max-header-bytes", api.DefaultMaxHeaderBytes, "largest request header in bytes (431 beyond)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -136,12 +144,20 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		return service.Config{}, newUsageError("--gpu-sample-retention must be > 0, got %s", o.sampleRetention)
 	case o.decisionRetention <= 0:
 		return service.Config{}, newUsageError("--decision-retention must be > 0, got %s", o.decisionRetention)
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return service.Config{}, newUsageError("--tls-cert and --tls-key go together (HTTPS needs both)")
+	case o.limits.RatePerSecond < 0 || o.limits.RateBurst < 0:
+		return service.Config{}, newUsageError("--rate-limit and --rate-burst must be > 0 (0: the default), got %g and %d", o.limits.RatePerSecond, o.limits.RateBurst)
+	case o.limits.MaxBodyBytes < 0 || o.limits.MaxHeaderBytes < 0 || (o.limits.MaxHeaderBytes > 0 && o.limits.MaxHeaderBytes < 1024):
+		return service.Config{}, newUsageError("--max-body-bytes must be > 0 and --max-header-bytes ≥ 1024 (0: the default), got %d and %d",
+			o.limits.MaxBodyBytes, o.limits.MaxHeaderBytes)
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
 		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
 		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention,
 		DecisionRetention: o.decisionRetention, Logger: logger,
+		TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey, APILimits: o.limits,
 	}
 	tokens, err := loadServeTokens(o.tokensFile, logger)
 	if err != nil {

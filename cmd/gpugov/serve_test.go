@@ -71,6 +71,9 @@ func TestServeConfig(t *testing.T) {
 		"inventory format":   func(o *serveOptions) { o.inventoryFormat = "xml" },
 		"policy file":        func(o *serveOptions) { o.policyFile = devTokens },
 		"no policy file":     func(o *serveOptions) { o.policyFile = "missing.yaml" },
+		"TLS key alone":      func(o *serveOptions) { o.tlsKey = "key.pem" },
+		"negative rate":      func(o *serveOptions) { o.limits.RatePerSecond = -1 },
+		"tiny header limit":  func(o *serveOptions) { o.limits.MaxHeaderBytes = 100 },
 	} {
 		o := good
 		mutate(&o)

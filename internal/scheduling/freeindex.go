@@ -69,6 +69,30 @@ func (v *freeView) init(nodes, doms, maxNode, maxDom int) {
 	v.nodeN[0], v.domN[0] = int32(nodes), int32(doms)
 }
 
+// copyOf makes v a copy of t that shares no memory with it.
+func (v *freeView) copyOf(t *freeView) {
+	v.node, v.dom = slices.Clone(t.node), slices.Clone(t.dom)
+	v.nodeN, v.domN = slices.Clone(t.nodeN), slices.Clone(t.domN)
+	v.nodeBkt, v.domBkt = cloneBitsets(t.nodeBkt), cloneBitsets(t.domBkt)
+	v.total = t.total
+}
+
+// cloneBitsets copies bs into one new backing array.
+func cloneBitsets(bs []bitset) []bitset {
+	n := 0
+	for _, b := range bs {
+		n += len(b)
+	}
+	backing := make([]uint64, 0, n)
+	out := make([]bitset, len(bs))
+	for k, b := range bs {
+		start := len(backing)
+		backing = append(backing, b...)
+		out[k] = backing[start:len(backing):len(backing)]
+	}
+	return out
+}
+
 // add moves a node and a domain by delta (±1) free GPUs.
 func (v *freeView) add(node, dom int32, delta int) {
 	k := v.node[node]
@@ -101,19 +125,34 @@ func highestNonEmpty(n []int32) int {
 	return 0
 }
 
-// maskIndex is the index of one set of GPU classes (a request's matching
-// classes). version changes whenever anything a query on it could see
-// changes (a matching GPU, or host CPU/memory on a node with matching GPUs).
-type maskIndex struct {
-	mask       uint64
-	version    uint32
+// maskStatic is the part of a mask's index that only the inventory
+// decides, built once per poolStatic and shared read-only: the usable
+// matching GPUs per node and domain, and the free views of the empty pool.
+type maskStatic struct {
 	staticNode []uint16 // usable matching GPUs per node (the empty pool)
 	staticDom  []uint16
 	static     int
 	// staticLargestNode/Dom: most usable matching GPUs on one node / domain.
 	staticLargestNode, staticLargestDom int
-	unres, all                          freeView
+	empty                               freeView // every usable matching GPU free and unreserved
 }
+
+// maskIndex is the index of one set of GPU classes (a request's matching
+// classes) in one cycle. version changes whenever anything a query on it
+// could see changes (a matching GPU, or host CPU/memory on a node with
+// matching GPUs).
+type maskIndex struct {
+	*maskStatic
+	mask       uint64
+	version    uint32
+	unres, all freeView
+}
+
+// maxCachedMasks bounds the masks a poolStatic keeps (each is O(nodes +
+// domains)); past it a mask's static part is built for the cycle alone.
+// Distinct class sets come from distinct requested models, memories and
+// selectors, so real inventories stay far below it.
+const maxCachedMasks = 1024
 
 // partialGPU is a partly used usable GPU in its class's sorted list.
 type partialGPU struct{ free, idx int32 }
@@ -126,29 +165,41 @@ func comparePartial(a, b partialGPU) int {
 	return int(a.idx - b.idx)
 }
 
-// initIndex prepares the pool's index after all allocations are charged. The
-// index is used only when the pool has at most 64 GPU classes (a class set is
-// then one uint64); otherwise every query uses the reference scans.
-func (ps *poolState) initIndex() {
+// initStaticIndex prepares the static part of the pool's index. The index is
+// used only when the pool has at most 64 GPU classes (a class set is then
+// one uint64); otherwise every query uses the reference scans.
+func (ps *poolStatic) initStaticIndex() {
 	if len(ps.classes) > 64 {
 		return
 	}
 	ps.indexed = true
+	ps.nodeClasses = make([]uint64, len(ps.nodes0))
+	for gi := range ps.gpus0 {
+		g := &ps.gpus0[gi]
+		ps.nodeClasses[g.node] |= 1 << uint(g.class)
+		ps.maxNode = max(ps.maxNode, int(ps.nodes0[g.node].end-ps.nodes0[g.node].first))
+		d := &ps.domains[g.domain]
+		ps.maxDom = max(ps.maxDom, int(d.end-d.first))
+	}
+	ps.maskCache = make(map[uint64]*maskStatic)
+}
+
+// initIndex prepares the cycle's index after all allocations are charged:
+// only touched GPUs can be partly used.
+func (ps *poolState) initIndex() {
+	if !ps.indexed {
+		return
+	}
 	ps.partial = make([][]partialGPU, len(ps.classes))
 	ps.partialReserved = make([]int32, len(ps.classes))
-	ps.nodeClasses = make([]uint64, len(ps.nodes))
-	for gi := range ps.gpus {
+	for _, gi := range ps.touched {
 		g := &ps.gpus[gi]
-		ps.nodeClasses[g.node] |= 1 << uint(g.class)
 		if g.usable && g.used > 0 && g.used < MilliPerGPU {
-			ps.partial[g.class] = append(ps.partial[g.class], partialGPU{g.free(), int32(gi)})
+			ps.partial[g.class] = append(ps.partial[g.class], partialGPU{g.free(), gi})
 			if g.reserved != 0 {
 				ps.partialReserved[g.class]++
 			}
 		}
-		ps.maxNode = max(ps.maxNode, int(ps.nodes[g.node].end-ps.nodes[g.node].first))
-		d := &ps.domains[g.domain]
-		ps.maxDom = max(ps.maxDom, int(d.end-d.first))
 	}
 	for c := range ps.partial {
 		slices.SortFunc(ps.partial[c], comparePartial)
@@ -156,7 +207,37 @@ func (ps *poolState) initIndex() {
 	ps.masks = make(map[uint64]*maskIndex)
 }
 
-// maskOf returns the index of the class set match (nil when not indexed).
+// staticMask returns the static part of class set m, from the pool's cache
+// when some cycle built it.
+func (ps *poolStatic) staticMask(m uint64) *maskStatic {
+	ps.maskMu.Lock()
+	defer ps.maskMu.Unlock()
+	if ms, ok := ps.maskCache[m]; ok {
+		return ms
+	}
+	ms := &maskStatic{staticNode: make([]uint16, len(ps.nodes0)), staticDom: make([]uint16, len(ps.domains))}
+	ms.empty.init(len(ps.nodes0), len(ps.domains), ps.maxNode, ps.maxDom)
+	for gi := range ps.gpus0 {
+		g := &ps.gpus0[gi]
+		if !g.usable || m&(1<<uint(g.class)) == 0 {
+			continue
+		}
+		ms.staticNode[g.node]++
+		ms.staticDom[g.domain]++
+		ms.static++
+		ms.staticLargestNode = max(ms.staticLargestNode, int(ms.staticNode[g.node]))
+		ms.staticLargestDom = max(ms.staticLargestDom, int(ms.staticDom[g.domain]))
+		ms.empty.add(g.node, g.domain, 1)
+	}
+	if len(ps.maskCache) < maxCachedMasks {
+		ps.maskCache[m] = ms
+	}
+	return ms
+}
+
+// maskOf returns the index of the class set match (nil when not indexed):
+// the empty pool's views less the touched GPUs that are not free (used, or
+// reserved for unres), which is what counting the free GPUs gives.
 func (ps *poolState) maskOf(match []bool) *maskIndex {
 	if !ps.indexed {
 		return nil
@@ -170,24 +251,19 @@ func (ps *poolState) maskOf(match []bool) *maskIndex {
 	if mi, ok := ps.masks[m]; ok {
 		return mi
 	}
-	mi := &maskIndex{mask: m, staticNode: make([]uint16, len(ps.nodes)), staticDom: make([]uint16, len(ps.domains))}
-	mi.unres.init(len(ps.nodes), len(ps.domains), ps.maxNode, ps.maxDom)
-	mi.all.init(len(ps.nodes), len(ps.domains), ps.maxNode, ps.maxDom)
-	for gi := range ps.gpus {
+	mi := &maskIndex{maskStatic: ps.staticMask(m), mask: m}
+	mi.all.copyOf(&mi.empty)
+	mi.unres.copyOf(&mi.empty)
+	for _, gi := range ps.touched {
 		g := &ps.gpus[gi]
 		if !g.usable || m&(1<<uint(g.class)) == 0 {
 			continue
 		}
-		mi.staticNode[g.node]++
-		mi.staticDom[g.domain]++
-		mi.static++
-		mi.staticLargestNode = max(mi.staticLargestNode, int(mi.staticNode[g.node]))
-		mi.staticLargestDom = max(mi.staticLargestDom, int(mi.staticDom[g.domain]))
-		if g.used == 0 {
-			mi.all.add(g.node, g.domain, 1)
-			if g.reserved == 0 {
-				mi.unres.add(g.node, g.domain, 1)
-			}
+		if g.used != 0 {
+			mi.all.add(g.node, g.domain, -1)
+			mi.unres.add(g.node, g.domain, -1)
+		} else if g.reserved != 0 {
+			mi.unres.add(g.node, g.domain, -1)
 		}
 	}
 	ps.masks[m] = mi
@@ -195,9 +271,18 @@ func (ps *poolState) maskOf(match []bool) *maskIndex {
 	return mi
 }
 
+// touch records that the cycle charged or changed GPU gi.
+func (ps *poolState) touch(gi int32) {
+	if g := &ps.gpus[gi]; !g.touched {
+		g.touched = true
+		ps.touched = append(ps.touched, gi)
+	}
+}
+
 // setGPU changes a GPU's used milli and reservation and keeps the index and
 // the versions of the masks it concerns up to date.
 func (ps *poolState) setGPU(gi int32, used, reserved int32) {
+	ps.touch(gi)
 	g := &ps.gpus[gi]
 	if !ps.indexed {
 		g.used, g.reserved = used, reserved

@@ -419,7 +419,7 @@ func TestQuotaReleasesAfterPlacement(t *testing.T) {
 		Quotas:  []Quota{{Project: "proj-a", Pool: "p", NominalMilli: 3000}}}
 	withRunning(s, own("a-late", 3*time.Hour, 0), own("a-soon", 90*time.Minute, 1))
 	for _, slow := range []bool{false, true} {
-		r := plan(s, testPolicy(), t0, slow)
+		r := plan(s, testPolicy(), t0, slow, nil)
 		if placementOf(r, "small") == nil {
 			t.Fatalf("slow=%v: small not placed; waits %+v", slow, r.Waiting)
 		}

@@ -26,13 +26,17 @@ import (
 // and expected releases of a wait (docs/design.md §1 "What would change it")
 // are computed once per shape per cycle, and the running jobs' expected ends
 // are indexed only when some wait needs them.
+//
+// Plan indexes the inventory afresh every call; a caller that plans cycle
+// after cycle on one inventory uses a Planner, which reuses that index.
 func Plan(s *Snapshot, p *Policy, now time.Time) *Result {
-	return plan(s, p, now, false)
+	return plan(s, p, now, false, nil)
 }
 
 // plan is Plan; slow makes every capacity query use the reference scans
-// instead of the free-capacity index (tests compare the two).
-func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
+// instead of the free-capacity index (tests compare the two); pl, when not
+// nil, supplies the static capacity index (Planner).
+func plan(s *Snapshot, p *Policy, now time.Time, slow bool, pl *Planner) *Result {
 	if s == nil {
 		s = &Snapshot{}
 	}
@@ -40,7 +44,8 @@ func plan(s *Snapshot, p *Policy, now time.Time, slow bool) *Result {
 		d := DefaultPolicy()
 		p = &d
 	}
-	c := newCycle(s, p, now, slow)
+	c := newCycle(s, p, now, slow, pl)
+	defer c.cap.recycle()
 	if c.shares == nil || !c.shares.hasMin {
 		for r, pos := range c.order {
 			je := &c.jobs[pos]
@@ -159,7 +164,7 @@ type cycle struct {
 	// unknownPools counts, per pool the inventory lacks, its jobs decided
 	// so far (their pool ranks).
 	unknownPools map[string]int32
-	victims      *victimIndex // built beside ranking when preemption is on, else on first need
+	victims      *victimIndex // built on first need (victimsIndex)
 	jobs         []jobEntry   // in Snapshot.Pending order
 	prios        []Priority   // by rank
 	aging        []agingRule  // by rank
@@ -181,11 +186,14 @@ type cycle struct {
 }
 
 // newCycle indexes the snapshot and ranks the pending jobs. Ranking needs
-// only the pending jobs and the policy, and the victim index only the
-// inventory, so each runs on its own goroutine beside the capacity work and
-// the job entries; they share nothing that is written, and the result does
-// not depend on their timing. slow selects the reference scans (see plan).
-func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
+// only the pending jobs and the policy, so it runs on its own goroutine
+// beside the capacity work and the job entries; they share nothing that is
+// written, and the result does not depend on their timing. The victim index
+// is built only when a preemption or reclaim first needs it (victimsIndex):
+// most cycles of a pool with room never do, and building it for every
+// cycle was the simulator's largest cost after the capacity index. slow selects the reference scans and pl the
+// static capacity index (see plan).
+func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool, pl *Planner) *cycle {
 	c := &cycle{s: s, p: p, now: now, queues: make(map[string]*Queue, len(s.Queues)),
 		projects: make(map[string]*projectInfo)}
 	for i := range s.Queues {
@@ -195,7 +203,7 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 	}
 	var wg sync.WaitGroup
 	wg.Go(c.rank)
-	c.cap = buildCapacity(s)
+	c.cap = newCapacity(pl.static(s, selectorKeys(s)), s)
 	for _, ps := range c.cap.sorted {
 		ps.initIndex()
 		ps.slow = slow
@@ -206,9 +214,6 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool) *cycle {
 		ps.quota = c.quota.pools[ps.name]
 	}
 	c.startReclaim()
-	if p.Preemption.Enabled && len(s.Running) > 0 && len(s.Pending) > 0 {
-		wg.Go(func() { c.victims = c.buildVictims() })
-	}
 	c.fillEntries()
 	wg.Wait()
 	c.findClaims()

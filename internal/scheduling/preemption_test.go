@@ -299,7 +299,7 @@ func TestDowngradedVictimGateSaysWhy(t *testing.T) {
 	p.Preemption.RequireVerifiedResume = false
 	s.Running[0].Recovery.ResumeDowngraded = true
 	s.Running[0].Recovery.VerifiedResumes, s.Running[0].Recovery.ProfileVerifiedResumes = 0, 0
-	c := newCycle(s, p, t0, false)
+	c := newCycle(s, p, t0, false, nil)
 	if gate := c.victimGate(&s.Running[0]); !strings.Contains(gate, "downgraded by a wrong-step resume") {
 		t.Fatalf("gate %q, want the downgrade named", gate)
 	}
@@ -318,12 +318,12 @@ func TestEvidenceGateNamesTheProfile(t *testing.T) {
 	s, p := preemptScenario()
 	r := &s.Running[0]
 	r.Recovery.Profile, r.Recovery.VerifiedResumes, r.Recovery.ProfileVerifiedResumes = "vision/train", 5, 0
-	c := newCycle(s, p, t0, false)
+	c := newCycle(s, p, t0, false, nil)
 	if gate, want := c.victimGate(r), "recovery profile vision/train has 0 verified resume(s) in the last 30 days, 1 required"; gate != want {
 		t.Fatalf("gate %q, want %q", gate, want)
 	}
 	r.Recovery.ProfileVerifiedResumes, r.Recovery.ProfileFailedResumes = 2, 2
-	c = newCycle(s, p, t0, false)
+	c = newCycle(s, p, t0, false, nil)
 	if gate, want := c.victimGate(r), "recovery profile vision/train failed 2 of 4 resumes in the last 30 days (50%, more than the 20% allowed)"; gate != want {
 		t.Fatalf("gate %q, want %q", gate, want)
 	}

@@ -162,7 +162,7 @@ func TestIndexMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	for it := 0; it < 150; it++ {
 		s, p := randomSnapshot(rng), randomPolicy(rng)
-		fast, slow := plan(s, p, t0, false), plan(s, p, t0, true)
+		fast, slow := plan(s, p, t0, false, nil), plan(s, p, t0, true, nil)
 		if !reflect.DeepEqual(fast, slow) {
 			t.Fatalf("iteration %d: index and reference differ:\n%s", it, firstDifference(fast, slow))
 		}

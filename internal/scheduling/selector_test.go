@@ -40,7 +40,7 @@ func withSelector(j PendingJob, kv ...string) PendingJob {
 // and fails when they disagree on the job's node or wait reason.
 func planBoth(t *testing.T, s *Snapshot, job string) (*Result, *Result) {
 	t.Helper()
-	fast, slow := plan(s, testPolicy(), t0, false), plan(s, testPolicy(), t0, true)
+	fast, slow := plan(s, testPolicy(), t0, false, nil), plan(s, testPolicy(), t0, true, nil)
 	fp, sp := placementOf(fast, job), placementOf(slow, job)
 	if (fp == nil) != (sp == nil) || (fp != nil && (fp.Node != sp.Node || gpusOf(fp) != gpusOf(sp))) {
 		t.Fatalf("fast and slow placements differ: %+v vs %+v", fp, sp)

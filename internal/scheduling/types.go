@@ -286,4 +286,12 @@ type Snapshot struct {
 	// the latest this long after the snapshot's instant without a signal.
 	// It dates the "timer" next re-evaluation; 0 means unknown (none given).
 	CycleIntervalSeconds float64
+	// InventoryVersion identifies the content of Pools for a Planner, which
+	// reuses its capacity index across snapshots with the same nonzero
+	// version: whoever fills Pools must give a new version whenever any
+	// pool, node or GPU field changes (the store's inventory_version, moved
+	// by triggers on pools, nodes, node labels and GPUs; the simulator's
+	// inventory, which never changes). 0 means unknown: the index is built
+	// afresh. Plan itself ignores it.
+	InventoryVersion int64
 }

@@ -35,11 +35,18 @@ type Input struct {
 }
 
 // BatchGCPercent is the GOGC value `gpugov simulate` runs a simulation
-// under (runtime/debug.SetGCPercent). Every scheduling cycle builds a fresh
-// capacity index inside scheduling.Plan; a heap goal of 5× the live heap
-// instead of 2× costs about 100 MiB on the default trace and saves about a
-// third of the CPU time otherwise spent collecting those indexes.
+// under (runtime/debug.SetGCPercent): a heap goal of 5× the live heap
+// instead of 2×. It was set when every cycle rebuilt the whole capacity
+// index, when it saved about a third of the CPU time for about 100 MiB more
+// heap on the default trace; since the scheduling.Planner reuses the index
+// a whole run allocates about 230 MB, and BenchmarkSimulateDefaultTrace's
+// gc=400 and gc=100 cases show how much it still saves.
 const BatchGCPercent = 400
+
+// simInventoryVersion is the InventoryVersion of every snapshot of a run:
+// the simulated pools never change, so one scheduling.Planner index serves
+// every cycle.
+const simInventoryVersion = 1
 
 // maxRoundsPerInstant bounds the cycles run at one instant after preemptions
 // freed GPUs (each round may preempt for the next blocked job).
@@ -171,6 +178,9 @@ type engine struct {
 	allocMilliS float64 // integral of allocMilli over time
 
 	cycleNo int
+	// planner reuses the static capacity index of pools (which never change
+	// during a run) across the cycles; snapshots carry simInventoryVersion.
+	planner scheduling.Planner
 	// changeable counts the waiting jobs whose last reason a release, a
 	// deletion or time alone may change (vocab.WaitReason.TimeCanChange). It
 	// is exact after each cycle; jobs queued since then (arrivals, requeued
@@ -399,8 +409,9 @@ func (e *engine) cycle(t int64) (bool, error) {
 		Pools: e.pools, Allocations: e.allocs, Running: e.running, Pending: e.pending,
 		Quotas: e.cfg.Quotas, Queues: e.cfg.Queues, Usage: e.usageAt(now),
 		CycleIntervalSeconds: float64(e.cfg.CycleIntervalSeconds),
+		InventoryVersion:     simInventoryVersion,
 	}
-	res := scheduling.Plan(snap, &e.cfg.Policy, now)
+	res := e.planner.Plan(snap, &e.cfg.Policy, now)
 	if res == nil {
 		return false, fmt.Errorf("t=%ds: scheduling.Plan returned no result", t)
 	}

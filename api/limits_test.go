@@ -1,0 +1,189 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpugov/gpugov/store"
+)
+
+// TestRateLimitPerToken: a token over its burst is 429 with Retry-After
+// (whole seconds) while another token is still served; after the wait it
+// is served again.
+func TestRateLimitPerToken(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, WithLimits(Limits{RatePerSecond: 0.5, RateBurst: 3}))
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	e.server.now = func() time.Time { return now }
+	e.server.limiter.now = e.server.now
+	for i := range 3 {
+		if r := e.do(http.MethodGet, "/v1/queues", tokAlice, nil); r.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r := e.do(http.MethodGet, "/v1/queues", tokAlice, nil)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "2" || r.apiError(t).Code != CodeRateLimited ||
+		!strings.Contains(r.apiError(t).Message, "0.5 requests/s (burst 3)") {
+		t.Fatalf("over the burst: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if r := e.do(http.MethodGet, "/v1/queues", tokBob, nil); r.status != http.StatusOK {
+		t.Fatalf("another token: %d, want its own bucket", r.status)
+	}
+	now = now.Add(2 * time.Second)
+	if r := e.do(http.MethodGet, "/v1/queues", tokAlice, nil); r.status != http.StatusOK {
+		t.Fatalf("after Retry-After: %d %s", r.status, r.body)
+	}
+	// Unknown tokens share one bucket: the guesses are 429 once it is empty.
+	statuses := map[int]int{}
+	for i := range 5 {
+		statuses[e.do(http.MethodGet, "/v1/queues", "guess-"+strconv.Itoa(i), nil).status]++
+	}
+	if statuses[http.StatusUnauthorized] != 3 || statuses[http.StatusTooManyRequests] != 2 {
+		t.Fatalf("unknown tokens: %v, want 3 × 401 then 429", statuses)
+	}
+}
+
+// TestBodyAndHeaderLimits: a body over the limit is 413 naming it — by its
+// Content-Length, or once read when chunked — and headers over theirs 431,
+// on a public route too; nothing is stored.
+func TestBodyAndHeaderLimits(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, WithLimits(Limits{MaxBodyBytes: 1024, MaxHeaderBytes: 2048}))
+	before := e.counts()
+	big := `{"queue": "train", "x": "` + strings.Repeat("a", 2000) + `"}`
+	r := e.do(http.MethodPost, "/v1/jobs", tokAlice, big)
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(r.apiError(t).Message, "1024 bytes") {
+		t.Fatalf("Content-Length over the limit: %d %s", r.status, r.body)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/v1/jobs", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1 // chunked: only reading finds the size
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	rec := httptest.NewRecorder()
+	e.server.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "1024 bytes") {
+		t.Fatalf("chunked body over the limit: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/v1/queues", "/healthz"} {
+		r := e.do(http.MethodGet, path, tokAlice, nil, "X-Padding", strings.Repeat("p", 3000))
+		if r.status != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(r.apiError(t).Message, "the limit is 2048 bytes") {
+			t.Fatalf("%s with large headers: %d %s", path, r.status, r.body)
+		}
+	}
+	if r := e.do(http.MethodGet, "/v1/queues", tokAlice, nil); r.status != http.StatusOK {
+		t.Fatalf("a request within the limits: %d", r.status)
+	}
+	if after := e.counts(); after["jobs"] != before["jobs"] {
+		t.Fatalf("refused bodies stored something: %v → %v", before, after)
+	}
+}
+
+// TestDenialsCoalesced: a flood of denials of one caller and route writes
+// one access_denied entry per DenialWindow; the next one carries the count
+// suppressed; many callers together are capped by DenialBurst.
+func TestDenialsCoalesced(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	e.server.now = func() time.Time { return now }
+	e.server.limiter.now = e.server.now
+	count := func(actor string) (int, float64) {
+		var n int
+		var suppressed float64
+		err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*), coalesce(max((evidence->>'suppressed')::float8), 0)
+			FROM audit_log WHERE action = $1 AND actor = $2`, store.AuditAccessDenied, actor).Scan(&n, &suppressed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, suppressed
+	}
+	for range 50 {
+		if r := e.do(http.MethodGet, "/v1/audit", tokAlice, nil); r.status != http.StatusForbidden {
+			t.Fatalf("%d", r.status)
+		}
+		if r := e.do(http.MethodGet, "/v1/audit", "", nil); r.status != http.StatusUnauthorized {
+			t.Fatalf("%d", r.status)
+		}
+	}
+	if n, _ := count("alice"); n != 1 {
+		t.Fatalf("alice's 50 denials: %d entries, want 1", n)
+	}
+	if n, _ := count("anonymous"); n != 1 {
+		t.Fatalf("50 anonymous denials: %d entries, want 1", n)
+	}
+	now = now.Add(DenialWindow)
+	e.do(http.MethodGet, "/v1/audit", tokAlice, nil)
+	if n, suppressed := count("alice"); n != 2 || suppressed != 49 {
+		t.Fatalf("after the window: %d entries, suppressed %g; want 2 and 49", n, suppressed)
+	}
+	d := newDenialAuditor()
+	written := 0
+	for i := range 1000 {
+		if ok, _ := d.admit(denialKey{actor: "a" + strconv.Itoa(i), route: "GET /v1/audit", status: 403}, now); ok {
+			written++
+		}
+	}
+	if written != DenialBurst {
+		t.Fatalf("1000 distinct callers at once: %d entries, want the burst %d", written, DenialBurst)
+	}
+}
+
+// TestStoredTokens: a token made as `gpugov token create` does (only its
+// digest stored) authenticates through WithTokenLookup until it is
+// revoked; an agent's carries its node.
+func TestStoredTokens(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	e.server = New(StoreFrom(e.store), e.wf, testTokens(t), WithTokenLookup(StoreTokens(e.store)), WithLogger(e.server.log))
+	ctx := context.Background()
+	tok, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DigestToken(tok)
+	row, err := e.store.CreateAPIToken(ctx, store.APIToken{Digest: d[:], Name: "carol", Project: "vision", Role: "submitter"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.CreateAPIToken(ctx, store.APIToken{Digest: d[:], Name: "again", Project: "vision", Role: "submitter"}, "test"); err == nil {
+		t.Fatal("a second row of one digest was stored")
+	}
+	var stored int
+	if err := e.store.Pool().QueryRow(ctx, `SELECT count(*) FROM api_tokens WHERE position($1::bytea in digest) > 0 OR name = $2`,
+		[]byte(tok), tok).Scan(&stored); err != nil || stored != 0 {
+		t.Fatalf("the token itself is stored: %d %v", stored, err)
+	}
+	var j Job
+	r := e.submit(tok, validSpec(), "")
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit with a stored token: %d %s", r.status, r.body)
+	}
+	r.decode(t, &j)
+	if j.Project != "vision" {
+		t.Fatalf("job of project %s", j.Project)
+	}
+	if r := e.do(http.MethodGet, "/v1/audit", tok, nil); r.status != http.StatusForbidden {
+		t.Fatalf("a stored submitter token reading the audit log: %d", r.status)
+	}
+	if ok, err := e.store.RevokeAPIToken(ctx, row.ID, "test", "left", time.Now()); !ok || err != nil {
+		t.Fatalf("revoke: %v %v", ok, err)
+	}
+	if ok, err := e.store.RevokeAPIToken(ctx, row.ID, "test", "again", time.Now()); ok || err != nil {
+		t.Fatalf("second revoke: %v %v", ok, err)
+	}
+	if r := e.do(http.MethodGet, "/v1/jobs/"+j.ID, tok, nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("a revoked token: %d, want 401", r.status)
+	}
+	if _, err := e.store.CreateAPIToken(ctx, store.APIToken{Digest: make([]byte, 32), Name: "a", Project: "p", Role: "agent"}, "test"); err == nil {
+		t.Fatal("an agent token without a node was stored")
+	}
+	ts, err := e.store.ListAPITokens(ctx)
+	if err != nil || len(ts) != 1 || ts[0].RevokedAt == nil {
+		t.Fatalf("list: %+v %v", ts, err)
+	}
+}
