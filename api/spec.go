@@ -211,7 +211,7 @@ func jsonError(err error, data []byte, v any) *Error {
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
+		name = fieldKey(strings.Trim(name, `"`))
 		var doc any
 		if json.Unmarshal(data, &doc) == nil {
 			if path := unknownFieldPath(doc, reflect.TypeOf(v), ""); path != "" {
@@ -394,7 +394,7 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[key]
-			path := joinPath(prefix, key)
+			path := joinPath(prefix, fieldKey(key))
 			if !known {
 				return path
 			}
@@ -477,6 +477,16 @@ func jsonFields(t reflect.Type, fields map[string]reflect.Type) {
 		}
 		fields[name] = f.Type
 	}
+}
+
+// fieldKey is an object key as a field path names it: the empty key,
+// which names nothing, as `""` (found by FuzzJobSpecJSON: {"": 0} was
+// refused naming no field).
+func fieldKey(key string) string {
+	if key == "" {
+		return `""`
+	}
+	return key
 }
 
 func joinPath(prefix, key string) string {
