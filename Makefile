@@ -4,10 +4,11 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench fuzz stop clean demo-governance
+.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench fuzz stop clean demo-governance load
 
-## run: the main job — local Temporal dev server + PostgreSQL, migrate, import the
-## Alibaba inventory, start gpugov serve and replay a busy slice of the real trace.
+## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
+## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
+## trace's busiest six hours on it (GPUGOV_POOL_GPUS=0: the busiest day on the whole cluster).
 run:
 	deploy/dev/run.sh
 
@@ -69,6 +70,13 @@ fuzz:
 ## gpugov_demo, Temporal on :7243, API on :8091; never touches `make run`'s). About 2.5 minutes.
 demo-governance: temporal
 	deploy/dev/demo-governance.sh
+
+## load: the sustained-load test on an isolated stack (database gpugov_load,
+## Temporal on :7263, API on :8093; never touches `make run`'s): 50 submissions/s
+## plus queries and cancels for 5 minutes, then the nothing-lost check and the
+## report (latency per kind, serve's memory over time). About 7 minutes.
+load: temporal
+	deploy/dev/load.sh
 
 ## stop: stop what `make run` started.
 stop:

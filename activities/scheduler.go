@@ -109,6 +109,13 @@ type RunCycleResult struct {
 	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
 }
 
+// CrashPointEffect reports whether the cycle placed or preempted anything
+// (crashpoint.Effect: a crash test's after_effect point on RunCycle waits
+// for such a cycle).
+func (r *RunCycleResult) CrashPointEffect() bool {
+	return len(r.Placements) > 0 || len(r.Preemptions) > 0
+}
+
 // RunCycle runs one scheduling cycle: read the policy in force (Policy,
 // which applies a switched version's effects to the store first), load the snapshot (completed with the
 // policy's protection windows and project weights, the timer period, and

@@ -54,7 +54,7 @@ type ResourceSpec struct {
 	GPUMemoryMiB int64    `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"` // minimum per GPU
 	GPUModels    []string `json:"gpu_models,omitempty" yaml:"gpu_models,omitempty"`
 	Pool         string   `json:"pool" yaml:"pool"`
-	Topology     string   `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain
+	Topology     string   `json:"topology,omitempty" yaml:"topology,omitempty"` // any (default), same-node, nvlink-domain, whole-nodes
 	CPUMilli     int64    `json:"cpu_milli,omitempty" yaml:"cpu_milli,omitempty"`
 	MemoryMiB    int64    `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
 	// Labels are descriptive (store.JobTypeLabel "job_type" names the
@@ -327,9 +327,9 @@ func validateResources(r ResourceSpec) []FieldError {
 		add("pool", "must be a node pool name: 1-253 letters, digits, '.', '_' or '-' starting with a letter or digit")
 	}
 	switch scheduling.Topology(r.Topology) {
-	case "", scheduling.TopologyAny, scheduling.TopologySameNode, scheduling.TopologyNVLinkDomain:
+	case "", scheduling.TopologyAny, scheduling.TopologySameNode, scheduling.TopologyNVLinkDomain, scheduling.TopologyWholeNodes:
 	default:
-		add("topology", "must be any, same-node or nvlink-domain, got %q", r.Topology)
+		add("topology", "must be any, same-node, nvlink-domain or whole-nodes, got %q", r.Topology)
 	}
 	if r.CPUMilli < 0 || r.CPUMilli > MaxCPUMilli {
 		add("cpu_milli", "must be 0..%d milli-cores, got %d", MaxCPUMilli, r.CPUMilli)

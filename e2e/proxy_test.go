@@ -121,3 +121,17 @@ func (p *tcpProxy) Up() {
 	defer p.mu.Unlock()
 	p.down = false
 }
+
+// upstreamPorts are the local ports of the proxy's open connections to the
+// target: the client_port PostgreSQL's pg_stat_activity shows for them.
+func (p *tcpProxy) upstreamPorts() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ports []int
+	for c := range p.conns {
+		if c.RemoteAddr().String() == p.target {
+			ports = append(ports, c.LocalAddr().(*net.TCPAddr).Port)
+		}
+	}
+	return ports
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -127,10 +128,11 @@ type BuildOptions struct {
 	MaxRunSeconds float64
 }
 
-// Submission is one pod as the replay submits it.
+// Submission is one trace job as the replay submits it.
 type Submission struct {
-	Pod  alibaba.PodRow
-	Key  string // Idempotency-Key: the pod name
+	Pod  alibaba.PodRow // the Alibaba pod (Build); zero for other traces (BuildJobs)
+	Job  trace.Job      // the job in the neutral trace model
+	Key  string         // Idempotency-Key: the job's ID (an Alibaba pod's name)
 	Spec api.JobSpec
 	// SubmitAt is the real time after the replay's start to submit at.
 	SubmitAt time.Duration
@@ -142,24 +144,66 @@ type Submission struct {
 // Build turns selected pods into submissions (see the package comment). It
 // returns an error for a speed ≤ 0 or a pod created before From.
 func Build(pods []alibaba.PodRow, o BuildOptions) ([]Submission, error) {
+	projects := o.Projects
+	if projects <= 0 {
+		projects = alibaba.DefaultProjects
+	}
+	tr, err := alibaba.Source{Pods: pods}.Trace(trace.Options{Pool: cmp.Or(o.Pool, alibaba.DefaultPoolName), Projects: projects})
+	if err != nil {
+		return nil, err
+	}
+	subs, err := BuildJobs(tr.Jobs, o)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]*alibaba.PodRow, len(pods))
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
+	}
+	for i := range subs {
+		subs[i].Pod = *byName[subs[i].Key]
+	}
+	return subs, nil
+}
+
+// SelectJobs returns the jobs submitted in [from, to), ordered by submit
+// time (file order among equal times), at most max of them (max ≤ 0: all).
+func SelectJobs(jobs []trace.Job, from, to int64, max int) []trace.Job {
+	var out []trace.Job
+	for _, j := range jobs {
+		if j.Submit >= from && j.Submit < to {
+			out = append(out, j)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b trace.Job) int { return cmp.Compare(a.Submit, b.Submit) })
+	if max > 0 && len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// BuildJobs turns selected trace jobs into submissions: the job's queue,
+// project and request (pool, GPUs, share, models, topology, CPU, memory) as
+// the trace's reader converted them, run_seconds its recorded run time (at
+// least DefaultMinRunSeconds, capped by MaxRunSeconds), its ID as
+// Idempotency-Key, recovery evidence by o.Recovery, submitted at (submit −
+// From) / Speed, and a job the trace never scheduled cancelled at its end.
+// It returns an error for a speed ≤ 0 or a job submitted before From.
+func BuildJobs(jobs []trace.Job, o BuildOptions) ([]Submission, error) {
 	if !(o.Speed > 0) {
 		return nil, fmt.Errorf("speed must be > 0, got %g", o.Speed)
 	}
-	jo := alibaba.JobOptions{Pool: o.Pool, Projects: o.Projects}
-	out := make([]Submission, 0, len(pods))
-	for _, p := range pods {
-		if p.CreationTime < o.From {
-			return nil, fmt.Errorf("pod %s is created at trace second %d, before the replay's start %d", p.Name, p.CreationTime, o.From)
+	out := make([]Submission, 0, len(jobs))
+	for _, j := range jobs {
+		job := j.Spec
+		if j.Submit < o.From {
+			return nil, fmt.Errorf("job %s is submitted at trace second %d, before the replay's start %d", job.ID, j.Submit, o.From)
 		}
-		job, ok := alibaba.PendingJob(p, jo)
-		if !ok {
-			continue
-		}
-		s := Submission{Pod: p, Key: p.Name, SubmitAt: offset(p.CreationTime-o.From, o.Speed)}
-		run, scheduled := p.TraceRunSeconds()
-		if !scheduled {
-			run = p.DeletionTime - p.CreationTime
-			s.CancelAt = max(offset(p.DeletionTime-o.From, o.Speed), s.SubmitAt+time.Millisecond)
+		s := Submission{Job: j, Key: job.ID, SubmitAt: offset(j.Submit-o.From, o.Speed)}
+		run := j.RunSeconds
+		if !j.Scheduled {
+			run = j.End - j.Submit
+			s.CancelAt = max(offset(j.End-o.From, o.Speed), s.SubmitAt+time.Millisecond)
 		}
 		runSeconds := math.Max(float64(run), DefaultMinRunSeconds)
 		if o.MaxRunSeconds > 0 {
@@ -172,7 +216,7 @@ func Build(pods []alibaba.PodRow, o BuildOptions) ([]Submission, error) {
 				Pool: job.Request.Pool, Topology: string(job.Request.Topology),
 				CPUMilli: job.Request.CPUMilli, MemoryMiB: job.Request.MemoryMiB,
 			},
-			Recovery: o.Recovery.draw(p.Name, job.Tier),
+			Recovery: o.Recovery.draw(job.ID, job.Tier),
 		}
 		if s.Spec.Resources.GPUMilli == scheduling.MilliPerGPU {
 			s.Spec.Resources.GPUMilli = 0 // whole GPUs: the API takes a share only below 1000
@@ -202,4 +246,26 @@ func ParseTraceTime(s string) (int64, error) {
 		return 0, fmt.Errorf("trace time %q: want seconds from the trace start (12772800) or a duration (3548h)", s)
 	}
 	return int64(d / time.Second), nil
+}
+
+// BusiestWindow returns the start of the window of width trace seconds
+// holding the most job submissions (the earliest such window; 0 for no
+// jobs): the default slice of a trace without a stated one (Philly). The
+// window starts at a submit time.
+func BusiestWindow(jobs []trace.Job, width int64) int64 {
+	t := make([]int64, len(jobs))
+	for i, j := range jobs {
+		t[i] = j.Submit
+	}
+	slices.Sort(t)
+	best, bestN, hi := int64(0), 0, 0
+	for lo := range t {
+		for hi < len(t) && t[hi] < t[lo]+width {
+			hi++
+		}
+		if n := hi - lo; n > bestN {
+			best, bestN = t[lo], n
+		}
+	}
+	return best
 }

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/trace/philly"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -131,5 +133,43 @@ func TestFormatSeconds(t *testing.T) {
 		if got := formatSeconds(v); got != want {
 			t.Errorf("formatSeconds(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// TestBuildJobsPhilly checks the neutral path on Philly jobs: the busiest
+// window, the selection in submit order, and the submissions' specs (VC
+// project, whole-nodes topology for a gang, the recorded wait carried).
+func TestBuildJobsPhilly(t *testing.T) {
+	src, err := philly.Read(philly.Files{Jobs: "../internal/trace/philly/testdata/jobs_good.csv",
+		VCs: "../internal/trace/philly/testdata/vcs_good.csv", Recorded: "../internal/trace/philly/testdata/recorded_good.csv"}, philly.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := src.Trace(trace.Options{Pool: "philly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := BusiestWindow(tr.Jobs, 3600)
+	if from != 35940 {
+		t.Errorf("busiest hour starts at %d, want 35940 (three submits from 09:59:00)", from)
+	}
+	sel := SelectJobs(tr.Jobs, from, from+86400*2, 0)
+	if len(sel) != 5 || sel[0].Submit != 35940 || sel[4].Submit != 86460 {
+		t.Fatalf("selected %+v", sel)
+	}
+	subs, err := BuildJobs(sel, BuildOptions{From: from, Speed: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := subs[3] // the 12-GPU job, rounded up to two whole nodes
+	if g.Spec.Project != "vcb" || g.Spec.Queue != "standard" || g.Spec.Resources.GPUs != 16 || g.Spec.Resources.Topology != "whole-nodes" ||
+		g.Spec.RunSeconds != 60 || g.SubmitAt != time.Duration(86400-35940)*time.Second/60 || g.CancelAt != 0 {
+		t.Errorf("gang submission %+v", g)
+	}
+	if !subs[0].Job.HasRecordedWait || subs[0].Job.RecordedWait != 600 || subs[0].Key != "philly-4" {
+		t.Errorf("first submission %+v", subs[0])
+	}
+	if _, err := BuildJobs(sel, BuildOptions{From: from + 1, Speed: 60}); err == nil {
+		t.Error("a job before From was accepted")
 	}
 }

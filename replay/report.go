@@ -15,7 +15,6 @@ import (
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/queuereport"
-	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -54,6 +53,12 @@ type Result struct {
 	// TraceWaits are the trace's own waits of the same pods (scheduled −
 	// creation), divided by Speed so that they compare with Report's, per tier.
 	TraceWaits map[string]WaitStats `json:"trace_waits"`
+	// Governance is what the service's governance did to the replayed jobs
+	// (readGovernance).
+	Governance *Governance `json:"governance"`
+	// TemporalUI is the Temporal UI's base URL the report links the
+	// preemption workflows to (Config.TemporalUI); "" leaves the links out.
+	TemporalUI string `json:"temporal_ui,omitempty"`
 }
 
 // WaitStats are nearest-rank percentiles of a sample of waits, in seconds.
@@ -93,19 +98,23 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the inventory: %w", err)
 	}
+	preemptions, err := readPreemptions(ctx, r.cfg.Client, recs)
+	if err != nil {
+		return nil, err
+	}
 	res.Finished = time.Now()
-	in, sources := reportInput(recs, queues, r.cfg.Speed)
+	in, sources := reportInput(recs, queues, r.cfg.Speed, preemptions)
 	in.Capacity = poolCapacity(inv)
 	res.StartsEstimated, res.StartsUnknown = sources[startEstimated], sources[startUnknown]
 	from := res.Started
 	for _, j := range in.Jobs {
 		from = minTime(from, j.SubmitTime)
 	}
-	res.Report, err = queuereport.Compute(in, queuereport.Options{
+	res.Report, err = queuereport.Compute(in, starvingOptions(queuereport.Options{
 		Window:  queuereport.Window{From: from, To: res.Finished.Add(time.Millisecond)},
 		Now:     res.Finished,
 		GroupBy: []string{queuereport.KeyTier},
-	})
+	}, r.cfg.Speed))
 	if err != nil {
 		return nil, fmt.Errorf("queue report: %w", err)
 	}
@@ -124,6 +133,8 @@ func (r *runner) result(ctx context.Context, timedOut bool) (*Result, error) {
 		}
 	}
 	res.TraceWaits = traceWaits(r.cfg.Submissions, r.cfg.Speed)
+	res.Governance = buildGovernance(recs, inv, r.cfg.Pool, preemptions)
+	res.TemporalUI = r.cfg.TemporalUI
 	return res, nil
 }
 
@@ -180,11 +191,18 @@ func readBack(ctx context.Context, c *apiclient.Client, tracked []*trackedJob) (
 // wait event (the store closes it at placement); the start a look saw
 // (trackedJob.seenStart); for a succeeded job, its end minus run_seconds/speed
 // (an upper bound); else its submit time.
-// A job that ended has one run from that start to its last update (the run's
-// end: the store stamps the job when it releases the allocation). Runs are
-// one per job because preemption does not act in the observe stage the trace
-// pool is imported in.
-func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queuereport.Input, map[startSource]int) {
+// A job that ended runs from that start to its end (ended_at, else its last
+// update: the store stamps the job when it releases the allocation). A
+// preempted job's runs are cut by its preemption records (oldest first): a
+// run ends at a record's released_at and the next starts at its resumed_at
+// (none when it never resumed).
+func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64, preemptions []api.Preemption) (queuereport.Input, map[startSource]int) {
+	cuts := map[string][]api.Preemption{}
+	for _, p := range preemptions {
+		if p.ReleasedAt != nil {
+			cuts[p.VictimJobID] = append(cuts[p.VictimJobID], p)
+		}
+	}
 	var in queuereport.Input
 	for _, q := range queues.Queues {
 		in.Targets = append(in.Targets, queuereport.QueueTarget{Queue: q.Name, ServiceShare: q.ServiceShare,
@@ -208,7 +226,7 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 			qj.End = &end
 		}
 		started := j.State.HoldsGPUs() || j.State == vocab.JobSucceeded || j.State == vocab.JobFailed ||
-			(j.Explanation != nil && j.Explanation.Placed != nil)
+			(j.Explanation != nil && j.Explanation.Placed != nil) || j.StartedAt != nil
 		qj.Cancelled = j.State == vocab.JobCancelled
 		qj.CancelledWhileWaiting = qj.Cancelled && !started
 		if started {
@@ -218,9 +236,21 @@ func reportInput(recs []*jobRecord, queues *api.QueueList, speed float64) (queue
 				start = *qj.End
 			}
 			qj.FirstStart = &start
-			in.Runs = append(in.Runs, queuereport.Run{JobID: j.ID, Start: start, End: qj.End, GPUMilli: qj.Request.DemandMilli()})
-			if qj.End != nil {
-				in.Releases = append(in.Releases, queuereport.Release{At: *qj.End, Pool: qj.Pool, GPUMilli: qj.Request.DemandMilli()})
+			runStart := &start
+			for _, p := range cuts[j.ID] {
+				if runStart == nil {
+					break
+				}
+				end := maxTime(*p.ReleasedAt, *runStart)
+				in.Runs = append(in.Runs, queuereport.Run{JobID: j.ID, Start: *runStart, End: &end, GPUMilli: qj.Request.DemandMilli()})
+				in.Releases = append(in.Releases, queuereport.Release{At: end, Pool: qj.Pool, GPUMilli: qj.Request.DemandMilli()})
+				runStart = p.ResumedAt
+			}
+			if runStart != nil {
+				in.Runs = append(in.Runs, queuereport.Run{JobID: j.ID, Start: *runStart, End: qj.End, GPUMilli: qj.Request.DemandMilli()})
+				if qj.End != nil {
+					in.Releases = append(in.Releases, queuereport.Release{At: *qj.End, Pool: qj.Pool, GPUMilli: qj.Request.DemandMilli()})
+				}
 			}
 		}
 		for _, e := range rec.events {
@@ -268,9 +298,9 @@ func firstStart(rec *jobRecord, speed float64) (time.Time, startSource) {
 func traceWaits(subs []Submission, speed float64) map[string]WaitStats {
 	byTier := map[string][]float64{}
 	for _, s := range subs {
-		if w, ok := s.Pod.TraceWaitSeconds(); ok {
-			tier := alibaba.TierOf(s.Pod.QoS).String()
-			byTier[tier] = append(byTier[tier], float64(w)/speed)
+		if s.Job.HasRecordedWait {
+			tier := s.Job.Spec.Tier.String()
+			byTier[tier] = append(byTier[tier], float64(s.Job.RecordedWait)/speed)
 		}
 	}
 	out := map[string]WaitStats{}
@@ -343,6 +373,7 @@ func (res *Result) Render(w io.Writer, header string) error {
 	}
 	ew.printf("\nWait-reason shares and main problem, over the replayed jobs only\n")
 	ew.err = firstErr(ew.err, queuereport.RenderPoolShares(ew, res.Report.ReasonShares))
+	res.renderGovernance(ew, res.TemporalUI)
 	ew.printf("\nJobs by state:")
 	for _, s := range vocab.JobStates {
 		if n := res.States[s]; n > 0 {

@@ -50,7 +50,7 @@ func TestReportInputStarts(t *testing.T) {
 			api.WaitEvent{Reason: "capacity_busy", StartedAt: at(1)}),
 	}
 	queues := &api.QueueList{Queues: []api.Queue{{Name: "production", Tier: "production", ServiceShare: 4, MaxWaitSec: 60}}}
-	in, sources := reportInput(recs, queues, 600)
+	in, sources := reportInput(recs, queues, 600, nil)
 	if sources[startRecorded] != 2 || sources[startEstimated] != 1 || sources[startUnknown] != 1 {
 		t.Errorf("start sources %v, want 2 recorded, 1 estimated, 1 unknown", sources)
 	}
@@ -111,10 +111,13 @@ func TestRender(t *testing.T) {
 }
 
 func TestTraceWaits(t *testing.T) {
-	subs := []Submission{
-		{Pod: pod("a", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 60)},
-		{Pod: pod("b", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 0)},
-		{Pod: pod("c", 1, 1000, alibaba.QoSBE, alibaba.PhasePending, 0, 100, 0)},
+	subs, err := Build([]alibaba.PodRow{
+		pod("a", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 60),
+		pod("b", 1, 1000, alibaba.QoSLS, alibaba.PhaseRunning, 0, 100, 0),
+		pod("c", 1, 1000, alibaba.QoSBE, alibaba.PhasePending, 0, 100, 0),
+	}, BuildOptions{Speed: 60})
+	if err != nil {
+		t.Fatal(err)
 	}
 	w := traceWaits(subs, 60)
 	if p := w["production"]; p.N != 2 || p.P50 != 0 || p.Max != 1 {

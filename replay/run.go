@@ -72,6 +72,9 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Progress receives progress lines; nil means none.
 	Progress io.Writer
+	// TemporalUI is the Temporal UI's base URL (http://127.0.0.1:8233) the
+	// report links the preemption workflows to; "" leaves the links out.
+	TemporalUI string
 }
 
 // withDefaults returns c with its zero values replaced by the defaults.

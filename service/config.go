@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/crashpoint"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/replay"
@@ -138,6 +139,12 @@ type Config struct {
 	// after the commit: Temporal retries the cycle, which the store replays.
 	// Failure drills and tests use it; production leaves it nil.
 	AfterCycleCommit func(ctx context.Context, out *store.CycleOutcome) error
+	// CrashPoint, when set, is the crash-test hook of both workers
+	// (internal/crashpoint, docs/design.md §7 "Crash points"): the named
+	// activity blocks before its body or after its effect, for a test to
+	// SIGKILL the process there. `gpugov serve` sets it from
+	// GPUGOV_CRASHPOINT; production leaves it nil.
+	CrashPoint *crashpoint.Point
 }
 
 // DefaultQueues are the queues created when neither the policy nor the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/crashpoint"
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/executor/process"
 	"github.com/gpugov/gpugov/internal/policy"
@@ -258,7 +259,11 @@ func (s *Service) StartWorkers() error {
 	if s.workers != nil {
 		return nil
 	}
-	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{})
+	var icpt []interceptor.WorkerInterceptor
+	if s.cfg.CrashPoint != nil {
+		icpt = append(icpt, crashpoint.Interceptor(s.cfg.CrashPoint))
+	}
+	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{Interceptors: icpt})
 	workflows.RegisterServiceWorker(svc, activities.Deps{
 		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
@@ -267,7 +272,7 @@ func (s *Service) StartWorkers() error {
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
 	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
-	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval})
+	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval, Interceptors: icpt})
 	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})

@@ -704,3 +704,31 @@ func (c *jobColumnsIn) args() []any {
 	return []any{c.ids, c.projects, c.queues, c.tiers, c.requests, c.submits, c.held, c.prereqs, c.recovery,
 		c.protected, c.keys, c.specs}
 }
+
+// JobSettlement is one job's life-cycle state and stored wait reason ("" when
+// the jobs row has none), as JobSettlements reads them.
+type JobSettlement struct {
+	ID     string           `db:"id"`
+	State  vocab.JobState   `db:"state"`
+	Reason vocab.WaitReason `db:"reason"`
+}
+
+// Settled reports whether the job has ended, or is pending with a wait reason
+// a scheduling cycle gave it (not not_yet_evaluated): what `gpugov load`
+// requires of every accepted submission at its end (docs/design.md §8).
+func (j JobSettlement) Settled() bool {
+	return j.State.Final() || (j.State.Pending() && j.Reason != "" && j.Reason != vocab.ReasonNotYetEvaluated)
+}
+
+// JobSettlements returns the state and wait reason of every job of ids that
+// exists, in ID order, in one query; an ID with no jobs row is absent from the
+// result (a caller compares lengths to find lost jobs). Errors are wrapped
+// with "job settlements".
+func (s *Store) JobSettlements(ctx context.Context, ids []string) ([]JobSettlement, error) {
+	out, err := queryAll[JobSettlement](ctx, s.pool,
+		`SELECT id, state, coalesce(reason, '') AS reason FROM jobs WHERE id = ANY($1) ORDER BY id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: job settlements: %w", err)
+	}
+	return out, nil
+}

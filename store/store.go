@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -159,14 +160,28 @@ func (s *Store) usageHalfLifeSeconds() float64 {
 	return time.Duration(s.usageHalfLifeNS.Load()).Seconds()
 }
 
+// DefaultMaxConns is the connection pool's size when databaseURL sets no
+// pool_max_conns. pgxpool's own default, max(4, GOMAXPROCS), is 4 on a
+// 2-core machine: serve's HTTP requests (5 s store timeout each, the wait
+// for a connection included), its scheduling cycles and its activities then
+// queue for 4 connections, and `make load` at 50 submissions/s saw 503s from
+// requests that timed out waiting for one (docs/design.md §8 "Sustained
+// load"). 16 stays well under PostgreSQL's default max_connections (100);
+// connections open only on demand (pgxpool's MinConns 0).
+const DefaultMaxConns = 16
+
 // Open connects a pgxpool to databaseURL (a postgres:// URL or key=value DSN)
-// and pings it. The schema is not migrated; call Migrate first. It returns an
+// and pings it; the pool holds up to DefaultMaxConns connections unless the
+// URL's pool_max_conns says otherwise. The schema is not migrated; call Migrate first. It returns an
 // error naming the database when the URL is invalid or the server cannot be
 // reached.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: parse database URL: %w", err)
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	s := &Store{}
 	s.usageHalfLifeNS.Store(int64(DefaultUsageHalfLife))

@@ -202,7 +202,7 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		t.Fatalf("recorded loss %v, resumed from %v, saved %+v; want loss %v and a resume at the saved step",
 			rec.EffectiveLossGPUSeconds, rec.ResumedFromStep, rec.SavedCheckpoint, want.GPUSeconds)
 	}
-	wfID := temporalx.PreemptionWorkflowID(exp.ID, rec.RunID)
+	wfID := temporalx.PreemptionWorkflowIDOf(exp.ID, rec.RunID, rec.ID)
 	names := activityNames(t, c, wfID, "")
 	if !slices.Equal(names, []string{"Notify", "Checkpoint", "Release", "Reschedule", "VerifyResume"}) {
 		t.Fatalf("preemption activities %v", names)

@@ -219,6 +219,18 @@ const versionLocalStoreSteps = "local-store-steps"
 // interrupted, so executions that are never cancelled there record no marker.
 const versionCancelReleases = "cancel-releases-allocation"
 
+// versionLostRunStops is the workflow.GetVersion change ID of job
+// workflows that treat a run activity which times out after the workflow
+// asked it to stop (a preemption notice or a cancel) as stopped: its worker
+// died before it could confirm (a SIGKILLed serve or agent), so the run ends
+// preempted — resuming from the last checkpoint in the store — or cancelled,
+// as asked (version 1). Before it (DefaultVersion) the timeout failed the
+// run, and with it the job, although the job had done nothing wrong. The
+// version is asked for only on that timeout, so other executions record no
+// marker (docs/design.md §7 "Crash points", found by
+// e2e TestCrashAtEveryPreemptionStep).
+const versionLostRunStops = "lost-run-stops"
+
 // Names of the store activities (the methods of activities.Jobs).
 const (
 	actLoadJob          = "LoadJob"
@@ -607,6 +619,12 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 		// saved is in the store, where the preemption reads it.
 		j.runResult = nil
 		return vocab.RunPreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
+	case j.preempt != nil && isRunLost(err) && j.lostRunStops(ctx):
+		j.runResult = nil
+		return vocab.RunPreempted, fmt.Sprintf("the run's worker was lost after the notice of preemption %s (%v); "+
+			"it resumes from its last stored checkpoint", j.preempt.PreemptionID, err)
+	case cancel != nil && isRunLost(err) && j.lostRunStops(ctx):
+		return vocab.RunCancelled, cancelDetail(cancel) + fmt.Sprintf("; the run's worker was lost before it confirmed the stop (%v)", err)
 	case isScheduleToStartTimeout(err):
 		// Slurm's NODE_FAIL: no agent serves the node (down, or never started).
 		return vocab.RunFailed, fmt.Sprintf("node failure: no agent on node %s took the run within %s (agent down or not serving %s)",
@@ -614,6 +632,19 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 	default:
 		return vocab.RunFailed, "run failed: " + err.Error()
 	}
+}
+
+// isRunLost reports whether err is a run activity's heartbeat or
+// start-to-close timeout: the worker running the attempt stopped answering.
+func isRunLost(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te) && (te.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT || te.TimeoutType() == enumspb.TIMEOUT_TYPE_START_TO_CLOSE)
+}
+
+// lostRunStops reports whether this execution treats a run lost after a
+// stop request as stopped (versionLostRunStops).
+func (j *jobFlow) lostRunStops(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionLostRunStops, workflow.DefaultVersion, 1) >= 1
 }
 
 // isScheduleToStartTimeout reports whether err is a run activity that no

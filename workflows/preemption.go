@@ -43,7 +43,7 @@ type PreemptionResult struct {
 // verifyResumeHeartbeat is the VerifyResume activity's heartbeat timeout.
 const verifyResumeHeartbeat = 30 * time.Second
 
-// PreemptionWorkflow (ID "preempt/<victim>/<run>") carries out one
+// PreemptionWorkflow (ID "preempt/<victim>/<run>/<preemption>") carries out one
 // preemption, one activity per durable step (docs/design.md §3 step 4):
 //
 //  1. Notify re-checks the victim (aborting if it became protected or not

@@ -205,21 +205,39 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	s.startPreemptions(ctx, res.Preemptions)
 }
 
+// versionPreemptionIDPerPreemption is the workflow.GetVersion change ID of
+// scheduler workflows that name each preemption's workflow
+// "preempt/<victim>/<run>/<preemption>" (temporalx.PreemptionWorkflowIDOf;
+// version 1) instead of "preempt/<victim>/<run>" (DefaultVersion), under
+// which a second preemption of a run whose first preemption's workflow was
+// still open (aborted, its Abort step retried after a crash) was refused as
+// already started and never ran (found by e2e
+// TestCrashAtEveryPreemptionStep). It is asked for only by a cycle that
+// opened preemptions.
+const versionPreemptionIDPerPreemption = "preemption-id-per-preemption"
+
 // startPreemptions starts one PreemptionWorkflow per preemption the cycle
 // opened, as an abandoned child (it outlives this run's continue-as-new)
-// with ID "preempt/<victim>/<run>": a retried cycle's second start of a
+// with ID "preempt/<victim>/<run>/<preemption>": a retried cycle's second start of a
 // running one is refused as already started, and one that already finished
 // ends at its Notify step, which finds the record finished. It waits until
 // each is started, so none is lost to a continue-as-new.
 func (s *schedulerFlow) startPreemptions(ctx workflow.Context, ps []activities.StartedPreemption) {
+	if len(ps) == 0 {
+		return
+	}
+	perPreemption := workflow.GetVersion(ctx, versionPreemptionIDPerPreemption, workflow.DefaultVersion, 1) >= 1
 	futs := make([]workflow.ChildWorkflowFuture, len(ps))
 	for i, p := range ps {
 		run := p.RunID
 		if run == "" {
 			run = p.AllocationID
 		}
-		cctx := workflow.WithChildOptions(ctx, abandonedChildOptions(temporalx.PreemptionWorkflowID(p.VictimJobID, run),
-			enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE))
+		id := temporalx.PreemptionWorkflowID(p.VictimJobID, run)
+		if perPreemption {
+			id = temporalx.PreemptionWorkflowIDOf(p.VictimJobID, run, p.PreemptionID)
+		}
+		cctx := workflow.WithChildOptions(ctx, abandonedChildOptions(id, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE))
 		futs[i] = workflow.ExecuteChildWorkflow(cctx, PreemptionWorkflowName, &PreemptionInput{PreemptionID: p.PreemptionID,
 			ForJobID: p.ForJobID, VictimJobID: p.VictimJobID, AllocationID: p.AllocationID, RunID: p.RunID})
 	}

@@ -6,7 +6,7 @@
 //     the job workflows it placed.
 //   - JobWorkflow (ID "job/<id>") carries one job from submission through its
 //     run on an executor to a final state, releasing its allocation on every exit.
-//   - PreemptionWorkflow (ID "preempt/<victim>/<run>"), a child of the
+//   - PreemptionWorkflow (ID "preempt/<victim>/<run>/<preemption>"), a child of the
 //     scheduler, carries out one preemption the scheduling cycle opened:
 //     notice, checkpoint, release, requeue, verified resume.
 //   - ReclaimScanWorkflow (ID "reclaim-scan") scans the active allocations

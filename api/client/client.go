@@ -55,6 +55,22 @@ func New(baseURL, token string) (*Client, error) {
 	return &Client{base: u, token: token, http: &http.Client{Timeout: DefaultTimeout}}, nil
 }
 
+// WithHTTPClient returns a copy of c that sends through hc instead of its
+// default http.Client (DefaultTimeout, Go's default transport): `gpugov load`
+// passes one whose transport keeps enough idle connections for hundreds of
+// requests in flight. A nil hc returns c unchanged.
+func (c *Client) WithHTTPClient(hc *http.Client) *Client {
+	if hc == nil {
+		return c
+	}
+	cp := *c
+	cp.http = hc
+	return &cp
+}
+
+// BaseURL returns the API address the client calls, e.g. "http://127.0.0.1:8080".
+func (c *Client) BaseURL() string { return c.base.String() }
+
 // AddFlags registers --api (default $GPUGOV_API or DefaultAPI) and --token
 // (default $GPUGOV_TOKEN) on fs and returns a function that builds the client
 // from them once flags are parsed.

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpugov/gpugov/api"
 )
@@ -65,4 +66,25 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set(k, v)
 	}
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestWithHTTPClientKeepsAddressAndToken(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get("Authorization")
+		_, _ = w.Write([]byte(`{"queues":[]}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: time.Second}
+	c2 := c.WithHTTPClient(hc)
+	if c2 == c || c2.http != hc || c.http == hc || c2.BaseURL() != srv.URL || c.WithHTTPClient(nil) != c {
+		t.Fatalf("WithHTTPClient: copy %p of %p, http %p, base %s", c2, c, c2.http, c2.BaseURL())
+	}
+	if _, err := c2.Queues(context.Background()); err != nil || got != "Bearer tok" {
+		t.Fatalf("Queues through the new client: %v, Authorization %q", err, got)
+	}
 }

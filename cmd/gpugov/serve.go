@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/crashpoint"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/service"
 )
@@ -82,7 +83,12 @@ nothing and, when no queue exists, one queue per tier is created.
 
 The simulated executor runs --sim-speed seconds of job work per real second;
 keep it equal to replay's --speed (both default to 600) so that a replay
-compresses runs and arrivals alike.`,
+compresses runs and arrivals alike.
+
+GPUGOV_CRASHPOINT (with GPUGOV_CRASHPOINT_DIR) is a crash-test hook
+(internal/crashpoint, docs/design.md §7 "Crash points"): when set, the named
+activity blocks before its body or after its effect until the process is
+killed, and serve logs a warning. Never set it outside crash tests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -158,6 +164,16 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention,
 		DecisionRetention: o.decisionRetention, Logger: logger,
 		TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey, APILimits: o.limits,
+	}
+	cp, err := crashpoint.FromEnv()
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	if cp != nil {
+		logger.Warn("CRASH POINT SET: a test hook will block activity "+cp.Activity+" ("+string(cp.When)+
+			") until this process is killed; never set "+crashpoint.EnvPoint+" outside crash tests",
+			"point", cp.String(), "marker_dir", cp.Dir)
+		cfg.CrashPoint = cp
 	}
 	tokens, err := loadServeTokens(o.tokensFile, logger)
 	if err != nil {

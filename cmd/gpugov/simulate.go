@@ -10,6 +10,7 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/simulation"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
+	"github.com/gpugov/gpugov/internal/trace/philly"
 )
 
 // simulateFlags are the options of `gpugov simulate`.
@@ -25,6 +26,9 @@ type simulateFlags struct {
 	since, until     string
 	databaseURL, out string
 	pool             string
+	// The trace format and Philly's files (simulate_trace.go).
+	trace   traceFlags
+	inflate inflateFlags // the packing study (simulate_inflate.go)
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -74,7 +78,7 @@ models of KnownModels (the Alibaba trace's) and those --models names: an exporte
 inventory names its GPUs by their NVML product names, which the export prints.
 
 Malformed input stops the command with "file:line: what is wrong" (or the file and
-field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.`,
+field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.` + inflateHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd, f) },
 	}
@@ -94,6 +98,8 @@ field) and exit code 2; --skip-invalid skips and counts bad pod rows instead.`,
 	fl.StringVar(&f.databaseURL, "database-url", "", "with --from-store: PostgreSQL URL (default $DATABASE_URL, else "+defaultDatabaseURL+")")
 	fl.StringVar(&f.out, "out", "", "with --from-store: folder the exported nodes.csv and pods.csv are written to (default: a temporary folder)")
 	fl.StringVar(&f.pool, "pool", "", "with --from-store: export only this pool's nodes and jobs, simulated as that pool")
+	addTraceFlags(fl, &f.trace)
+	addInflateFlags(fl, &f.inflate)
 	return cmd
 }
 
@@ -102,6 +108,12 @@ func init() { rootCmd.AddCommand(newSimulateCmd()) }
 // runSimulate validates the flags and inputs (usage errors, exit 2), runs the
 // simulation (or the what-if of --vs) and writes the report to stdout.
 func runSimulate(cmd *cobra.Command, f simulateFlags) error {
+	if f.inflate.ratios != "" || cmd.Flags().Changed("inflate") {
+		return runInflate(cmd, f)
+	}
+	if cmd.Flags().Changed("rules") {
+		return newUsageError("simulate: --rules goes with --inflate")
+	}
 	if err := checkSimulateFlags(cmd, f); err != nil {
 		return err
 	}
@@ -115,7 +127,15 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	}
 	var in simulation.Input
 	var src traceSource
-	if f.fromStore {
+	if f.trace.format == philly.Format {
+		var err error
+		if in, err = phillyInput(f.trace, f.skipInvalid); err != nil {
+			return err
+		}
+		if f.policy == "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "simulate: policy: the default (deploy/gpugov/philly-fifo.yaml mimics Philly: per-VC quota, FIFO within a VC)")
+		}
+	} else if f.fromStore {
 		var cleanup func()
 		var err error
 		if src, cleanup, err = exportFromStore(cmd, f); err != nil {
@@ -139,8 +159,10 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 		src = traceSource{nodes: f.nodes, pods: f.pods}
 	}
 	var err error
-	if in, err = readTrace(src, f); err != nil {
-		return err
+	if f.trace.format == alibaba.Format {
+		if in, err = readTrace(src, f); err != nil {
+			return err
+		}
 	}
 	if f.vs != "" || f.experiment != "" {
 		return runWhatIf(cmd, f, pol, label, in, src)
@@ -164,6 +186,15 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 // checkSimulateFlags refuses combinations of flags that do not go together
 // (usage errors).
 func checkSimulateFlags(cmd *cobra.Command, f simulateFlags) error {
+	if err := checkTraceFlags(cmd.Flags(), f.trace, "simulate", "nodes", "pods", "models", "from-store", "vs", "experiment"); err != nil {
+		return err
+	}
+	switch {
+	case f.format != "text" && f.format != "json":
+		return newUsageError("simulate: --format %q: want text or json", f.format)
+	case f.trace.format == philly.Format:
+		return nil
+	}
 	switch {
 	case f.format != "text" && f.format != "json":
 		return newUsageError("simulate: --format %q: want text or json", f.format)

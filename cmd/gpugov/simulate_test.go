@@ -163,3 +163,53 @@ func TestSimulateSkipInvalid(t *testing.T) {
 		t.Fatalf("skipped %+v, GPU jobs %d", report.Skipped, report.GPUJobs)
 	}
 }
+
+// TestSimulateInflate: the packing study in text and JSON, and its usage
+// errors (exit 2).
+func TestSimulateInflate(t *testing.T) {
+	const pods = "../../internal/simulation/testdata/pods_inflate.csv"
+	out, progress, err := runSimulateArgs(t, "--nodes", simNodes, "--pods", pods, "--inflate", "0.5,1,1.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Rule fragmentation", "Rule fgd", "Rule bestfit", "dropped, never retried", "GPU allocation ratio by rule"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(progress, "inflate: fgd: 1.50×") {
+		t.Errorf("stderr %q has no progress", progress)
+	}
+	out, _, err = runSimulateArgs(t, "--nodes", simNodes, "--pods", pods, "--inflate", "1.3", "--rules", "fgd", "--format", "json", "--seed", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Seed uint64 `json:"seed"`
+		Runs []struct {
+			Rule string `json:"rule"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Seed != 3 || len(rep.Runs) != 1 || rep.Runs[0].Rule != "fgd" {
+		t.Fatalf("json %+v %v", rep, err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"bad ratio":         {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "1,x"}, `"x" is not a number`},
+		"zero ratio":        {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "0"}, "ratio 0 is not in"},
+		"bad rule":          {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "1", "--rules", "worstfit"}, `unknown placement rule "worstfit"`},
+		"rules alone":       {[]string{"--nodes", simNodes, "--pods", pods, "--rules", "fgd"}, "--rules goes with --inflate"},
+		"malformed pod row": {[]string{"--nodes", simNodes, "--pods", simBadPods, "--inflate", "1"}, simBadPods + `:3: unknown qos "Gold"`},
+		"malformed 5-col":   {[]string{"--nodes", simNodes, "--pods", "../../internal/trace/alibaba/testdata/packing_bad.csv", "--inflate", "1"}, "packing_bad.csv:3: gpu_milli 500 with num_gpu 2"},
+		"no pods":           {[]string{"--nodes", simNodes, "--inflate", "1"}, "--inflate needs --nodes and --pods"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := runSimulateArgs(t, tc.args...)
+			if err == nil || !isUsageError(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want a usage error with %q", err, tc.want)
+			}
+		})
+	}
+}

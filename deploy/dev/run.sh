@@ -5,16 +5,32 @@
 # `gpugov serve` in the background, replays the busiest day of the trace through
 # the API and prints the queue report. The services keep running: `make stop`.
 #
+# By default the trace's busiest six hours (trace hours 3567-3573, 221 GPU
+# pods) are replayed at 100x on a contended pool: 6 GPUs cut from the
+# trace's node list (gpugov replay --pool-gpus 6 --write-nodes, then
+# inventory import of that list), runs capped at one trace-hour, served under
+# deploy/gpugov/replay-policy.yaml (pool alibaba in stage trial: checkpointable
+# experiment jobs may be preempted). Jobs wait for capacity, age, wait behind
+# reservations and get preempted; the report ends with what governance did.
+# GPUGOV_POOL_GPUS=0 replays the busiest day at 600x on the whole cluster
+# (6,212 GPUs), where no job waits for capacity, under GPUGOV_POLICY_FILE or
+# serve's default policy.
+#
 # Settings (environment):
 #   GPUGOV_TRACE_DIR  trace directory (default ../shared/traces/alibaba-gpu-v2023 from the repository root)
 #   GPUGOV_NODES      node list to import (default $GPUGOV_TRACE_DIR/openb_node_list_gpu_node.csv)
 #   GPUGOV_PODS       pod list to replay (default $GPUGOV_TRACE_DIR/openb_pod_list_default.csv)
-#   GPUGOV_SPEED      trace seconds per real second, for the replay and the simulated executor (default 600)
+#   GPUGOV_SPEED      trace seconds per real second, for the replay and the simulated executor
+#                     (default 100 with a contended pool, 600 on the whole cluster)
+#   GPUGOV_POOL_GPUS  GPUs of the contended pool (default 6); 0: the whole node list, no contention
+#   GPUGOV_MAX_RUN_S  cap on each job's run_seconds in trace seconds (default 3600 with a contended
+#                     pool, none on the whole cluster)
 #   GPUGOV_REPLAY_ARGS  extra `gpugov replay` flags, e.g. "--max-pods 200 --wait 1m"
 #   GPUGOV_POLICY_FILE  policy file gpugov serve runs (serve reads it from the
-#                     environment: its --policy default; unset: the default
-#                     policy), e.g. deploy/gpugov/policy.yaml, which README's
-#                     policy experiment (deploy/gpugov/experiment-aging.yaml) needs
+#                     environment: its --policy default); default with a contended
+#                     pool: deploy/gpugov/replay-policy.yaml; on the whole cluster
+#                     unset means serve's default policy; e.g. deploy/gpugov/policy.yaml,
+#                     which README's policy experiment (deploy/gpugov/experiment-aging.yaml) needs
 #   DATABASE_URL, TEMPORAL_ADDRESS, GPUGOV_API_ADDR as in deploy/dev/env.sh
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -23,7 +39,21 @@ cd "$GPUGOV_ROOT"
 trace_dir="${GPUGOV_TRACE_DIR:-$GPUGOV_ROOT/../shared/traces/alibaba-gpu-v2023}"
 nodes="${GPUGOV_NODES:-$trace_dir/openb_node_list_gpu_node.csv}"
 pods="${GPUGOV_PODS:-$trace_dir/openb_pod_list_default.csv}"
-speed="${GPUGOV_SPEED:-600}"
+pool_gpus="${GPUGOV_POOL_GPUS:-6}"
+if [ "$pool_gpus" != 0 ]; then
+  # The contended window: the trace's busiest six hours (replay.ContendedFrom/To) at 100x.
+  export GPUGOV_POLICY_FILE="${GPUGOV_POLICY_FILE:-$GPUGOV_ROOT/deploy/gpugov/replay-policy.yaml}"
+  speed="${GPUGOV_SPEED:-100}"
+  max_run="${GPUGOV_MAX_RUN_S:-3600}"
+  slice=(--from 3567h --to 3573h)
+  what="the trace's busiest six hours at ${speed}x on a contended pool of $pool_gpus GPUs"
+else
+  # The whole cluster: the busiest day (replay.DefaultFrom/To) at 600x; nobody waits for capacity.
+  speed="${GPUGOV_SPEED:-600}"
+  max_run="${GPUGOV_MAX_RUN_S:-0}"
+  slice=()
+  what="the trace's busiest day at ${speed}x on the whole cluster"
+fi
 tokens="$GPUGOV_ROOT/deploy/gpugov/tokens.yaml"
 token=dev-admin
 api="http://$GPUGOV_API_ADDR"
@@ -37,7 +67,15 @@ deploy/dev/start-temporal.sh   # builds the Temporal CLI first when it is missin
 log "building bin/gpugov"
 go build -o bin/gpugov ./cmd/gpugov
 bin/gpugov migrate
-bin/gpugov inventory import "$nodes"
+replay=(bin/gpugov replay --nodes "$nodes" --pods "$pods" "${slice[@]}" --speed "$speed" --api "$api" --token "$token"
+  --pool-gpus "$pool_gpus" --max-run-seconds "$max_run" --temporal-ui "http://127.0.0.1:$TEMPORAL_UI_PORT")
+if [ "$pool_gpus" != 0 ]; then
+  # shellcheck disable=SC2086 # GPUGOV_REPLAY_ARGS is a list of flags (the same slice sizes the pool)
+  "${replay[@]}" ${GPUGOV_REPLAY_ARGS:-} --write-nodes "$GPUGOV_STATE/pool-nodes.csv"
+  bin/gpugov inventory import "$GPUGOV_STATE/pool-nodes.csv"
+else
+  bin/gpugov inventory import "$nodes"
+fi
 
 # A gpugov serve left by an earlier run would keep serving the old binary.
 pidfile="$GPUGOV_STATE/serve.pid"
@@ -46,7 +84,7 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   kill "$(cat "$pidfile")"
   for _ in $(seq 1 30); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
 fi
-log "starting gpugov serve (log: $GPUGOV_STATE/serve.log)"
+log "starting gpugov serve (log: $GPUGOV_STATE/serve.log; policy: ${GPUGOV_POLICY_FILE:-the default})"
 nohup bin/gpugov serve --tokens-file "$tokens" --sim-speed "$speed" >"$GPUGOV_STATE/serve.log" 2>&1 &
 echo $! >"$pidfile"
 for i in $(seq 1 60); do
@@ -67,9 +105,9 @@ cat <<EOF
 
 EOF
 
-log "replaying the trace's busiest day at ${speed}x (jobs of an earlier run are reused: the replay is idempotent by pod name)"
+log "replaying $what (jobs of an earlier run are reused: the replay is idempotent by pod name)"
 # shellcheck disable=SC2086 # GPUGOV_REPLAY_ARGS is a list of flags
-bin/gpugov replay --nodes "$nodes" --pods "$pods" --speed "$speed" --api "$api" --token "$token" ${GPUGOV_REPLAY_ARGS:-}
+"${replay[@]}" ${GPUGOV_REPLAY_ARGS:-}
 
 cat <<EOF
 

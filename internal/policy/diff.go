@@ -83,6 +83,7 @@ var TopLevelGroups = map[string]vocab.PolicyGroup{
 	"version":            "",
 	"tier_base":          vocab.PolicyOrdering,
 	"reservation":        vocab.PolicyOrdering,
+	"placement":          vocab.PolicyOrdering,
 	"aging":              vocab.PolicyAging,
 	"fair_share":         vocab.PolicyFairShare,
 	"preemption":         vocab.PolicyPreemption,

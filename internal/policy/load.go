@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/internal/yamlnode"
 )
@@ -362,6 +363,7 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"fair_share":         d.fairShare(&p.FairShare),
 		"reservation":        d.reservation(&p.Reservation),
 		"preemption":         d.preemption(&p.Preemption),
+		"placement":          enum(d, &p.Placement, "a placement rule", scheduling.PlacementRules),
 		"queues":             d.queues(&p.Queues),
 		"quotas":             d.quotas(&p.Quotas),
 		"pools":              d.pools(&p.Pools),
@@ -655,6 +657,7 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 			"seed":              integer(d, &s.Seed, anyValue),
 			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, between[int64](1, vocab.MaxDurationSeconds)),
 			"starvation_factor": number(d, &s.StarvationFactor, positiveUpTo[float64](vocab.MaxGrowthFactor)),
+			"trace_quotas":      d.boolean(&s.TraceQuotas),
 			"recovery": func(n *yaml.Node, path string) {
 				r := &s.Recovery
 				d.mapping(n, path, fields{

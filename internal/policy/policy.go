@@ -49,6 +49,12 @@ type Policy struct {
 	FairShare   FairShare          `json:"fair_share"`
 	Reservation Reservation        `json:"reservation"`
 	Preemption  Preemption         `json:"preemption"`
+	// Placement is the scheduling core's placement rule
+	// (scheduling.PlacementRule: bestfit, fgd or fragmentation; docs/design.md
+	// §4 "Placement rules"). A loaded policy always has it (Default: bestfit,
+	// the rule before the field existed); it is empty, meaning bestfit, only
+	// in a version stored before the field existed.
+	Placement scheduling.PlacementRule `json:"placement,omitempty"`
 	// Queues, when not empty, are upserted by serve at start and on every
 	// reload, and only they may be low-risk (a stored queue the list leaves
 	// out is kept, its low-risk flag cleared); when empty serve keeps the
@@ -332,6 +338,11 @@ type Simulation struct {
 	StarvationFactor float64
 	// Recovery assigns recovery evidence, which the trace lacks.
 	Recovery Recovery
+	// TraceQuotas applies the quotas the trace's format defines (Philly:
+	// each virtual cluster's nodes × GPUs per node, without borrowing) as
+	// project quotas, besides the policy's own (a policy quota of the same
+	// project and pool wins). A trace without quotas (Alibaba) is unchanged.
+	TraceQuotas bool
 }
 
 // Recovery is the simulator's recovery-evidence rule: each job of Tiers is
@@ -412,6 +423,7 @@ func Default() *Policy {
 			NotifyWindowSeconds: DefaultNotifyWindowSeconds, ConfirmWindowSeconds: DefaultConfirmWindowSeconds,
 			DisputeWindowSeconds: DefaultDisputeWindowSeconds, DefaultMode: vocab.ModeReport},
 		Notifications: Notifications{Delivery: DefaultDelivery()},
+		Placement:     scheduling.PlacementBestFit,
 		Drills:        ptr(DefaultDrills()),
 		Automation:    ptr(DefaultAutomation()),
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
@@ -435,6 +447,7 @@ func (p *Policy) Scheduling() *scheduling.Policy {
 		Aging:       scheduling.AgingPolicy{Enabled: p.Aging.Enabled, StepPoints: p.Aging.StepPoints, IntervalSeconds: p.Aging.IntervalSeconds, CapPoints: p.Aging.CapPoints},
 		FairShare:   scheduling.FairSharePolicy{Enabled: p.FairShare.Enabled, Weight: p.FairShare.Weight, HalfLifeSeconds: p.FairShare.HalfLifeSeconds},
 		Reservation: scheduling.ReservationPolicy{Enabled: p.Reservation.Enabled, Depth: p.Reservation.Depth},
+		Placement:   p.Placement,
 		Preemption: scheduling.PreemptionPolicy{Enabled: p.Preemption.Enabled, MinRuntimeSeconds: p.Preemption.MinRuntimeSeconds,
 			MaxPreemptions: p.Preemption.MaxPreemptions, WindowSeconds: p.Preemption.WindowSeconds,
 			SaveRestoreSeconds: p.Preemption.SaveRestoreSeconds, GraceSeconds: p.Preemption.GraceSeconds,

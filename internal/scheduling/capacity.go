@@ -141,6 +141,9 @@ type poolState struct {
 	endShares                  []endShare
 	relFreed, relUnit          []int32
 	relTouched, relTouchedUnit []int32
+	// pack is the fragmentation bookkeeping of a scored placement rule
+	// (packing.go); nil under best fit.
+	pack *packState
 }
 
 // gpuRef locates a GPU by UUID.

@@ -56,10 +56,17 @@ func (sh *shapeInfo) hostOK(n *nodeState, mode searchMode) bool {
 //     over nodes taking the smallest free groups first.
 //
 // Ties go to the lower index (nodes and GPUs are sorted by name), and the host
-// node must have the CPU and host memory asked for.
+// node must have the CPU and host memory asked for. That is the best-fit rule
+// (PlacementBestFit); under a scored rule (Policy.Placement, packing.go)
+// findScored chooses instead for the requests placed on one node.
 func (ps *poolState) search(sh *shapeInfo, mode searchMode) (choice, bool) {
 	if !validTopology(sh.topo) || sh.count < 0 {
 		return choice{}, false
+	}
+	if ps.pack != nil && ps.pack.rule.scored() {
+		if c, ok, handled := ps.findScored(sh, mode); handled {
+			return c, ok
+		}
 	}
 	if sh.mi != nil && mode != searchEmpty && !ps.slow {
 		return ps.findFast(sh, mode)
@@ -78,6 +85,8 @@ func (ps *poolState) find(sh *shapeInfo, mode searchMode) (choice, bool) {
 		return ps.findInDomain(sh, mode)
 	case sh.topo == TopologySameNode:
 		return ps.findOnNode(sh, mode)
+	case sh.topo == TopologyWholeNodes:
+		return ps.findWholeNodes(sh, mode)
 	}
 	if c, ok := ps.findInDomain(sh, mode); ok {
 		return c, true
@@ -285,9 +294,51 @@ func (ps *poolState) spreadChoice(sh *shapeInfo, mode searchMode, groups []nodeG
 	return choice{node: hg.node, gpus: out}, true
 }
 
+// wholeNode reports whether every GPU of schedulable node n is a candidate
+// of sh in mode (a node without GPUs is never whole).
+func (ps *poolState) wholeNode(sh *shapeInfo, mode searchMode, n *nodeState) bool {
+	return n.schedulable && n.end > n.first && ps.countIn(sh, mode, n.first, n.end) == int(n.end-n.first)
+}
+
+// findWholeNodes places a whole-nodes request on the nodes whose GPUs are all
+// candidates, lowest index first; the host node (the first taken) must have
+// the CPU and memory, nodes before the first such one are passed over. All
+// GPUs of each node are taken but the last node's, which gives what the
+// count still lacks.
+func (ps *poolState) findWholeNodes(sh *shapeInfo, mode searchMode) (choice, bool) {
+	out, host := ps.pick[:0], int32(-1)
+	for ni := range ps.nodes {
+		if len(out) >= sh.count {
+			break
+		}
+		n := &ps.nodes[ni]
+		if !ps.wholeNode(sh, mode, n) || host < 0 && !sh.hostOK(n, mode) {
+			continue
+		}
+		if host < 0 {
+			host = int32(ni)
+		}
+		out = ps.takeOnNode(sh, mode, out, int32(ni), min(int(n.end-n.first), sh.count-len(out)))
+	}
+	if host < 0 || len(out) < sh.count {
+		return choice{}, false
+	}
+	return choice{node: host, gpus: out}, true
+}
+
 // largestGroup is the most candidates of sh in one unit of its topology: one
-// domain (nvlink-domain), one node (same-node) or the whole pool (any).
+// domain (nvlink-domain), one node (same-node), the whole pool (any) or the
+// GPUs of the pool's whole candidate nodes (whole-nodes).
 func (ps *poolState) largestGroup(sh *shapeInfo, mode searchMode) int {
+	if sh.topo == TopologyWholeNodes {
+		total := 0
+		for ni := range ps.nodes {
+			if n := &ps.nodes[ni]; ps.wholeNode(sh, mode, n) {
+				total += int(n.end - n.first)
+			}
+		}
+		return total
+	}
 	if mi := sh.mi; mi != nil && !ps.slow && sh.milli == MilliPerGPU {
 		v := &mi.all
 		if mode == searchFree {
@@ -404,6 +455,7 @@ func (ps *poolState) apply(sh *shapeInfo, c choice) {
 	n.cpuUsed += sh.req.CPUMilli
 	n.memUsed += sh.req.MemoryMiB
 	ps.touchNode(c.node)
+	ps.packTouched(c.node)
 }
 
 // largestOnNode is the most candidates of sh on one schedulable node.

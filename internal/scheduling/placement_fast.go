@@ -12,8 +12,8 @@ func (ps *poolState) findFast(sh *shapeInfo, mode searchMode) (choice, bool) {
 		return ps.findHostOnly(sh, mode)
 	case sh.count == 1 && sh.milli < MilliPerGPU:
 		return ps.fastShare(sh, mode, v)
-	case sh.milli < MilliPerGPU:
-		return ps.find(sh, mode) // several GPU shares: not a valid request; scanned
+	case sh.milli < MilliPerGPU, sh.topo == TopologyWholeNodes:
+		return ps.find(sh, mode) // several GPU shares (not a valid request) or whole nodes: scanned
 	case sh.count == 1 || sh.topo == TopologyNVLinkDomain:
 		return ps.fastDomain(sh, mode, v)
 	case sh.topo == TopologySameNode:

@@ -216,6 +216,7 @@ func newCycle(s *Snapshot, p *Policy, now time.Time, slow bool, pl *Planner) *cy
 	c.startReclaim()
 	c.fillEntries()
 	wg.Wait()
+	c.initPacking()
 	c.findClaims()
 	c.res = &Result{PolicyVersion: p.Version, At: now,
 		Placements: make([]Placement, 0, min(len(c.jobs), 1024)),

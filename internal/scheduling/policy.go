@@ -16,6 +16,10 @@ type Policy struct {
 	FairShare   FairSharePolicy
 	Reservation ReservationPolicy
 	Preemption  PreemptionPolicy
+	// Placement is the rule choosing among fitting placements (packing.go);
+	// "" is PlacementBestFit. Under a scored rule the target workload is the
+	// cycle's pending requests of each pool.
+	Placement PlacementRule
 }
 
 // AgingPolicy is the bounded aging rule: a waiting job gains StepPoints for each

@@ -56,6 +56,8 @@ func unitPhrase(topo Topology, count int) string {
 		return " on one node"
 	case TopologyNVLinkDomain:
 		return " in one NVLink domain"
+	case TopologyWholeNodes:
+		return " on whole nodes"
 	case TopologyAny:
 		if count > 1 {
 			return " anywhere in the pool"
@@ -72,6 +74,8 @@ func groupName(topo Topology) string {
 		return "on one node"
 	case TopologyNVLinkDomain:
 		return "in one NVLink domain"
+	case TopologyWholeNodes:
+		return "on whole free nodes"
 	}
 	return "in the pool"
 }

@@ -218,6 +218,9 @@ func (ps *poolState) fitsEmpty(sh *shapeInfo) bool {
 	case sh.count == 0:
 		_, ok := ps.findHostOnly(sh, searchEmpty)
 		return ok
+	case sh.topo == TopologyWholeNodes:
+		_, ok := ps.find(sh, searchEmpty)
+		return ok
 	case sh.count == 1 || sh.topo == TopologyNVLinkDomain:
 		for di, c := range mi.staticDom {
 			if int(c) >= sh.count && sh.hostOK(&ps.nodes[ps.domains[di].node], searchEmpty) {
@@ -251,5 +254,5 @@ func (sh *shapeInfo) version(ps *poolState) uint32 {
 
 // validTopology reports whether t is one of the accepted topologies.
 func validTopology(t Topology) bool {
-	return t == TopologyAny || t == TopologySameNode || t == TopologyNVLinkDomain
+	return t == TopologyAny || t == TopologySameNode || t == TopologyNVLinkDomain || t == TopologyWholeNodes
 }

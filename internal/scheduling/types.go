@@ -26,6 +26,11 @@ const (
 	TopologyAny          Topology = "any"           // GPUs may be spread across nodes of the pool
 	TopologySameNode     Topology = "same-node"     // all GPUs on one node
 	TopologyNVLinkDomain Topology = "nvlink-domain" // all GPUs in one NVLink/NVSwitch domain of one node
+	// TopologyWholeNodes takes whole nodes: only nodes all of whose GPUs are
+	// free (and match) are used, each entirely except possibly the last
+	// when the count is not a multiple of the node size (a gang of several
+	// machines, as Philly placed jobs larger than one machine).
+	TopologyWholeNodes Topology = "whole-nodes"
 )
 
 // GPU is one device as reported by NVML (or a static inventory). Its capacity is

@@ -405,7 +405,7 @@ func (s *preemptSearch) propose() *preemptTarget {
 	if perNode == nil {
 		return nil
 	}
-	if sh.topo == TopologyAny && sh.count > 1 {
+	if (sh.topo == TopologyAny || sh.topo == TopologyWholeNodes) && sh.count > 1 {
 		t := &preemptTarget{node: -1, poolWide: true, end: int32(len(ps.gpus))}
 		t.freeBefore = ps.freeUnreserved(sh)
 		s.searchPoolWide(t, vx.byPool[ps])

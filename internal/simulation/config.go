@@ -37,6 +37,10 @@ type Config struct {
 	// (queuereport.Options.StarvationMinWaitS): 0 means its default (300 s),
 	// queuereport.NoStarvationMinWait none.
 	StarvationMinWaitS float64
+	// TraceQuotas adds the trace's own quotas (trace.Trace.Quotas: Philly's
+	// virtual-cluster sizes) to Quotas, a quota of Quotas winning for the
+	// same project and pool (policy simulation.trace_quotas).
+	TraceQuotas bool
 }
 
 // RecoveryRule assigns recovery evidence, which the trace lacks, to jobs: each
@@ -96,6 +100,7 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 		Recovery: RecoveryRule{Probability: s.Recovery.Probability,
 			CheckpointIntervalSeconds: s.Recovery.CheckpointIntervalSeconds, VerifiedResumes: s.Recovery.VerifiedResumes},
 		CycleIntervalSeconds: s.CycleIntervalSeconds, StarvationFactor: s.StarvationFactor,
+		TraceQuotas: s.TraceQuotas,
 	}
 	if pl, ok := p.Pools[s.Pool]; ok {
 		c.Stage = pl.Stage

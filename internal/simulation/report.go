@@ -13,12 +13,14 @@ import (
 
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Report is the outcome of one simulation run. Durations are in seconds,
 // GPU-seconds count a share of g milli-GPU as g/1000 of a GPU.
 type Report struct {
+	Trace         string      `json:"trace"` // the trace format: alibaba or philly (trace.Trace.Format)
 	PolicyVersion string      `json:"policy_version"`
 	Seed          uint64      `json:"seed"`
 	Stage         string      `json:"stage"`
@@ -45,7 +47,11 @@ type Report struct {
 	CapacityGPUSeconds  float64                   `json:"capacity_gpu_seconds"` // GPUs × span
 	StarvedJobs         Starved                   `json:"starved_jobs"`
 	Unfinished          Unfinished                `json:"unfinished"`
-	Assumptions         []string                  `json:"assumptions"`
+	// Fidelity sets the simulated waits beside the recorded ones per project
+	// and GPU bucket, for traces that name their projects (Philly); absent
+	// otherwise.
+	Fidelity    *Fidelity `json:"fidelity,omitempty"`
+	Assumptions []string  `json:"assumptions"`
 	// History is what the simulation did, as the service would have recorded
 	// it; left out of the JSON form (it holds every job).
 	History *History `json:"-"`
@@ -248,10 +254,10 @@ func (e *engine) serviceRecords() queuereport.Input {
 		}
 		job := queuereport.Job{
 			ID: j.spec.ID, Queue: j.spec.Queue, Tier: j.spec.Tier, JobType: jobTypeTracePending, Pool: j.spec.Request.Pool,
-			Project: j.spec.Project, Request: queuereport.RequestOf(j.spec.Request), SubmitTime: e.at(j.pod.CreationTime),
+			Project: j.spec.Project, Request: queuereport.RequestOf(j.spec.Request), SubmitTime: e.at(j.tj.Submit),
 			State: j.state.String(),
 		}
-		if j.pod.Scheduled {
+		if j.tj.Scheduled {
 			job.JobType = jobTypeTraceScheduled
 		}
 		if j.firstStart >= 0 {
@@ -259,7 +265,7 @@ func (e *engine) serviceRecords() queuereport.Input {
 		}
 		if j.state == stDone || j.state == stCancelled {
 			job.End = timePtr(e.at(j.endAt))
-			job.Cancelled = !j.pod.Scheduled
+			job.Cancelled = !j.tj.Scheduled
 			job.CancelledWhileWaiting = j.state == stCancelled
 		}
 		in.Jobs = append(in.Jobs, job)
@@ -321,7 +327,7 @@ func seconds(v *float64) *int64 {
 // report builds the Report from the finished engine. It returns an error
 // when queuereport rejects the simulation's records, which would be a bug
 // of the engine.
-func (e *engine) report(in Input) (*Report, error) {
+func (e *engine) report() (*Report, error) {
 	records, window, byTier, byType, err := e.serviceReports()
 	if err != nil {
 		return nil, err
@@ -330,9 +336,10 @@ func (e *engine) report(in Input) (*Report, error) {
 	scheduled := groupsByKey(&byType, queuereport.KeyTier, queuereport.KeyJobType)
 	r := &Report{
 		PolicyVersion: e.cfg.Policy.Version, Seed: e.cfg.Seed, Stage: string(e.cfg.Stage),
-		Nodes: len(e.pools[0].Nodes), GPUs: e.gpus, Pods: len(in.Pods), GPUJobs: len(e.jobs),
+		Trace: e.trace.Format,
+		Nodes: len(e.pools[0].Nodes), GPUs: e.gpus, Pods: e.trace.Rows, GPUJobs: len(e.jobs),
 		CPUOnlyPods: e.cpuOnly, CutOffInTrace: e.cutOff,
-		SkippedRows: SkippedRows{Count: in.Skipped.Count, Messages: slices.Clone(in.Skipped.Messages)},
+		SkippedRows: SkippedRows{Count: e.trace.Skipped.Count, Messages: slices.Clone(e.trace.Skipped.Messages)},
 		Span:        Span{StartS: e.start, EndS: max(e.now, e.start)},
 		Cycles:      e.cycleNo, Reasons: map[string]float64{},
 		StarvedJobs:  Starved{Factor: e.cfg.StarvationFactor, Jobs: []StarvedJob{}},
@@ -361,6 +368,7 @@ func (e *engine) report(in Input) (*Report, error) {
 		r.GPUUtilization = r.AllocatedGPUSeconds / r.CapacityGPUSeconds
 	}
 	e.fillStarvedAndUnfinished(r, byTier.Starving)
+	r.Fidelity = e.fidelity()
 	r.Assumptions = e.assumptions(r)
 	return r, nil
 }
@@ -383,12 +391,16 @@ func (e *engine) group(t vocab.Tier, tier, scheduled *queuereport.Group) Group {
 		if j.state == stWaiting && j.firstStart < 0 {
 			g.NeverStarted++
 		}
-		if tw, ok := j.pod.TraceWaitSeconds(); ok {
+		if j.tj.HasRecordedWait {
+			tw := j.tj.RecordedWait
 			trace = append(trace, tw)
 			if g.ObjectiveS > 0 && tw > g.ObjectiveS {
 				g.TraceOverObjective++
 			}
 			continue
+		}
+		if j.tj.Scheduled {
+			continue // scheduled, but its start was not recorded (Philly outside the recorded subset)
 		}
 		g.TraceUnscheduled++
 		if j.firstStart >= 0 {
@@ -485,23 +497,54 @@ func (e *engine) assumptions(r *Report) []string {
 	for _, t := range c.Recovery.Tiers {
 		tiers = append(tiers, t.String())
 	}
+	var out []string
+	if e.trace.Format == alibaba.Format {
+		out = e.alibabaAssumptions(r, fairText, strings.Join(objectives, ", "), sharesText)
+	} else {
+		out = append(slices.Clone(e.trace.Assumptions),
+			fmt.Sprintf("Queues: one per tier, named after it; wait objectives %s; %s; fair-share: %s.", strings.Join(objectives, ", "), sharesText, fairText),
+			quotaText(c))
+	}
+	return append(out,
+		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
+			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
+		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim saves no checkpoint on the way out and is requeued keeping its submit time and aging; its effective run loss is the service's formula (lost since the last periodic checkpoint + save/restore, 0 without a save after the notice, + recompute), per GPU held. Recompute is the time its next run takes to be back at the step of the notice: %g s restore plus the lost seconds, counted when that run gets there (preemptions whose next run does not are counted in recompute_unmeasured); its remaining run time grows by the restore and lost seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
+		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
+		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitChanged, WaitRefreshed and NotYetEvaluatedSince, combined in WaitTransition: a new event when a cycle's reason changes, the open event's detail refreshed in place when only its quantities change, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
+		"Wait percentiles are nearest-rank (the ceil(p/100·n)-th smallest wait); the sim percentiles cover the first waits of jobs scheduled in the trace that started in the simulation, the trace percentiles those jobs' recorded waits (Alibaba: scheduled_time − creation_time; Philly: first attempt start − submit, recorded for a subset only).",
+		"gpu_utilization is allocated GPU-seconds (a share of g milli-GPU counts g/1000) over GPUs × span, the span running from the first arrival to the last event.",
+		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, when it was still waiting at the end (never started, or never resumed after a preemption), or when queuereport's starvation signals fired in one of its waits: overtaken by ≥ %d later job of the pool that fit the same GPUs, ≥ %d releases of matching GPUs, or ≥ %d arrivals of higher tiers.",
+			c.StarvationFactor, queuereport.DefaultOvertakenThreshold, queuereport.DefaultStarvationReleases, queuereport.DefaultTierArrivalThreshold),
+	)
+}
+
+// quotaText states the project quotas the simulation ran under.
+func quotaText(c Config) string {
+	if len(c.Quotas) == 0 {
+		return "Quotas: none; every project may use the whole pool."
+	}
+	var total int64
+	for _, q := range c.Quotas {
+		total += q.NominalMilli
+	}
+	src := "the policy's"
+	if c.TraceQuotas {
+		src = "the trace's (simulation.trace_quotas) and the policy's"
+	}
+	return fmt.Sprintf("Quotas: %d project quotas from %s, %d GPUs nominal in all; a project without one is not limited.", len(c.Quotas), src, total/scheduling.MilliPerGPU)
+}
+
+// alibabaAssumptions are the rules the simulation adds to an Alibaba trace.
+func (e *engine) alibabaAssumptions(r *Report, fairText, objectives, sharesText string) []string {
+	c := e.cfg
 	return []string{
 		fmt.Sprintf("CPU-only pods (num_gpu 0) are left out of GPU scheduling: %d of %d pods; their CPU and memory use on GPU nodes is not modelled.", r.CPUOnlyPods, r.Pods),
 		"A pod arrives at its creation_time; once started it runs for deletion_time − scheduled_time of the trace (its recorded run time), whenever the simulation starts it.",
 		"Pods Pending in the trace (never scheduled) arrive at creation_time and are deleted at deletion_time: still waiting then, they are cancelled; started earlier, they run until deletion_time. Their waits are left out of the wait percentiles (the trace has none to compare) and counted in trace_unscheduled, trace_unscheduled_started and cancelled_while_waiting.",
 		fmt.Sprintf("%d GPU pods were still Running at the end of the trace window (deletion_time = the largest deletion_time): their run time is cut off there, so it is a lower bound.", r.CutOffInTrace),
-		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
-			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
-		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim saves no checkpoint on the way out and is requeued keeping its submit time and aging; its effective run loss is the service's formula (lost since the last periodic checkpoint + save/restore, 0 without a save after the notice, + recompute), per GPU held. Recompute is the time its next run takes to be back at the step of the notice: %g s restore plus the lost seconds, counted when that run gets there (preemptions whose next run does not are counted in recompute_unmeasured); its remaining run time grows by the restore and lost seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
 		fmt.Sprintf("Projects are not in the trace: pods are hashed into %d projects (FNV-1a of the pod name, project-NN) with %s; the trace has no quotas, so only the policy file's apply.", c.Projects, fairText),
-		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s; %s.", strings.Join(objectives, ", "), sharesText),
+		fmt.Sprintf("Queues: one per tier, named after it (QoS LS → production, Guaranteed → key-project, Burstable → standard, BE → experiment); wait objectives %s; %s.", objectives, sharesText),
 		fmt.Sprintf("Nodes form one pool %q; GPU UUIDs are synthetic (GPU-<sn>-<i>); GPU memory of the undisclosed models is assumed (G1 32768, G2 and G3 81920 MiB); 8-GPU V100 and G-model nodes are one NVLink domain each; multi-GPU pods need one node.", c.PoolName),
-		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
-		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitChanged, WaitRefreshed and NotYetEvaluatedSince, combined in WaitTransition: a new event when a cycle's reason changes, the open event's detail refreshed in place when only its quantities change, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
-		"Wait percentiles are nearest-rank (the ceil(p/100·n)-th smallest wait); the sim percentiles cover the first waits of jobs scheduled in the trace that started in the simulation, the trace percentiles those jobs' scheduled_time − creation_time.",
-		"gpu_utilization is allocated GPU-seconds (a share of g milli-GPU counts g/1000) over GPUs × span, the span running from the first arrival to the last event.",
-		fmt.Sprintf("A job is starved when one continuous wait exceeded %g × its queue's objective, when it was still waiting at the end (never started, or never resumed after a preemption), or when queuereport's starvation signals fired in one of its waits: overtaken by ≥ %d later job of the pool that fit the same GPUs, ≥ %d releases of matching GPUs, or ≥ %d arrivals of higher tiers.",
-			c.StarvationFactor, queuereport.DefaultOvertakenThreshold, queuereport.DefaultStarvationReleases, queuereport.DefaultTierArrivalThreshold),
 	}
 }
 
@@ -550,6 +593,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "  %s %s waited %d s (objective %d s, started %v, last reason %s; %s)\n", s.Job, s.Tier, s.LongestWaitS, s.ObjectiveS,
 			s.Started, s.Reason, strings.Join(s.Signals, ", "))
 	}
+	r.writeFidelity(w)
 	fmt.Fprintln(w, "\nassumptions:")
 	for _, a := range r.Assumptions {
 		fmt.Fprintf(w, "  - %s\n", a)

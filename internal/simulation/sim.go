@@ -23,15 +23,27 @@ import (
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// Input is a trace as read by package alibaba.
+// Input is the trace to simulate: Source when set (any format, package
+// trace), else the Alibaba node and pod lists as read by package alibaba.
 type Input struct {
 	Nodes   []alibaba.NodeRow
 	Pods    []alibaba.PodRow
 	Skipped alibaba.Skipped // pod rows the reader dropped (ReadOptions.SkipInvalid), reported as given
+	// Source, when not nil, is the trace instead of Nodes, Pods and Skipped.
+	Source trace.Source
+}
+
+// source returns the trace.Source of in.
+func (in Input) source() trace.Source {
+	if in.Source != nil {
+		return in.Source
+	}
+	return alibaba.Source{Nodes: in.Nodes, Pods: in.Pods, Skipped: in.Skipped}
 }
 
 // BatchGCPercent is the GOGC value `gpugov simulate` runs a simulation
@@ -65,14 +77,14 @@ const (
 // simJob is one GPU pod's life in the simulation. Times are trace seconds.
 type simJob struct {
 	idx        int
-	pod        *alibaba.PodRow
+	tj         *trace.Job
 	spec       scheduling.PendingJob // as converted; WaitingSince, aging and recovery set on each (re)queue
 	objectiveS int64                 // the queue's wait objective; 0 means none
 	recovery   scheduling.RecoveryEvidence
 	state      jobState
 
-	deleteAt int64 // never-scheduled trace pods: deleted then, waiting or running
-	runLeft  int64 // trace-scheduled pods: run seconds still to do
+	deleteAt int64 // jobs the trace never scheduled: deleted then, waiting or running
+	runLeft  int64 // jobs the trace scheduled: run seconds still to do
 	// declaredRun is the run time the job declares, as the replay submits
 	// it as run_seconds (the trace's run time, or deletion − creation for a
 	// pod never scheduled; at least 1 s): RunningJob.RunSeconds.
@@ -146,6 +158,7 @@ func (j *simJob) order() int {
 // Plan without copying.
 type engine struct {
 	cfg        Config
+	trace      *trace.Trace // the converted input
 	epoch      time.Time
 	pools      []scheduling.Pool
 	healthyGPU map[string]bool   // UUIDs of the pool's healthy GPUs
@@ -216,17 +229,36 @@ func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simulation config: %w", err)
 	}
-	e := newEngine(in, cfg, progress)
+	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects})
+	if err != nil {
+		return nil, fmt.Errorf("simulation input: %w", err)
+	}
+	if cfg.TraceQuotas {
+		cfg.Quotas = withTraceQuotas(cfg.Quotas, tr.Quotas)
+	}
+	e := newEngine(tr, cfg, progress)
 	if err := e.loop(); err != nil {
 		return nil, err
 	}
-	return e.report(in)
+	return e.report()
 }
 
-func newEngine(in Input, cfg Config, progress io.Writer) *engine {
+// withTraceQuotas adds the trace's quotas to the policy's, the policy's
+// winning for a project and pool both name.
+func withTraceQuotas(policyQuotas, traceQuotas []scheduling.Quota) []scheduling.Quota {
+	out := slices.Clone(policyQuotas)
+	for _, q := range traceQuotas {
+		if !slices.ContainsFunc(policyQuotas, func(p scheduling.Quota) bool { return p.Project == q.Project && p.Pool == q.Pool }) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func newEngine(tr *trace.Trace, cfg Config, progress io.Writer) *engine {
 	e := &engine{
-		cfg: cfg, epoch: alibaba.Epoch, timerAt: -1, progress: progress,
-		pools:      alibaba.Pools(in.Nodes, alibaba.PoolOptions{Name: cfg.PoolName, Stage: cfg.Stage}),
+		cfg: cfg, trace: tr, epoch: tr.Epoch, timerAt: -1, progress: progress,
+		pools:      []scheduling.Pool{tr.Pool},
 		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: accounting.Ledger{}, byID: map[string]*simJob{},
 		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
 	}
@@ -237,43 +269,36 @@ func newEngine(in Input, cfg Config, progress io.Writer) *engine {
 			e.gpus++
 		}
 	}
-	e.addJobs(in.Pods)
+	e.addJobs(tr)
 	return e
 }
 
-// addJobs converts the GPU pods, draws their recovery evidence and queues
-// their arrival (and, for never-scheduled pods, their deletion) events.
-func (e *engine) addJobs(pods []alibaba.PodRow) {
-	var windowEnd int64
-	for i := range pods {
-		windowEnd = max(windowEnd, pods[i].DeletionTime)
-	}
-	opts := alibaba.JobOptions{Pool: e.cfg.PoolName, Projects: e.cfg.Projects, Epoch: e.epoch}
+// addJobs takes the trace's GPU jobs, draws their recovery evidence and
+// queues their arrival (and, for jobs the trace never scheduled, their
+// deletion) events.
+func (e *engine) addJobs(tr *trace.Trace) {
+	e.cpuOnly = tr.NonGPU
 	e.start = math.MaxInt64
-	for i := range pods {
-		p := &pods[i]
-		spec, ok := alibaba.PendingJob(*p, opts)
-		if !ok {
-			e.cpuOnly++
-			continue
-		}
-		if p.Phase == alibaba.PhaseRunning && p.DeletionTime == windowEnd {
+	for i := range tr.Jobs {
+		p := &tr.Jobs[i]
+		spec := p.Spec
+		if p.CutOff {
 			e.cutOff++
 		}
-		j := &simJob{idx: len(e.jobs), pod: p, spec: spec, firstStart: -1, pendIdx: -1, runIdx: -1}
+		j := &simJob{idx: len(e.jobs), tj: p, spec: spec, firstStart: -1, pendIdx: -1, runIdx: -1}
 		if q := e.queue(spec.Queue); q != nil {
 			j.objectiveS = int64(q.MaxWait / time.Second)
 			j.spec.Protected = q.Protected
 		}
 		j.recovery = drawRecovery(e.cfg, spec.ID, spec.Tier)
-		if run, ok := p.TraceRunSeconds(); ok {
-			j.runLeft, j.declaredRun = run, max(run, 1)
+		if p.Scheduled {
+			j.runLeft, j.declaredRun = p.RunSeconds, max(p.RunSeconds, 1)
 		} else {
-			j.deleteAt, j.declaredRun = p.DeletionTime, max(p.DeletionTime-p.CreationTime, 1)
-			e.events.push(event{t: p.DeletionTime, kind: evCancel, job: j})
+			j.deleteAt, j.declaredRun = p.End, max(p.End-p.Submit, 1)
+			e.events.push(event{t: p.End, kind: evCancel, job: j})
 		}
-		e.events.push(event{t: p.CreationTime, kind: evArrival, job: j})
-		e.start = min(e.start, p.CreationTime)
+		e.events.push(event{t: p.Submit, kind: evArrival, job: j})
+		e.start = min(e.start, p.Submit)
 		e.jobs = append(e.jobs, j)
 		e.byID[spec.ID] = j
 		e.project(spec.Project)
@@ -497,7 +522,7 @@ func (e *engine) startRun(j *simJob, pl *scheduling.Placement, t int64) error {
 	j.state, j.runSeq, j.runStart, j.ckptStep, j.milli = stRunning, j.runSeq+1, t, 0, milli
 	j.runs = append(j.runs, simRun{start: t, end: -1})
 	j.runEnd = t + j.runLeft
-	if !j.pod.Scheduled {
+	if !j.tj.Scheduled {
 		j.runEnd = j.deleteAt // the owner deleted the pod then, whenever it started
 	}
 	now := e.at(t)
@@ -594,7 +619,7 @@ func (e *engine) preempt(id, forID string, t int64) error {
 	j.loss = &pendingLoss{in: in, tier: j.spec.Tier, redoS: restore + float64(lost), resumed: -1}
 	e.preempts[j.spec.Tier]++
 	e.release(j, t)
-	if j.pod.Scheduled {
+	if j.tj.Scheduled {
 		j.runLeft = (j.runEnd - t) + lost + int64(math.Ceil(restore))
 	}
 	j.preemptedAt = append(j.preemptedAt, e.at(t))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/trace"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -464,13 +465,23 @@ func TestMinShareInSimulation(t *testing.T) {
 // carries as RunningJob.RunSeconds for the wait's expected releases.
 func TestDeclaredRunSeconds(t *testing.T) {
 	in := readInput(t, "testdata/nodes_two_t4.csv", "testdata/pods_small.csv")
-	e := newEngine(in, DefaultConfig(), nil)
+	cfg := DefaultConfig()
+	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(tr, cfg, nil)
 	if len(e.jobs) == 0 {
 		t.Fatal("no jobs")
 	}
+	pods := map[string]alibaba.PodRow{}
+	for _, p := range in.Pods {
+		pods[p.Name] = p
+	}
 	for _, j := range e.jobs {
-		want := j.pod.DeletionTime - j.pod.CreationTime
-		if run, ok := j.pod.TraceRunSeconds(); ok {
+		pod := pods[j.spec.ID]
+		want := pod.DeletionTime - pod.CreationTime
+		if run, ok := pod.TraceRunSeconds(); ok {
 			want = run
 		}
 		if want = max(want, 1); j.declaredRun != want {

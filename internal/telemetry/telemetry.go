@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,7 +27,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// Telemetry holds the installed providers and the Prometheus registry behind /metrics.
+// Telemetry holds the installed providers and the Prometheus registry behind
+// /metrics. Besides gpugov's own instruments the registry carries the Go
+// runtime's (go_memstats_*, go_goroutines, and go_gc_heap_live_bytes: the heap
+// marked live by the last GC, in bytes) and the process's
+// (process_resident_memory_bytes, process_open_fds, …), which `gpugov load`
+// samples for its memory trend (docs/design.md §8).
 type Telemetry struct {
 	registry       *prometheus.Registry
 	meterProvider  *sdkmetric.MeterProvider
@@ -41,6 +48,11 @@ type Telemetry struct {
 func Setup(ctx context.Context, serviceName string) (*Telemetry, error) {
 	res := resource.NewSchemaless(attribute.String("service.name", serviceName))
 	registry := prometheus.NewRegistry()
+	registry.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)

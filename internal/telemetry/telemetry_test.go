@@ -33,6 +33,8 @@ func TestMetricsExposedOnHandler(t *testing.T) {
 		`gpugov_job_wait_seconds_bucket{`, `tier="standard"`,
 		`gpugov_scheduling_cycle_duration_seconds_count`,
 		`gpugov_placements_total{`, `pool="alibaba"`,
+		// the runtime's and the process's, read by `gpugov load` (load.ReadHeap)
+		"\ngo_gc_heap_live_bytes ", "\ngo_memstats_heap_inuse_bytes ", "\nprocess_resident_memory_bytes ",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics output lacks %q:\n%s", want, text)

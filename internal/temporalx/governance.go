@@ -22,6 +22,17 @@ func PreemptionWorkflowID(victimJobID, runOrAllocationID string) string {
 	return "preempt/" + victimJobID + "/" + runOrAllocationID
 }
 
+// PreemptionWorkflowIDOf returns the workflow ID of one preemption of a
+// victim's run: "preempt/<victim>/<run>/<preemption>". The scheduler names
+// its preemptions so since the workflow change "preemption-id-per-preemption"
+// (workflows.SchedulerWorkflow): a run can meet a second preemption while
+// the first one's workflow is still closing (an aborted preemption lets the
+// same run go on), and under the shorter ID that second start was refused
+// as already started and its record left in progress for good.
+func PreemptionWorkflowIDOf(victimJobID, runOrAllocationID, preemptionID string) string {
+	return PreemptionWorkflowID(victimJobID, runOrAllocationID) + "/" + preemptionID
+}
+
 // ReclaimWorkflowID returns the workflow ID of the reclaim of an allocation:
 // "reclaim/<allocation>".
 func ReclaimWorkflowID(allocationID string) string { return "reclaim/" + allocationID }

@@ -19,7 +19,9 @@ const (
 	PolicyAging PolicyGroup = "aging"
 	// PolicyFairShare: fair_share.* (weight, half-life, project weights).
 	PolicyFairShare PolicyGroup = "fair_share"
-	// PolicyOrdering: tier_base and reservation.* (the rank order's fixed parts).
+	// PolicyOrdering: tier_base, reservation.* and placement (the cycle's
+	// fixed rules of order and placement; placement has no group of its own
+	// because the stored groups are a closed list in the schema).
 	PolicyOrdering PolicyGroup = "ordering"
 	// PolicyPreemption: preemption.*.
 	PolicyPreemption PolicyGroup = "preemption"

@@ -28,6 +28,12 @@ import (
 type DevServer struct {
 	HostPort string        // frontend gRPC address, "127.0.0.1:<port>"
 	Client   client.Client // client on the "default" namespace
+
+	// Set by StartPersistent only: what Restart needs.
+	bin    string
+	port   int
+	dbFile string
+	proc   *process
 }
 
 // Binary returns the Temporal CLI the tests use: $TEMPORAL_BIN, else bin/temporal
@@ -65,6 +71,23 @@ func Binary() (path string, ok bool) {
 // come up within 60 s.
 func Start(t testing.TB) *DevServer {
 	t.Helper()
+	return start(t, "")
+}
+
+// StartPersistent is Start with the server's state in the SQLite file
+// dbFile (`--db-filename`), so that Restart brings back every workflow it
+// held. The file is the caller's (a t.TempDir() path).
+func StartPersistent(t testing.TB, dbFile string) *DevServer {
+	t.Helper()
+	if dbFile == "" {
+		t.Fatal("temporaltest.StartPersistent: empty database file")
+	}
+	return start(t, dbFile)
+}
+
+// start starts a dev server, in memory when dbFile is "".
+func start(t testing.TB, dbFile string) *DevServer {
+	t.Helper()
 	SkipShort(t)
 	bin, ok := Binary()
 	if !ok {
@@ -80,11 +103,14 @@ func Start(t testing.TB) *DevServer {
 	var (
 		c        client.Client
 		hostPort string
+		port     int
+		proc     *process
 	)
 	for attempt := 1; ; attempt++ {
 		var out *lockedBuffer
 		var err error
-		hostPort, out, c, err = startOnce(t, bin, freePort(t))
+		port = freePort(t)
+		hostPort, out, c, proc, err = startOnce(t, bin, port, dbFile)
 		if err == nil {
 			break
 		}
@@ -95,7 +121,25 @@ func Start(t testing.TB) *DevServer {
 		t.Fatalf("temporal dev server at %s: %v\n%s", hostPort, err, out.String())
 	}
 	t.Cleanup(c.Close)
-	return &DevServer{HostPort: hostPort, Client: c}
+	return &DevServer{HostPort: hostPort, Client: c, bin: bin, port: port, dbFile: dbFile, proc: proc}
+}
+
+// Restart stops a server StartPersistent started (SIGTERM, as an operator
+// restarting it would) and starts it again on the same port and database
+// file, waiting until it answers; Client reconnects by itself. It fails the
+// test when the server was not started persistent or does not come back.
+func (d *DevServer) Restart(t testing.TB) {
+	t.Helper()
+	if d.dbFile == "" {
+		t.Fatal("temporaltest: Restart needs a server started with StartPersistent")
+	}
+	d.proc.stop()
+	_, out, c, proc, err := startOnce(t, d.bin, d.port, d.dbFile)
+	if err != nil {
+		t.Fatalf("temporal dev server restart at %s: %v\n%s", d.HostPort, err, out.String())
+	}
+	c.Close()
+	d.proc = proc
 }
 
 // startAttempts bounds the port-collision retries of Start.
@@ -108,11 +152,15 @@ func lostPort(output string) bool { return strings.Contains(output, "address alr
 // startOnce starts one dev server process on port and waits for it to
 // answer. On failure the process has been stopped and its output is returned
 // for the caller to inspect; on success it is stopped by t's cleanup.
-func startOnce(t testing.TB, bin string, port int) (string, *lockedBuffer, client.Client, error) {
+func startOnce(t testing.TB, bin string, port int, dbFile string) (string, *lockedBuffer, client.Client, *process, error) {
 	t.Helper()
 	hostPort := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
-		"--port", strconv.Itoa(port), "--log-level", "error"}, temporalx.DevServerSearchAttributeArgs()...)
+	args := []string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
+		"--port", strconv.Itoa(port), "--log-level", "error"}
+	if dbFile != "" {
+		args = append(args, "--db-filename", dbFile)
+	}
+	args = append(args, temporalx.DevServerSearchAttributeArgs()...)
 	cmd := exec.Command(bin, args...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -121,14 +169,24 @@ func startOnce(t testing.TB, bin string, port int) (string, *lockedBuffer, clien
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &process{cmd: cmd, exited: exited}
 	c, err := dialUntilReady(hostPort, exited, 60*time.Second)
 	if err != nil {
-		stop(cmd, exited)
-		return hostPort, out, nil, err
+		p.stop()
+		return hostPort, out, nil, nil, err
 	}
-	t.Cleanup(func() { stop(cmd, exited) })
-	return hostPort, out, c, nil
+	t.Cleanup(p.stop)
+	return hostPort, out, c, p, nil
 }
+
+// process is one dev server process; stop is idempotent.
+type process struct {
+	cmd    *exec.Cmd
+	exited <-chan struct{}
+	once   sync.Once
+}
+
+func (p *process) stop() { p.once.Do(func() { stop(p.cmd, p.exited) }) }
 
 // SkipShort skips t under `go test -short`: the test needs a Temporal dev
 // server, and -short is the tier that needs no service (`make test-unit`).

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/temporalx"
+	"github.com/gpugov/gpugov/load"
+	"github.com/gpugov/gpugov/store"
+)
+
+// errLoadFailed makes `gpugov load` exit 1 after printing a failing report.
+var errLoadFailed = errors.New("load test failed (see the report's FAIL lines)")
+
+func init() {
+	var (
+		cfg         load.Config
+		databaseURL string
+		temporal    string
+		format      string
+	)
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "Run a sustained open-loop load against a running gpugov serve and check that nothing was lost",
+		Long: `load sends, for --duration, submissions at --rate per second and, each at its own
+constant rate, job reads (get), wait-event reads (why), job lists and queue
+reports; --cancel-share of the accepted jobs are cancelled within
+--cancel-delay of their 201. Arrivals are open loop: a request leaves at its
+scheduled time whatever earlier ones take, and its latency is measured from
+that time. Jobs are simulated (--run-seconds) on --pool, spread over
+--projects projects (load-00 …) and the four tier queues; --wait-share of them
+are built to wait for good (held, an unknown GPU model, a prerequisite not
+ready).
+
+It samples serve's memory every --sample-interval: RSS from
+/proc/<--serve-pid>/status and the Go heap from serve's /metrics. After the
+window it waits up to --drain for every accepted job to be final or waiting
+with a reason, then reads each one's row from --database-url and its workflow
+from Temporal (DescribeWorkflow job/<id>), and prints the report: per request
+kind the rate, the answers by status and p50/p99/max latency; lost jobs;
+memory over time and its trend (least-squares slope over the window's second
+half against --max-growth MiB/min). It exits 1 when anything was lost, any
+answer was a 5xx or unanswered, or memory grew; 2 for bad flags.
+
+The token must be an operator's or an admin's (the load submits for several
+projects and cancels their jobs). Use it only against a stack of its own:
+` + "`make load`" + ` starts one.`,
+		Args: cobra.NoArgs,
+	}
+	newClient := apiclient.AddFlags(cmd.Flags())
+	fl := cmd.Flags()
+	fl.StringVar(&databaseURL, "database-url", cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL), "serve's PostgreSQL URL, read by the final check (env DATABASE_URL)")
+	fl.StringVar(&temporal, "temporal-address", cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), defaultTemporalAddress), "serve's Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fl.Float64Var(&cfg.Rate, "rate", load.DefaultRate, "submissions per second")
+	fl.DurationVar(&cfg.Duration, "duration", load.DefaultDuration, "load window")
+	fl.Float64Var(&cfg.GetRate, "get-rate", load.DefaultGetRate, "GET /v1/jobs/{id} per second")
+	fl.Float64Var(&cfg.WhyRate, "why-rate", load.DefaultWhyRate, "GET /v1/jobs/{id}/events per second")
+	fl.Float64Var(&cfg.ListRate, "list-rate", load.DefaultListRate, "GET /v1/jobs?state=waiting per second")
+	fl.Float64Var(&cfg.ReportRate, "report-rate", load.DefaultReportRate, "GET /v1/reports/queues per second")
+	fl.Float64Var(&cfg.CancelShare, "cancel-share", load.DefaultCancelShare, "share of accepted jobs cancelled (0..1)")
+	fl.DurationVar(&cfg.CancelDelay, "cancel-delay", load.DefaultCancelDelay, "a cancel follows its 201 after a delay drawn from [0, this)")
+	fl.Float64Var(&cfg.WaitShare, "wait-share", load.DefaultWaitShare, "share of submissions built to wait for good (0..1)")
+	fl.Float64Var(&cfg.RunSeconds, "run-seconds", load.DefaultRunSeconds, "each job's simulated run_seconds (serve's --sim-speed divides it)")
+	fl.IntVar(&cfg.Projects, "projects", load.DefaultProjects, "projects the submissions are spread over")
+	fl.StringVar(&cfg.Pool, "pool", load.DefaultPool, "pool the jobs ask for")
+	fl.IntVar(&cfg.MaxInFlight, "max-in-flight", load.DefaultMaxInFlight, "requests in flight above which a due request is dropped (and counted)")
+	fl.DurationVar(&cfg.Drain, "drain", load.DefaultDrain, "after the window, how long to wait for every accepted job to settle")
+	fl.IntVar(&cfg.ServePID, "serve-pid", 0, "gpugov serve's process ID, for RSS samples (0: none)")
+	fl.StringVar(&cfg.MetricsURL, "metrics-url", "", "serve's /metrics for heap samples (default: --api + /metrics; \"none\" for none)")
+	fl.DurationVar(&cfg.SampleInterval, "sample-interval", load.DefaultSampleInterval, "time between memory samples")
+	fl.Float64Var(&cfg.MaxGrowth, "max-growth", load.DefaultMaxGrowth, "bound on RSS and live-heap growth over the window's second half, MiB per minute")
+	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the job mix and the request targets")
+	fl.StringVar(&format, "format", "table", "report format: table or json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFormat(format, "table", "json"); err != nil {
+			return err
+		}
+		switch {
+		case !(cfg.Rate > 0) || cfg.Duration <= 0:
+			return newUsageError("--rate and --duration must be > 0")
+		case cfg.GetRate < 0 || cfg.WhyRate < 0 || cfg.ListRate < 0 || cfg.ReportRate < 0:
+			return newUsageError("--get-rate, --why-rate, --list-rate and --report-rate must not be negative")
+		case !(cfg.CancelShare >= 0 && cfg.CancelShare <= 1) || !(cfg.WaitShare >= 0 && cfg.WaitShare <= 1):
+			return newUsageError("--cancel-share and --wait-share must be in 0..1")
+		case !(cfg.RunSeconds > 0):
+			return newUsageError("--run-seconds must be > 0, got %g", cfg.RunSeconds)
+		case cfg.CancelDelay <= 0 || cfg.Drain <= 0 || cfg.SampleInterval <= 0 || cfg.Projects <= 0 || cfg.MaxInFlight <= 0:
+			return newUsageError("--cancel-delay, --drain, --sample-interval, --projects and --max-in-flight must be > 0")
+		case !(cfg.MaxGrowth > 0):
+			return newUsageError("--max-growth must be > 0, got %g", cfg.MaxGrowth)
+		}
+		client, err := connect(newClient, "")
+		if err != nil {
+			return err
+		}
+		cfg.Client = client.WithHTTPClient(load.NewHTTPClient(cfg.MaxInFlight))
+		switch cfg.MetricsURL {
+		case "":
+			cfg.MetricsURL = client.BaseURL() + "/metrics"
+		case "none":
+			cfg.MetricsURL = ""
+		}
+		ctx := cmd.Context()
+		st, err := store.Open(ctx, databaseURL)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		tc, err := temporalx.Dial(ctx, temporalx.ClientOptions{HostPort: temporal,
+			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		defer tc.Close()
+		cfg.Store, cfg.Temporal = st, tc
+		cfg.CheckTrend = true
+		cfg.Progress = cmd.ErrOrStderr()
+		fmt.Fprintf(cmd.ErrOrStderr(), "load: %g submissions/s for %s against %s; a progress line every %s\n",
+			cfg.Rate, cfg.Duration, client.BaseURL(), cfg.SampleInterval.Round(time.Millisecond))
+		rep, err := load.Run(ctx, cfg)
+		if err != nil {
+			return apiFailure(err)
+		}
+		if format == "json" {
+			err = printJSON(cmd.OutOrStdout(), rep)
+		} else {
+			err = rep.Render(cmd.OutOrStdout())
+		}
+		if err != nil {
+			return err
+		}
+		if !rep.Pass {
+			return errLoadFailed
+		}
+		return nil
+	}
+	rootCmd.AddCommand(cmd)
+}

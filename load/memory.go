@@ -1,0 +1,214 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MemorySample is one look at gpugov serve's memory during a load run.
+type MemorySample struct {
+	// At is the time since the load started.
+	At time.Duration `json:"at_ns"`
+	// RSSBytes is VmRSS of /proc/<pid>/status, in bytes; 0 when no PID was given.
+	RSSBytes int64 `json:"rss_bytes"`
+	// HeapLiveBytes is go_gc_heap_live_bytes of serve's /metrics (the heap
+	// the last GC marked live), in bytes; 0 when /metrics was not read.
+	HeapLiveBytes int64 `json:"heap_live_bytes"`
+	// HeapInuseBytes is go_memstats_heap_inuse_bytes, in bytes.
+	HeapInuseBytes int64 `json:"heap_inuse_bytes"`
+	// Goroutines is go_goroutines.
+	Goroutines int64 `json:"goroutines"`
+	// Load1 is the machine's 1-minute load average (/proc/loadavg), shared
+	// by every process on it.
+	Load1 float64 `json:"load1"`
+}
+
+// ReadRSS returns VmRSS of /proc/<pid>/status in bytes. It returns an error
+// when the file cannot be read (the process ended) or has no VmRSS line.
+func ReadRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read RSS of pid %d: %w", pid, err)
+	}
+	return parseVmRSS(data)
+}
+
+// parseVmRSS reads the "VmRSS:   123456 kB" line of a /proc status file.
+func parseVmRSS(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("VmRSS line %q: want \"VmRSS: N kB\"", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmRSS line %q: %w", line, err)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("no VmRSS line in the status file")
+}
+
+// readLoad1 returns the 1-minute load average of /proc/loadavg (0 when unreadable).
+func readLoad1() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// heapMetrics are the unlabelled series of serve's /metrics a sample keeps
+// (internal/telemetry registers the Go runtime collector that exports them).
+var heapMetrics = []string{"go_gc_heap_live_bytes", "go_memstats_heap_inuse_bytes", "go_goroutines"}
+
+// ReadHeap fetches url (serve's /metrics) and returns the values of the
+// unlabelled series go_gc_heap_live_bytes, go_memstats_heap_inuse_bytes and
+// go_goroutines. It returns an error for a failed fetch, a non-200 answer or
+// a missing series.
+func ReadHeap(ctx context.Context, hc *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read %s: status %d", url, resp.StatusCode)
+	}
+	return parseMetrics(resp.Body, heapMetrics)
+}
+
+// parseMetrics reads the Prometheus text exposition and returns the value of
+// each named unlabelled series; it returns an error naming a missing one.
+func parseMetrics(r io.Reader, names []string) (map[string]float64, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || !want[name] {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[name] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read metrics: %w", err)
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("metrics: no series %s", n)
+		}
+	}
+	return out, nil
+}
+
+// Trend is the memory growth check over the second half of the load window.
+type Trend struct {
+	// Samples is the number of samples in the second half.
+	Samples int `json:"samples"`
+	// RSSSlopeMiBPerMin and HeapSlopeMiBPerMin are the least-squares slopes
+	// of RSS and of the live heap over the second half, in MiB per minute.
+	RSSSlopeMiBPerMin  float64 `json:"rss_slope_mib_per_min"`
+	HeapSlopeMiBPerMin float64 `json:"heap_slope_mib_per_min"`
+	// MaxSlopeMiBPerMin is the bound both slopes must stay below (Config.MaxGrowth).
+	MaxSlopeMiBPerMin float64 `json:"max_slope_mib_per_min"`
+	// SecondMinuteRSSMiB and LastMinuteRSSMiB are the median RSS of the load
+	// window's second minute and of its last minute, in MiB (0 when the
+	// window is shorter than two minutes).
+	SecondMinuteRSSMiB float64 `json:"second_minute_rss_mib"`
+	LastMinuteRSSMiB   float64 `json:"last_minute_rss_mib"`
+	// OK is true when both slopes are below the bound (or too few samples
+	// were taken to fit one: fewer than 3).
+	OK bool `json:"ok"`
+}
+
+// mib is bytes in MiB.
+func mib(b float64) float64 { return b / (1 << 20) }
+
+// computeTrend fits RSS and live heap against time over the samples of the
+// second half of [0, window] and checks the slopes against maxSlope (MiB/min).
+func computeTrend(samples []MemorySample, window time.Duration, maxSlope float64) Trend {
+	tr := Trend{MaxSlopeMiBPerMin: maxSlope}
+	var xs, rss, heap []float64
+	for _, s := range samples {
+		if s.At >= window/2 && s.At <= window {
+			xs = append(xs, s.At.Minutes())
+			rss = append(rss, mib(float64(s.RSSBytes)))
+			heap = append(heap, mib(float64(s.HeapLiveBytes)))
+		}
+	}
+	tr.Samples = len(xs)
+	if len(xs) >= 3 {
+		tr.RSSSlopeMiBPerMin = slope(xs, rss)
+		tr.HeapSlopeMiBPerMin = slope(xs, heap)
+	}
+	tr.OK = tr.RSSSlopeMiBPerMin < maxSlope && tr.HeapSlopeMiBPerMin < maxSlope
+	if window >= 2*time.Minute {
+		tr.SecondMinuteRSSMiB = medianRSS(samples, time.Minute, 2*time.Minute)
+		tr.LastMinuteRSSMiB = medianRSS(samples, window-time.Minute, window)
+	}
+	return tr
+}
+
+// slope is the least-squares slope of ys against xs (len ≥ 2, xs not all equal; 0 otherwise).
+func slope(xs, ys []float64) float64 {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}
+
+// medianRSS is the median RSS in MiB of the samples taken in [from, to).
+func medianRSS(samples []MemorySample, from, to time.Duration) float64 {
+	var v []float64
+	for _, s := range samples {
+		if s.At >= from && s.At < to {
+			v = append(v, mib(float64(s.RSSBytes)))
+		}
+	}
+	return median(v)
+}
