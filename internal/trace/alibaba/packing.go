@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // packingHeader is the header of the trace's packing workloads (the
