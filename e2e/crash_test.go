@@ -265,14 +265,11 @@ func logCrashTable(t *testing.T, rows []crashRow, wall time.Duration) {
 // from, one release of the victim's allocation, the trigger job placed once.
 func TestCrashAtEveryPreemptionStep(t *testing.T) {
 	requireTemporal(t)
-	// Open bug this test found (every step up to VerifyResume passes): a
-	// simulated run retried after its worker was killed resumes from the
-	// checkpoint of its last heartbeat, older than one the killed attempt
-	// saved after it; its next checkpoint "goes backwards" in the store, every
-	// attempt fails and the victim job fails. The executor must resume from
-	// the newer of the heartbeat's and the store's checkpoint. Remove this
-	// skip with that fix.
-	t.Skip("known bug: a simulated run retried after a crash resumes behind the store's checkpoint and fails (see the comment)")
+	// This test found that a simulated run retried after its worker was
+	// killed resumed from its last heartbeat's checkpoint, older than one the
+	// killed attempt saved after it: its next checkpoint "went backwards" and
+	// the victim failed. The executor now resumes from the newer of the
+	// heartbeat's and the store's checkpoint (executor.RunCheckpointReader).
 	t.Parallel()
 	began := time.Now()
 	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: crashPolicy, inventory: crashInventory, simSpeed: 1})

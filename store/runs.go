@@ -340,6 +340,25 @@ func (s *Store) RecordCheckpoint(ctx context.Context, jobID, runID string, cp sc
 	})
 }
 
+// RunCheckpoint returns the last checkpoint stored for run runID of job jobID
+// (runs.last_checkpoint; nil when the run has none). The simulated executor
+// reads it when an attempt resumes after a crash: the lost attempt may have
+// saved a checkpoint after its last heartbeat reached Temporal, and resuming
+// behind it would make the next checkpoint go backwards (docs/design.md §7
+// "Crash points"). It returns an error wrapping ErrNotFound when no such run
+// exists.
+func (s *Store) RunCheckpoint(ctx context.Context, jobID, runID string) (*scheduling.Checkpoint, error) {
+	var doc *checkpointDoc
+	err := s.pool.QueryRow(ctx, `SELECT last_checkpoint FROM runs WHERE id = $1 AND job_id = $2`, runID, jobID).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s of job %s: %w", runID, jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: run checkpoint of %s: %w", runID, err)
+	}
+	return doc.checkpoint(), nil
+}
+
 // checkCheckpoint applies RecordCheckpoint's checks of cp against its run;
 // nil when cp may be recorded (or is the run's current checkpoint again).
 func checkCheckpoint(run *checkpointRunRow, runID string, cp scheduling.Checkpoint) error {

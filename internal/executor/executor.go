@@ -81,6 +81,14 @@ type CheckpointRecorder interface {
 	RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error
 }
 
+// RunCheckpointReader reads the last checkpoint stored for a run (the
+// store's RunCheckpoint: nil when none). A CheckpointRecorder that also
+// implements it lets a resumed attempt start from a checkpoint its lost
+// predecessor saved after its last heartbeat reached Temporal.
+type RunCheckpointReader interface {
+	RunCheckpoint(ctx context.Context, jobID, runID string) (*scheduling.Checkpoint, error)
+}
+
 // ErrCheckpointRefused is wrapped by a CheckpointRecorder's error when the
 // checkpoint was refused as evidence — a time in the future or before the
 // run started, a step past the job's declared work or going backwards, a
@@ -219,8 +227,10 @@ func (in *RunInput) validate() error {
 
 // resumePoint decides where this attempt starts: at in.StartStep, or — when an
 // earlier attempt of the same run heartbeated (its worker crashed) — at the last
-// checkpoint that attempt reported, because the work after it died with the
-// process. Without a newer checkpoint the job restarts from in.StartStep.
+// checkpoint that attempt reported or, when Checkpoints is a
+// RunCheckpointReader, the run's stored checkpoint if that is newer, because
+// the work after it died with the process. Without a newer checkpoint the job
+// restarts from in.StartStep.
 func (e *SimulatedExecutor) resumePoint(ctx context.Context, in *RunInput) *RunResult {
 	res := &RunResult{StartStep: in.StartStep}
 	if !activity.HasHeartbeatDetails(ctx) {
@@ -235,6 +245,18 @@ func (e *SimulatedExecutor) resumePoint(ctx context.Context, in *RunInput) *RunR
 	if p.LastCheckpoint != nil && p.LastCheckpoint.Step > res.StartStep {
 		res.StartStep = p.LastCheckpoint.Step
 		res.LastCheckpoint = p.LastCheckpoint
+	}
+	// Heartbeats reach Temporal throttled: the lost attempt may have saved a
+	// newer checkpoint after its last one. Resume from the newer of the two.
+	if r, ok := e.Checkpoints.(RunCheckpointReader); ok {
+		stored, err := r.RunCheckpoint(ctx, in.JobID, in.RunID)
+		switch {
+		case err != nil:
+			activity.GetLogger(ctx).Warn("stored checkpoint unreadable; resuming from the heartbeat's", "error", err)
+		case stored != nil && stored.Step > res.StartStep:
+			res.StartStep = stored.Step
+			res.LastCheckpoint = stored
+		}
 	}
 	res.RecomputeSteps = max(p.Step-res.StartStep, 0)
 	return res

@@ -216,3 +216,33 @@ func TestRunRejectsInvalidInput(t *testing.T) {
 		t.Fatalf("err = %v, want a non-retryable application error", err)
 	}
 }
+
+// storedCheckpointLog is a checkpointLog that also answers the run's stored
+// checkpoint (RunCheckpointReader), as the store does.
+type storedCheckpointLog struct {
+	checkpointLog
+	stored *scheduling.Checkpoint
+}
+
+func (l *storedCheckpointLog) RunCheckpoint(context.Context, string, string) (*scheduling.Checkpoint, error) {
+	return l.stored, nil
+}
+
+// The lost attempt saved step 90 after its last heartbeat (step 75, checkpoint
+// 60) reached Temporal: the retry resumes from the store's 90, not from 60,
+// whose next checkpoint would go backwards against the stored one.
+func TestRunResumesFromStoredCheckpointNewerThanHeartbeat(t *testing.T) {
+	log := &storedCheckpointLog{stored: &scheduling.Checkpoint{Step: 90, Location: "sim://j1/r1/step-90"}}
+	env := newRunEnv(t, &SimulatedExecutor{Checkpoints: log, SpeedFactor: 1000, HeartbeatInterval: 5 * time.Millisecond}, worker.Options{})
+	env.SetHeartbeatDetails(Progress{Step: 75, LastCheckpoint: &scheduling.Checkpoint{Step: 60, Location: "sim://j1/r1/step-60"}})
+	res, err := env.run(t, &RunInput{JobID: "j1", RunID: "r1", RunSeconds: 130, CheckpointIntervalSeconds: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.ResumedAfterCrash || res.StartStep != 90 || res.RecomputeSteps != 0 || res.Outcome != vocab.RunSucceeded {
+		t.Fatalf("result = %+v, want resumed at the stored 90, nothing recomputed", res)
+	}
+	if got := log.Steps(); !slices.Equal(got, []int64{120}) {
+		t.Fatalf("checkpoints at %v, want only [120]", got)
+	}
+}
