@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench stop clean demo-governance load
+.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -47,6 +47,24 @@ staticcheck:
 ## bench: the performance targets (scheduling cycle, snapshot load, simulation, reports).
 bench: postgres
 	go test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: every fuzz target for FUZZTIME each (go test -fuzz takes one target per
+## package run, so one run per target); a failure stops it, and the crasher
+## lands in the package's testdata/fuzz/FuzzXxx/ (commit it with the fix:
+## plain `go test`, and so `make test`, runs every committed corpus).
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./api:FuzzJobSpecJSON ./api:FuzzCheckpointReport ./api:FuzzSamplesReport \
+	./api:FuzzNodeInventoryReport ./api:FuzzReportQuery ./cmd/gpugov:FuzzJobSpecYAML \
+	./internal/policy:FuzzPolicy ./internal/inventory/static:FuzzStaticInventory \
+	./internal/trace/alibaba:FuzzAlibabaNodes ./internal/trace/alibaba:FuzzAlibabaPods \
+	./internal/executor/process:FuzzStatusFile ./internal/experiment:FuzzExperimentSpec
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 ## demo-governance: a live preemption and reclaim on an isolated stack (database
 ## gpugov_demo, Temporal on :7243, API on :8091; never touches `make run`'s). About 2.5 minutes.

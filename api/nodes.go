@@ -39,7 +39,7 @@ const (
 const (
 	// MaxSamplesPerReport bounds the samples of one POST …/samples: an agent
 	// sends one per GPU per refresh, so 4096 leaves room for a backlog.
-	MaxSamplesPerReport = 4096
+	MaxSamplesPerReport = vocab.MaxSamplesPerReport
 	// MaxSampleClockSkew is how far in the future (by the server's clock) a
 	// sample's time may be before it is rejected as a clock error.
 	MaxSampleClockSkew = 5 * time.Minute
@@ -185,11 +185,15 @@ func ValidateNodeInventory(name string, inv *inventory.NodeInventory) []FieldErr
 	if inv.Source != inventory.SourceNVML && inv.Source != inventory.SourceStatic {
 		add("source", "is %q; want %q or %q", inv.Source, inventory.SourceNVML, inventory.SourceStatic)
 	}
-	if inv.CPUMilli < 0 {
-		add("cpu_milli", "must be ≥ 0 (0 = not tracked)")
+	if inv.CPUMilli < 0 || inv.CPUMilli > vocab.MaxCPUMilli {
+		add("cpu_milli", "must be 0..%d milli-cores (0 = not tracked), got %d", vocab.MaxCPUMilli, inv.CPUMilli)
 	}
-	if inv.MemoryMiB < 0 {
-		add("memory_mib", "must be ≥ 0 (0 = not tracked)")
+	if inv.MemoryMiB < 0 || inv.MemoryMiB > vocab.MaxMemoryMiB {
+		add("memory_mib", "must be 0..%d MiB (0 = not tracked), got %d", vocab.MaxMemoryMiB, inv.MemoryMiB)
+	}
+	if len(inv.GPUs) > vocab.MaxGPUsPerNode {
+		add("gpus", "%d GPUs, at most %d per node", len(inv.GPUs), vocab.MaxGPUsPerNode)
+		return errs
 	}
 	if key, err := inventory.CheckLabels(inv.Labels); err != nil {
 		add(strings.TrimSuffix("labels."+key, "."), "%v", err)
@@ -206,8 +210,8 @@ func ValidateNodeInventory(name string, inv *inventory.NodeInventory) []FieldErr
 		}
 		uuids[g.UUID] = i
 		switch j, dup := indexes[g.Index]; {
-		case g.Index < 0:
-			add(f+"index", "must be ≥ 0")
+		case g.Index < 0 || g.Index > vocab.MaxGPUIndex:
+			add(f+"index", "must be 0..%d, got %d", vocab.MaxGPUIndex, g.Index)
 		case dup:
 			add(f+"index", "%d is also gpus[%d].index", g.Index, j)
 		}
@@ -215,8 +219,8 @@ func ValidateNodeInventory(name string, inv *inventory.NodeInventory) []FieldErr
 		if g.Model == "" {
 			add(f+"model", "is required")
 		}
-		if g.MemoryTotalMiB <= 0 {
-			add(f+"memory_total_mib", "must be > 0")
+		if g.MemoryTotalMiB <= 0 || g.MemoryTotalMiB > vocab.MaxGPUMemoryMiB {
+			add(f+"memory_total_mib", "must be 1..%d MiB, got %d", vocab.MaxGPUMemoryMiB, g.MemoryTotalMiB)
 		}
 		if g.MemoryUsedMiB < 0 || (g.MemoryTotalMiB > 0 && g.MemoryUsedMiB > g.MemoryTotalMiB) {
 			add(f+"memory_used_mib", "must be between 0 and memory_total_mib")
@@ -320,8 +324,8 @@ func ValidateSamples(samples []inventory.UtilizationSample, now time.Time) []Fie
 		if sm.GPUPercent < 0 || sm.GPUPercent > 100 {
 			add(f+"gpu_percent", "must be between 0 and 100")
 		}
-		if sm.MemoryUsedMiB < 0 {
-			add(f+"memory_used_mib", "must be ≥ 0")
+		if sm.MemoryUsedMiB < 0 || sm.MemoryUsedMiB > vocab.MaxGPUMemoryMiB {
+			add(f+"memory_used_mib", "must be 0..%d MiB, got %d", vocab.MaxGPUMemoryMiB, sm.MemoryUsedMiB)
 		}
 	}
 	return errs
@@ -463,8 +467,8 @@ func ValidateCheckpoint(cp *Checkpoint) []FieldError {
 	if cp.At.IsZero() {
 		errs = append(errs, FieldError{Field: "at", Message: "is required (RFC 3339 time the checkpoint was complete)"})
 	}
-	if cp.Step < 0 {
-		errs = append(errs, FieldError{Field: "step", Message: "must be ≥ 0"})
+	if cp.Step < 0 || cp.Step > MaxTotalSteps {
+		errs = append(errs, FieldError{Field: "step", Message: fmt.Sprintf("must be 0..%d, got %d", int64(MaxTotalSteps), cp.Step)})
 	}
 	if cp.Location == "" {
 		errs = append(errs, FieldError{Field: "location", Message: "is required: where the checkpoint can be read from"})

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/queuereport"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -322,7 +323,11 @@ func timeParam(name, v string) (time.Time, *Error) {
 	return t.UTC(), nil
 }
 
-// checkWindow rejects an inverted, too long or future window; fromName and
+// minReportTime is the earliest start of a report window
+// (vocab.MinReportUnixSeconds, 1970-01-01T00:00:00Z).
+var minReportTime = time.Unix(vocab.MinReportUnixSeconds, 0).UTC()
+
+// checkWindow rejects an inverted, too long, too early or future window; fromName and
 // toName are the parameters the problem is reported on.
 func checkWindow(fromName, toName string, w queuereport.Window, now time.Time) *Error {
 	switch {
@@ -332,6 +337,9 @@ func checkWindow(fromName, toName string, w queuereport.Window, now time.Time) *
 	case w.To.Sub(w.From) > MaxReportWindow:
 		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window is %s long; at most %s (%d days) may be read at once",
 			w.To.Sub(w.From).Round(time.Second), MaxReportWindow, int(MaxReportWindow.Hours()/24))
+	case w.From.Before(minReportTime):
+		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window starts at %s, before %s: the report counts in Unix nanoseconds and nothing is recorded before",
+			w.From.Format(time.RFC3339), minReportTime.Format(time.RFC3339))
 	case w.From.After(now):
 		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window starts in the future (%s; now is %s)",
 			w.From.Format(time.RFC3339), now.UTC().Format(time.RFC3339))

@@ -11,10 +11,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -68,15 +70,15 @@ type ResourceSpec struct {
 // 1..inventory.MaxLabelLength bytes, like a node label.
 const MaxNodeSelectorPairs = 16
 
-// Upper bounds of a job's resource request (docs/design.md "Job spec
-// bounds"): generous beyond any real job, and small enough that every value
-// fits its job_queue column (gpus is an integer) and sums over thousands of
-// jobs stay far from int64 overflow.
+// Upper bounds of a job's resource request, vocab's (docs/design.md "Bounds
+// of outside input"): generous beyond any real job, and small enough that
+// every value fits its job_queue column (gpus is an integer) and sums over
+// thousands of jobs stay far from int64 overflow.
 const (
-	MaxGPUs         = 4096    // resources.gpus
-	MaxGPUMemoryMiB = 1 << 20 // resources.gpu_memory_mib, per GPU: 1 TiB
-	MaxCPUMilli     = 1 << 30 // resources.cpu_milli: about 1 million cores
-	MaxMemoryMiB    = 1 << 30 // resources.memory_mib: 1 PiB
+	MaxGPUs         = vocab.MaxGPUs         // resources.gpus
+	MaxGPUMemoryMiB = vocab.MaxGPUMemoryMiB // resources.gpu_memory_mib, per GPU: 1 TiB
+	MaxCPUMilli     = vocab.MaxCPUMilli     // resources.cpu_milli: about 1 million cores
+	MaxMemoryMiB    = vocab.MaxMemoryMiB    // resources.memory_mib: 1 PiB
 )
 
 // MaxGPUModelLength bounds each resources.gpu_models entry, in bytes: NVML
@@ -105,9 +107,10 @@ type RecoverySpec struct {
 	TotalSteps int64 `json:"total_steps,omitempty" yaml:"total_steps,omitempty"`
 }
 
-// MaxTotalSteps bounds recovery.total_steps: 2^53, the largest integer a
-// JSON number carries exactly.
-const MaxTotalSteps = 1 << 53
+// MaxTotalSteps bounds recovery.total_steps and every reported step:
+// vocab.MaxTotalSteps, 2^53, the largest integer a JSON number carries
+// exactly.
+const MaxTotalSteps = vocab.MaxTotalSteps
 
 // PrerequisiteSpec is one prerequisite as declared at submit time.
 type PrerequisiteSpec struct {
@@ -186,17 +189,29 @@ func jsonError(err error, data []byte, v any) *Error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		return newError(http.StatusBadRequest, CodeMalformed, "", "the body must be a JSON object, got JSON %s", typeErr.Value)
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		return newError(http.StatusBadRequest, CodeMalformed, field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+		return newError(http.StatusBadRequest, CodeMalformed, typeErr.Field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
 	case errors.As(err, &syntaxErr):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "truncated JSON")
 	}
+	// A time.Time's own decoder reports a bad time without the field: find
+	// the first time-typed field whose value does not parse.
+	var timeErr *time.ParseError
+	if errors.As(err, &timeErr) {
+		var doc any
+		field := ""
+		if json.Unmarshal(data, &doc) == nil {
+			field = badTimePath(doc, reflect.TypeOf(v), "")
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, field, "not an RFC 3339 time (e.g. 2026-01-05T00:00:00Z): %q", timeErr.Value)
+	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
+		name = fieldKey(strings.Trim(name, `"`))
 		var doc any
 		if json.Unmarshal(data, &doc) == nil {
 			if path := unknownFieldPath(doc, reflect.TypeOf(v), ""); path != "" {
@@ -379,7 +394,7 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[key]
-			path := joinPath(prefix, key)
+			path := joinPath(prefix, fieldKey(key))
 			if !known {
 				return path
 			}
@@ -391,6 +406,53 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		arr, _ := doc.([]any)
 		for i, el := range arr {
 			if p := unknownFieldPath(el, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// timeType is time.Time's reflect type.
+var timeType = reflect.TypeFor[time.Time]()
+
+// badTimePath returns the dotted path of the first value in doc (a generic
+// JSON value) that type t decodes as a time.Time and that is not an RFC
+// 3339 time, or "".
+func badTimePath(doc any, t reflect.Type, prefix string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == timeType {
+		if s, ok := doc.(string); ok {
+			if _, err := time.Parse(time.RFC3339, s); err == nil {
+				return ""
+			}
+		}
+		if doc == nil {
+			return ""
+		}
+		return prefix
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return ""
+		}
+		fields := map[string]reflect.Type{}
+		jsonFields(t, fields)
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, known := fields[key]; known {
+				if p := badTimePath(obj[key], ft, joinPath(prefix, key)); p != "" {
+					return p
+				}
+			}
+		}
+	case reflect.Slice:
+		arr, _ := doc.([]any)
+		for i, el := range arr {
+			if p := badTimePath(el, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
 				return p
 			}
 		}
@@ -415,6 +477,16 @@ func jsonFields(t reflect.Type, fields map[string]reflect.Type) {
 		}
 		fields[name] = f.Type
 	}
+}
+
+// fieldKey is an object key as a field path names it: the empty key,
+// which names nothing, as `""` (found by FuzzJobSpecJSON: {"": 0} was
+// refused naming no field).
+func fieldKey(key string) string {
+	if key == "" {
+		return `""`
+	}
+	return key
 }
 
 func joinPath(prefix, key string) string {

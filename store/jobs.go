@@ -385,10 +385,11 @@ type JobFilter struct {
 	AfterID string
 }
 
-// Page sizes of ListJobs.
+// Page sizes of every list (vocab's: docs/design.md "Bounds of outside
+// input"): DefaultListLimit rows without a limit, at most MaxListLimit.
 const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	DefaultListLimit = vocab.DefaultListLimit
+	MaxListLimit     = vocab.MaxListLimit
 )
 
 // pageLimit is a list's page size for the requested limit:

@@ -118,7 +118,7 @@ var reportQueryOptions = []any{pgx.QueryExecModeCacheDescribe, pgx.QueryResultFo
 
 // MaxReportWindow bounds the window LoadReportInput reads: 90 days, so that
 // one request cannot make the store read the whole history.
-const MaxReportWindow = 90 * 24 * time.Hour
+const MaxReportWindow = vocab.MaxReportWindowSeconds * time.Second
 
 // LoadReportInput reads the records of the queue service report
 // (queuereport.Compute) over window as observed at now, in one read-only

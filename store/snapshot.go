@@ -97,7 +97,7 @@ type snapshotCache struct {
 // API refuses larger values (422 on run_seconds); the snapshot clamps rows
 // stored before that rule so one bad row cannot stop every scheduling cycle
 // (docs/design.md "job spec bounds").
-const MaxRunSeconds = 10 * 31_536_000
+const MaxRunSeconds = vocab.MaxRunSeconds
 
 // maxRunSecondsSQL is MaxRunSeconds as an SQL literal.
 var maxRunSecondsSQL = strconv.Itoa(MaxRunSeconds)

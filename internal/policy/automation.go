@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // Drills is the resume drill rule (docs/design.md §5 "Resume drills"): a
 // drill runs the whole preemption workflow on a running checkpointable job
@@ -48,7 +52,7 @@ type Automation struct {
 // store bounds at store.MaxReportWindow (90 days), so 45 days. Beyond it
 // every readiness evaluation would fail, and with it every policy refresh
 // that widens a stage (a store test holds the two bounds together).
-const MaxReadinessWindowSeconds = 45 * 24 * 3600
+const MaxReadinessWindowSeconds = vocab.MaxReadinessWindowSeconds
 
 // Readiness holds the window and thresholds of a pool's readiness checks
 // (governance.EvaluateReadiness). Shares are fractions 0..1.

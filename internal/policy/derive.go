@@ -7,13 +7,15 @@ import (
 	"io"
 	"reflect"
 	"slices"
+
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // MaxQuotaMilli bounds a quota's nominal and borrowing limit, in milli-GPU
 // (one million GPUs): well above any pool, and small enough that the quota
 // accounting's products of two milli-GPU amounts cannot overflow
 // (scheduling.QuotaLedger).
-const MaxQuotaMilli int64 = 1_000_000_000
+const MaxQuotaMilli = vocab.MaxQuotaMilli
 
 // quotaMilli is the value rule of a quota's nominal and borrowing limit.
 func quotaMilli(v int64) string {

@@ -197,14 +197,48 @@ func atLeastOne[T int | int64 | uint64 | float64](v T) string {
 	return ""
 }
 
+// between accepts lo..hi; below a bound of 0 or 1 (other than a fraction's
+// 0..1) it says so as nonNegative and atLeastOne do, beyond hi it names
+// the range.
 func between[T int | int64 | uint64 | float64](lo, hi T) check[T] {
 	return func(v T) string {
-		if v < lo || v > hi {
+		switch {
+		case v < lo && lo == 0 && hi != 1:
+			return nonNegative(v)
+		case v < lo && lo == 1:
+			return atLeastOne(v)
+		case v < lo || v > hi:
 			return fmt.Sprintf("%v is outside %v..%v", v, lo, hi)
 		}
 		return ""
 	}
 }
+
+// upTo accepts a value in 0..hi (vocab's bounds).
+func upTo[T int | int64 | uint64 | float64](hi T) check[T] { return between(0, hi) }
+
+// positiveUpTo accepts a value above 0, at most hi (vocab's bounds).
+func positiveUpTo[T int | int64 | uint64 | float64](hi T) check[T] {
+	return func(v T) string {
+		if msg := positive(v); msg != "" {
+			return msg
+		}
+		if v > hi {
+			return fmt.Sprintf("%v is more than %v", v, hi)
+		}
+		return ""
+	}
+}
+
+// Rules of vocab's bounds (docs/design.md "Bounds of outside input").
+var (
+	seconds         = upTo[float64](vocab.MaxDurationSeconds)
+	positiveSeconds = positiveUpTo[float64](vocab.MaxDurationSeconds)
+	points          = upTo[float64](vocab.MaxPriorityPoints)
+)
+
+// count is the rule of a policy count: lo (0 or 1)..vocab.MaxPolicyCount.
+func count[T int | int64](lo T) check[T] { return between(lo, T(vocab.MaxPolicyCount)) }
 
 // anyValue accepts every finite value.
 func anyValue[T int | int64 | uint64 | float64](T) string { return "" }
@@ -293,9 +327,17 @@ func (d *decoder) class(dst *vocab.ReclaimClass) fieldFunc {
 // instant decodes an RFC 3339 time.
 func (d *decoder) instant(dst *time.Time) fieldFunc {
 	return func(n *yaml.Node, path string) {
-		if t, ok := yamlnode.Time(n, path, d.report); ok {
-			*dst = t
+		t, ok := yamlnode.Time(n, path, d.report)
+		if !ok {
+			return
 		}
+		// The canonical body writes times in UTC as JSON, which carries
+		// years 0..9999 only: an offset must not push a time out of them.
+		if y := t.UTC().Year(); y < vocab.MinPolicyYear || y > vocab.MaxPolicyYear {
+			d.fail(n, path, "%s is year %d in UTC, want a time in %d..%d", t.Format(time.RFC3339), y, vocab.MinPolicyYear, vocab.MaxPolicyYear)
+			return
+		}
+		*dst = t
 	}
 }
 
@@ -316,7 +358,7 @@ func (d *decoder) names(dst *[]string) fieldFunc {
 func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 	d.mapping(root, "", fields{
 		"version":            func(*yaml.Node, string) {}, // checked by version
-		"tier_base":          d.numbers(p.TierBase, tierName, anyValue),
+		"tier_base":          d.numbers(p.TierBase, tierName, between(-vocab.MaxPriorityPoints, vocab.MaxPriorityPoints)),
 		"aging":              d.aging(root, &p.Aging),
 		"fair_share":         d.fairShare(&p.FairShare),
 		"reservation":        d.reservation(&p.Reservation),
@@ -368,9 +410,9 @@ func (d *decoder) aging(root *yaml.Node, a *Aging) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"enabled":     d.boolean(&a.Enabled),
-			"step_points": number(d, &a.StepPoints, nonNegative),
-			"interval_s":  number(d, &a.IntervalSeconds, nonNegative),
-			"cap_points":  number(d, &a.CapPoints, nonNegative),
+			"step_points": number(d, &a.StepPoints, points),
+			"interval_s":  number(d, &a.IntervalSeconds, seconds),
+			"cap_points":  number(d, &a.CapPoints, points),
 		})
 		if a.Enabled && a.IntervalSeconds == 0 {
 			d.fail(d.lineNode(path+".interval_s", n), path+".interval_s", "is 0 with aging enabled, want > 0")
@@ -382,11 +424,11 @@ func (d *decoder) fairShare(f *FairShare) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"enabled":     d.boolean(&f.Enabled),
-			"weight":      number(d, &f.Weight, nonNegative),
-			"half_life_s": number(d, &f.HalfLifeSeconds, nonNegative),
+			"weight":      number(d, &f.Weight, points),
+			"half_life_s": number(d, &f.HalfLifeSeconds, seconds),
 			"project_weights": func(n *yaml.Node, path string) {
 				f.ProjectWeights = map[string]float64{}
-				d.numbers(f.ProjectWeights, anyName, positive)(n, path)
+				d.numbers(f.ProjectWeights, anyName, positiveUpTo[float64](vocab.MaxProjectWeight))(n, path)
 			},
 		})
 	}
@@ -396,7 +438,7 @@ func (d *decoder) reservation(r *Reservation) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"enabled": d.boolean(&r.Enabled),
-			"depth":   integer(d, &r.Depth, nonNegative),
+			"depth":   integer(d, &r.Depth, count(0)),
 		})
 	}
 }
@@ -405,18 +447,18 @@ func (d *decoder) preemption(p *Preemption) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"enabled":                    d.boolean(&p.Enabled),
-			"min_runtime_s":              number(d, &p.MinRuntimeSeconds, nonNegative),
-			"max_preemptions":            integer(d, &p.MaxPreemptions, nonNegative),
-			"window_s":                   number(d, &p.WindowSeconds, nonNegative),
-			"save_restore_s":             number(d, &p.SaveRestoreSeconds, nonNegative),
-			"grace_s":                    number(d, &p.GraceSeconds, nonNegative),
+			"min_runtime_s":              number(d, &p.MinRuntimeSeconds, seconds),
+			"max_preemptions":            integer(d, &p.MaxPreemptions, count(0)),
+			"window_s":                   number(d, &p.WindowSeconds, seconds),
+			"save_restore_s":             number(d, &p.SaveRestoreSeconds, seconds),
+			"grace_s":                    number(d, &p.GraceSeconds, seconds),
 			"require_verified_resume":    d.boolean(&p.RequireVerifiedResume),
 			"release_without_checkpoint": d.boolean(&p.ReleaseWithoutCheckpoint),
-			"verify_resume_timeout_s":    number(d, &p.VerifyResumeTimeoutSeconds, positive),
-			"recompute_timeout_s":        number(d, &p.RecomputeTimeoutSeconds, positive),
-			"min_verified_resumes":       integer(d, &p.MinVerifiedResumes, atLeastOne),
+			"verify_resume_timeout_s":    number(d, &p.VerifyResumeTimeoutSeconds, positiveSeconds),
+			"recompute_timeout_s":        number(d, &p.RecomputeTimeoutSeconds, positiveSeconds),
+			"min_verified_resumes":       integer(d, &p.MinVerifiedResumes, count(1)),
 			"max_resume_failure_rate":    number(d, &p.MaxResumeFailureRate, between(0.0, 1.0)),
-			"evidence_window_s":          number(d, &p.EvidenceWindowSeconds, positive),
+			"evidence_window_s":          number(d, &p.EvidenceWindowSeconds, positiveSeconds),
 		})
 	}
 }
@@ -441,14 +483,14 @@ func (d *decoder) queues(dst *[]Queue) fieldFunc {
 			if !d.mapping(c, at, fields{
 				"name":               d.name(&q.Name),
 				"tier":               d.tier(&q.Tier),
-				"share":              number(d, &q.Share, nonNegative),
-				"max_wait_s":         integer(d, &q.MaxWaitSeconds, nonNegative),
+				"share":              number(d, &q.Share, upTo[float64](vocab.MaxProjectWeight)),
+				"max_wait_s":         integer(d, &q.MaxWaitSeconds, upTo[int64](vocab.MaxDurationSeconds)),
 				"protected":          d.boolean(&q.Protected),
 				"low_risk":           d.boolean(&q.LowRisk),
 				"aging_ceiling_tier": d.tier(&q.AgingCeilingTier),
 				"aging_cap_points": func(n *yaml.Node, path string) {
 					var v float64
-					number(d, &v, nonNegative)(n, path)
+					number(d, &v, points)(n, path)
 					q.AgingCapPoints = &v
 				},
 				"min_share": number(d, &q.MinShare, between(0.0, 1.0)),
@@ -578,14 +620,14 @@ func (d *decoder) reclaim(r *Reclaim) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"enabled":              d.boolean(&r.Enabled),
-			"scan_interval_s":      number(d, &r.ScanIntervalSeconds, positive),
-			"observation_window_s": number(d, &r.ObservationWindowSeconds, positive),
-			"idle_gpu_percent":     integer(d, &r.IdleGPUPercent, between(0, 100)),
-			"idle_max_bursts":      integer(d, &r.IdleMaxBursts, nonNegative),
-			"idle_memory_mib":      integer(d, &r.IdleMemoryMiB, nonNegative),
-			"dispute_window_s":     number(d, &r.DisputeWindowSeconds, positive),
-			"notify_window_s":      number(d, &r.NotifyWindowSeconds, positive),
-			"confirm_window_s":     number(d, &r.ConfirmWindowSeconds, positive),
+			"scan_interval_s":      number(d, &r.ScanIntervalSeconds, positiveSeconds),
+			"observation_window_s": number(d, &r.ObservationWindowSeconds, positiveSeconds),
+			"idle_gpu_percent":     integer(d, &r.IdleGPUPercent, between(0, vocab.MaxPercent)),
+			"idle_max_bursts":      integer(d, &r.IdleMaxBursts, count(0)),
+			"idle_memory_mib":      integer(d, &r.IdleMemoryMiB, upTo[int64](vocab.MaxGPUMemoryMiB)),
+			"dispute_window_s":     number(d, &r.DisputeWindowSeconds, positiveSeconds),
+			"notify_window_s":      number(d, &r.NotifyWindowSeconds, positiveSeconds),
+			"confirm_window_s":     number(d, &r.ConfirmWindowSeconds, positiveSeconds),
 			"default_mode":         d.mode(&r.DefaultMode),
 			"rules": func(n *yaml.Node, path string) {
 				rules := []ModeRule{}
@@ -611,10 +653,10 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"pool":              d.name(&s.Pool),
-			"projects":          integer(d, &s.Projects, atLeastOne),
+			"projects":          integer(d, &s.Projects, count(1)),
 			"seed":              integer(d, &s.Seed, anyValue),
-			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, atLeastOne),
-			"starvation_factor": number(d, &s.StarvationFactor, positive),
+			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, between[int64](1, vocab.MaxDurationSeconds)),
+			"starvation_factor": number(d, &s.StarvationFactor, positiveUpTo[float64](vocab.MaxGrowthFactor)),
 			"trace_quotas":      d.boolean(&s.TraceQuotas),
 			"recovery": func(n *yaml.Node, path string) {
 				r := &s.Recovery
@@ -629,8 +671,8 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 						r.Tiers = tiers
 					},
 					"probability":           number(d, &r.Probability, between(0.0, 1.0)),
-					"checkpoint_interval_s": integer(d, &r.CheckpointIntervalSeconds, atLeastOne),
-					"verified_resumes":      integer(d, &r.VerifiedResumes, nonNegative),
+					"checkpoint_interval_s": integer(d, &r.CheckpointIntervalSeconds, between[int64](1, vocab.MaxDurationSeconds)),
+					"verified_resumes":      integer(d, &r.VerifiedResumes, count(0)),
 				})
 			},
 		})
@@ -642,7 +684,7 @@ func (d *decoder) drills(dst *Drills) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
 			"auto_in_trial":       d.boolean(&dst.AutoInTrial),
-			"per_profile_per_day": integer(d, &dst.PerProfilePerDay, atLeastOne),
+			"per_profile_per_day": integer(d, &dst.PerProfilePerDay, count(1)),
 		})
 	}
 }
@@ -651,7 +693,7 @@ func (d *decoder) drills(dst *Drills) fieldFunc {
 func (d *decoder) automation(dst *Automation) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
-			"recovery_loss_budget_gpu_s_per_day": number(d, &dst.RecoveryLossBudgetGPUSecondsPerDay, nonNegative),
+			"recovery_loss_budget_gpu_s_per_day": number(d, &dst.RecoveryLossBudgetGPUSecondsPerDay, upTo[float64](vocab.MaxGPUs*86400)),
 			"readiness": func(n *yaml.Node, path string) {
 				r := &dst.Readiness
 				d.mapping(n, path, fields{
@@ -668,11 +710,11 @@ func (d *decoder) automation(dst *Automation) fieldFunc {
 					"min_reason_share":            number(d, &r.MinReasonShare, between(0.0, 1.0)),
 					"max_not_yet_evaluated_share": number(d, &r.MaxNotYetEvaluatedShare, between(0.0, 1.0)),
 					"min_observed_share":          number(d, &r.MinObservedShare, between(0.0, 1.0)),
-					"freshness_s":                 number(d, &r.FreshnessSeconds, positive),
-					"longest_wait_floor_s":        number(d, &r.LongestWaitFloorSeconds, nonNegative),
-					"max_longest_wait_growth":     number(d, &r.MaxLongestWaitGrowth, nonNegative),
-					"max_starving_jobs":           integer(d, &r.MaxStarvingJobs, nonNegative),
-					"max_key_jobs_over_objective": integer(d, &r.MaxKeyJobsOverObjective, nonNegative),
+					"freshness_s":                 number(d, &r.FreshnessSeconds, positiveSeconds),
+					"longest_wait_floor_s":        number(d, &r.LongestWaitFloorSeconds, seconds),
+					"max_longest_wait_growth":     number(d, &r.MaxLongestWaitGrowth, upTo[float64](vocab.MaxGrowthFactor)),
+					"max_starving_jobs":           integer(d, &r.MaxStarvingJobs, count(0)),
+					"max_key_jobs_over_objective": integer(d, &r.MaxKeyJobsOverObjective, count(0)),
 				})
 			},
 		})

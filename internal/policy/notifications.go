@@ -153,12 +153,12 @@ func (d *decoder) notifications(n *Notifications) fieldFunc {
 			"delivery": func(node *yaml.Node, path string) {
 				dl := &n.Delivery
 				d.mapping(node, path, fields{
-					"max_attempts":       integer(d, &dl.MaxAttempts, atLeastOne),
-					"initial_interval_s": number(d, &dl.InitialIntervalSeconds, positive),
-					"max_interval_s":     number(d, &dl.MaxIntervalSeconds, positive),
-					"timeout_s":          number(d, &dl.TimeoutSeconds, positive),
-					"poll_interval_s":    number(d, &dl.PollIntervalSeconds, positive),
-					"retention_s":        number(d, &dl.RetentionSeconds, positive),
+					"max_attempts":       integer(d, &dl.MaxAttempts, count(1)),
+					"initial_interval_s": number(d, &dl.InitialIntervalSeconds, positiveSeconds),
+					"max_interval_s":     number(d, &dl.MaxIntervalSeconds, positiveSeconds),
+					"timeout_s":          number(d, &dl.TimeoutSeconds, positiveSeconds),
+					"poll_interval_s":    number(d, &dl.PollIntervalSeconds, positiveSeconds),
+					"retention_s":        number(d, &dl.RetentionSeconds, positiveSeconds),
 				})
 				if dl.MaxIntervalSeconds < dl.InitialIntervalSeconds {
 					d.fail(d.lineNode(path+".max_interval_s", node), path+".max_interval_s",

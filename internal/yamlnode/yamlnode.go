@@ -79,8 +79,13 @@ func Describe(n *yaml.Node) string {
 	}
 }
 
-// Join is the path of field key under path ("" is the root).
+// Join is the path of field key under path ("" is the root). The empty
+// key, which would name nothing, is written `""` (found by FuzzPolicy: an
+// unknown empty key was a problem naming no field).
 func Join(path, key string) string {
+	if key == "" {
+		key = `""`
+	}
 	if path == "" {
 		return key
 	}

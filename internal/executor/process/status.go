@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // Status line types (see the package doc).
@@ -91,8 +92,8 @@ func (s *statusState) apply(line []byte, at time.Time) error {
 // applyStarted accepts the single started line, which comes first.
 func (s *statusState) applyStarted(rec statusRecord) error {
 	switch {
-	case rec.FromStep == nil || *rec.FromStep < 0:
-		return errors.New(`started needs "from_step" ≥ 0`)
+	case rec.FromStep == nil || *rec.FromStep < 0 || *rec.FromStep > vocab.MaxTotalSteps:
+		return fmt.Errorf(`started needs "from_step" in 0..%d`, int64(vocab.MaxTotalSteps))
 	case s.progress.Started:
 		return errors.New("second started line")
 	case s.reported:
@@ -105,8 +106,8 @@ func (s *statusState) applyStarted(rec statusRecord) error {
 
 // applyProgress accepts a progress step that does not go back.
 func (s *statusState) applyProgress(rec statusRecord) error {
-	if rec.Step == nil || *rec.Step < 0 {
-		return errors.New(`progress needs "step" ≥ 0`)
+	if rec.Step == nil || *rec.Step < 0 || *rec.Step > vocab.MaxTotalSteps {
+		return fmt.Errorf(`progress needs "step" in 0..%d`, int64(vocab.MaxTotalSteps))
 	}
 	if floor := max(s.progressStep, s.progress.StartedFromStep); *rec.Step < floor {
 		return fmt.Errorf("progress step %d is below step %d reported before", *rec.Step, floor)
@@ -119,8 +120,8 @@ func (s *statusState) applyProgress(rec statusRecord) error {
 // applyCheckpoint accepts a checkpoint whose step does not go back and whose
 // location exists.
 func (s *statusState) applyCheckpoint(rec statusRecord, at time.Time) error {
-	if rec.Step == nil || *rec.Step < 0 {
-		return errors.New(`checkpoint needs "step" ≥ 0`)
+	if rec.Step == nil || *rec.Step < 0 || *rec.Step > vocab.MaxTotalSteps {
+		return fmt.Errorf(`checkpoint needs "step" in 0..%d`, int64(vocab.MaxTotalSteps))
 	}
 	if floor := max(s.checkpointStep, s.progress.StartedFromStep); *rec.Step < floor {
 		return fmt.Errorf("checkpoint step %d is below step %d reported before", *rec.Step, floor)

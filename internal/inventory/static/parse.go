@@ -11,6 +11,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
 // Parse validates the YAML text of an inventory file; name is used in error
@@ -35,12 +36,15 @@ func Parse(name string, data []byte) (*Inventory, error) {
 // yamlLine finds the line number yaml.v3 puts in its syntax errors.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxError rewrites "yaml: line 5: msg" as "NAME:5: msg".
+// syntaxError rewrites "yaml: line 5: msg" as "NAME:5: msg"; an error
+// yaml.v3 gives without a line (control characters, bad UTF-8) is put at
+// the line yamlnode.SyntaxLine finds (1 when none), as the policy loader
+// does, so that every problem names NAME:LINE.
 func syntaxError(name string, err error) error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Errorf("%s:%s: %s", name, m[1], m[2])
 	}
-	return fmt.Errorf("%s: %w", name, err)
+	return fmt.Errorf("%s:%d: %w", name, yamlnode.SyntaxLine(err), err)
 }
 
 // parser walks the YAML node tree, collecting problems with their line numbers.
@@ -118,8 +122,8 @@ func (p *parser) str(n *yaml.Node, path string) string {
 }
 
 // integer returns the integer under key (0 when absent), recording a problem
-// when it is not an integer or is below lowest.
-func (p *parser) integer(fields map[string]*yaml.Node, key, path string, lowest int64, required bool, parent *yaml.Node) int64 {
+// when it is not an integer or is outside lowest..highest (vocab's bounds).
+func (p *parser) integer(fields map[string]*yaml.Node, key, path string, lowest, highest int64, required bool, parent *yaml.Node) int64 {
 	n, ok := fields[key]
 	if !ok {
 		if required {
@@ -133,12 +137,13 @@ func (p *parser) integer(fields map[string]*yaml.Node, key, path string, lowest 
 		p.errorf(n, path, "must be an integer, got %q", n.Value)
 		return 0
 	}
-	if v < lowest {
-		if lowest == 1 {
-			p.errorf(n, path, "must be > 0, got %d", v)
-		} else {
-			p.errorf(n, path, "must be >= %d, got %d", lowest, v)
-		}
+	switch {
+	case v < lowest && lowest == 1:
+		p.errorf(n, path, "must be > 0, got %d", v)
+	case v < lowest:
+		p.errorf(n, path, "must be >= %d, got %d", lowest, v)
+	case v > highest:
+		p.errorf(n, path, "must be at most %d, got %d", highest, v)
 	}
 	return v
 }
@@ -209,12 +214,17 @@ func (p *parser) parseNode(n *yaml.Node, path string) scheduling.Node {
 	if v, ok := fields["name"]; ok {
 		p.unique(p.nodes, v, node.Name, path+".name")
 	}
-	node.CPUMilli = p.integer(fields, "cpu_milli", path+".cpu_milli", 0, false, n)
-	node.MemoryMiB = p.integer(fields, "memory_mib", path+".memory_mib", 0, false, n)
+	node.CPUMilli = p.integer(fields, "cpu_milli", path+".cpu_milli", 0, vocab.MaxCPUMilli, false, n)
+	node.MemoryMiB = p.integer(fields, "memory_mib", path+".memory_mib", 0, vocab.MaxMemoryMiB, false, n)
 	if v, ok := fields["labels"]; ok {
 		node.Labels = p.labels(v, path+".labels")
 	}
-	for i, item := range p.sequence(n, fields, "gpus", path+".gpus") {
+	gpus := p.sequence(n, fields, "gpus", path+".gpus")
+	if len(gpus) > vocab.MaxGPUsPerNode {
+		p.errorf(fields["gpus"], path+".gpus", "lists %d GPUs, at most %d per node", len(gpus), vocab.MaxGPUsPerNode)
+		return node
+	}
+	for i, item := range gpus {
 		node.GPUs = append(node.GPUs, p.parseGPU(item, fmt.Sprintf("%s.gpus[%d]", path, i)))
 	}
 	return node
@@ -231,7 +241,7 @@ func (p *parser) parseGPU(n *yaml.Node, path string) scheduling.GPU {
 		p.unique(p.uuids, v, gpu.UUID, path+".uuid")
 	}
 	gpu.Model = p.requiredString(n, fields, "model", path+".model")
-	gpu.MemoryMiB = p.integer(fields, "memory_mib", path+".memory_mib", 1, true, n)
+	gpu.MemoryMiB = p.integer(fields, "memory_mib", path+".memory_mib", 1, vocab.MaxGPUMemoryMiB, true, n)
 	if v, ok := fields["nvlink_domain"]; ok {
 		gpu.NVLinkDomain = p.str(v, path+".nvlink_domain")
 	}

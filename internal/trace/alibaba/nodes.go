@@ -1,5 +1,7 @@
 package alibaba
 
+import "github.com/gpugov/gpugov/internal/vocab"
+
 // NodeRow is one row of a node list (openb_node_list_gpu_node.csv or
 // openb_node_list_all_node.csv).
 type NodeRow struct {
@@ -48,13 +50,13 @@ func parseNode(c *csvFile, rec []string, opts ReadOptions) (NodeRow, error) {
 		return n, c.errorf("sn is empty")
 	}
 	var err error
-	if n.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1]); err != nil {
+	if n.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
 		return n, err
 	}
-	if n.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2]); err != nil {
+	if n.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
 		return n, err
 	}
-	gpus, err := c.nonNegInt("gpu", rec[3])
+	gpus, err := c.nonNegInt("gpu", rec[3], vocab.MaxGPUsPerNode)
 	if err != nil {
 		return n, err
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // packingHeader is the header of the trace's packing workloads (the
@@ -34,10 +35,10 @@ func ReadPackingPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
 			return c.errorf("name is empty")
 		}
 		var err error
-		if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1]); err != nil {
+		if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
 			return err
 		}
-		if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2]); err != nil {
+		if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
 			return err
 		}
 		if err = parseGPURequest(c, &p, rec[3], rec[4], "", opts); err != nil {

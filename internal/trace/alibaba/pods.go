@@ -1,6 +1,11 @@
 package alibaba
 
-import "strings"
+import (
+	"math"
+	"strings"
+
+	"github.com/gpugov/gpugov/internal/vocab"
+)
 
 // QoS is a pod's Kubernetes-style service class in the trace.
 type QoS string
@@ -108,10 +113,10 @@ func parsePod(c *csvFile, rec []string, opts ReadOptions) (PodRow, error) {
 		return p, c.errorf("name is empty")
 	}
 	var err error
-	if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1]); err != nil {
+	if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
 		return p, err
 	}
-	if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2]); err != nil {
+	if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
 		return p, err
 	}
 	if err = parseGPURequest(c, &p, rec[3], rec[4], rec[5], opts); err != nil {
@@ -128,11 +133,11 @@ func parsePod(c *csvFile, rec []string, opts ReadOptions) (PodRow, error) {
 
 // parseGPURequest fills NumGPU, GPUMilli and GPUSpec.
 func parseGPURequest(c *csvFile, p *PodRow, numGPU, gpuMilli, spec string, opts ReadOptions) error {
-	n, err := c.nonNegInt("num_gpu", numGPU)
+	n, err := c.nonNegInt("num_gpu", numGPU, vocab.MaxGPUs)
 	if err != nil {
 		return err
 	}
-	m, err := c.nonNegInt("gpu_milli", gpuMilli)
+	m, err := c.nonNegInt("gpu_milli", gpuMilli, math.MaxInt64) // 0..1000 checked below, with num_gpu
 	if err != nil {
 		return err
 	}
@@ -164,10 +169,10 @@ func parseGPURequest(c *csvFile, p *PodRow, numGPU, gpuMilli, spec string, opts 
 // parseTimes fills the three times and checks their order and the phase.
 func parseTimes(c *csvFile, p *PodRow, creation, deletion, scheduled string) error {
 	var err error
-	if p.CreationTime, err = c.nonNegInt("creation_time", creation); err != nil {
+	if p.CreationTime, err = c.nonNegInt("creation_time", creation, vocab.MaxTraceSeconds); err != nil {
 		return err
 	}
-	if p.DeletionTime, err = c.nonNegInt("deletion_time", deletion); err != nil {
+	if p.DeletionTime, err = c.nonNegInt("deletion_time", deletion, vocab.MaxTraceSeconds); err != nil {
 		return err
 	}
 	if p.DeletionTime < p.CreationTime {
@@ -182,7 +187,7 @@ func parseTimes(c *csvFile, p *PodRow, creation, deletion, scheduled string) err
 	case !p.Scheduled:
 		return nil
 	}
-	if p.ScheduledTime, err = c.nonNegInt("scheduled_time", scheduled); err != nil {
+	if p.ScheduledTime, err = c.nonNegInt("scheduled_time", scheduled, vocab.MaxTraceSeconds); err != nil {
 		return err
 	}
 	if p.ScheduledTime < p.CreationTime {

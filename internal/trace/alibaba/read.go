@@ -138,8 +138,9 @@ func (c *csvFile) fieldCount(rec []string, header []string) error {
 	return nil
 }
 
-// nonNegInt parses a required non-negative integer column.
-func (c *csvFile) nonNegInt(col, s string) (int64, error) {
+// nonNegInt parses a required integer column in 0..highest (vocab's
+// bounds: docs/design.md "Bounds of outside input").
+func (c *csvFile) nonNegInt(col, s string, highest int64) (int64, error) {
 	if s == "" {
 		return 0, c.errorf("%s is empty, want a non-negative integer", col)
 	}
@@ -149,6 +150,9 @@ func (c *csvFile) nonNegInt(col, s string) (int64, error) {
 	}
 	if v < 0 {
 		return 0, c.errorf("%s %d is negative", col, v)
+	}
+	if v > highest {
+		return 0, c.errorf("%s %d is more than %d", col, v, highest)
 	}
 	return v, nil
 }

@@ -183,3 +183,25 @@ func TestReadNodesBadRows(t *testing.T) {
 		t.Fatalf("absent file: error %v, want not-exist", err)
 	}
 }
+
+// TestReadRefusesOutOfBoundsNumbers holds the readers to vocab's bounds:
+// FuzzAlibabaNodes and FuzzAlibabaPods found int64-sized counts and times
+// accepted (a node with 2^63-1 GPUs, a pod deleted at 2^63-1 s, which
+// overflows a time.Duration in the simulator).
+func TestReadRefusesOutOfBoundsNumbers(t *testing.T) {
+	nodes := writeTrace(t, "nodes.csv", []byte("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,257,T4\n"))
+	if _, err := ReadNodes(nodes); err == nil || !strings.Contains(err.Error(), "nodes.csv:2: gpu 257 is more than 256") {
+		t.Errorf("ReadNodes: err = %v, want gpu 257 refused at line 2", err)
+	}
+	const h = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+	for _, c := range []struct{ row, want string }{
+		{"p,1,1,2,1000,T4,LS,Succeeded,0,9223372036854775807,0", "deletion_time 9223372036854775807 is more than 315360000"},
+		{"p,1,1,4097,1000,,LS,Running,0,1,0", "num_gpu 4097 is more than 4096"},
+		{"p,1073741825,1,1,5,,LS,Running,0,1,0", "cpu_milli 1073741825 is more than 1073741824"},
+	} {
+		pods := writeTrace(t, "pods.csv", []byte(h+c.row+"\n"))
+		if _, _, err := ReadPods(pods, ReadOptions{}); err == nil || !strings.Contains(err.Error(), "pods.csv:2: "+c.want) {
+			t.Errorf("ReadPods(%s): err = %v, want %q", c.row, err, c.want)
+		}
+	}
+}
