@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
-GO_TEST_FLAGS ?= -count=1 -timeout 30m
+GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
 .PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench fuzz stop clean demo-governance load
 

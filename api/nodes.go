@@ -57,6 +57,7 @@ type NodeStore interface {
 	InsertGPUSamples(ctx context.Context, node string, samples []store.GPUSample) (int64, error)
 	GetRunSpec(ctx context.Context, runID string) (*store.RunSpec, error)
 	RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error
+	GPUNodes(ctx context.Context, uuids []string) (map[string]string, error)
 }
 
 // NodeReportResult answers POST /v1/nodes/{name}/inventory: what the report
@@ -161,6 +162,27 @@ func (s *Server) reportInventory(c *gin.Context) {
 	}
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
+	if principal(c).Role == vocab.RoleAgent {
+		// An agent reports its own node's GPUs: one that lists another node's
+		// GPU would move it (and its samples' evidence) to itself. Moving a GPU
+		// between nodes is an operator's inventory import.
+		uuids := make([]string, len(inv.GPUs))
+		for i, g := range inv.GPUs {
+			uuids[i] = g.UUID
+		}
+		owners, err := ns.GPUNodes(ctx, uuids)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		for i, u := range uuids {
+			if owner, ok := owners[u]; ok && owner != name {
+				writeError(c, newError(http.StatusConflict, CodeConflict, fmt.Sprintf("gpus[%d].uuid", i),
+					"GPU %s is on node %s: an agent reports its own node's GPUs; an operator moves a GPU between nodes (gpugov inventory import)", u, owner))
+				return
+			}
+		}
+	}
 	change, err := ns.UpsertNode(ctx, inv.Pool, schedulingNode(&inv), principal(c).Name)
 	if err != nil {
 		writeError(c, err)

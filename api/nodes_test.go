@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,5 +282,39 @@ func TestRunSpecAndCheckpoints(t *testing.T) {
 	}
 	if r := env.do(http.MethodPost, cpPath, tokAlice, cp); r.status != http.StatusForbidden {
 		t.Fatalf("submitter recording a checkpoint: %d %s", r.status, r.body)
+	}
+}
+
+// An agent reports its own node's GPUs: node-2's agent listing node-1's
+// GPU-aaaa would move it (and its sample evidence) to node-2. It is a 409
+// naming the GPU, and nothing stored changes.
+func TestAgentCannotClaimAnotherNodesGPU(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	const tokAgent2 = "agent-2-token"
+	toks, err := NewTokens(map[string]Principal{
+		tokOps:    {Name: "olga", Project: "platform", Role: vocab.RoleOperator},
+		tokAgent2: {Name: "agent-node-2", Project: "platform", Role: vocab.RoleAgent, Node: "node-2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.server = New(StoreFrom(env.store), env.wf, toks, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	rep := nodeReport()
+	rep.Node = "node-2"
+	rep.GPUs = []inventory.GPUInfo{rep.GPUs[1]} // GPU-aaaa, node-1's
+	r := env.do(http.MethodPost, "/v1/nodes/node-2/inventory", tokAgent2, rep)
+	if r.status != http.StatusConflict || !strings.Contains(string(r.body), `"gpus[0].uuid"`) || !strings.Contains(string(r.body), "node-1") {
+		t.Fatalf("claim: %d %s, want a 409 naming gpus[0].uuid and node-1", r.status, r.body)
+	}
+	var inv Inventory
+	env.do(http.MethodGet, "/v1/inventory", tokOps, nil).decode(t, &inv)
+	if len(inv.Pools) != 1 || len(inv.Pools[0].Nodes) != 1 || inv.Pools[0].Nodes[0].Name != "node-1" || len(inv.Pools[0].Nodes[0].GPUs) != 2 {
+		t.Fatalf("inventory after the refused claim: %+v", inv)
+	}
+	// Its own new GPU is fine.
+	rep.GPUs[0].UUID = "GPU-dddd"
+	if r := env.do(http.MethodPost, "/v1/nodes/node-2/inventory", tokAgent2, rep); r.status != http.StatusOK {
+		t.Fatalf("own GPU: %d %s", r.status, r.body)
 	}
 }

@@ -105,6 +105,23 @@ func (s *Store) UpsertNode(ctx context.Context, pool string, node scheduling.Nod
 	return change, nil
 }
 
+// GPUNodes returns, for each of uuids stored in the inventory, the node it is
+// on (uuid → node name); UUIDs not stored are absent. The API checks a node
+// agent's report with it: an agent reports its own node's GPUs and never
+// moves another node's (docs/design.md §2 "Roles and tenancy").
+func (s *Store) GPUNodes(ctx context.Context, uuids []string) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT uuid, node FROM gpus WHERE uuid = ANY($1)`, uuids)
+	if err != nil {
+		return nil, fmt.Errorf("store: GPU nodes: %w", err)
+	}
+	out := make(map[string]string, len(uuids))
+	var uuid, node string
+	if _, err := pgx.ForEachRow(rows, []any{&uuid, &node}, func() error { out[uuid] = node; return nil }); err != nil {
+		return nil, fmt.Errorf("store: GPU nodes: %w", err)
+	}
+	return out, nil
+}
+
 // checkNodeInput rejects what the tables' keys would reject less clearly,
 // with a *ValidationError (ErrInvalid).
 func checkNodeInput(pool string, node scheduling.Node) error {

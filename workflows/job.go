@@ -619,12 +619,13 @@ func (j *jobFlow) supervise(ctx workflow.Context, p *temporalx.PlacedSignal) (ou
 		// saved is in the store, where the preemption reads it.
 		j.runResult = nil
 		return vocab.RunPreempted, "run activity cancelled by preemption " + j.preempt.PreemptionID
+	// A cancel wins over a preemption, as in the cases above.
+	case cancel != nil && isRunLost(err) && j.lostRunStops(ctx):
+		return vocab.RunCancelled, cancelDetail(cancel) + fmt.Sprintf("; the run's worker was lost before it confirmed the stop (%v)", err)
 	case j.preempt != nil && isRunLost(err) && j.lostRunStops(ctx):
 		j.runResult = nil
 		return vocab.RunPreempted, fmt.Sprintf("the run's worker was lost after the notice of preemption %s (%v); "+
 			"it resumes from its last stored checkpoint", j.preempt.PreemptionID, err)
-	case cancel != nil && isRunLost(err) && j.lostRunStops(ctx):
-		return vocab.RunCancelled, cancelDetail(cancel) + fmt.Sprintf("; the run's worker was lost before it confirmed the stop (%v)", err)
 	case isScheduleToStartTimeout(err):
 		// Slurm's NODE_FAIL: no agent serves the node (down, or never started).
 		return vocab.RunFailed, fmt.Sprintf("node failure: no agent on node %s took the run within %s (agent down or not serving %s)",

@@ -226,28 +226,31 @@ func (in *RunInput) validate() error {
 }
 
 // resumePoint decides where this attempt starts: at in.StartStep, or — when an
-// earlier attempt of the same run heartbeated (its worker crashed) — at the last
-// checkpoint that attempt reported or, when Checkpoints is a
-// RunCheckpointReader, the run's stored checkpoint if that is newer, because
-// the work after it died with the process. Without a newer checkpoint the job
-// restarts from in.StartStep.
+// earlier attempt of the same run heartbeated or this is a retry (its worker
+// crashed) — at the last checkpoint that attempt reported or, when
+// Checkpoints is a RunCheckpointReader, the run's stored checkpoint if that
+// is newer, because the work after it died with the process. Without a newer
+// checkpoint the job restarts from in.StartStep.
 func (e *SimulatedExecutor) resumePoint(ctx context.Context, in *RunInput) *RunResult {
 	res := &RunResult{StartStep: in.StartStep}
-	if !activity.HasHeartbeatDetails(ctx) {
-		return res
-	}
 	var p Progress
-	if err := activity.GetHeartbeatDetails(ctx, &p); err != nil {
-		activity.GetLogger(ctx).Warn("unreadable heartbeat details; restarting from the start step", "error", err)
-		return res
+	switch {
+	case activity.HasHeartbeatDetails(ctx):
+		if err := activity.GetHeartbeatDetails(ctx, &p); err != nil {
+			activity.GetLogger(ctx).Warn("unreadable heartbeat details; restarting from the start step", "error", err)
+			return res
+		}
+		res.ResumedAfterCrash = true
+		if p.LastCheckpoint != nil && p.LastCheckpoint.Step > res.StartStep {
+			res.StartStep = p.LastCheckpoint.Step
+			res.LastCheckpoint = p.LastCheckpoint
+		}
+	case activity.GetInfo(ctx).Attempt <= 1:
+		return res // a first attempt: nothing was lost
 	}
-	res.ResumedAfterCrash = true
-	if p.LastCheckpoint != nil && p.LastCheckpoint.Step > res.StartStep {
-		res.StartStep = p.LastCheckpoint.Step
-		res.LastCheckpoint = p.LastCheckpoint
-	}
-	// Heartbeats reach Temporal throttled: the lost attempt may have saved a
-	// newer checkpoint after its last one. Resume from the newer of the two.
+	// Heartbeats reach Temporal throttled (or not at all before the first one):
+	// the lost attempt may have saved a newer checkpoint after its last one.
+	// Resume from the newer of the two.
 	if r, ok := e.Checkpoints.(RunCheckpointReader); ok {
 		stored, err := r.RunCheckpoint(ctx, in.JobID, in.RunID)
 		switch {
@@ -256,6 +259,7 @@ func (e *SimulatedExecutor) resumePoint(ctx context.Context, in *RunInput) *RunR
 		case stored != nil && stored.Step > res.StartStep:
 			res.StartStep = stored.Step
 			res.LastCheckpoint = stored
+			res.ResumedAfterCrash = true
 		}
 	}
 	res.RecomputeSteps = max(p.Step-res.StartStep, 0)
