@@ -54,11 +54,24 @@ func TestPostgresCutMidCycle(t *testing.T) {
 	for i := range ids {
 		ids[i] = submitCrash(t, r, "standard", 1, 20, false).ID
 	}
+	// Hold the GPU rows on the test's own (unproxied) connection, so that the
+	// next cycle that places a job waits inside its transaction at lockGPUs'
+	// FOR UPDATE: on an idle machine a cycle's transaction lasts too short a
+	// time for polling to find it open. The lock is let go right after the cut.
+	ctx := context.Background()
+	lock, err := r.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM gpus FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
 	var cutOn string
 	waitFor(t, time.Minute, "a scheduling cycle's transaction open on a proxied connection", func() (bool, string) {
 		ports := proxy.upstreamPorts()
 		var q string
-		err := r.db.QueryRow(context.Background(), `
+		err := r.db.QueryRow(ctx, `
 			SELECT coalesce(min(query), '') FROM pg_stat_activity
 			WHERE datname = current_database() AND client_port = ANY($1) AND xact_start IS NOT NULL
 			  AND query ~* '(scheduling_cycles|INSERT INTO allocations|INSERT INTO allocation_gpus|INSERT INTO decisions|FOR UPDATE OF g)'`, ports).Scan(&q)
@@ -72,6 +85,9 @@ func TestPostgresCutMidCycle(t *testing.T) {
 		cutOn = q
 		return true, ""
 	})
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("PostgreSQL cut while a cycle's transaction ran %q", strings.Join(strings.Fields(cutOn), " "))
 	placedAtCut := r.queryInt(`SELECT count(*) FROM allocations`)
 	time.Sleep(5 * time.Second)
