@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
-	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // packingHeader is the header of the trace's packing workloads (the
@@ -27,34 +26,10 @@ func ReadPackingPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
 	if first != strings.Join(packingHeader, ",") {
 		return ReadPods(path, opts)
 	}
-	var pods []PodRow
-	seen := map[string]int{}
-	skipped, err := readRows(path, packingHeader, opts.SkipInvalid, func(c *csvFile, rec []string) error {
-		p := PodRow{Name: rec[0], QoS: QoSBE, Phase: PhaseRunning, Scheduled: true, Line: c.line}
-		if p.Name == "" {
-			return c.errorf("name is empty")
-		}
-		var err error
-		if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
-			return err
-		}
-		if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
-			return err
-		}
-		if err = parseGPURequest(c, &p, rec[3], rec[4], "", opts); err != nil {
-			return err
-		}
-		if first, dup := seen[p.Name]; dup {
-			return c.errorf("name %q repeats the pod of line %d", p.Name, first)
-		}
-		seen[p.Name] = p.Line
-		pods = append(pods, p)
-		return nil
+	return readPodList(path, packingHeader, opts, func(c *csvFile, rec []string) (PodRow, error) {
+		p := PodRow{QoS: QoSBE, Phase: PhaseRunning, Scheduled: true}
+		return p, parseRequest(c, &p, rec, "", opts)
 	})
-	if err != nil {
-		return nil, skipped, err
-	}
-	return pods, skipped, nil
 }
 
 // firstLine returns the file's first line without its line end ("" for an

@@ -87,10 +87,19 @@ func (p PodRow) TraceRunSeconds() (int64, bool) {
 // and counted in Skipped. A bad header and an unopenable file are errors in
 // either case.
 func ReadPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
+	return readPodList(path, podHeader, opts, func(c *csvFile, rec []string) (PodRow, error) {
+		return parsePod(c, rec, opts)
+	})
+}
+
+// readPodList reads the pod list at path whose header is header, parsing
+// each row with parse and refusing a pod name that repeats an earlier row's
+// (the error names both lines); opts.SkipInvalid skips bad rows instead.
+func readPodList(path string, header []string, opts ReadOptions, parse func(*csvFile, []string) (PodRow, error)) ([]PodRow, Skipped, error) {
 	var pods []PodRow
 	seen := map[string]int{}
-	skipped, err := readRows(path, podHeader, opts.SkipInvalid, func(c *csvFile, rec []string) error {
-		p, err := parsePod(c, rec, opts)
+	skipped, err := readRows(path, header, opts.SkipInvalid, func(c *csvFile, rec []string) error {
+		p, err := parse(c, rec)
 		if err != nil {
 			return err
 		}
@@ -108,18 +117,8 @@ func ReadPods(path string, opts ReadOptions) ([]PodRow, Skipped, error) {
 }
 
 func parsePod(c *csvFile, rec []string, opts ReadOptions) (PodRow, error) {
-	p := PodRow{Name: rec[0], QoS: QoS(rec[6]), Phase: Phase(rec[7]), Line: c.line}
-	if p.Name == "" {
-		return p, c.errorf("name is empty")
-	}
-	var err error
-	if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
-		return p, err
-	}
-	if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
-		return p, err
-	}
-	if err = parseGPURequest(c, &p, rec[3], rec[4], rec[5], opts); err != nil {
+	p := PodRow{QoS: QoS(rec[6]), Phase: Phase(rec[7])}
+	if err := parseRequest(c, &p, rec, rec[5], opts); err != nil {
 		return p, err
 	}
 	if !contains(QoSClasses, p.QoS) {
@@ -129,6 +128,24 @@ func parsePod(c *csvFile, rec []string, opts ReadOptions) (PodRow, error) {
 		return p, c.errorf("unknown pod_phase %q (known: %v)", p.Phase, Phases)
 	}
 	return p, parseTimes(c, &p, rec[8], rec[9], rec[10])
+}
+
+// parseRequest fills p's Name, Line, CPUMilli, MemoryMiB and GPU request
+// from the columns every pod list starts with (name, cpu_milli, memory_mib,
+// num_gpu, gpu_milli) and the GPU model spec ("" when the list has none).
+func parseRequest(c *csvFile, p *PodRow, rec []string, spec string, opts ReadOptions) error {
+	p.Name, p.Line = rec[0], c.line
+	if p.Name == "" {
+		return c.errorf("name is empty")
+	}
+	var err error
+	if p.CPUMilli, err = c.nonNegInt("cpu_milli", rec[1], vocab.MaxCPUMilli); err != nil {
+		return err
+	}
+	if p.MemoryMiB, err = c.nonNegInt("memory_mib", rec[2], vocab.MaxMemoryMiB); err != nil {
+		return err
+	}
+	return parseGPURequest(c, p, rec[3], rec[4], spec, opts)
 }
 
 // parseGPURequest fills NumGPU, GPUMilli and GPUSpec.
