@@ -34,11 +34,11 @@ type DevServer struct {
 	MetricsURL string
 
 	// Set by StartPersistent only: what Restart needs.
-	bin    string
+	bin         string
 	port        int
 	metricsPort int
 	dbFile      string
-	proc   *process
+	proc        *process
 }
 
 // Binary returns the Temporal CLI the tests use: $TEMPORAL_BIN, else bin/temporal
