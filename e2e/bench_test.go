@@ -75,10 +75,18 @@ func benchSpec() *api.JobSpec {
 // floor, gpugov) so that a drift of the machine's load weighs on both. A
 // gpugov lifecycle is a job submitted through the API by one of
 // benchInFlight concurrent clients and timed until every job of the half
-// succeeded (submit → placed → run → released). It reports floor/s, jobs/s
-// and their ratio x-floor (target ≥ 0.8), and what the jobs asked of
-// Temporal: history events and workflow tasks per job workflow (events/job,
-// wft/job) and scheduler cycles per job (cycles/job).
+// succeeded and its workflow completed (submit → placed → run → released;
+// the floor is timed to its workflows' completion too). It reports floor/s, jobs/s
+// and their ratio x-floor (target ≥ 0.8); the CPU per lifecycle of the
+// benchmark's process (serve and the floor's worker: self-cpu-ms/job,
+// floor-self-cpu-ms/op) and of the dev server (temporal-cpu-ms/job,
+// floor-temporal-cpu-ms/op) and the ratio of the floor's total to
+// gpugov's (cpu-x-floor); what the jobs asked of Temporal: history events
+// and workflow tasks per job workflow (events/job, wft/job), scheduler
+// cycles and scheduler history events per job (cycles/job,
+// sched-events/job); the store's decision and wait-event rows per job; and,
+// with -v, the dev server's RPCs and persistence operations per lifecycle
+// next to the floor's.
 func benchLifecycle(b *testing.B, e *env, seq *seqKeys) {
 	floor := startFloor(b, e.dev)
 	floor.run(b, benchInFlight) // warm the floor's worker and task queues up
@@ -115,6 +123,9 @@ func benchLifecycle(b *testing.B, e *env, seq *seqKeys) {
 		cost.placed += n
 		if half == 0 {
 			countJobEvents(b, e, ids, 20, &cost)
+			cost.storeJobs = len(ids)
+			cost.decisions = e.queryInt(b, `SELECT count(*) FROM decisions WHERE job_id = ANY($1)`, ids)
+			cost.waitEvents = e.queryInt(b, `SELECT count(*) FROM wait_events WHERE job_id = ANY($1)`, ids)
 		}
 		b.StartTimer()
 	}
@@ -130,6 +141,9 @@ func benchLifecycle(b *testing.B, e *env, seq *seqKeys) {
 	if floorCPU.dev > 0 {
 		b.ReportMetric(perMs(floorCPU.dev), "floor-temporal-cpu-ms/op")
 		b.ReportMetric(perMs(jobsCPU.dev), "temporal-cpu-ms/job")
+		// The CPU ratio: less sensitive to the machine's other load than
+		// the rates, which fall with the CPU left to the run.
+		b.ReportMetric(float64(floorCPU.self+floorCPU.dev)/float64(jobsCPU.self+jobsCPU.dev), "cpu-x-floor")
 	}
 	cost.report(b)
 	logCounters(b, floorOps, jobsOps, b.N)

@@ -139,6 +139,9 @@ type lifecycleCost struct {
 	// schedCounted jobs in which it did not continue as new.
 	schedEvents  int64
 	schedCounted int
+	// decisions and waitEvents are the store's decision and wait-event rows
+	// of the first half's storeJobs jobs.
+	decisions, waitEvents, storeJobs int
 }
 
 // schedulerEvents is the length of the default shard scheduler's current
@@ -207,6 +210,10 @@ func (c *lifecycleCost) report(b *testing.B) {
 	}
 	b.Logf("per job workflow (%d counted): %.1f events:%s; scheduler cycles per job %.3f",
 		c.jobs, float64(total)/float64(c.jobs), sb.String(), float64(c.cycles)/float64(c.placed))
+	if c.storeJobs > 0 {
+		b.ReportMetric(float64(c.decisions)/float64(c.storeJobs), "decisions/job")
+		b.ReportMetric(float64(c.waitEvents)/float64(c.storeJobs), "wait-events/job")
+	}
 	if c.schedCounted > 0 {
 		b.ReportMetric(float64(c.schedEvents)/float64(c.schedCounted), "sched-events/job")
 	}
