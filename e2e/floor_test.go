@@ -148,11 +148,11 @@ type lifecycleCost struct {
 // run's history.
 func schedulerEvents(b *testing.B, e *env) int64 {
 	b.Helper()
-	d, err := e.dev.Client.DescribeWorkflowExecution(context.Background(), temporalx.SchedulerWorkflowID(temporalx.DefaultShard), "")
+	d, err := e.dev.Client.DescribeWorkflow(context.Background(), temporalx.SchedulerWorkflowID(temporalx.DefaultShard), "")
 	if err != nil {
 		b.Fatalf("describe scheduler: %v", err)
 	}
-	return d.GetWorkflowExecutionInfo().GetHistoryLength()
+	return d.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength()
 }
 
 // schedulerCycles returns the default shard scheduler's count of cycles.
