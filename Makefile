@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench fuzz stop clean demo-governance load
+.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -47,6 +47,14 @@ staticcheck:
 ## bench: the performance targets (scheduling cycle, snapshot load, simulation, reports).
 bench: postgres
 	go test -run '^$$' -bench . -benchmem ./...
+
+## bench-throughput: gpugov's job lifecycles against the floor (a minimal job-shaped
+## workflow) on the same dev server, in one run each, THROUGHPUT_RUNS runs
+## (docs/design.md "Throughput against the floor"; -v prints the server's
+## operations per lifecycle). Compare the medians of x-floor and cpu-x-floor.
+THROUGHPUT_RUNS ?= 5
+bench-throughput: postgres temporal
+	go test ./e2e/ -run '^$$' -bench 'Service/lifecycle$$' -benchtime 200x -count $(THROUGHPUT_RUNS) -v -timeout 30m
 
 ## fuzz: every fuzz target for FUZZTIME each (go test -fuzz takes one target per
 ## package run, so one run per target); a failure stops it, and the crasher

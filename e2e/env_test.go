@@ -119,6 +119,7 @@ type nodePick struct {
 // env is one in-process gpugov with its own database and dev server.
 type env struct {
 	svc    *service.Service
+	dev    *temporaltest.DevServer // the dev server the service runs on
 	dbURL  string
 	db     *pgxpool.Pool // direct connection for the tests' SQL checks
 	client *apiclient.Client
@@ -195,7 +196,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{svc: svc, dbURL: dbURL, db: db, client: client, logs: logs}
+	return &env{svc: svc, dev: dev, dbURL: dbURL, db: db, client: client, logs: logs}
 }
 
 // logBuffer collects the service's log lines for failure messages.

@@ -119,7 +119,8 @@ func JobWorkflow(ctx workflow.Context, in *JobInput) (*JobResult, error) {
 		return nil, temporal.NewNonRetryableApplicationError("job workflow: job ID is required", "InvalidInput", nil)
 	}
 	j := newJobFlow(ctx, in)
-	j.localStore = workflow.GetVersion(ctx, versionLocalStoreSteps, workflow.DefaultVersion, 1) >= 1
+	v := workflow.GetVersion(ctx, versionLocalStoreSteps, workflow.DefaultVersion, 2)
+	j.localStore, j.placedUnindexed = v >= 1, v >= 2
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (*JobStatus, error) { return &j.status, nil }); err != nil {
 		return nil, err
 	}
@@ -175,6 +176,9 @@ type jobFlow struct {
 	// allocation wakes the scheduler, and unchanged search attributes are
 	// not upserted again.
 	localStore bool
+	// placedUnindexed is true from version 2 of versionLocalStoreSteps: the
+	// `placed` state is not upserted as a search attribute (setState).
+	placedUnindexed bool
 }
 
 func newJobFlow(ctx workflow.Context, in *JobInput) *jobFlow {
@@ -206,7 +210,14 @@ func (j *jobFlow) storeCtx(ctx workflow.Context) workflow.Context {
 // versionLocalStoreSteps is the workflow.GetVersion change ID of job
 // workflows whose store steps are local activities (version 1). Histories of
 // version DefaultVersion (store steps as activities, the scheduler signalled
-// from the workflow) replay unchanged.
+// from the workflow) replay unchanged. Version 2 also leaves the `placed`
+// state out of the job-state search attribute: MarkRunning, a local
+// activity, follows in the same workflow task, whose commands the server
+// applies together, so `placed` was never visible before `running` replaced
+// it, yet its upsert cost a history event and a search-attribute validation
+// per lifecycle (docs/design.md "Throughput against the floor"). A new
+// change ID would have cost a marker and a TemporalChangeVersion upsert of
+// its own (GetVersion records one of each per change ID), more than it saves.
 const versionLocalStoreSteps = "local-store-steps"
 
 // versionCancelReleases is the workflow.GetVersion change ID of job
@@ -857,7 +868,11 @@ func (j *jobFlow) finish(state vocab.JobState, detail string) (*JobResult, error
 	return res, nil
 }
 
-// setState upserts the job-state search attribute when it changes.
+// setState upserts the job-state search attribute when it changes; from
+// version 2 of versionLocalStoreSteps not for `placed` (the query status
+// still shows it). While MarkRunning retries (PostgreSQL unreachable), the
+// attribute then keeps the state before placement; the store, which the
+// API reads, has the job placed.
 func (j *jobFlow) setState(ctx workflow.Context, state vocab.JobState) {
 	if j.status.State == state {
 		return
@@ -865,6 +880,9 @@ func (j *jobFlow) setState(ctx workflow.Context, state vocab.JobState) {
 	j.status.State = state
 	if j.localStore && j.keywordIs(ctx, temporalx.JobStateKey, string(state)) {
 		return // set at start by the API
+	}
+	if j.placedUnindexed && state == vocab.JobPlaced {
+		return // `running` follows in the same workflow task (versionLocalStoreSteps)
 	}
 	j.upsert(ctx, temporalx.JobStateKey.ValueSet(string(state)))
 }

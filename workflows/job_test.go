@@ -64,7 +64,9 @@ func TestJobWorkflowRunsToSuccessAndReleases(t *testing.T) {
 		t.Fatalf("allocation-released signals %+v", rel)
 	}
 	states, reasons := env.upserted()
-	if want := []string{"submitted", "waiting", "placed", "running", "succeeded"}; !slices.Equal(states, want) {
+	// `placed` is not upserted (version 2 of local-store-steps): running
+	// follows in the same workflow task.
+	if want := []string{"submitted", "waiting", "running", "succeeded"}; !slices.Equal(states, want) {
 		t.Fatalf("job states upserted %v, want %v", states, want)
 	}
 	if want := []string{"capacity_busy", ""}; !slices.Equal(reasons, want) {

@@ -82,6 +82,12 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 		HostPort:     o.HostPort,
 		Namespace:    o.Namespace,
 		Interceptors: o.Interceptors,
+		// No gzip (the SDK's default): gpugov's payloads are small (IDs,
+		// states, a cycle's placements), and compressing every request
+		// cost CPU on both ends of each call: about 8 % of serve's CPU in a
+		// profile of the lifecycle benchmark (docs/design.md "Throughput
+		// against the floor").
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
 	}
 	if o.Logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(o.Logger)

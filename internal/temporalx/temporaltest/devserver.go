@@ -28,12 +28,17 @@ import (
 type DevServer struct {
 	HostPort string        // frontend gRPC address, "127.0.0.1:<port>"
 	Client   client.Client // client on the "default" namespace
+	// MetricsURL is the server's Prometheus endpoint,
+	// "http://127.0.0.1:<port>/metrics" (the benchmarks read its request
+	// counters).
+	MetricsURL string
 
 	// Set by StartPersistent only: what Restart needs.
-	bin    string
-	port   int
-	dbFile string
-	proc   *process
+	bin         string
+	port        int
+	metricsPort int
+	dbFile      string
+	proc        *process
 }
 
 // Binary returns the Temporal CLI the tests use: $TEMPORAL_BIN, else bin/temporal
@@ -101,16 +106,17 @@ func start(t testing.TB, dbFile string) *DevServer {
 	// random ports): a start that fails on "address already in use" is
 	// retried on a new port, up to startAttempts times.
 	var (
-		c        client.Client
-		hostPort string
-		port     int
-		proc     *process
+		c           client.Client
+		hostPort    string
+		port        int
+		metricsPort int
+		proc        *process
 	)
 	for attempt := 1; ; attempt++ {
 		var out *lockedBuffer
 		var err error
-		port = freePort(t)
-		hostPort, out, c, proc, err = startOnce(t, bin, port, dbFile)
+		port, metricsPort = freePort(t), freePort(t)
+		hostPort, out, c, proc, err = startOnce(t, bin, port, metricsPort, dbFile)
 		if err == nil {
 			break
 		}
@@ -121,7 +127,7 @@ func start(t testing.TB, dbFile string) *DevServer {
 		t.Fatalf("temporal dev server at %s: %v\n%s", hostPort, err, out.String())
 	}
 	t.Cleanup(c.Close)
-	return &DevServer{HostPort: hostPort, Client: c, bin: bin, port: port, dbFile: dbFile, proc: proc}
+	return &DevServer{HostPort: hostPort, Client: c, MetricsURL: metricsURL(metricsPort), bin: bin, port: port, metricsPort: metricsPort, dbFile: dbFile, proc: proc}
 }
 
 // Restart stops a server StartPersistent started (SIGTERM, as an operator
@@ -134,7 +140,7 @@ func (d *DevServer) Restart(t testing.TB) {
 		t.Fatal("temporaltest: Restart needs a server started with StartPersistent")
 	}
 	d.proc.stop()
-	_, out, c, proc, err := startOnce(t, d.bin, d.port, d.dbFile)
+	_, out, c, proc, err := startOnce(t, d.bin, d.port, d.metricsPort, d.dbFile)
 	if err != nil {
 		t.Fatalf("temporal dev server restart at %s: %v\n%s", d.HostPort, err, out.String())
 	}
@@ -152,11 +158,11 @@ func lostPort(output string) bool { return strings.Contains(output, "address alr
 // startOnce starts one dev server process on port and waits for it to
 // answer. On failure the process has been stopped and its output is returned
 // for the caller to inspect; on success it is stopped by t's cleanup.
-func startOnce(t testing.TB, bin string, port int, dbFile string) (string, *lockedBuffer, client.Client, *process, error) {
+func startOnce(t testing.TB, bin string, port, metricsPort int, dbFile string) (string, *lockedBuffer, client.Client, *process, error) {
 	t.Helper()
 	hostPort := "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"server", "start-dev", "--headless", "--ip", "127.0.0.1",
-		"--port", strconv.Itoa(port), "--log-level", "error"}
+		"--port", strconv.Itoa(port), "--metrics-port", strconv.Itoa(metricsPort), "--log-level", "error"}
 	if dbFile != "" {
 		args = append(args, "--db-filename", dbFile)
 	}
@@ -272,3 +278,10 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// PID is the process ID of the running dev server (for a benchmark that
+// reads its CPU time); it changes on Restart.
+func (d *DevServer) PID() int { return d.proc.cmd.Process.Pid }
+
+// metricsURL is the dev server's Prometheus endpoint on port.
+func metricsURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics" }

@@ -19,7 +19,7 @@ func TestStartOnceOnATakenPortIsRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, out, c, _, err := startOnce(t, bin, l.Addr().(*net.TCPAddr).Port, "")
+	_, out, c, _, err := startOnce(t, bin, l.Addr().(*net.TCPAddr).Port, freePort(t), "")
 	if err == nil {
 		c.Close()
 		t.Fatal("a dev server started on a port another listener holds")
