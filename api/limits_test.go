@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +186,59 @@ func TestStoredTokens(t *testing.T) {
 	ts, err := e.store.ListAPITokens(ctx)
 	if err != nil || len(ts) != 1 || ts[0].RevokedAt == nil {
 		t.Fatalf("list: %+v %v", ts, err)
+	}
+}
+
+// countingLookup is a TokenLookup that knows no token and counts the lookups.
+type countingLookup struct{ n atomic.Int64 }
+
+func (l *countingLookup) LookupToken(context.Context, []byte) (Principal, bool, error) {
+	l.n.Add(1)
+	return Principal{}, false, nil
+}
+
+// TestUnknownTokensLimitedBeforeLookup: a flood of guessed tokens from one
+// address costs at most the burst in store lookups; then it is 429 with
+// Retry-After before the store is asked. Another address still gets its
+// guesses looked up, and a valid token from the flooding address is served.
+func TestUnknownTokensLimitedBeforeLookup(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	lookups := &countingLookup{}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	e.server = New(StoreFrom(e.store), e.wf, testTokens(t), WithTokenLookup(lookups), WithLogger(e.server.log),
+		WithLimits(Limits{RatePerSecond: 0.5, RateBurst: 3}))
+	e.server.now = func() time.Time { return now }
+	e.server.limiter.now, e.server.guesses.now = e.server.now, e.server.now
+	from := func(addr, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/v1/queues", nil)
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		e.server.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	statuses := map[int]int{}
+	for i := range 50 {
+		rec := from("198.51.100.7:4000", "guess-"+strconv.Itoa(i))
+		statuses[rec.Code]++
+		if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("429 without Retry-After")
+		}
+	}
+	if statuses[http.StatusUnauthorized] != 3 || statuses[http.StatusTooManyRequests] != 47 || lookups.n.Load() != 3 {
+		t.Fatalf("50 guesses from one address: %v, %d lookups; want 3 × 401, 47 × 429 and 3 lookups", statuses, lookups.n.Load())
+	}
+	if rec := from("198.51.100.7:4001", tokAlice); rec.Code != http.StatusOK {
+		t.Fatalf("a valid token from the flooding address: %d %s", rec.Code, rec.Body)
+	}
+	// The shared unknown-token limiter is spent, but the other address's
+	// guess is looked up (and answered 429 by that shared limiter).
+	if rec := from("203.0.113.9:5000", "guess-other"); rec.Code != http.StatusTooManyRequests || lookups.n.Load() != 4 {
+		t.Fatalf("a guess from another address: %d, %d lookups; want it looked up", rec.Code, lookups.n.Load())
+	}
+	now = now.Add(2 * time.Second) // one guess back
+	if rec := from("198.51.100.7:4000", "guess-later"); lookups.n.Load() != 5 {
+		t.Fatalf("after Retry-After: %d, %d lookups; want the guess looked up", rec.Code, lookups.n.Load())
 	}
 }
