@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/store"
 )
@@ -125,12 +126,16 @@ func TestDenialsCoalesced(t *testing.T) {
 	d := newDenialAuditor()
 	written := 0
 	for i := range 1000 {
-		if ok, _ := d.admit(denialKey{actor: "a" + strconv.Itoa(i), route: "GET /v1/audit", status: 403}, now); ok {
+		if ok, _ := d.admit(denialKey{actor: "unknown-token", route: "GET /v1/x" + strconv.Itoa(i), status: 401}, false, now); ok {
 			written++
 		}
 	}
 	if written != DenialBurst {
 		t.Fatalf("1000 distinct callers at once: %d entries, want the burst %d", written, DenialBurst)
+	}
+	// The budget is spent, but an authenticated denial still gets its entry.
+	if ok, _ := d.admit(denialKey{actor: "alice", route: "GET /v1/audit", status: 403}, true, now); !ok {
+		t.Fatal("an authenticated denial after an anonymous flood was not written")
 	}
 }
 
@@ -240,5 +245,57 @@ func TestUnknownTokensLimitedBeforeLookup(t *testing.T) {
 	now = now.Add(2 * time.Second) // one guess back
 	if rec := from("198.51.100.7:4000", "guess-later"); lookups.n.Load() != 5 {
 		t.Fatalf("after Retry-After: %d, %d lookups; want the guess looked up", rec.Code, lookups.n.Load())
+	}
+}
+
+// TestAuthenticatedDenialAfterAnonymousFlood: anonymous denials that spent
+// the shared budget do not keep a real cross-project 403 out of the audit
+// log, and its reason, which echoes the request's project, is cut to
+// DenialReasonBytes.
+func TestAuthenticatedDenialAfterAnonymousFlood(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for i := range DenialBurst + 10 {
+		if r := e.do(http.MethodGet, "/v1/queues?n="+strconv.Itoa(i), "guess-"+strconv.Itoa(i), nil); r.status != http.StatusUnauthorized && r.status != http.StatusTooManyRequests {
+			t.Fatalf("guess %d: %d", i, r.status)
+		}
+	}
+	// Anonymous denials of many routes spend the budget.
+	routes := []string{"/v1/jobs", "/v1/queues", "/v1/audit", "/v1/reclaims", "/v1/preemptions", "/v1/notifications", "/v1/experiments", "/v1/policies"}
+	for range 10 {
+		for _, rt := range routes {
+			e.do(http.MethodGet, rt, "", nil)
+		}
+	}
+	if e.server.denials.global.TokensAt(e.server.now()) >= 1 {
+		t.Skip("the anonymous requests did not spend the denial budget")
+	}
+	long := strings.Repeat("p", 2000)
+	if r := e.do(http.MethodGet, "/v1/notifications?project="+long, tokAlice, nil); r.status != http.StatusForbidden {
+		t.Fatalf("alice reading another project's notifications: %d %s", r.status, r.body)
+	}
+	var n int
+	var reason string
+	if err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*), coalesce(max(reason), '') FROM audit_log
+		WHERE action = $1 AND actor = 'alice'`, store.AuditAccessDenied).Scan(&n, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("alice's cross-project 403 after the flood: %d entries, want 1", n)
+	}
+	if len(reason) > DenialReasonBytes || !strings.HasSuffix(reason, "…") || !strings.Contains(reason, "may not read notifications") {
+		t.Fatalf("reason of %d bytes %q: want at most %d, cut with …", len(reason), reason[:min(len(reason), 80)], DenialReasonBytes)
+	}
+}
+
+// TestCapReason: a reason is cut at a UTF-8 boundary within the cap.
+func TestCapReason(t *testing.T) {
+	if got := capReason("short", 512); got != "short" {
+		t.Fatalf("short: %q", got)
+	}
+	s := strings.Repeat("é", 400) // 800 bytes
+	got := capReason(s, 512)
+	if len(got) > 512 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Fatalf("cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }
