@@ -118,6 +118,7 @@ func (a *ExperimentActivities) status(e *store.Experiment) *ExperimentStatus {
 
 // LoadExperiment returns the experiment's status.
 func (a *ExperimentActivities) LoadExperiment(ctx context.Context, in *ExperimentRef) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" {
 		return nil, invalidInput("load experiment: ID is required")
 	}
@@ -154,6 +155,7 @@ func (a *ExperimentActivities) measure(ctx context.Context, e *store.Experiment,
 // state baseline, a baseline_measured event). An experiment past that step
 // is returned as it is.
 func (a *ExperimentActivities) MeasureExperimentBaseline(ctx context.Context, in *ExperimentRef) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" {
 		return nil, invalidInput("measure experiment baseline: ID is required")
 	}
@@ -181,6 +183,7 @@ func (a *ExperimentActivities) MeasureExperimentBaseline(ctx context.Context, in
 // the experiment aborted when another policy was applied since its
 // creation).
 func (a *ExperimentActivities) SwitchExperiment(ctx context.Context, in *ExperimentRef) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" {
 		return nil, invalidInput("switch experiment: ID is required")
 	}
@@ -201,6 +204,7 @@ func (a *ExperimentActivities) SwitchExperiment(ctx context.Context, in *Experim
 // numbers that breached, the admins notified through the outbox, and a
 // WARN log line). An experiment not running is returned as it is.
 func (a *ExperimentActivities) CheckExperiment(ctx context.Context, in *ExperimentCheckInput) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" || in.N < 1 {
 		return nil, invalidInput("check experiment: ID and a check number ≥ 1 are required")
 	}
@@ -287,6 +291,7 @@ func (a *ExperimentActivities) logRollback(ctx context.Context, e *store.Experim
 // full window rolls back as CheckExperiment does; another policy applied
 // meanwhile aborts). An experiment not running is returned as it is.
 func (a *ExperimentActivities) FinishExperiment(ctx context.Context, in *ExperimentRef) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" {
 		return nil, invalidInput("finish experiment: ID is required")
 	}
@@ -318,6 +323,7 @@ func (a *ExperimentActivities) FinishExperiment(ctx context.Context, in *Experim
 // switched in). An experiment that has finished without holding its pools
 // is returned as it is (there is nothing to abort).
 func (a *ExperimentActivities) AbortExperiment(ctx context.Context, in *ExperimentDecisionInput) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" || in.Actor == "" {
 		return nil, invalidInput("abort experiment: ID and actor are required")
 	}
@@ -339,6 +345,7 @@ func (a *ExperimentActivities) AbortExperiment(ctx context.Context, in *Experime
 // applied meanwhile). An experiment that is not finished kept is returned
 // as it is, the promotion logged as ignored.
 func (a *ExperimentActivities) PromoteExperiment(ctx context.Context, in *ExperimentDecisionInput) (*ExperimentStatus, error) {
+	defer heartbeatWhile(ctx)()
 	if in == nil || in.ID == "" || in.Actor == "" {
 		return nil, invalidInput("promote experiment: ID and actor are required")
 	}
@@ -368,4 +375,37 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// experimentHeartbeatEvery is how often an experiment step heartbeats while
+// it runs: a third of the workflows' experiment heartbeat timeout (30 s), so
+// two missed beats still leave it alive.
+const experimentHeartbeatEvery = 10 * time.Second
+
+// heartbeatWhile heartbeats the activity of ctx every
+// experimentHeartbeatEvery until the returned stop is called; outside an
+// activity (a unit test calling the method) it does nothing. With the
+// heartbeat an attempt whose worker died is retried after the heartbeat
+// timeout instead of the whole start-to-close timeout (10 min, sized for
+// measuring a long window).
+func heartbeatWhile(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(experimentHeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }

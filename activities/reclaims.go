@@ -52,6 +52,11 @@ type ScanResult struct {
 	HeartbeatsUnread int
 }
 
+// CrashPointEffect reports whether the scan found anything to reclaim
+// (crashpoint.Effect): a crash test's after_effect point on ScanReclaims
+// waits for a scan with findings, the ones its workflow starts reclaims for.
+func (r *ScanResult) CrashPointEffect() bool { return len(r.Findings) > 0 }
+
 // heartbeatConcurrency bounds the job workflows described at once for
 // heartbeat evidence.
 const heartbeatConcurrency = 8

@@ -30,6 +30,12 @@ func (s *Server) authenticate(c *gin.Context) {
 	}
 	d := DigestToken(strings.TrimSpace(token))
 	p, known := s.tokens.lookupDigest(d)
+	ip := c.RemoteIP()
+	if !known && s.guesses.exhausted(c, ip) {
+		// This address spent its unknown-token guesses: 429 before the
+		// store is asked (guessLimiter).
+		return
+	}
 	if !known && s.tokenLookup != nil {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), s.storeTimeout)
 		var err error
@@ -41,8 +47,9 @@ func (s *Server) authenticate(c *gin.Context) {
 		}
 	}
 	if !known {
-		// Unknown tokens share one limiter: a flood of guesses is answered 429
-		// before it costs more lookups.
+		// A guess: charged to its address (checked above, before the store
+		// lookup), and to the one limiter all unknown tokens share.
+		s.guesses.charge(ip)
 		if !s.limiter.allow(c, unknownTokenKey) {
 			return
 		}

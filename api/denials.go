@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"golang.org/x/time/rate"
@@ -17,12 +18,17 @@ import (
 // "anonymous" (no token) or "unknown-token" (never the token itself);
 // subject the request path; evidence method, route, status, role, project,
 // node, the message, and suppressed: the denials of the same actor, route
-// and status coalesced since that key's previous entry. Bounds
-// (docs/design.md §2 "Roles and tenancy"): one entry per key per
-// DenialWindow, and at most DenialBurst entries at once refilled at
-// DenialRate per second over all keys, so a flood of denials writes at
-// most DenialRate rows a second whatever it varies. The keys are bounded
-// (token names × routes × two statuses) and expire after DenialWindow.
+// and status coalesced since that key's previous entry; reason the message,
+// cut to DenialReasonBytes (it can echo request input, such as a project
+// name). Bounds (docs/design.md §2 "Roles and tenancy"): one entry per key
+// per DenialWindow. The denials of callers without a valid token
+// ("anonymous", "unknown-token") also share a budget of DenialBurst entries
+// at once refilled at DenialRate per second, so a flood of them writes at
+// most DenialRate rows a second whatever it varies. Authenticated denials
+// (a real token refused a route or another project's data) are not charged
+// to that budget — an anonymous flood cannot keep them out of the log — and
+// always get their coalesced entry: their keys are bounded by the token
+// names × routes × two statuses. Keys expire after DenialWindow.
 const (
 	// DenialWindow is how long further denials of one key are coalesced.
 	DenialWindow = time.Minute
@@ -30,6 +36,10 @@ const (
 	DenialRate = 1.0
 	// DenialBurst is how many access_denied entries may be written at once.
 	DenialBurst = 60
+	// DenialReasonBytes caps an access_denied entry's reason (the denial
+	// message, which can echo request input); a longer one is cut at a
+	// UTF-8 boundary and ends with "…".
+	DenialReasonBytes = 512
 )
 
 // AuditAppender is the part of *store.Store denial auditing uses.
@@ -62,8 +72,9 @@ func newDenialAuditor() *denialAuditor {
 }
 
 // admit reports whether the denial of k at now is written, and how many of
-// k's denials were suppressed before it (reset when admitted).
-func (d *denialAuditor) admit(k denialKey, now time.Time) (bool, int) {
+// k's denials were suppressed before it (reset when admitted). Only
+// unauthenticated denials are charged to the shared budget.
+func (d *denialAuditor) admit(k denialKey, authenticated bool, now time.Time) (bool, int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for key, s := range d.slots { // expire: bounded by the keys, cheap
@@ -76,7 +87,7 @@ func (d *denialAuditor) admit(k denialKey, now time.Time) (bool, int) {
 		s.suppressed++
 		return false, 0
 	}
-	if !d.global.AllowN(now, 1) {
+	if !authenticated && !d.global.AllowN(now, 1) {
 		if !ok {
 			s = &denialSlot{written: now}
 			d.slots[k] = s
@@ -112,11 +123,11 @@ func (s *Server) auditDenials(c *gin.Context) {
 		actor = p.Name
 	}
 	now := s.now()
-	write, suppressed := s.denials.admit(denialKey{actor: actor, route: routeKey(c), status: status}, now)
+	write, suppressed := s.denials.admit(denialKey{actor: actor, route: routeKey(c), status: status}, known, now)
 	if !write {
 		return
 	}
-	msg := deniedMessage(c)
+	msg := capReason(deniedMessage(c), DenialReasonBytes)
 	ev := map[string]any{"method": c.Request.Method, "route": c.FullPath(), "status": status, "suppressed": suppressed}
 	if known {
 		ev["role"], ev["project"] = string(p.Role), p.Project
@@ -141,3 +152,17 @@ const deniedKey = "gpugov.denied"
 
 // deniedMessage returns the message writeError recorded for a denial.
 func deniedMessage(c *gin.Context) string { return c.GetString(deniedKey) }
+
+// capReason cuts s to at most n bytes at a UTF-8 boundary, ending it with
+// "…" (counted in n) when cut.
+func capReason(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	cut := n - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}

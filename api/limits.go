@@ -173,3 +173,78 @@ func (t *tokenLimiter) allow(c *gin.Context, key TokenDigest) bool {
 
 // formatRate prints a rate without a needless fraction.
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+
+// maxGuessAddrs bounds the client addresses guessLimiter tracks; past it,
+// addresses whose bucket is full again are forgotten, and if none is, the
+// new address shares one overflow bucket.
+const maxGuessAddrs = 10000
+
+// guessLimiter holds one token bucket of unknown-token guesses per client
+// address (the connection's remote IP, never X-Forwarded-For, which a
+// guesser sets at will). authenticate checks it before it looks a token up
+// in the store and charges it only when the token turned out unknown, so a
+// flood of guesses from one address costs at most the burst in store
+// queries and is then answered 429 without one, while valid tokens — from
+// any address — are never charged.
+type guessLimiter struct {
+	every rate.Limit
+	burst int
+	mu    sync.Mutex
+	byIP  map[string]*rate.Limiter
+	now   func() time.Time
+}
+
+func newGuessLimiter(l Limits, now func() time.Time) *guessLimiter {
+	return &guessLimiter{every: rate.Limit(l.RatePerSecond), burst: l.RateBurst, byIP: map[string]*rate.Limiter{}, now: now}
+}
+
+// overflowAddr is the bucket addresses share once maxGuessAddrs are tracked.
+const overflowAddr = "*"
+
+// bucket returns ip's bucket, creating it (bounded by maxGuessAddrs).
+func (g *guessLimiter) bucket(ip string) *rate.Limiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if lim, ok := g.byIP[ip]; ok {
+		return lim
+	}
+	if len(g.byIP) >= maxGuessAddrs {
+		now := g.now()
+		for k, lim := range g.byIP {
+			if lim.TokensAt(now) >= float64(g.burst) {
+				delete(g.byIP, k)
+			}
+		}
+		if len(g.byIP) >= maxGuessAddrs {
+			ip = overflowAddr
+			if lim, ok := g.byIP[ip]; ok {
+				return lim
+			}
+		}
+	}
+	lim := rate.NewLimiter(g.every, g.burst)
+	g.byIP[ip] = lim
+	return lim
+}
+
+// exhausted reports whether ip has no guess left; then it answers 429 with
+// Retry-After (whole seconds until one is back, at least 1).
+func (g *guessLimiter) exhausted(c *gin.Context, ip string) bool {
+	lim := g.bucket(ip)
+	now := g.now()
+	tokens := lim.TokensAt(now)
+	if tokens >= 1 {
+		return false
+	}
+	secs := 1
+	if g.every > 0 {
+		secs = max(1, int(math.Ceil((1-tokens)/float64(g.every))))
+	}
+	c.Header("Retry-After", strconv.Itoa(secs))
+	writeError(c, newError(http.StatusTooManyRequests, CodeRateLimited, "",
+		"more than %s unknown-token requests/s (burst %d) from this address; retry after %d s", formatRate(float64(g.every)), g.burst, secs))
+	return true
+}
+
+// charge takes one guess from ip's bucket.
+func (g *guessLimiter) charge(ip string) { g.bucket(ip).AllowN(g.now(), 1) }

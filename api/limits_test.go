@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpugov/gpugov/store"
 )
@@ -124,12 +126,16 @@ func TestDenialsCoalesced(t *testing.T) {
 	d := newDenialAuditor()
 	written := 0
 	for i := range 1000 {
-		if ok, _ := d.admit(denialKey{actor: "a" + strconv.Itoa(i), route: "GET /v1/audit", status: 403}, now); ok {
+		if ok, _ := d.admit(denialKey{actor: "unknown-token", route: "GET /v1/x" + strconv.Itoa(i), status: 401}, false, now); ok {
 			written++
 		}
 	}
 	if written != DenialBurst {
 		t.Fatalf("1000 distinct callers at once: %d entries, want the burst %d", written, DenialBurst)
+	}
+	// The budget is spent, but an authenticated denial still gets its entry.
+	if ok, _ := d.admit(denialKey{actor: "alice", route: "GET /v1/audit", status: 403}, true, now); !ok {
+		t.Fatal("an authenticated denial after an anonymous flood was not written")
 	}
 }
 
@@ -185,5 +191,111 @@ func TestStoredTokens(t *testing.T) {
 	ts, err := e.store.ListAPITokens(ctx)
 	if err != nil || len(ts) != 1 || ts[0].RevokedAt == nil {
 		t.Fatalf("list: %+v %v", ts, err)
+	}
+}
+
+// countingLookup is a TokenLookup that knows no token and counts the lookups.
+type countingLookup struct{ n atomic.Int64 }
+
+func (l *countingLookup) LookupToken(context.Context, []byte) (Principal, bool, error) {
+	l.n.Add(1)
+	return Principal{}, false, nil
+}
+
+// TestUnknownTokensLimitedBeforeLookup: a flood of guessed tokens from one
+// address costs at most the burst in store lookups; then it is 429 with
+// Retry-After before the store is asked. Another address still gets its
+// guesses looked up, and a valid token from the flooding address is served.
+func TestUnknownTokensLimitedBeforeLookup(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	lookups := &countingLookup{}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	e.server = New(StoreFrom(e.store), e.wf, testTokens(t), WithTokenLookup(lookups), WithLogger(e.server.log),
+		WithLimits(Limits{RatePerSecond: 0.5, RateBurst: 3}))
+	e.server.now = func() time.Time { return now }
+	e.server.limiter.now, e.server.guesses.now = e.server.now, e.server.now
+	from := func(addr, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/v1/queues", nil)
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		e.server.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	statuses := map[int]int{}
+	for i := range 50 {
+		rec := from("198.51.100.7:4000", "guess-"+strconv.Itoa(i))
+		statuses[rec.Code]++
+		if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("429 without Retry-After")
+		}
+	}
+	if statuses[http.StatusUnauthorized] != 3 || statuses[http.StatusTooManyRequests] != 47 || lookups.n.Load() != 3 {
+		t.Fatalf("50 guesses from one address: %v, %d lookups; want 3 × 401, 47 × 429 and 3 lookups", statuses, lookups.n.Load())
+	}
+	if rec := from("198.51.100.7:4001", tokAlice); rec.Code != http.StatusOK {
+		t.Fatalf("a valid token from the flooding address: %d %s", rec.Code, rec.Body)
+	}
+	// The shared unknown-token limiter is spent, but the other address's
+	// guess is looked up (and answered 429 by that shared limiter).
+	if rec := from("203.0.113.9:5000", "guess-other"); rec.Code != http.StatusTooManyRequests || lookups.n.Load() != 4 {
+		t.Fatalf("a guess from another address: %d, %d lookups; want it looked up", rec.Code, lookups.n.Load())
+	}
+	now = now.Add(2 * time.Second) // one guess back
+	if rec := from("198.51.100.7:4000", "guess-later"); lookups.n.Load() != 5 {
+		t.Fatalf("after Retry-After: %d, %d lookups; want the guess looked up", rec.Code, lookups.n.Load())
+	}
+}
+
+// TestAuthenticatedDenialAfterAnonymousFlood: anonymous denials that spent
+// the shared budget do not keep a real cross-project 403 out of the audit
+// log, and its reason, which echoes the request's project, is cut to
+// DenialReasonBytes.
+func TestAuthenticatedDenialAfterAnonymousFlood(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for i := range DenialBurst + 10 {
+		if r := e.do(http.MethodGet, "/v1/queues?n="+strconv.Itoa(i), "guess-"+strconv.Itoa(i), nil); r.status != http.StatusUnauthorized && r.status != http.StatusTooManyRequests {
+			t.Fatalf("guess %d: %d", i, r.status)
+		}
+	}
+	// Anonymous denials of many routes spend the budget.
+	routes := []string{"/v1/jobs", "/v1/queues", "/v1/audit", "/v1/reclaims", "/v1/preemptions", "/v1/notifications", "/v1/experiments", "/v1/policies"}
+	for range 10 {
+		for _, rt := range routes {
+			e.do(http.MethodGet, rt, "", nil)
+		}
+	}
+	if e.server.denials.global.TokensAt(e.server.now()) >= 1 {
+		t.Skip("the anonymous requests did not spend the denial budget")
+	}
+	long := strings.Repeat("p", 2000)
+	if r := e.do(http.MethodGet, "/v1/notifications?project="+long, tokAlice, nil); r.status != http.StatusForbidden {
+		t.Fatalf("alice reading another project's notifications: %d %s", r.status, r.body)
+	}
+	var n int
+	var reason string
+	if err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*), coalesce(max(reason), '') FROM audit_log
+		WHERE action = $1 AND actor = 'alice'`, store.AuditAccessDenied).Scan(&n, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("alice's cross-project 403 after the flood: %d entries, want 1", n)
+	}
+	if len(reason) > DenialReasonBytes || !strings.HasSuffix(reason, "…") || !strings.Contains(reason, "may not read notifications") {
+		t.Fatalf("reason of %d bytes %q: want at most %d, cut with …", len(reason), reason[:min(len(reason), 80)], DenialReasonBytes)
+	}
+}
+
+// TestCapReason: a reason is cut at a UTF-8 boundary within the cap.
+func TestCapReason(t *testing.T) {
+	if got := capReason("short", 512); got != "short" {
+		t.Fatalf("short: %q", got)
+	}
+	s := strings.Repeat("é", 400) // 800 bytes
+	got := capReason(s, 512)
+	if len(got) > 512 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Fatalf("cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }

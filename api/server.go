@@ -159,6 +159,7 @@ type Server struct {
 	tokenLookup   TokenLookup    // WithTokenLookup's; nil: the token file's tokens only
 	limits        Limits         // WithLimits', with defaults
 	limiter       *tokenLimiter  // per-token rate limits
+	guesses       *guessLimiter  // unknown-token guesses per client address, checked before the store lookup
 	denials       *denialAuditor // coalesces the access_denied audit entries
 }
 
@@ -174,6 +175,7 @@ func New(st Store, wf Workflows, tokens Tokens, opts ...Option) *Server {
 	}
 	s.limits = s.limits.withDefaults()
 	s.limiter = newTokenLimiter(s.limits, s.now)
+	s.guesses = newGuessLimiter(s.limits, s.now)
 	s.denials = newDenialAuditor()
 	if os.Getenv(gin.EnvGinMode) == "" {
 		gin.SetMode(gin.ReleaseMode)

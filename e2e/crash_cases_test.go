@@ -14,7 +14,7 @@ import (
 
 // crashSteps names, for every activity of the workflows the crash tests
 // cover, the test that SIGKILLs `gpugov serve` right after that activity's
-// effect (crash_test.go). TestCrashCasesCoverEveryActivity enumerates the
+// effect (crash_test.go, crash_governance_test.go). TestCrashCasesCoverEveryActivity enumerates the
 // activities from the worker's registration, so an activity added to one of
 // these workflows without a crash case fails it.
 var crashSteps = map[string]string{
@@ -31,12 +31,31 @@ var crashSteps = map[string]string{
 	"Reschedule":             "TestCrashAtEveryPreemptionStep",
 	"VerifyResume":           "TestCrashAtEveryPreemptionStep",
 	"Abort":                  "TestCrashAtEveryPreemptionStep",
+
+	"ScanReclaims":      "TestCrashAtEveryReclaimStep",
+	"AssessReclaim":     "TestCrashAtEveryReclaimStep",
+	"ReleaseReclaimed":  "TestCrashAtEveryReclaimStep",
+	"NotifyOwner":       "TestCrashAtEveryReclaimStep",
+	"RecordDispute":     "TestCrashAtEveryReclaimStep",
+	"AwaitConfirmation": "TestCrashAtEveryReclaimStep",
+	"CloseReclaim":      "TestCrashAtEveryReclaimStep",
+
+	"LoadExperiment":            "TestCrashAtEveryExperimentStep",
+	"MeasureExperimentBaseline": "TestCrashAtEveryExperimentStep",
+	"SwitchExperiment":          "TestCrashAtEveryExperimentStep",
+	"CheckExperiment":           "TestCrashAtEveryExperimentStep",
+	"FinishExperiment":          "TestCrashAtEveryExperimentStep",
+	"PromoteExperiment":         "TestCrashAtEveryExperimentStep",
+	"AbortExperiment":           "TestCrashAtEveryExperimentStep",
 }
 
 // crashCovered are the activity structs (activities.Register registers every
 // exported method of each as an activity) whose workflows the crash tests
-// cover: the scheduling cycle, JobWorkflow and PreemptionWorkflow.
-var crashCovered = []string{"*activities.Scheduler", "*activities.Jobs", "*activities.Preemptions"}
+// cover: the scheduling cycle, JobWorkflow, PreemptionWorkflow,
+// ReclaimWorkflow with the reclaim scan (crash_governance_test.go) and
+// ExperimentWorkflow.
+var crashCovered = []string{"*activities.Scheduler", "*activities.Jobs", "*activities.Preemptions",
+	"*activities.Reclaims", "*activities.ExperimentActivities"}
 
 // activityRecorder is a worker.ActivityRegistry that records activity names.
 type activityRecorder struct {

@@ -41,6 +41,13 @@ const defaultExperimentChecksPerRun = 500
 // records (store.LoadReportInput), which for a long window takes a while.
 const experimentActivityTimeout = 10 * time.Minute
 
+// experimentHeartbeatTimeout is how long a step may go without a heartbeat
+// (the activities heartbeat every 10 s while they run): a step whose worker
+// died is retried after it rather than after experimentActivityTimeout.
+// Activity timeouts are not part of the commands replay compares, so
+// histories recorded without it replay unchanged (replay_test.go).
+const experimentHeartbeatTimeout = 30 * time.Second
+
 // ExperimentWorkflow (ID "experiment/<id>", started by StartExperiment when
 // the experiment is created) runs a policy experiment (docs/design.md §3,
 // experiments). It only orchestrates; every step is an activity of
@@ -79,8 +86,9 @@ func ExperimentWorkflow(ctx workflow.Context, in *ExperimentInput) (*ExperimentR
 		return nil, temporal.NewNonRetryableApplicationError("experiment workflow: ID is required", activities.ErrTypeInvalidInput, nil)
 	}
 	r := &experimentRun{
-		ctx:    ctx,
-		actx:   workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: experimentActivityTimeout, RetryPolicy: storeRetry()}),
+		ctx: ctx,
+		actx: workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: experimentActivityTimeout,
+			HeartbeatTimeout: experimentHeartbeatTimeout, RetryPolicy: storeRetry()}),
 		in:     *in,
 		sig:    workflow.GetSignalChannel(ctx, temporalx.SignalExperiment),
 		log:    workflow.GetLogger(ctx),

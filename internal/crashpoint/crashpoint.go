@@ -16,6 +16,14 @@
 // (exclusively: a point fires once per marker, so a restarted worker with
 // the same setting runs the retried attempt through) and blocks until the
 // activity's context ends, waiting for the test to kill the process.
+//
+// The held attempt does not heartbeat, so Temporal may time it out (its
+// heartbeat or start-to-close timeout) before the test kills the process,
+// and retry it — possibly on the same, still-live process. The marker
+// therefore records the process ID that fired it, and a retried attempt in
+// that process blocks at the point too instead of running through: the
+// effect of a held activity can only be repeated by a process started after
+// the one that reached the point, never by the one the test is about to kill.
 package crashpoint
 
 import (
@@ -163,20 +171,40 @@ func (a *activityInterceptor) ExecuteActivity(ctx context.Context, in *intercept
 	return res, nil
 }
 
-// fire creates the marker and blocks until ctx ends; a marker that exists
-// already (the point fired in an earlier process) lets the attempt through.
+// fire creates the marker and blocks until ctx ends. A marker that exists
+// already lets the attempt through when an earlier process fired it, and
+// blocks it too when this process did (a retry of the held attempt after a
+// timeout, in the process the test is about to kill).
 func (a *activityInterceptor) fire(ctx context.Context) error {
 	f, err := os.OpenFile(a.p.Marker(), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if errors.Is(err, os.ErrExist) {
-		return nil
+		if !firedHere(a.p.Marker()) {
+			return nil
+		}
+		activity.GetLogger(ctx).Warn("crashpoint: retry in the process that reached the point; blocking it too", "point", a.p.String())
+		<-ctx.Done()
+		return fmt.Errorf("crashpoint %s (retry in the held process): %w", a.p, ctx.Err())
 	}
 	if err != nil {
 		return fmt.Errorf("crashpoint %s: marker: %w", a.p, err)
 	}
 	info := activity.GetInfo(ctx)
-	_, _ = fmt.Fprintf(f, "%s attempt %d of workflow %s\n", a.p, info.Attempt, info.WorkflowExecution.ID)
+	_, _ = fmt.Fprintf(f, "pid %d\n%s attempt %d of workflow %s\n", os.Getpid(), a.p, info.Attempt, info.WorkflowExecution.ID)
 	_ = f.Close()
 	activity.GetLogger(ctx).Warn("crashpoint reached: blocking until the process is killed", "point", a.p.String())
 	<-ctx.Done()
 	return fmt.Errorf("crashpoint %s: %w", a.p, ctx.Err())
+}
+
+// firedHere reports whether the marker at path was written by this process
+// (its first line is "pid <os.Getpid()>"). An unreadable marker counts as
+// another process's: the point lets the attempt through, as before markers
+// carried a process ID.
+func firedHere(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return first == fmt.Sprintf("pid %d", os.Getpid())
 }

@@ -1,6 +1,9 @@
 package crashpoint
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,5 +44,25 @@ func TestFromEnvWorkflow(t *testing.T) {
 	}
 	if Interceptor(nil) != nil || Interceptor(p) == nil {
 		t.Error("Interceptor: nil point must give nil, a point an interceptor")
+	}
+}
+
+// TestFiredHere: a marker this process wrote holds a retry at the point; a
+// marker of another process (or an unreadable one) lets it through.
+func TestFiredHere(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "mine")
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(mine, []byte(fmt.Sprintf("pid %d\nFinishRun:after_effect attempt 1 of workflow job/x\n", os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte(fmt.Sprintf("pid %d\nFinishRun:after_effect attempt 1 of workflow job/x\n", os.Getpid()+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !firedHere(mine) {
+		t.Error("a marker of this process must hold the retry")
+	}
+	if firedHere(other) || firedHere(filepath.Join(dir, "missing")) {
+		t.Error("a marker of another process (or none) must let the retry through")
 	}
 }
