@@ -197,11 +197,11 @@ func errString(err error) string {
 // workflowClosed reports whether the workflow's latest run has closed.
 func workflowClosed(t *testing.T, r *crashRig, id string) bool {
 	t.Helper()
-	d, err := r.dev.Client.DescribeWorkflowExecution(context.Background(), id, "")
+	d, err := r.dev.Client.DescribeWorkflow(context.Background(), id, "")
 	if err != nil {
 		return false
 	}
-	return d.WorkflowExecutionInfo.CloseTime != nil
+	return d.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() != nil
 }
 
 // experimentCrashCandidate is crashPolicy with a longer preemption grace
