@@ -34,8 +34,9 @@ var (
 	adminOnly = access{roles: []vocab.Role{vocab.RoleAdmin}}
 	// nodeAgent routes: an agent for its own node (nodes.go), operators and admins.
 	nodeAgent = access{roles: []vocab.Role{vocab.RoleAgent, vocab.RoleOperator, vocab.RoleAdmin}}
-	// environment: a prerequisite, reported by the job's project, any node
-	// agent (a prerequisite is a pending job's environment, before it has a node) or staff.
+	// environment: a prerequisite, reported by the job's project, a node
+	// agent of the job's pool (a prerequisite is a pending job's environment,
+	// before it has a node; the handler checks the pool) or staff.
 	environment = access{roles: []vocab.Role{vocab.RoleSubmitter, vocab.RoleAgent, vocab.RoleOperator, vocab.RoleAdmin}}
 )
 

@@ -50,7 +50,7 @@ var walkAllowed = map[string]string{
 	"GET /v1/jobs":                            "SsOA", // rows checked below
 	"GET /v1/jobs/:id":                        "SOA",
 	"PATCH /v1/jobs/:id":                      "SOA",
-	"PUT /v1/jobs/:id/prerequisites/:name":    "SGgOA", // any agent: a pending job's environment
+	"PUT /v1/jobs/:id/prerequisites/:name":    "SGOA", // an agent of the job's pool (node-2 is in none)
 	"GET /v1/jobs/:id/events":                 "SOA",
 	"POST /v1/jobs/:id/cancel":                "SOA",
 	"POST /v1/jobs/:id/hold":                  "SOA",

@@ -63,7 +63,7 @@ func DecodeAmendRequest(r io.Reader) (*AmendRequest, *Error) {
 }
 
 // setPrerequisite handles PUT /v1/jobs/:id/prerequisites/:name (the job's
-// project, an agent, an operator or an admin). 200 with the job; 400 a bad
+// project, an agent of a node in the job's pool, an operator or an admin). 200 with the job; 400 a bad
 // body; 404 no such job or prerequisite; 409 a job that is not pending.
 func (s *Server) setPrerequisite(c *gin.Context) {
 	ctx, cancel := s.storeCtx(c)
@@ -143,8 +143,9 @@ func (s *Server) amendJob(c *gin.Context) {
 }
 
 // loadActionJob loads the :id job for an action: an agent may act on any
-// project's job (it reports the environment every job depends on), other
-// roles as loadOwnedJob allows. On failure it has answered.
+// project's job in its node's pool (it reports the environment the pool's
+// jobs depend on; another pool's job is 403), other roles as loadOwnedJob
+// allows. On failure it has answered.
 func (s *Server) loadActionJob(ctx context.Context, c *gin.Context) (*store.Job, bool) {
 	if principal(c).Role != vocab.RoleAgent {
 		return s.loadOwnedJob(ctx, c)
@@ -152,6 +153,27 @@ func (s *Server) loadActionJob(ctx context.Context, c *gin.Context) (*store.Job,
 	job, err := s.store.GetJob(ctx, c.Param("id"))
 	if err != nil {
 		writeError(c, err)
+		return nil, false
+	}
+	// An agent reports the environment of its own pool's jobs only: a job
+	// waits for a prerequisite before it has a node, so the node's pool is
+	// the nearest the agent can vouch for.
+	ns, ok := s.nodeStore(c)
+	if !ok {
+		return nil, false
+	}
+	p := principal(c)
+	pool, err := ns.NodePool(ctx, p.Node)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		pool = ""
+	case err != nil:
+		writeError(c, err)
+		return nil, false
+	}
+	if pool != job.Request.Pool {
+		writeError(c, newError(http.StatusForbidden, CodeForbidden, "",
+			"an agent token of node %q may set prerequisites only of jobs in its node's pool (job %s is in pool %q)", p.Node, job.ID, job.Request.Pool))
 		return nil, false
 	}
 	return job, true

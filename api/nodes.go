@@ -58,6 +58,7 @@ type NodeStore interface {
 	GetRunSpec(ctx context.Context, runID string) (*store.RunSpec, error)
 	RecordCheckpoint(ctx context.Context, jobID, runID string, cp scheduling.Checkpoint) error
 	GPUNodes(ctx context.Context, uuids []string) (map[string]string, error)
+	NodePool(ctx context.Context, name string) (string, error)
 }
 
 // NodeReportResult answers POST /v1/nodes/{name}/inventory: what the report

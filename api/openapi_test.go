@@ -64,7 +64,8 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 	t.Parallel()
 	var doc struct {
 		Components struct {
-			Schemas map[string]json.RawMessage `json:"schemas"`
+			Schemas   map[string]json.RawMessage `json:"schemas"`
+			Responses map[string]json.RawMessage `json:"responses"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(OpenAPIDocument, &doc); err != nil {
@@ -77,6 +78,44 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 	for _, m := range refs {
 		if _, ok := doc.Components.Schemas[m[1]]; !ok {
 			t.Errorf("$ref to undefined schema %s", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile(`"\$ref":\s*"#/components/responses/([^"]+)"`).FindAllStringSubmatch(string(OpenAPIDocument), -1) {
+		if _, ok := doc.Components.Responses[m[1]]; !ok {
+			t.Errorf("$ref to undefined response %s", m[1])
+		}
+	}
+}
+
+// TestOpenAPIDocumentsLimits checks that every operation documents the
+// limits every route enforces (api/limits.go): 431 for an oversized header
+// everywhere, 413 for an oversized body on every operation with a body, and
+// 429 with Retry-After on every authenticated operation.
+func TestOpenAPIDocumentsLimits(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Security  *[]json.RawMessage         `json:"security"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(OpenAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			want := []string{"431"}
+			if method == "post" || method == "put" || method == "patch" {
+				want = append(want, "413")
+			}
+			if op.Security == nil || len(*op.Security) > 0 {
+				want = append(want, "429")
+			}
+			for _, code := range want {
+				if _, ok := op.Responses[code]; !ok {
+					t.Errorf("%s %s does not document %s", method, path, code)
+				}
+			}
 		}
 	}
 }

@@ -58,6 +58,26 @@ const (
 	ServiceName = "gpugov"
 )
 
+// The API server's connection timeouts (net/http.Server's fields). A client
+// that sends its header or body too slowly, or keeps an idle connection, is
+// cut off instead of holding a connection and a goroutine for good.
+const (
+	// APIReadHeaderTimeout bounds reading a request's header.
+	APIReadHeaderTimeout = 10 * time.Second
+	// APIReadTimeout bounds reading a whole request, body included (at
+	// most api.DefaultMaxBodyBytes, 1 MiB, unless serve's limit is raised:
+	// 60 s allows a client as slow as 17 KiB/s).
+	APIReadTimeout = time.Minute
+	// APIWriteTimeout bounds a request from the end of its header to its
+	// answer written: the longest handler is a report, whose PostgreSQL work
+	// api.ReportTimeout (5 min) bounds, plus a minute to write it. No route
+	// streams or long-polls.
+	APIWriteTimeout = api.ReportTimeout + time.Minute
+	// APIIdleTimeout is how long a keep-alive connection may wait for its
+	// next request.
+	APIIdleTimeout = 2 * time.Minute
+)
+
 // Config is what Start needs. Zero values take the defaults named per field.
 type Config struct {
 	// DatabaseURL is the PostgreSQL URL; the database is created when missing

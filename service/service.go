@@ -332,7 +332,8 @@ func (s *Service) serveHTTP() error {
 	if maxHeader <= 0 {
 		maxHeader = api.DefaultMaxHeaderBytes
 	}
-	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeader}
+	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: APIReadHeaderTimeout, ReadTimeout: APIReadTimeout,
+		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout, MaxHeaderBytes: maxHeader}
 	if s.cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
 		if err != nil {

@@ -78,6 +78,11 @@ func TestServiceTLSAndStoredTokens(t *testing.T) {
 	}
 	defer svc.Close(context.Background())
 	base := "https://" + svc.APIAddr()
+	// Every connection timeout is set (a slow or idle client is cut off).
+	if h := svc.httpSrv; h.ReadHeaderTimeout != APIReadHeaderTimeout || h.ReadTimeout != APIReadTimeout ||
+		h.WriteTimeout != APIWriteTimeout || h.IdleTimeout != APIIdleTimeout {
+		t.Fatalf("API server timeouts: header %s, read %s, write %s, idle %s", h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout)
+	}
 
 	// Plain HTTP to the TLS port is refused; an untrusting client fails the handshake.
 	if resp, err := http.Get("http://" + svc.APIAddr() + "/healthz"); err == nil {

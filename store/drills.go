@@ -40,8 +40,8 @@ type NewDrill struct {
 }
 
 // StartedDrill is a drill OpenDrill recorded: its preemption record's ID
-// and what the PreemptionWorkflow needs (temporalx.PreemptionWorkflowID of
-// the job and RunID names it).
+// and what the PreemptionWorkflow needs (temporalx.PreemptionWorkflowIDOf
+// of the job, RunID and PreemptionID names it).
 type StartedDrill struct {
 	PreemptionID string
 	JobID        string

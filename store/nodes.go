@@ -105,6 +105,17 @@ func (s *Store) UpsertNode(ctx context.Context, pool string, node scheduling.Nod
 	return change, nil
 }
 
+// NodePool returns the pool node name is in. Errors: ErrNotFound when no
+// such node is stored; a query error.
+func (s *Store) NodePool(ctx context.Context, name string) (string, error) {
+	var pool string
+	err := s.pool.QueryRow(ctx, `SELECT pool FROM nodes WHERE name = $1`, name).Scan(&pool)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("node %q: %w", name, ErrNotFound)
+	}
+	return pool, err
+}
+
 // GPUNodes returns, for each of uuids stored in the inventory, the node it is
 // on (uuid → node name); UUIDs not stored are absent. The API checks a node
 // agent's report with it: an agent reports its own node's GPUs and never

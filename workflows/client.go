@@ -149,12 +149,13 @@ func (t *Client) DecideReclaim(ctx context.Context, allocationID, signal, actor,
 
 // StartDrill starts the PreemptionWorkflow of resume drill preemptionID —
 // the record store.OpenDrill wrote for job jobID's allocation and run —
-// with ID "preempt/<job>/<run>" (temporalx.PreemptionWorkflowID, as the
-// scheduler names its preemptions; the allocation when the run is "") and
-// no trigger job. The workflow runs the drill as any preemption
+// with ID "preempt/<job>/<run>/<preemption>" (temporalx.PreemptionWorkflowIDOf,
+// as the scheduler names its preemptions; the allocation when the run is
+// "") and no trigger job. The workflow runs the drill as any preemption
 // (docs/design.md §5 "Resume drills"). A workflow with that ID already
-// running or a closed one being reused is fine: a second start of the same
-// drill is answered as started. It returns the client's error when the
+// running is fine: a second start of the same drill is answered as started;
+// another drill (or preemption) of the same run has its own ID, so it is
+// never mistaken for this one. It returns the client's error when the
 // server refuses otherwise.
 func (t *Client) StartDrill(ctx context.Context, preemptionID, jobID, allocationID, runID string) error {
 	run := runID
@@ -162,7 +163,7 @@ func (t *Client) StartDrill(ctx context.Context, preemptionID, jobID, allocation
 		run = allocationID
 	}
 	opts := client.StartWorkflowOptions{
-		ID:                    temporalx.PreemptionWorkflowID(jobID, run),
+		ID:                    temporalx.PreemptionWorkflowIDOf(jobID, run, preemptionID),
 		TaskQueue:             temporalx.ServiceTaskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"crypto/tls"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -114,7 +115,7 @@ killed, and serve logs a warning. Never set it outside crash tests.`,
 	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("GPUGOV_TLS_KEY"), "PEM private key of --tls-cert (env GPUGOV_TLS_KEY)")
 	f.Float64Var(&o.limits.RatePerSecond, "rate-limit", api.DefaultRatePerSecond, "requests per second each API token may make, sustained (429 with Retry-After beyond)")
 	f.IntVar(&o.limits.RateBurst, "rate-burst", api.DefaultRateBurst, "requests each API token may make at once above --rate-limit")
-	f.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes (413 beyond)")
+	f.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes (413 beyond; 0: the default, 1 MiB)")
 	f.IntVar(&o.limits.MaxHeaderBytes, "max-header-bytes", api.DefaultMaxHeaderBytes, "largest request header in bytes (431 beyond)")
 	rootCmd.AddCommand(cmd)
 }
@@ -157,6 +158,13 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 	case o.limits.MaxBodyBytes < 0 || o.limits.MaxHeaderBytes < 0 || (o.limits.MaxHeaderBytes > 0 && o.limits.MaxHeaderBytes < 1024):
 		return service.Config{}, newUsageError("--max-body-bytes must be > 0 and --max-header-bytes ≥ 1024 (0: the default), got %d and %d",
 			o.limits.MaxBodyBytes, o.limits.MaxHeaderBytes)
+	}
+	if o.tlsCert != "" {
+		// Checked before anything starts, so a bad path is a usage error
+		// (exit 2) rather than a failure after the workers started.
+		if _, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey); err != nil {
+			return service.Config{}, newUsageError("--tls-cert/--tls-key: %v", err)
+		}
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,

@@ -72,6 +72,7 @@ func TestServeConfig(t *testing.T) {
 		"policy file":        func(o *serveOptions) { o.policyFile = devTokens },
 		"no policy file":     func(o *serveOptions) { o.policyFile = "missing.yaml" },
 		"TLS key alone":      func(o *serveOptions) { o.tlsKey = "key.pem" },
+		"TLS files missing":  func(o *serveOptions) { o.tlsCert, o.tlsKey = "/missing/cert.pem", "/missing/key.pem" },
 		"negative rate":      func(o *serveOptions) { o.limits.RatePerSecond = -1 },
 		"tiny header limit":  func(o *serveOptions) { o.limits.MaxHeaderBytes = 100 },
 	} {

@@ -72,15 +72,27 @@ func inflateConfig(cmd *cobra.Command, f simulateFlags) (simulation.InflateConfi
 				return cfg, newUsageError("%w", err)
 			}
 			if r := pol.Scheduling().Placement; r != "" && r != scheduling.PlacementFragmentation {
-				rules = append([]string{string(r)}, rules...)
+				// The policy's rule first, then the others (once each).
+				rest := []string{string(r)}
+				for _, o := range rules {
+					if o != string(r) {
+						rest = append(rest, o)
+					}
+				}
+				rules = rest
 			}
 		}
 	}
+	seen := map[scheduling.PlacementRule]bool{}
 	for _, s := range rules {
 		r, err := scheduling.ParsePlacementRule(s)
 		if err != nil {
 			return cfg, newUsageError("simulate: --rules: %w", err)
 		}
+		if seen[r] {
+			return cfg, newUsageError("simulate: --rules: %q is listed twice", s)
+		}
+		seen[r] = true
 		cfg.Rules = append(cfg.Rules, r)
 	}
 	if cmd.Flags().Changed("seed") {

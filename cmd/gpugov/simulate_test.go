@@ -200,6 +200,7 @@ func TestSimulateInflate(t *testing.T) {
 		"bad ratio":         {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "1,x"}, `"x" is not a number`},
 		"zero ratio":        {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "0"}, "ratio 0 is not in"},
 		"bad rule":          {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "1", "--rules", "worstfit"}, `unknown placement rule "worstfit"`},
+		"rule twice":        {[]string{"--nodes", simNodes, "--pods", pods, "--inflate", "1", "--rules", "fgd,fgd"}, `"fgd" is listed twice`},
 		"rules alone":       {[]string{"--nodes", simNodes, "--pods", pods, "--rules", "fgd"}, "--rules goes with --inflate"},
 		"malformed pod row": {[]string{"--nodes", simNodes, "--pods", simBadPods, "--inflate", "1"}, simBadPods + `:3: unknown qos "Gold"`},
 		"malformed 5-col":   {[]string{"--nodes", simNodes, "--pods", "../../internal/trace/alibaba/testdata/packing_bad.csv", "--inflate", "1"}, "packing_bad.csv:3: gpu_milli 500 with num_gpu 2"},
