@@ -165,10 +165,15 @@ func (t *tokenLimiter) allow(c *gin.Context, key TokenDigest) bool {
 	if secs < 1 {
 		secs = 1
 	}
-	c.Header("Retry-After", strconv.Itoa(secs))
-	writeError(c, newError(http.StatusTooManyRequests, CodeRateLimited, "",
-		"more than %s requests/s (burst %d) with this token; retry after %d s", formatRate(float64(t.every)), t.burst, secs))
+	tooManyRequests(c, secs, "more than %s requests/s (burst %d) with this token; retry after %d s", formatRate(float64(t.every)), t.burst, secs)
 	return false
+}
+
+// tooManyRequests answers 429 rate_limited with Retry-After: secs (whole
+// seconds, at least 1) and the message format, args.
+func tooManyRequests(c *gin.Context, secs int, format string, args ...any) {
+	c.Header("Retry-After", strconv.Itoa(secs))
+	writeError(c, newError(http.StatusTooManyRequests, CodeRateLimited, "", format, args...))
 }
 
 // formatRate prints a rate without a needless fraction.
@@ -240,9 +245,7 @@ func (g *guessLimiter) exhausted(c *gin.Context, ip string) bool {
 	if g.every > 0 {
 		secs = max(1, int(math.Ceil((1-tokens)/float64(g.every))))
 	}
-	c.Header("Retry-After", strconv.Itoa(secs))
-	writeError(c, newError(http.StatusTooManyRequests, CodeRateLimited, "",
-		"more than %s unknown-token requests/s (burst %d) from this address; retry after %d s", formatRate(float64(g.every)), g.burst, secs))
+	tooManyRequests(c, secs, "more than %s unknown-token requests/s (burst %d) from this address; retry after %d s", formatRate(float64(g.every)), g.burst, secs)
 	return true
 }
 
