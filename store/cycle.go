@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -45,6 +48,10 @@ type CycleOutcome struct {
 	// StaleWaits counts wait statuses ignored because their job was no longer
 	// pending (cancelled, or placed by an earlier cycle).
 	StaleWaits int `json:"stale_waits"`
+	// ExplanationsKept counts waiting jobs whose stored explanation the
+	// cycle left as it was: same reason, same stable part and younger than
+	// ExplanationRefresh (their rows are not written).
+	ExplanationsKept int `json:"explanations_kept"`
 }
 
 // PlacedJob is one granted placement.
@@ -83,6 +90,8 @@ type StartedPreemption struct {
 //     stretch (aging_since to now) is added to AccruedAgingS;
 //   - each wait status updates the job's reason and explanation (which names
 //     the cycle, its instant, the next re-evaluation and the aging overtake)
+//     when what it says changed or the stored one is ExplanationRefresh old
+//     (otherwise the row is not written: CycleOutcome.ExplanationsKept),
 //     and writes a wait-event transition only when the reason changed
 //     (accounting.WaitChanged); with the same reason the open event takes the
 //     new detail, re-evaluation condition and blocking job in place, keeping
@@ -178,7 +187,8 @@ func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *schedulin
 	stats := map[string]int{
 		"placements": len(out.Placed), "conflicts": len(out.Conflicts), "waiting": len(res.Waiting),
 		"wait_transitions": out.WaitTransitions, "wait_refreshes": out.WaitRefreshes, "stale_waits": out.StaleWaits,
-		"proposals": len(res.Preemptions), "preemptions_started": len(out.Preemptions),
+		"explanations_kept": out.ExplanationsKept,
+		"proposals":         len(res.Preemptions), "preemptions_started": len(out.Preemptions),
 	}
 	if _, err := tx.Exec(ctx, `UPDATE scheduling_cycles SET stats = $2, outcome = $3 WHERE id = $1`,
 		cycleID, mustJSON(stats), mustJSON(out)); err != nil {
@@ -460,7 +470,7 @@ func insertPlacements(ctx context.Context, tx pgx.Tx, cycleID string, r *placeme
 		return fmt.Errorf("insert allocation GPUs: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
-		UPDATE jobs j SET state = 'placed', reason = NULL, explanation = u.expl::jsonb,
+		UPDATE jobs j SET state = 'placed', reason = NULL, explanation = u.expl::jsonb, explanation_digest = NULL,
 			accrued_aging_s = j.accrued_aging_s + coalesce(greatest(0, extract(epoch FROM $3::timestamptz - j.aging_since))::float8, 0),
 			aging_since = NULL, updated_at = $3
 		FROM unnest($1::text[], $2::text[]) AS u(id, expl) WHERE j.id = u.id`,
@@ -545,16 +555,20 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		pending                          bool
 		open                             bool
 		reason, detail, reeval, blocking string
+		digest                           []byte
+		explainedAt                      *time.Time
 	}
 	cur := make(map[string]current, len(ws))
 	err := forEachRow(ctx, tx, `
 		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''),
-			coalesce(w.detail, ''), coalesce(w.reevaluate, ''), coalesce(w.blocking_job_id, '')
+			coalesce(w.detail, ''), coalesce(w.reevaluate, ''), coalesce(w.blocking_job_id, ''),
+			j.explanation_digest, j.explained_at
 		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL
 		WHERE j.id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
 		var id string
 		var c current
-		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail, &c.reeval, &c.blocking); err != nil {
+		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail, &c.reeval, &c.blocking,
+			&c.digest, &c.explainedAt); err != nil {
 			return err
 		}
 		cur[id] = c
@@ -565,6 +579,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	}
 	var upd, updReason, updExpl []string
 	var updEarns []bool
+	var updDigest [][]byte
 	expls := make([]string, len(ws)) // parallel to ws
 	transition, refresh, decide := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	at := now.UTC()
@@ -574,9 +589,6 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			out.StaleWaits++
 			continue
 		}
-		expls[i] = string(mustJSON(waitExplanation(cycleID, at, &w)))
-		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
-		updEarns = append(updEarns, w.Reason.EarnsAging())
 		switch {
 		case accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), w.Reason):
 			transition[w.JobID], decide[w.JobID] = true, true
@@ -584,16 +596,25 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			refresh[w.JobID] = true
 			decide[w.JobID] = c.blocking != w.BlockingJobID // held back by another job now
 		}
+		digest := explanationDigest(&w)
+		if !transition[w.JobID] && !refresh[w.JobID] && explanationCurrent(w.JobID, c.digest, c.explainedAt, digest, at) {
+			out.ExplanationsKept++
+			continue
+		}
+		expls[i] = string(mustJSON(waitExplanation(cycleID, at, &w)))
+		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
+		updEarns, updDigest = append(updEarns, w.Reason.EarnsAging()), append(updDigest, digest)
 	}
 	changed := make(map[string]bool, len(upd))
 	err = forEachRow(ctx, tx, `
 		UPDATE jobs j SET state = 'waiting', reason = u.reason, explanation = u.expl::jsonb, updated_at = $4,
+			explanation_digest = u.digest, explained_at = $4,
 			accrued_aging_s = CASE WHEN u.earns THEN j.accrued_aging_s
 				ELSE j.accrued_aging_s + coalesce(greatest(0, extract(epoch FROM $4::timestamptz - j.aging_since))::float8, 0) END,
 			aging_since = CASE WHEN u.earns THEN coalesce(j.aging_since, $4::timestamptz) ELSE NULL END
-		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[]) AS u(id, reason, expl, earns)
+		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[], $6::bytea[]) AS u(id, reason, expl, earns, digest)
 		WHERE j.id = u.id AND j.state IN ('submitted', 'waiting')
-		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns}, func(rows pgx.Rows) error {
+		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns, updDigest}, func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
 		changed[id] = true
@@ -669,6 +690,66 @@ func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Exp
 		}
 	}
 	return e
+}
+
+// ExplanationRefresh bounds how old a waiting job's stored explanation may
+// grow while what it says stays the same: a cycle rewrites it only when its
+// stable part (explanationDigest) changed or it is ExplanationRefreshFor
+// old (between half of this and this), so a
+// cycle's write cost follows what changed, not the number of waiting jobs
+// (issue "Beyond one machine", item 5; docs/design.md §3 "What a cycle
+// writes"). Its cycle_id, evaluated_at, rank and priority parts are then up
+// to this old; every cycle still evaluates every pending job, and a change
+// of reason, detail, re-evaluation condition or blocking job is written by
+// the cycle that sees it. 60 s: a `gpugov why` reader sees a rank and score
+// at most a minute old (Kueue refreshes its pending-workload positions on an
+// interval too), while with 10,000 waiting jobs and a cycle every 5 s a
+// cycle rewrites about a twelfth of them instead of all.
+const ExplanationRefresh = 60 * time.Second
+
+// explanationDigest is the SHA-256 of the stable part of w's explanation:
+// what a cycle that sees the same situation writes again (reason, detail,
+// re-evaluation condition, blocking job, suggestions, releases, the kind of
+// the next evaluation, the overtake target). Rank, priority, the next
+// evaluation's instant and the overtake's points move with every cycle and
+// are left out.
+func explanationDigest(w *scheduling.WaitStatus) []byte {
+	stable := struct {
+		Reason      vocab.WaitReason
+		Detail      string
+		ReEvaluate  string
+		Blocking    string
+		Suggestions []SuggestionJ
+		Releases    []ReleaseJ
+		NextKind    vocab.NextEvalKind
+		Ahead       string
+		Never       bool
+	}{Reason: w.Reason, Detail: w.Detail, ReEvaluate: w.ReEvaluate, Blocking: w.BlockingJobID,
+		Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases), NextKind: w.Next.Kind}
+	if o := w.Overtake; o != nil {
+		stable.Ahead, stable.Never = o.AheadJobID, o.Never
+	}
+	sum := sha256.Sum256(mustJSON(stable))
+	return sum[:]
+}
+
+// ExplanationRefreshFor is the age at which job jobID's unchanged
+// explanation is rewritten: between ExplanationRefresh/2 and
+// ExplanationRefresh, spread by an FNV-1a hash of the job ID, so that the
+// explanations one cycle wrote (a burst of submissions, a restart) do not
+// all fall due in the same later cycle.
+func ExplanationRefreshFor(jobID string) time.Duration {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(jobID))
+	half := ExplanationRefresh / 2
+	return half + time.Duration(h.Sum32())%half
+}
+
+// explanationCurrent reports whether job jobID's stored explanation with
+// digest stored, written at explainedAt, still says what digest says and is
+// younger than ExplanationRefreshFor(jobID) at at.
+func explanationCurrent(jobID string, stored []byte, explainedAt *time.Time, digest []byte, at time.Time) bool {
+	return explainedAt != nil && bytes.Equal(stored, digest) && at.Sub(*explainedAt) < ExplanationRefreshFor(jobID)
 }
 
 // pendingWaits drops the wait statuses of jobs the result also places and

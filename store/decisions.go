@@ -58,9 +58,10 @@ type decisionBody struct {
 var decisionRank = map[string]int{"preempt": 5, "would_preempt": 4, "conflict": 3, "place": 2, "wait": 1}
 
 // LastDecision returns the last scheduling action for job (as GetJob
-// returned it), or nil when no cycle has decided about it. Every cycle
-// rewrites a pending job's explanation with the cycle's ID and instant, but
-// records a wait decision only when the reason or the blocking job changes;
+// returned it), or nil when no cycle has decided about it. A cycle
+// rewrites a pending job's explanation with the cycle's ID and instant when
+// it changed or is ExplanationRefresh old, but records a wait decision only
+// when the reason or the blocking job changes;
 // so a job whose latest evaluation is newer than its latest decision was
 // left as it was, and its action comes from the explanation, since the
 // latest wait decision. Otherwise the latest decision cycle's rows give it

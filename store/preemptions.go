@@ -564,7 +564,7 @@ func (s *Store) RequeuePreempted(ctx context.Context, id string, at time.Time) (
 			blocking = rec.ForJobID
 		}
 		tag, err := tx.Exec(ctx, `
-			UPDATE jobs SET reason = 'capacity_busy', explanation = $2, updated_at = $3
+			UPDATE jobs SET reason = 'capacity_busy', explanation = $2, explanation_digest = NULL, updated_at = $3
 			WHERE id = $1 AND state = 'waiting' AND reason IS NULL`, rec.VictimJobID, expl, at)
 		if err != nil {
 			return err

@@ -153,7 +153,7 @@ func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID string, outcome vo
 	var err error
 	if outcome == vocab.RunRequeued {
 		_, err = tx.Exec(ctx, `
-			UPDATE jobs SET state = 'waiting', waiting_since = $2, aging_since = $2, reason = NULL, explanation = NULL, updated_at = $2
+			UPDATE jobs SET state = 'waiting', waiting_since = $2, aging_since = $2, reason = NULL, explanation = NULL, explanation_digest = NULL, updated_at = $2
 			WHERE id = $1`, jobID, at)
 	} else {
 		_, err = tx.Exec(ctx, `UPDATE jobs SET state = $3, reason = NULL, updated_at = $2 WHERE id = $1`, jobID, at, outcome)
