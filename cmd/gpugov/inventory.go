@@ -50,9 +50,6 @@ wrong, with exit code 2.`,
 			}
 			ctx := cmd.Context()
 			url := cmp.Or(databaseURL, os.Getenv("DATABASE_URL"), defaultDatabaseURL)
-			if _, err := store.EnsureDatabase(ctx, url); err != nil {
-				return err
-			}
 			if err := store.Migrate(ctx, url); err != nil {
 				return err
 			}
