@@ -239,11 +239,11 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	// The scheduler run whose cycle opened the preemption (the preemption
 	// workflow's parent) named it per preemption (versionPreemptionIDPerPreemption
 	// version 1): stop the scheduler, wait for that run to close, record it.
-	d, err := c.DescribeWorkflowExecution(ctx, wfID, "")
+	d, err := c.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := d.GetWorkflowExecutionInfo().GetParentExecution()
+	parent := d.RawResponse.GetWorkflowExecutionInfo().GetParentExecution()
 	if parent.GetWorkflowId() != temporalx.SchedulerWorkflowID(temporalx.DefaultShard) {
 		t.Fatalf("preemption workflow's parent %v, want the scheduler", parent)
 	}
@@ -251,8 +251,8 @@ func TestPreemptionOnDevServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the scheduler run that opened the preemption closed", func() bool {
-		d, err := c.DescribeWorkflowExecution(ctx, parent.GetWorkflowId(), parent.GetRunId())
-		return err == nil && d.GetWorkflowExecutionInfo().GetCloseTime() != nil
+		d, err := c.DescribeWorkflow(ctx, parent.GetWorkflowId(), parent.GetRunId())
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() != nil
 	})
 	if h := history(t, c, parent.GetWorkflowId(), parent.GetRunId()); !hasVersionMarker(t, h, "preemption-id-per-preemption", 1) {
 		t.Fatal("the scheduler run that opened the preemption has no preemption-id-per-preemption version 1 marker")
