@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -45,17 +46,22 @@ pools:
     stage: automate
 `
 
-// TestCrashAtEveryReclaimStep: four running jobs, one per reclaim mode,
-// each declared complete by its owner in turn so the reclaim scan finds
-// it (class completed). serve is SIGKILLed after ScanReclaims found the
-// first, after AssessReclaim recorded it, after ReleaseReclaimed released
-// it (auto mode); after NotifyOwner told the second's owner and after
-// RecordDispute stored the owner's keep (notify mode); after
-// AwaitConfirmation (confirm mode, confirmed by the operator at the end);
-// after CloseReclaim (report mode). The checks: one reclaim per
-// allocation, one audit row per step, one notice, one release of each
-// released allocation, the kept and reported ones untouched, no GPU
-// charged above its allocations.
+// TestCrashAtEveryReclaimStep: four jobs, one per reclaim mode, each
+// submitted when its mode's steps begin and declared complete by its owner
+// once running, so the reclaim scan finds it (class completed). serve is
+// SIGKILLed after ScanReclaims found the first, after AssessReclaim recorded
+// it, after ReleaseReclaimed released it (auto mode); after NotifyOwner told
+// the second's owner and after RecordDispute stored the owner's keep (notify
+// mode; the keep is sent with project vision's token, the owning project's);
+// after AwaitConfirmation (confirm mode, then confirmed by the operator);
+// after CloseReclaim (report mode). A kept or reported job is cancelled by
+// its owner once its steps are checked, and each job lives only through its
+// own mode's kills: the simulated executor runs in serve, so every kill loses
+// the run attempt of each running job, and a run has three attempts
+// (workflows.JobInput.RunAttempts). The checks: one reclaim per allocation,
+// one audit row per step (reclaim audit rows have the job as subject), one
+// notice, one release of each released allocation, the kept and reported
+// ones untouched, no GPU charged above its allocations.
 func TestCrashAtEveryReclaimStep(t *testing.T) {
 	requireTemporal(t)
 	t.Parallel()
@@ -67,22 +73,20 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 		what, res := verify(t, r, checks)
 		rows = append(rows, crashRow{Workflow: "ReclaimWorkflow", Step: step, Checked: what, Result: res, Took: took})
 	}
-	r.start("", "")
 	queues := []string{"key-project", "standard", "experiment", "batch"}
 	jobs := make([]*api.Job, len(queues))
 	allocs := make([]string, len(queues))
-	for i, q := range queues {
-		jobs[i] = submitCrash(t, r, q, 1, 3600, false)
-	}
-	for i, j := range jobs {
-		waitJobState(t, r, j.ID, vocab.JobRunning, 2*time.Minute)
-		if err := r.db.QueryRow(ctx, `SELECT id FROM allocations WHERE job_id = $1`, j.ID).Scan(&allocs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r.kill()
-	complete := func(i int) func() {
+	// submitAndComplete submits job i, waits until it runs and declares it
+	// complete (a trigger of crashAt: serve is running).
+	submitAndComplete := func(i int) func() {
 		return func() {
+			jobs[i] = submitCrash(t, r, queues[i], 1, 3600, false)
+			// crashTimeout: a scheduling cycle in flight when the previous serve
+			// ended is retried only after its start-to-close timeout (2 min).
+			waitJobState(t, r, jobs[i].ID, vocab.JobRunning, crashTimeout)
+			if err := r.db.QueryRow(ctx, `SELECT id FROM allocations WHERE job_id = $1`, jobs[i].ID).Scan(&allocs[i]); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := r.client.Complete(ctx, jobs[i].ID, "crash test: work done, cleaning up"); err != nil {
 				t.Fatalf("complete %s: %v", jobs[i].ID, err)
 			}
@@ -96,9 +100,22 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 			WHERE r.allocation_id = $1 AND a.action = $2`, args: []any{allocs[i], action}, want: want}
 	}
 	wf := func(i int) string { return temporalx.ReclaimWorkflowID(allocs[i]) }
+	// Before a job's allocation is known, its reclaim's crash point is
+	// limited to reclaim workflows (every earlier one has closed by then).
+	anyReclaim := temporalx.ReclaimWorkflowID("")
+	// cancelJob starts serve, cancels job i as its owner and waits for it to
+	// end cancelled, then stops serve.
+	cancelJob := func(i int) {
+		r.start("", "")
+		if _, err := r.vision.Cancel(ctx, jobs[i].ID, "crash test: done with it"); err != nil {
+			t.Fatalf("cancel %s: %v", jobs[i].ID, err)
+		}
+		waitJobState(t, r, jobs[i].ID, vocab.JobCancelled, 2*time.Minute)
+		r.stop()
+	}
 
 	// Auto mode (key-project).
-	took := r.crashAt("ScanReclaims", crashpoint.AfterEffect, temporalx.ReclaimScanWorkflowID, crashTimeout, complete(0), nil)
+	took := r.crashAt("ScanReclaims", crashpoint.AfterEffect, temporalx.ReclaimScanWorkflowID, crashTimeout, submitAndComplete(0), nil)
 	add("ScanReclaims (a finding)", took, []check{
 		{what: "no reclaim recorded by the scan itself", sql: `SELECT count(*) FROM reclaims WHERE allocation_id = $1 AND state <> 'open'`, args: []any{allocs[0]}, want: 0},
 	})
@@ -112,8 +129,8 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 	}, gpuChecks()...))
 
 	// Notify mode (standard), kept by the owner.
+	took = r.crashAt("NotifyOwner", crashpoint.AfterEffect, anyReclaim, crashTimeout, submitAndComplete(1), nil)
 	notices := check{what: "one reclaim notice", sql: `SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.reclaim_notice'`, args: []any{jobs[1].ID}, want: 1}
-	took = r.crashAt("NotifyOwner", crashpoint.AfterEffect, wf(1), crashTimeout, complete(1), nil)
 	add("NotifyOwner", took, []check{reclaims(1), notices, audited(1, store.AuditReclaimNotice, 1)})
 	var reclaimID string
 	took = r.crashAt("RecordDispute", crashpoint.AfterEffect, wf(1), crashTimeout, func() {
@@ -123,7 +140,8 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 			return state == string(vocab.ReclaimNotified) && r.queryInt(`SELECT count(*) FROM notifications WHERE job_id = $1 AND kind = 'job.reclaim_notice'`, jobs[1].ID) > 0, state
 		})
 		// The notice is stored before the workflow waits for the keep: poll the
-		// keep until the workflow has it (a 409 while NotifyOwner's retry is pending).
+		// keep until the workflow has it (a 409 while NotifyOwner's retry is
+		// pending). Only the owning project may keep: project vision's token.
 		waitFor(t, crashTimeout, "the owner's keep accepted", func() (bool, string) {
 			_, err := r.vision.KeepReclaim(ctx, reclaimID, "crash test: still evaluating")
 			return err == nil, errString(err)
@@ -132,21 +150,13 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 	add("RecordDispute (owner's keep)", took, []check{reclaims(1), notices, audited(1, store.AuditReclaimNotice, 1), audited(1, store.AuditReclaimDispute, 1),
 		{what: "reclaim kept, disputed", sql: `SELECT count(*) FROM reclaims WHERE allocation_id = $1 AND state = 'kept' AND disputed`, args: []any{allocs[1]}, want: 1},
 		{what: "allocation kept", sql: `SELECT count(*) FROM allocations WHERE id = $1 AND released_at IS NULL`, args: []any{allocs[1]}, want: 1}})
+	cancelJob(1)
 
-	// Confirm mode (experiment), confirmed at the end.
-	took = r.crashAt("AwaitConfirmation", crashpoint.AfterEffect, wf(2), crashTimeout, complete(2), nil)
+	// Confirm mode (experiment), then confirmed by the operator.
+	took = r.crashAt("AwaitConfirmation", crashpoint.AfterEffect, anyReclaim, crashTimeout, submitAndComplete(2), nil)
 	add("AwaitConfirmation", took, []check{reclaims(2),
 		{what: "reclaim awaiting confirmation", sql: `SELECT count(*) FROM reclaims WHERE allocation_id = $1 AND state = 'awaiting_confirmation'`, args: []any{allocs[2]}, want: 1},
 		{what: "allocation kept", sql: `SELECT count(*) FROM allocations WHERE id = $1 AND released_at IS NULL`, args: []any{allocs[2]}, want: 1}})
-
-	// Report mode (batch).
-	took = r.crashAt("CloseReclaim", crashpoint.AfterEffect, wf(3), crashTimeout, complete(3), nil)
-	add("CloseReclaim (report)", took, []check{reclaims(3), audited(3, store.AuditReclaimClose, 1),
-		{what: "reclaim reported", sql: `SELECT count(*) FROM reclaims WHERE allocation_id = $1 AND state = 'reported'`, args: []any{allocs[3]}, want: 1},
-		{what: "allocation kept", sql: `SELECT count(*) FROM allocations WHERE id = $1 AND released_at IS NULL`, args: []any{allocs[3]}, want: 1}})
-
-	// The end: the operator confirms the confirm-mode reclaim; the kept and
-	// reported jobs are cancelled by their owner.
 	r.start("", "")
 	var confirmID string
 	waitFor(t, crashTimeout, "the confirm-mode reclaim awaiting (AwaitConfirmation retried)", func() (bool, string) {
@@ -161,12 +171,21 @@ func TestCrashAtEveryReclaimStep(t *testing.T) {
 	waitFor(t, 4*time.Minute, "the confirmed reclaim released", func() (bool, string) {
 		return r.queryInt(`SELECT count(*) FROM reclaims WHERE id = $1 AND state = 'released'`, confirmID) == 1, ""
 	})
-	for _, i := range []int{1, 3} {
-		if _, err := r.client.Cancel(ctx, jobs[i].ID, "crash test done"); err != nil {
-			t.Fatal(err)
-		}
-		waitJobState(t, r, jobs[i].ID, vocab.JobCancelled, 2*time.Minute)
-	}
+	r.stop()
+
+	// Report mode (batch).
+	took = r.crashAt("CloseReclaim", crashpoint.AfterEffect, anyReclaim, crashTimeout, submitAndComplete(3), nil)
+	add("CloseReclaim (report)", took, []check{reclaims(3), audited(3, store.AuditReclaimClose, 1),
+		{what: "reclaim reported", sql: `SELECT count(*) FROM reclaims WHERE allocation_id = $1 AND state = 'reported'`, args: []any{allocs[3]}, want: 1},
+		{what: "allocation kept", sql: `SELECT count(*) FROM allocations WHERE id = $1 AND released_at IS NULL`, args: []any{allocs[3]}, want: 1}})
+	cancelJob(3)
+
+	// The end: every job ended, every reclaim workflow closed.
+	r.start("", "")
+	waitFor(t, 2*time.Minute, "every job ended", func() (bool, string) {
+		n := r.queryInt(`SELECT count(*) FROM jobs WHERE state NOT IN ('cancelled','succeeded','failed')`)
+		return n == 0, fmt.Sprintf("%d not ended", n)
+	})
 	for _, wid := range []string{wf(0), wf(1), wf(2), wf(3)} {
 		waitFor(t, time.Minute, "reclaim workflow "+wid+" closed", func() (bool, string) {
 			return workflowClosed(t, r, wid), "running"
