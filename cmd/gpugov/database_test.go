@@ -56,8 +56,6 @@ func TestMistypedDatabaseURLCreatesNothing(t *testing.T) {
 		"token create":     {"token", "create", "--database-url", url, "--role", "submitter", "--project", "vision", "--name", "typo"},
 	}
 	for label, args := range commands {
-		// ctx, not one that ends: cobra keeps the first context a subcommand
-		// ran with for the later runs of the test binary.
 		_, _, err := runGpugov(ctx, args...)
 		if err == nil {
 			t.Fatalf("%s on a missing database: no error", label)
