@@ -32,6 +32,14 @@ var crashSteps = map[string]string{
 	"VerifyResume":           "TestCrashAtEveryPreemptionStep",
 	"Abort":                  "TestCrashAtEveryPreemptionStep",
 
+	"ScanReclaims":      "TestCrashAtEveryReclaimStep",
+	"AssessReclaim":     "TestCrashAtEveryReclaimStep",
+	"ReleaseReclaimed":  "TestCrashAtEveryReclaimStep",
+	"NotifyOwner":       "TestCrashAtEveryReclaimStep",
+	"RecordDispute":     "TestCrashAtEveryReclaimStep",
+	"AwaitConfirmation": "TestCrashAtEveryReclaimStep",
+	"CloseReclaim":      "TestCrashAtEveryReclaimStep",
+
 	"LoadExperiment":            "TestCrashAtEveryExperimentStep",
 	"MeasureExperimentBaseline": "TestCrashAtEveryExperimentStep",
 	"SwitchExperiment":          "TestCrashAtEveryExperimentStep",
@@ -43,11 +51,11 @@ var crashSteps = map[string]string{
 
 // crashCovered are the activity structs (activities.Register registers every
 // exported method of each as an activity) whose workflows the crash tests
-// cover: the scheduling cycle, JobWorkflow, PreemptionWorkflow and
-// ExperimentWorkflow (crash_governance_test.go). ReclaimWorkflow's cases are
-// not in yet (issue #17's note says why).
+// cover: the scheduling cycle, JobWorkflow, PreemptionWorkflow,
+// ReclaimWorkflow with the reclaim scan (crash_governance_test.go) and
+// ExperimentWorkflow.
 var crashCovered = []string{"*activities.Scheduler", "*activities.Jobs", "*activities.Preemptions",
-	"*activities.ExperimentActivities"}
+	"*activities.Reclaims", "*activities.ExperimentActivities"}
 
 // activityRecorder is a worker.ActivityRegistry that records activity names.
 type activityRecorder struct {

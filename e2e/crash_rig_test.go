@@ -29,8 +29,13 @@ import (
 // can be restarted too), started with a crash point (internal/crashpoint)
 // and SIGKILLed when the point's marker file appears.
 
-// crashToken is the admin token of the rig's token file.
+// crashToken is the admin token of the rig's token file (project platform).
 const crashToken = "crash-admin"
+
+// crashVisionToken is the rig's submitter token of project vision, the
+// project submitCrash submits to: what only the owning project may do (keep
+// a reclaimed allocation) is done with it.
+const crashVisionToken = "crash-vision"
 
 // gpugovBuild is the gpugov binary the crash tests share: built once per
 // test binary (gpugovBinary), removed by TestMain.
@@ -87,7 +92,8 @@ type crashRig struct {
 	serveDB   string        // what serve connects to (the database or a proxy)
 	db        *pgxpool.Pool // the test's direct connection
 	apiAddr   string
-	client    *apiclient.Client
+	client    *apiclient.Client // with crashToken (admin)
+	vision    *apiclient.Client // with crashVisionToken (project vision's submitter)
 	simSpd    float64
 	logs      *logBuffer // every serve process's output, one after the other
 
@@ -121,7 +127,8 @@ func newCrashRig(t *testing.T, bin string, o crashRigOptions) *crashRig {
 	for name, text := range map[string]string{
 		"policy.yaml":              o.policy,
 		filepath.Base(r.inventory): o.inventory,
-		"tokens.yaml":              crashToken + ": {name: crash-admin, project: platform, role: admin}\n",
+		"tokens.yaml": crashToken + ": {name: crash-admin, project: platform, role: admin}\n" +
+			crashVisionToken + ": {name: crash@vision, project: vision, role: submitter}\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -148,6 +155,9 @@ func newCrashRig(t *testing.T, bin string, o crashRigOptions) *crashRig {
 	r.apiAddr = l.Addr().String()
 	_ = l.Close()
 	if r.client, err = apiclient.New("http://"+r.apiAddr, crashToken); err != nil {
+		t.Fatal(err)
+	}
+	if r.vision, err = apiclient.New("http://"+r.apiAddr, crashVisionToken); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

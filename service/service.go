@@ -184,13 +184,11 @@ func (s *Service) startLoops(ctx context.Context) {
 	}
 }
 
-// openStore creates the database when missing, applies the migrations and
-// opens the pool, whose queries are traced by otelpgx (spans go through the
+// openStore applies the pending migrations and opens the pool (a database
+// that does not exist is a *store.MissingDatabaseError: serve never creates
+// one, `gpugov migrate` does), whose queries are traced by otelpgx (spans go through the
 // global tracer provider that telemetry installed).
 func (s *Service) openStore(ctx context.Context) error {
-	if _, err := store.EnsureDatabase(ctx, s.cfg.DatabaseURL); err != nil {
-		return fmt.Errorf("service: %w", err)
-	}
 	if err := store.Migrate(ctx, s.cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}

@@ -174,7 +174,8 @@ const DefaultMaxConns = 16
 // and pings it; the pool holds up to DefaultMaxConns connections unless the
 // URL's pool_max_conns says otherwise. The schema is not migrated; call Migrate first. It returns an
 // error naming the database when the URL is invalid or the server cannot be
-// reached.
+// reached, and a *MissingDatabaseError when the server has no such database
+// (Open never creates one: only `gpugov migrate` does, through EnsureDatabase).
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
@@ -197,6 +198,9 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if missing := asMissingDatabase(err, cfg.ConnConfig, databaseURL); missing != nil {
+			return nil, missing
+		}
 		return nil, fmt.Errorf("store: open: cannot reach PostgreSQL at %s: %w", describe(cfg.ConnConfig), err)
 	}
 	s.pool = pool

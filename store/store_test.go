@@ -4,17 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
+	"github.com/gpugov/gpugov/store/storetest"
 )
 
 func TestMigrateUpFromEmptyDownAndUpAgain(t *testing.T) {
@@ -57,6 +60,37 @@ func TestOpenUnreachableNamesTheServer(t *testing.T) {
 	if err == nil || !contains(err.Error(), "cannot reach PostgreSQL at 127.0.0.1:1/nowhere") {
 		t.Fatalf("err = %v, want one naming the server", err)
 	}
+}
+
+// TestMissingDatabaseIsNamedNotCreated: Open, Migrate and RequireDatabase on
+// a URL whose database does not exist return a *store.MissingDatabaseError
+// naming it (the password masked) and leave the server without it.
+func TestMissingDatabaseIsNamedNotCreated(t *testing.T) {
+	storetest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	name := fmt.Sprintf("gpugov_missing_%d", time.Now().UnixNano())
+	admin, err := pgx.ParseConfig(storetest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A password the server (trust auth) ignores, to see that it is masked.
+	url := fmt.Sprintf("postgres://%s:s3cret@%s:%d/%s?sslmode=disable", admin.User, admin.Host, admin.Port, name)
+	check := func(what string, err error) {
+		t.Helper()
+		var missing *store.MissingDatabaseError
+		if !errors.As(err, &missing) || missing.Database != name {
+			t.Fatalf("%s: err = %v, want a MissingDatabaseError for %s", what, err, name)
+		}
+		if msg := err.Error(); !contains(msg, "does not exist") || !contains(msg, "gpugov migrate --database-url") || contains(msg, "s3cret") {
+			t.Fatalf("%s: %q", what, msg)
+		}
+	}
+	_, err = store.Open(ctx, url)
+	check("Open", err)
+	check("Migrate", store.Migrate(ctx, url))
+	check("RequireDatabase", store.RequireDatabase(ctx, url))
+	check("RequireDatabase again", store.RequireDatabase(ctx, url)) // still missing: nothing created it
 }
 
 func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }

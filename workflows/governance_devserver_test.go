@@ -144,7 +144,10 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	cfg.Preemption.VerifyResumeTimeoutSeconds, cfg.Preemption.RecomputeTimeoutSeconds = 60, 30
 	startGovWorkers(t, c, st, pol, cfg, &executor.SimulatedExecutor{Checkpoints: st, SpeedFactor: 100, HeartbeatInterval: 100 * time.Millisecond})
 	ctx := context.Background()
-	schedIn := &workflows.SchedulerInput{CycleIntervalSeconds: 1}
+	// 20 cycles a run: the run whose cycle opened the preemption closes (by
+	// continue-as-new or the cancel below) with a short history, recorded as
+	// testdata/scheduler-opened-preemption.json.
+	schedIn := &workflows.SchedulerInput{CycleIntervalSeconds: 1, IterationsPerRun: 20}
 	if _, err := workflows.StartScheduler(ctx, c, schedIn); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +235,29 @@ func TestPreemptionOnDevServer(t *testing.T) {
 	}
 	record(t, c, wfID, "", "preemption-completed-with-search-attributes")
 	record(t, c, runs[exp.ID].GetID(), runs[exp.ID].GetRunID(), "job-preempted-and-resumed")
+
+	// The scheduler run whose cycle opened the preemption (the preemption
+	// workflow's parent) named it per preemption (versionPreemptionIDPerPreemption
+	// version 1): stop the scheduler, wait for that run to close, record it.
+	d, err := c.DescribeWorkflow(ctx, wfID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := d.RawResponse.GetWorkflowExecutionInfo().GetParentExecution()
+	if parent.GetWorkflowId() != temporalx.SchedulerWorkflowID(temporalx.DefaultShard) {
+		t.Fatalf("preemption workflow's parent %v, want the scheduler", parent)
+	}
+	if err := c.CancelWorkflow(ctx, parent.GetWorkflowId(), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the scheduler run that opened the preemption closed", func() bool {
+		d, err := c.DescribeWorkflow(ctx, parent.GetWorkflowId(), parent.GetRunId())
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() != nil
+	})
+	if h := history(t, c, parent.GetWorkflowId(), parent.GetRunId()); !hasVersionMarker(t, h, "preemption-id-per-preemption", 1) {
+		t.Fatal("the scheduler run that opened the preemption has no preemption-id-per-preemption version 1 marker")
+	}
+	record(t, c, parent.GetWorkflowId(), parent.GetRunId(), "scheduler-opened-preemption")
 }
 
 // failRunHoldingGPUs starts a run of a new job in queue on GPU gpu and ends

@@ -36,7 +36,7 @@ Quotas are not set here: a project without a quota is not limited; set quotas
 with serve --policy FILE (its quotas list).
 
 The database is --database-url, else $DATABASE_URL, else the local default; it
-is created and migrated when needed. The running scheduler sees the new
+must exist (gpugov migrate creates it) and is migrated when needed. The running scheduler sees the new
 inventory at its next cycle. A malformed file is reported as file:line: what is
 wrong, with exit code 2.`,
 		Args: cobra.ExactArgs(1),
@@ -50,9 +50,6 @@ wrong, with exit code 2.`,
 			}
 			ctx := cmd.Context()
 			url := cmp.Or(databaseURL, os.Getenv("DATABASE_URL"), defaultDatabaseURL)
-			if _, err := store.EnsureDatabase(ctx, url); err != nil {
-				return err
-			}
 			if err := store.Migrate(ctx, url); err != nil {
 				return err
 			}

@@ -29,6 +29,9 @@ func runGpugov(ctx context.Context, args ...string) (string, string, error) {
 			}
 			f.Changed = false
 		})
+		// cobra gives a subcommand its parent's context only when it has
+		// none: without this, every later run would keep the first run's.
+		c.SetContext(nil) //lint:ignore SA1012 nil is how cobra marks "no context yet"
 		for _, sub := range c.Commands() {
 			reset(sub)
 		}

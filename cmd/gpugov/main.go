@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpugov/gpugov/store"
 )
 
 // rootCmd is the top of the command tree; subcommand files add themselves to it.
@@ -66,11 +68,14 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// isUsage reports whether err is a usage error: a usageError, or cobra's
-// "unknown command" (found before any command runs, so it cannot be wrapped).
+// isUsage reports whether err is a usage error: a usageError, a database URL
+// naming a database that does not exist (store.MissingDatabaseError: a
+// mistyped --database-url), or cobra's "unknown command" (found before any
+// command runs, so it cannot be wrapped).
 func isUsage(err error) bool {
 	var ue usageError
-	return errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command ")
+	var missing *store.MissingDatabaseError
+	return errors.As(err, &ue) || errors.As(err, &missing) || strings.HasPrefix(err.Error(), "unknown command ")
 }
 
 func main() {

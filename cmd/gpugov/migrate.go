@@ -26,7 +26,9 @@ The database is --database-url, else $DATABASE_URL, else
 ` + defaultDatabaseURL + `.
 When that database does not exist, migrate first creates it by connecting to
 the server's "postgres" maintenance database with the same host, port, user and
-password (the role needs CREATEDB). Concurrent migrators are serialised by a
+password (the role needs CREATEDB). migrate is the only command that creates a
+database: serve, inventory import, token and the others fail with "database X
+does not exist" (exit code 2) so that a mistyped --database-url creates nothing. Concurrent migrators are serialised by a
 PostgreSQL advisory lock; running migrate again applies nothing.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -44,7 +46,8 @@ PostgreSQL advisory lock; running migrate again applies nothing.`,
 				return err
 			}
 			if created {
-				fmt.Fprintln(cmd.OutOrStdout(), "created database")
+				cfg, _ := pgx.ParseConfig(url) // parsed above
+				fmt.Fprintf(cmd.OutOrStdout(), "created database %q\n", cfg.Database)
 			}
 			applied, err := store.MigrateUp(cmd.Context(), url)
 			if err != nil {

@@ -33,9 +33,6 @@ The database is --database-url, else $DATABASE_URL, else ` + defaultDatabaseURL 
 	cmd.PersistentFlags().StringVar(&databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL, else "+defaultDatabaseURL+")")
 	open := func(ctx context.Context) (*store.Store, error) {
 		url := cmp.Or(databaseURL, os.Getenv("DATABASE_URL"), defaultDatabaseURL)
-		if _, err := store.EnsureDatabase(ctx, url); err != nil {
-			return nil, err
-		}
 		if err := store.Migrate(ctx, url); err != nil {
 			return nil, err
 		}

@@ -113,6 +113,7 @@ psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $demo_db WITH (FORC
 deploy/dev/start-temporal.sh
 log "building bin/gpugov"
 go build -o "$gpugov" ./cmd/gpugov
+"$gpugov" migrate   # creates $DATABASE_URL's database: serve never creates one
 
 nohup "$gpugov" serve --api-addr "$GPUGOV_API_ADDR" --database-url "$DATABASE_URL" --temporal-address "$TEMPORAL_ADDRESS" \
   --tokens-file deploy/gpugov/tokens.yaml --inventory-file "$inventory" --policy "$policy" \

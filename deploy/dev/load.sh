@@ -67,6 +67,7 @@ psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $load_db WITH (FORC
 deploy/dev/start-temporal.sh
 log "building bin/gpugov"
 go build -o "$gpugov" ./cmd/gpugov
+"$gpugov" migrate   # creates $DATABASE_URL's database: serve never creates one
 
 # The pool: 64 nodes × 8 T4 (format: internal/inventory/static).
 inventory="$GPUGOV_STATE/inventory.yaml"
