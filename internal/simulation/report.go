@@ -505,6 +505,10 @@ func (e *engine) assumptions(r *Report) []string {
 			fmt.Sprintf("Queues: one per tier, named after it; wait objectives %s; %s; fair-share: %s.", strings.Join(objectives, ", "), sharesText, fairText),
 			quotaText(c))
 	}
+	if b := e.bg; b != nil {
+		out = append(out, fmt.Sprintf("Background occupancy (simulation.background_step_s %d): %d steps; it held %.0f GPU-hours of the %.0f its steps asked for (%.1f%%; short while trace jobs held the GPUs, refilled from the GPUs they release before any waiting job gets them); it is not in gpu_utilization, which counts the trace's jobs.",
+			c.BackgroundStepS, len(b.steps), b.heldS/3600, b.wantS/3600, 100*b.heldS/max(b.wantS, 1)))
+	}
 	return append(out,
 		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
 			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),

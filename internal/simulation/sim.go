@@ -180,6 +180,7 @@ type engine struct {
 	now     int64 // the instant the state has been advanced to
 	start   int64 // first arrival
 	timerAt int64 // the armed timer's instant, -1 when none
+	passAt  int64 // the armed scheduling pass's instant (Config.CyclePeriodSeconds), -1 when none
 
 	projects  []string
 	projIdx   map[string]int
@@ -209,6 +210,11 @@ type engine struct {
 	recomputeGPUS float64
 	wouldPreempt  int
 
+	// bg is the background occupancy, nil without one; nbg is the number of
+	// its per-node allocations at the front of allocs (0 without one).
+	bg  *background
+	nbg int
+
 	// fault is the first broken engine invariant found where no error can be
 	// returned (a release of GPUs the ledger had not granted); loop stops on it.
 	fault error
@@ -229,7 +235,8 @@ func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simulation config: %w", err)
 	}
-	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects})
+	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects,
+		BackgroundStepS: cfg.BackgroundStepS})
 	if err != nil {
 		return nil, fmt.Errorf("simulation input: %w", err)
 	}
@@ -257,7 +264,7 @@ func withTraceQuotas(policyQuotas, traceQuotas []scheduling.Quota) []scheduling.
 
 func newEngine(tr *trace.Trace, cfg Config, progress io.Writer) *engine {
 	e := &engine{
-		cfg: cfg, trace: tr, epoch: tr.Epoch, timerAt: -1, progress: progress,
+		cfg: cfg, trace: tr, epoch: tr.Epoch, timerAt: -1, passAt: -1, progress: progress,
 		pools:      []scheduling.Pool{tr.Pool},
 		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: accounting.Ledger{}, byID: map[string]*simJob{},
 		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
@@ -269,6 +276,7 @@ func newEngine(tr *trace.Trace, cfg Config, progress io.Writer) *engine {
 			e.gpus++
 		}
 	}
+	e.initBackground(tr.Background)
 	e.addJobs(tr)
 	return e
 }
@@ -352,6 +360,9 @@ func (e *engine) loop() error {
 		if e.fault != nil {
 			return e.fault
 		}
+		if changed && !e.onPass(t) {
+			changed = false // deferred to the next scheduling pass
+		}
 		if changed {
 			if err := e.schedule(t); err != nil {
 				return err
@@ -367,6 +378,22 @@ func (e *engine) loop() error {
 	return nil
 }
 
+// onPass reports whether a cycle due at t runs at t: always without
+// Config.CyclePeriodSeconds; with it, only at a multiple of the period, the
+// cycle otherwise deferred to the next multiple (one pass for every change
+// in between).
+func (e *engine) onPass(t int64) bool {
+	p := e.cfg.CyclePeriodSeconds
+	if p <= 0 || t%p == 0 {
+		return true
+	}
+	if at := (t/p + 1) * p; e.passAt != at {
+		e.passAt = at
+		e.events.push(event{t: at, kind: evPass})
+	}
+	return false
+}
+
 // apply carries out one event and reports whether a scheduling cycle is due.
 func (e *engine) apply(ev event, t int64) bool {
 	j := ev.job
@@ -375,7 +402,9 @@ func (e *engine) apply(ev event, t int64) bool {
 		if j.state != stRunning || ev.seq != j.runSeq {
 			return false // a run that was preempted; its completion is void
 		}
+		freed := e.allocs[e.nbg+j.runIdx].GPUs
 		e.release(j, t)
+		e.backgroundRefill(freed)
 		e.chargeLoss(j, t)
 		j.state, j.endAt = stDone, t
 		return e.changeable > 0
@@ -396,6 +425,14 @@ func (e *engine) apply(ev event, t int64) bool {
 		e.removePending(j)
 		j.state, j.endAt = stCancelled, t
 		return e.changeable > 0
+	case evBackground:
+		return e.backgroundStep(ev.seq) && len(e.pending) > 0
+	case evPass:
+		if t != e.passAt {
+			return false
+		}
+		e.passAt = -1
+		return true
 	case evTimer:
 		if t != e.timerAt {
 			return false // superseded by a later arming
@@ -657,10 +694,11 @@ func (e *engine) chargeLoss(j *simJob, t int64) {
 // run and records the release with the models of the GPUs freed.
 func (e *engine) release(j *simJob, t int64) {
 	var models []string
-	if err := e.used.Release(e.allocs[j.runIdx].GPUs); err != nil && e.fault == nil {
+	ai := e.nbg + j.runIdx
+	if err := e.used.Release(e.allocs[ai].GPUs); err != nil && e.fault == nil {
 		e.fault = fmt.Errorf("t=%ds: release of %s: %w", t, j.spec.ID, err)
 	}
-	for _, g := range e.allocs[j.runIdx].GPUs {
+	for _, g := range e.allocs[ai].GPUs {
 		if m := e.gpuModel[g.UUID]; !slices.Contains(models, m) {
 			models = append(models, m)
 		}
@@ -672,9 +710,9 @@ func (e *engine) release(j *simJob, t int64) {
 	e.rate[e.projIdx[j.spec.Project]] -= float64(j.milli) / scheduling.MilliPerGPU
 	last := len(e.running) - 1
 	i := j.runIdx
-	e.running[i], e.allocs[i], e.runJobs[i] = e.running[last], e.allocs[last], e.runJobs[last]
+	e.running[i], e.allocs[e.nbg+i], e.runJobs[i] = e.running[last], e.allocs[e.nbg+last], e.runJobs[last]
 	e.runJobs[i].runIdx = i
-	e.running, e.allocs, e.runJobs = e.running[:last], e.allocs[:last], e.runJobs[:last]
+	e.running, e.allocs, e.runJobs = e.running[:last], e.allocs[:e.nbg+last], e.runJobs[:last]
 	j.runIdx = -1
 }
 
@@ -777,6 +815,10 @@ func (e *engine) advance(t int64) {
 		return
 	}
 	e.allocMilliS += float64(e.allocMilli) * float64(dt)
+	if e.bg != nil {
+		e.bg.heldS += float64(e.bg.held) * float64(dt)
+		e.bg.wantS += float64(e.bg.target) * float64(dt)
+	}
 	if e.cfg.Policy.FairShare.Enabled {
 		h := e.cfg.Policy.FairShare.HalfLifeSeconds
 		from, to := e.at(e.now), e.at(t)
