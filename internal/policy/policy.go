@@ -362,6 +362,14 @@ type Simulation struct {
 	// "pack" (the default: fullest nodes first, given back from the
 	// emptiest) or "random" (uniformly drawn, seeded by Seed).
 	BackgroundPlacement string
+	// LocalityRelaxSeconds, when > 0, relaxes the locality of a job of more
+	// than one GPU that has waited this long (same-node or whole-nodes to
+	// any nodes), as Philly's scheduler did; 0 (the default) never does.
+	LocalityRelaxSeconds int64
+	// BackgroundRefill gives the background the GPUs trace jobs release
+	// while it is short of its step, before waiting jobs; false (the
+	// default) tops it up at its steps only.
+	BackgroundRefill bool
 }
 
 // Recovery is the simulator's recovery-evidence rule: each job of Tiers is

@@ -65,6 +65,16 @@ type Config struct {
 	// fullest nodes and gives back from the emptiest (policy
 	// simulation.background_placement random|pack).
 	BackgroundRandom bool
+	// LocalityRelaxS, when > 0, lets a pending job of more than one GPU
+	// that has waited this many seconds in its current wait spread over any
+	// nodes (its same-node or whole-nodes topology relaxed to any) from the
+	// next cycle on; 0 never relaxes (policy simulation.locality_relax_s).
+	LocalityRelaxS int64
+	// BackgroundRefill gives the background, while it holds less than its
+	// step asks for, the GPUs each trace job releases before any waiting
+	// job can have them; false tops it up at its steps only (policy
+	// simulation.background_refill).
+	BackgroundRefill bool
 }
 
 // RecoveryRule assigns recovery evidence, which the trace lacks, to jobs: each
@@ -126,6 +136,7 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 		CycleIntervalSeconds: s.CycleIntervalSeconds, StarvationFactor: s.StarvationFactor,
 		TraceQuotas: s.TraceQuotas, BackgroundStepS: s.BackgroundStepS, CyclePeriodSeconds: s.CyclePeriodSeconds,
 		BackgroundByQuota: s.BackgroundByQuota, BackgroundRandom: s.BackgroundPlacement == "random",
+		LocalityRelaxS: s.LocalityRelaxSeconds, BackgroundRefill: s.BackgroundRefill,
 	}
 	if pl, ok := p.Pools[s.Pool]; ok {
 		c.Stage = pl.Stage
@@ -172,6 +183,8 @@ func (c Config) Validate() error {
 		return fieldError("simulation.pool", "is empty")
 	case c.Projects < 1:
 		return fieldError("simulation.projects", "%d, want at least 1", c.Projects)
+	case c.LocalityRelaxS < 0:
+		return fieldError("simulation.locality_relax_s", "%d is negative", c.LocalityRelaxS)
 	case c.CyclePeriodSeconds < 0:
 		return fieldError("simulation.cycle_period_s", "%d is negative", c.CyclePeriodSeconds)
 	case c.BackgroundStepS < 0:

@@ -505,6 +505,14 @@ func (e *engine) assumptions(r *Report) []string {
 			fmt.Sprintf("Queues: one per tier, named after it; wait objectives %s; %s; fair-share: %s.", strings.Join(objectives, ", "), sharesText, fairText),
 			quotaText(c))
 	}
+	if c.LocalityRelaxS > 0 {
+		out = append(out, fmt.Sprintf("Locality relaxation (simulation.locality_relax_s %d): a waiting job of more than one GPU may spread over any nodes once its current wait reaches %d s, from the next cycle on (%d waits relaxed); Philly's scheduler relaxed locality for jobs that waited (Jeon et al., ATC '19), its threshold is not published.",
+			c.LocalityRelaxS, c.LocalityRelaxS, e.relaxed))
+	}
+	if c.CyclePeriodSeconds > 0 {
+		out = append(out, fmt.Sprintf("Scheduling passes (simulation.cycle_period_s %d): a cycle that an arrival, a release, a background step or the timer makes due runs at the next multiple of %d s of trace time, one pass for every change since the last.",
+			c.CyclePeriodSeconds, c.CyclePeriodSeconds))
+	}
 	if b := e.bg; b != nil {
 		out = append(out, fmt.Sprintf("Background occupancy (simulation.background_step_s %d): %d steps; it held %.0f GPU-hours of the %.0f its steps asked for (%.1f%%; short while trace jobs held the GPUs, refilled from the GPUs they release before any waiting job gets them); it is not in gpu_utilization, which counts the trace's jobs.",
 			c.BackgroundStepS, len(b.steps), b.heldS/3600, b.wantS/3600, 100*b.heldS/max(b.wantS, 1)))

@@ -214,6 +214,9 @@ type engine struct {
 	// its per-node allocations at the front of allocs (0 without one).
 	bg  *background
 	nbg int
+	// relaxed counts the waits whose locality constraint was relaxed
+	// (Config.LocalityRelaxS).
+	relaxed int
 
 	// fault is the first broken engine invariant found where no error can be
 	// returned (a release of GPUs the ledger had not granted); loop stops on it.
@@ -404,7 +407,9 @@ func (e *engine) apply(ev event, t int64) bool {
 		}
 		freed := e.allocs[e.nbg+j.runIdx].GPUs
 		e.release(j, t)
-		e.backgroundRefill(freed)
+		if e.cfg.BackgroundRefill {
+			e.backgroundRefill(freed)
+		}
 		e.chargeLoss(j, t)
 		j.state, j.endAt = stDone, t
 		return e.changeable > 0
@@ -467,6 +472,7 @@ func (e *engine) schedule(t int64) error {
 func (e *engine) cycle(t int64) (bool, error) {
 	now := e.at(t)
 	e.refreshCheckpoints(t)
+	e.relaxLocality(t)
 	snap := &scheduling.Snapshot{
 		Pools: e.pools, Allocations: e.allocs, Running: e.running, Pending: e.pending,
 		Quotas: e.cfg.Quotas, Queues: e.cfg.Queues, Usage: e.usageAt(now),
@@ -507,6 +513,26 @@ func (e *engine) cycle(t int64) (bool, error) {
 		}
 	}
 	return e.applyPreemptions(res.Preemptions, t)
+}
+
+// relaxLocality lets every pending job of more than one GPU that has
+// waited Config.LocalityRelaxS or longer in its current wait spread over
+// any nodes of the pool (scheduling.TopologyAny) instead of one node or
+// whole nodes: Philly's scheduler relaxed a waiting job's locality
+// constraint (Jeon et al., ATC '19). The job's own request is kept: a
+// requeued job starts its new wait under it again.
+func (e *engine) relaxLocality(t int64) {
+	r := e.cfg.LocalityRelaxS
+	if r <= 0 {
+		return
+	}
+	for i, j := range e.pendJobs {
+		req := &e.pending[i].Request
+		if req.Topology != scheduling.TopologyAny && req.GPUs > 1 && t-j.waitStart >= r {
+			req.Topology = scheduling.TopologyAny
+			e.relaxed++
+		}
+	}
 }
 
 // pendingByID finds the pending job an outcome names and marks it as having
