@@ -661,7 +661,6 @@ func (d *decoder) simulation(s *Simulation) fieldFunc {
 			"background_step_s":   integer(d, &s.BackgroundStepS, between[int64](0, vocab.MaxDurationSeconds)),
 			"cycle_period_s":      integer(d, &s.CyclePeriodSeconds, between[int64](0, vocab.MaxDurationSeconds)),
 			"locality_relax_s":    integer(d, &s.LocalityRelaxSeconds, between[int64](0, vocab.MaxDurationSeconds)),
-			"background_refill":   d.boolean(&s.BackgroundRefill),
 			"background_by_quota": d.boolean(&s.BackgroundByQuota),
 			"background_placement": func(n *yaml.Node, path string) {
 				d.name(&s.BackgroundPlacement)(n, path)

@@ -366,10 +366,6 @@ type Simulation struct {
 	// than one GPU that has waited this long (same-node or whole-nodes to
 	// any nodes), as Philly's scheduler did; 0 (the default) never does.
 	LocalityRelaxSeconds int64
-	// BackgroundRefill gives the background the GPUs trace jobs release
-	// while it is short of its step, before waiting jobs; false (the
-	// default) tops it up at its steps only.
-	BackgroundRefill bool
 }
 
 // Recovery is the simulator's recovery-evidence rule: each job of Tiers is

@@ -19,7 +19,7 @@ import (
 type background struct {
 	steps  []trace.Occupancy
 	target int     // GPUs the current step asks for
-	held   int     // GPUs held now (≤ target, less while GPUs are busy)
+	held   int     // GPUs held now: ≤ target, less when too few were free at the step (topped up at steps only)
 	heldS  float64 // integral of held over time, GPU-seconds
 	wantS  float64 // integral of target over time, GPU-seconds
 	nodeOf map[string]int
@@ -219,16 +219,4 @@ func (e *engine) backgroundGive(n int) {
 		n -= k
 	}
 	e.backgroundQuotas()
-}
-
-// backgroundRefill gives the background the GPUs a trace job just released
-// while it holds less than its target: after every step and refill the
-// pool has no free GPU while the background is short, so the released GPUs
-// are the only free ones (the unexplained work was running or queued ahead
-// of the trace's jobs).
-func (e *engine) backgroundRefill(released []scheduling.GPUShare) {
-	if e.bg == nil || e.bg.held >= e.bg.target {
-		return
-	}
-	e.backgroundTake(released)
 }

@@ -70,11 +70,6 @@ type Config struct {
 	// nodes (its same-node or whole-nodes topology relaxed to any) from the
 	// next cycle on; 0 never relaxes (policy simulation.locality_relax_s).
 	LocalityRelaxS int64
-	// BackgroundRefill gives the background, while it holds less than its
-	// step asks for, the GPUs each trace job releases before any waiting
-	// job can have them; false tops it up at its steps only (policy
-	// simulation.background_refill).
-	BackgroundRefill bool
 }
 
 // RecoveryRule assigns recovery evidence, which the trace lacks, to jobs: each
@@ -136,7 +131,7 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 		CycleIntervalSeconds: s.CycleIntervalSeconds, StarvationFactor: s.StarvationFactor,
 		TraceQuotas: s.TraceQuotas, BackgroundStepS: s.BackgroundStepS, CyclePeriodSeconds: s.CyclePeriodSeconds,
 		BackgroundByQuota: s.BackgroundByQuota, BackgroundRandom: s.BackgroundPlacement == "random",
-		LocalityRelaxS: s.LocalityRelaxSeconds, BackgroundRefill: s.BackgroundRefill,
+		LocalityRelaxS: s.LocalityRelaxSeconds,
 	}
 	if pl, ok := p.Pools[s.Pool]; ok {
 		c.Stage = pl.Stage

@@ -405,11 +405,7 @@ func (e *engine) apply(ev event, t int64) bool {
 		if j.state != stRunning || ev.seq != j.runSeq {
 			return false // a run that was preempted; its completion is void
 		}
-		freed := e.allocs[e.nbg+j.runIdx].GPUs
 		e.release(j, t)
-		if e.cfg.BackgroundRefill {
-			e.backgroundRefill(freed)
-		}
 		e.chargeLoss(j, t)
 		j.state, j.endAt = stDone, t
 		return e.changeable > 0

@@ -126,6 +126,6 @@ func Background(samples []NodeSample, jobs []trace.Job, epoch time.Time, stepS i
 
 // backgroundAssumption states the derivation and its figures.
 func backgroundAssumption(path string, stepS int64, pool int, st BackgroundStats) string {
-	return fmt.Sprintf("Philly: background occupancy (simulation.background_step_s %d): the jobs of philly.csv are a sample of the cluster's work, so in each %d-s step from trace second %d to %d (%s, %d steps, %d without a usable sample keep the previous value; 0 outside) the pool holds round(active ÷ total nodes of %s × %d GPUs − the GPUs the trace's jobs would hold there starting at submit), at least 0, as GPUs no trace job can use (taken from free GPUs, fullest nodes first, when they free up; given back emptiest nodes first): mean busy %.0f GPUs, jobs' zero-wait mean %.0f, background mean %.0f, max %d, %d steps clamped at 0",
+	return fmt.Sprintf("Philly: background occupancy (simulation.background_step_s %d): the jobs of philly.csv are a sample of the cluster's work, so in each %d-s step from trace second %d to %d (%s, %d steps, %d without a usable sample keep the previous value; 0 outside) the pool holds round(active ÷ total nodes of %s × %d GPUs − the GPUs the trace's jobs would hold there starting at submit), at least 0, as GPUs no trace job can use: mean busy %.0f GPUs, jobs' zero-wait mean %.0f, background mean %.0f, max %d, %d steps clamped at 0",
 		stepS, stepS, st.FromS, st.ToS, path, st.Steps, st.EmptySteps, path, pool, st.MeanBusy, st.MeanSampled, st.MeanHeld, st.MaxHeld, st.ClampedSteps)
 }
