@@ -171,7 +171,7 @@ func (e *engine) backgroundTake(candidates []scheduling.GPUShare) {
 	b := e.bg
 	for _, g := range candidates {
 		if b.held >= b.target {
-			return
+			break
 		}
 		if e.used.Used(g.UUID) != 0 {
 			continue
@@ -206,7 +206,7 @@ func (e *engine) backgroundGive(n int) {
 	slices.SortStableFunc(nodes, func(a, b nodeHeld) int { return cmp.Compare(b.free, a.free) })
 	for _, nd := range nodes {
 		if n == 0 {
-			return
+			break
 		}
 		a := &e.allocs[nd.i]
 		k := min(n, len(a.GPUs))
