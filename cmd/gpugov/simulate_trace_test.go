@@ -11,11 +11,13 @@ import (
 const phillyFixtures = "../../internal/trace/philly/testdata"
 
 // phillyDir copies the Philly fixture files into a folder under their trace
-// names, with jobs as philly.csv.
+// names, with jobs as philly.csv (and the node sequence the mimic policy
+// derives its background from).
 func phillyDir(t *testing.T, jobs string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for dst, src := range map[string]string{"philly.csv": jobs, "philly_vc.csv": "vcs_good.csv", "multigpu_pass_jobs_with_vc.csv": "recorded_good.csv"} {
+	for dst, src := range map[string]string{"philly.csv": jobs, "philly_vc.csv": "vcs_good.csv", "multigpu_pass_jobs_with_vc.csv": "recorded_good.csv",
+		"philly_node_sequence.csv": "nodeseq_good.csv"} {
 		b, err := os.ReadFile(filepath.Join(phillyFixtures, src))
 		if err != nil {
 			t.Fatal(err)

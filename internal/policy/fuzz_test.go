@@ -130,6 +130,9 @@ func checkPolicyBounds(t *testing.T, p *Policy) {
 	s := p.Simulation
 	in("simulation.projects", float64(s.Projects), 0, vocab.MaxPolicyCount)
 	in("simulation.cycle_interval_s", float64(s.CycleIntervalSeconds), 1, vocab.MaxDurationSeconds)
+	in("simulation.background_step_s", float64(s.BackgroundStepS), 0, vocab.MaxDurationSeconds)
+	in("simulation.cycle_period_s", float64(s.CyclePeriodSeconds), 0, vocab.MaxDurationSeconds)
+	in("simulation.locality_relax_s", float64(s.LocalityRelaxSeconds), 0, vocab.MaxDurationSeconds)
 	in("simulation.starvation_factor", s.StarvationFactor, 0, vocab.MaxGrowthFactor)
 	in("simulation.recovery.checkpoint_interval_s", float64(s.Recovery.CheckpointIntervalSeconds), 1, vocab.MaxDurationSeconds)
 	in("simulation.recovery.verified_resumes", float64(s.Recovery.VerifiedResumes), 0, vocab.MaxPolicyCount)

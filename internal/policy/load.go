@@ -652,12 +652,22 @@ func (d *decoder) reclaim(r *Reclaim) fieldFunc {
 func (d *decoder) simulation(s *Simulation) fieldFunc {
 	return func(n *yaml.Node, path string) {
 		d.mapping(n, path, fields{
-			"pool":              d.name(&s.Pool),
-			"projects":          integer(d, &s.Projects, count(1)),
-			"seed":              integer(d, &s.Seed, anyValue),
-			"cycle_interval_s":  integer(d, &s.CycleIntervalSeconds, between[int64](1, vocab.MaxDurationSeconds)),
-			"starvation_factor": number(d, &s.StarvationFactor, positiveUpTo[float64](vocab.MaxGrowthFactor)),
-			"trace_quotas":      d.boolean(&s.TraceQuotas),
+			"pool":                d.name(&s.Pool),
+			"projects":            integer(d, &s.Projects, count(1)),
+			"seed":                integer(d, &s.Seed, anyValue),
+			"cycle_interval_s":    integer(d, &s.CycleIntervalSeconds, between[int64](1, vocab.MaxDurationSeconds)),
+			"starvation_factor":   number(d, &s.StarvationFactor, positiveUpTo[float64](vocab.MaxGrowthFactor)),
+			"trace_quotas":        d.boolean(&s.TraceQuotas),
+			"background_step_s":   integer(d, &s.BackgroundStepS, between[int64](0, vocab.MaxDurationSeconds)),
+			"cycle_period_s":      integer(d, &s.CyclePeriodSeconds, between[int64](0, vocab.MaxDurationSeconds)),
+			"locality_relax_s":    integer(d, &s.LocalityRelaxSeconds, between[int64](0, vocab.MaxDurationSeconds)),
+			"background_by_quota": d.boolean(&s.BackgroundByQuota),
+			"background_placement": func(n *yaml.Node, path string) {
+				d.name(&s.BackgroundPlacement)(n, path)
+				if s.BackgroundPlacement != "pack" && s.BackgroundPlacement != "random" {
+					d.fail(n, path, "%q, want pack or random", s.BackgroundPlacement)
+				}
+			},
 			"recovery": func(n *yaml.Node, path string) {
 				r := &s.Recovery
 				d.mapping(n, path, fields{

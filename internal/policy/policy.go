@@ -343,6 +343,29 @@ type Simulation struct {
 	// project quotas, besides the policy's own (a policy quota of the same
 	// project and pool wins). A trace without quotas (Alibaba) is unchanged.
 	TraceQuotas bool
+	// BackgroundStepS, when > 0, holds the pool occupancy the trace's jobs
+	// do not explain, derived by the trace's reader in steps of this many
+	// seconds (Philly: from its node sequence, philly.Background), as GPUs
+	// no trace job can use; 0 (the default) holds none. A trace format that
+	// cannot derive it (Alibaba) is unchanged.
+	BackgroundStepS int64
+	// CyclePeriodSeconds, when > 0, makes the simulated scheduler run in
+	// periodic passes: the cycle a change makes due runs at the next
+	// multiple of this many seconds, not at once (a scheduler that is not
+	// instantaneous); 0 (the default) runs it at once.
+	CyclePeriodSeconds int64
+	// BackgroundByQuota charges the background occupancy (BackgroundStepS)
+	// to the pool's quotas in proportion to their nominal GPUs, as well as
+	// to its capacity: the unexplained work belongs to the same tenants.
+	BackgroundByQuota bool
+	// BackgroundPlacement is how the background takes and gives back GPUs:
+	// "pack" (the default: fullest nodes first, given back from the
+	// emptiest) or "random" (uniformly drawn, seeded by Seed).
+	BackgroundPlacement string
+	// LocalityRelaxSeconds, when > 0, relaxes the locality of a job of more
+	// than one GPU that has waited this long (same-node or whole-nodes to
+	// any nodes), as Philly's scheduler did; 0 (the default) never does.
+	LocalityRelaxSeconds int64
 }
 
 // Recovery is the simulator's recovery-evidence rule: each job of Tiers is
@@ -427,7 +450,7 @@ func Default() *Policy {
 		Drills:        ptr(DefaultDrills()),
 		Automation:    ptr(DefaultAutomation()),
 		Simulation: Simulation{Pool: alibaba.DefaultPoolName, Projects: alibaba.DefaultProjects, Seed: 1,
-			CycleIntervalSeconds: 600, StarvationFactor: 4,
+			CycleIntervalSeconds: 600, StarvationFactor: 4, BackgroundPlacement: "pack",
 			Recovery: Recovery{Tiers: []string{"standard", "experiment"}, Probability: 0.5,
 				CheckpointIntervalSeconds: 1800, VerifiedResumes: 1}},
 	}

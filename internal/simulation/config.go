@@ -41,6 +41,35 @@ type Config struct {
 	// virtual-cluster sizes) to Quotas, a quota of Quotas winning for the
 	// same project and pool (policy simulation.trace_quotas).
 	TraceQuotas bool
+	// BackgroundStepS, when > 0, holds the pool occupancy the trace's jobs
+	// do not explain (trace.Options.BackgroundStepS: Philly derives it from
+	// its node sequence in steps of this many seconds) as GPUs no trace job
+	// can use; 0 holds none (policy simulation.background_step_s).
+	BackgroundStepS int64
+	// CyclePeriodSeconds, when > 0, runs the scheduling cycles as periodic
+	// passes: a cycle an arrival, a release, a background step or the timer
+	// makes due runs at the next multiple of this many trace seconds (at
+	// once on one), one pass for all the changes since the last, instead of
+	// at the change's own instant; 0 (the default) runs it at once (policy
+	// simulation.cycle_period_s).
+	CyclePeriodSeconds int64
+	// BackgroundByQuota charges the background occupancy to the pool's
+	// quotas in proportion to their nominal GPUs (each quota's nominal is
+	// lowered by its share of the GPUs the background holds), instead of to
+	// the pool's capacity alone (policy simulation.background_by_quota).
+	BackgroundByQuota bool
+	// BackgroundRandom places the background's GPUs on free GPUs drawn
+	// uniformly (a PCG stream per step seeded by Seed and the step's index)
+	// and gives back GPUs drawn uniformly from those it holds, as the many
+	// small jobs it stands for would scatter; false packs it onto the
+	// fullest nodes and gives back from the emptiest (policy
+	// simulation.background_placement random|pack).
+	BackgroundRandom bool
+	// LocalityRelaxS, when > 0, lets a pending job of more than one GPU
+	// that has waited this many seconds in its current wait spread over any
+	// nodes (its same-node or whole-nodes topology relaxed to any) from the
+	// next cycle on; 0 never relaxes (policy simulation.locality_relax_s).
+	LocalityRelaxS int64
 }
 
 // RecoveryRule assigns recovery evidence, which the trace lacks, to jobs: each
@@ -100,7 +129,9 @@ func FromPolicy(p *policy.Policy) (Config, error) {
 		Recovery: RecoveryRule{Probability: s.Recovery.Probability,
 			CheckpointIntervalSeconds: s.Recovery.CheckpointIntervalSeconds, VerifiedResumes: s.Recovery.VerifiedResumes},
 		CycleIntervalSeconds: s.CycleIntervalSeconds, StarvationFactor: s.StarvationFactor,
-		TraceQuotas: s.TraceQuotas,
+		TraceQuotas: s.TraceQuotas, BackgroundStepS: s.BackgroundStepS, CyclePeriodSeconds: s.CyclePeriodSeconds,
+		BackgroundByQuota: s.BackgroundByQuota, BackgroundRandom: s.BackgroundPlacement == "random",
+		LocalityRelaxS: s.LocalityRelaxSeconds,
 	}
 	if pl, ok := p.Pools[s.Pool]; ok {
 		c.Stage = pl.Stage
@@ -147,6 +178,12 @@ func (c Config) Validate() error {
 		return fieldError("simulation.pool", "is empty")
 	case c.Projects < 1:
 		return fieldError("simulation.projects", "%d, want at least 1", c.Projects)
+	case c.LocalityRelaxS < 0:
+		return fieldError("simulation.locality_relax_s", "%d is negative", c.LocalityRelaxS)
+	case c.CyclePeriodSeconds < 0:
+		return fieldError("simulation.cycle_period_s", "%d is negative", c.CyclePeriodSeconds)
+	case c.BackgroundStepS < 0:
+		return fieldError("simulation.background_step_s", "%d is negative", c.BackgroundStepS)
 	case c.CycleIntervalSeconds < 1:
 		return fieldError("simulation.cycle_interval_s", "%d, want at least 1", c.CycleIntervalSeconds)
 	case !(c.StarvationFactor > 0):

@@ -115,3 +115,29 @@ func TestFromPolicyQueueAging(t *testing.T) {
 		t.Fatalf("simulator aging %+v, want serve's %+v", c.Policy.Aging, p.Scheduling().Aging)
 	}
 }
+
+// TestFromPolicyPhillyOptions: the Philly mimic's simulation options reach
+// the Config, and the default policy sets none of them.
+func TestFromPolicyPhillyOptions(t *testing.T) {
+	pol, err := policy.Load("../../deploy/gpugov/philly-fifo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromPolicy(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BackgroundStepS != 3600 || !c.BackgroundRandom || c.BackgroundByQuota || c.LocalityRelaxS != 1800 || c.CyclePeriodSeconds != 60 {
+		t.Errorf("philly-fifo: background %d random %v by quota %v relax %d period %d",
+			c.BackgroundStepS, c.BackgroundRandom, c.BackgroundByQuota, c.LocalityRelaxS, c.CyclePeriodSeconds)
+	}
+	d := DefaultConfig()
+	if d.BackgroundStepS != 0 || d.BackgroundRandom || d.BackgroundByQuota || d.LocalityRelaxS != 0 || d.CyclePeriodSeconds != 0 {
+		t.Errorf("default config sets a Philly option: %+v", d)
+	}
+	bad := d
+	bad.LocalityRelaxS = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "simulation.locality_relax_s") {
+		t.Errorf("negative relaxation: %v", err)
+	}
+}

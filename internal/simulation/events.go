@@ -3,15 +3,17 @@ package simulation
 import "container/heap"
 
 // eventKind orders the events of one instant: releases first (they free GPUs
-// for the arrivals of the same second), then arrivals, then cancellations (a
+// for the arrivals of the same second), then background steps, then arrivals, then cancellations (a
 // pod created and deleted in the same second still arrives), then the timer.
 type eventKind uint8
 
 const (
 	evCompletion eventKind = iota // a run ends; seq must match the job's run
+	evBackground                  // a step of the background occupancy; seq is its index
 	evArrival                     // a pod is created
 	evCancel                      // a never-scheduled trace pod is deleted
 	evTimer                       // the periodic scheduling cycle
+	evPass                        // a scheduling pass of Config.CyclePeriodSeconds for changes since the last
 )
 
 // event is one entry of the virtual clock's queue. t is in trace seconds.

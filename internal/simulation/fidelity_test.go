@@ -115,7 +115,7 @@ func checkRecordedColumns(t *testing.T, files philly.Files, policyFile string) *
 // published figure carried.
 func TestFidelityRecordedColumns(t *testing.T) {
 	files := philly.Files{Jobs: "../trace/philly/testdata/jobs_good.csv", VCs: "../trace/philly/testdata/vcs_good.csv",
-		Recorded: "../trace/philly/testdata/recorded_good.csv"}
+		Recorded: "../trace/philly/testdata/recorded_good.csv", NodeSequence: "../trace/philly/testdata/nodeseq_good.csv"}
 	r := checkRecordedColumns(t, files, "../../deploy/gpugov/philly-fifo.yaml")
 	all := r.Fidelity.Rows[0]
 	if all.Group != "all" || all.Simulated.N != 2 || all.Recorded.N != 3 {

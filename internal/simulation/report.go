@@ -505,6 +505,18 @@ func (e *engine) assumptions(r *Report) []string {
 			fmt.Sprintf("Queues: one per tier, named after it; wait objectives %s; %s; fair-share: %s.", strings.Join(objectives, ", "), sharesText, fairText),
 			quotaText(c))
 	}
+	if c.LocalityRelaxS > 0 {
+		out = append(out, fmt.Sprintf("Locality relaxation (simulation.locality_relax_s %d): a waiting job of more than one GPU may spread over any nodes once its current wait reaches %d s, from the next cycle on (%d waits relaxed); Philly's scheduler relaxed locality for jobs that waited (Jeon et al., ATC '19), its threshold is not published.",
+			c.LocalityRelaxS, c.LocalityRelaxS, e.relaxed))
+	}
+	if c.CyclePeriodSeconds > 0 {
+		out = append(out, fmt.Sprintf("Scheduling passes (simulation.cycle_period_s %d): a cycle that an arrival, a release, a background step or the timer makes due runs at the next multiple of %d s of trace time, one pass for every change since the last.",
+			c.CyclePeriodSeconds, c.CyclePeriodSeconds))
+	}
+	if b := e.bg; b != nil {
+		out = append(out, fmt.Sprintf("Background occupancy (simulation.background_step_s %d): %d steps; it held %.0f GPU-hours of the %.0f its steps asked for (%.1f%%; short when too few GPUs were free at a step, topped up at steps only; placed %s); it is not in gpu_utilization, which counts the trace's jobs.",
+			c.BackgroundStepS, len(b.steps), b.heldS/3600, b.wantS/3600, 100*b.heldS/max(b.wantS, 1), backgroundPlacementText(c)))
+	}
 	return append(out,
 		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
 			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
@@ -607,4 +619,16 @@ func secs(v *int64) string {
 		return "-"
 	}
 	return fmt.Sprint(*v)
+}
+
+// backgroundPlacementText states how the background took and gave back GPUs.
+func backgroundPlacementText(c Config) string {
+	where := "on the fullest nodes' free GPUs first and given back from the emptiest (background_placement pack)"
+	if c.BackgroundRandom {
+		where = fmt.Sprintf("on free GPUs drawn uniformly and given back uniformly from those held (background_placement random, PCG seeded by seed %d and the step)", c.Seed)
+	}
+	if c.BackgroundByQuota {
+		return where + ", charged to the VCs' quotas in proportion to their nominal GPUs as well as to the pool (background_by_quota)"
+	}
+	return where + ", charged to the pool's capacity only, not to any quota"
 }

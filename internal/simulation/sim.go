@@ -180,6 +180,7 @@ type engine struct {
 	now     int64 // the instant the state has been advanced to
 	start   int64 // first arrival
 	timerAt int64 // the armed timer's instant, -1 when none
+	passAt  int64 // the armed scheduling pass's instant (Config.CyclePeriodSeconds), -1 when none
 
 	projects  []string
 	projIdx   map[string]int
@@ -209,6 +210,14 @@ type engine struct {
 	recomputeGPUS float64
 	wouldPreempt  int
 
+	// bg is the background occupancy, nil without one; nbg is the number of
+	// its per-node allocations at the front of allocs (0 without one).
+	bg  *background
+	nbg int
+	// relaxed counts the waits whose locality constraint was relaxed
+	// (Config.LocalityRelaxS).
+	relaxed int
+
 	// fault is the first broken engine invariant found where no error can be
 	// returned (a release of GPUs the ledger had not granted); loop stops on it.
 	fault error
@@ -229,7 +238,8 @@ func Run(in Input, cfg Config, progress io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simulation config: %w", err)
 	}
-	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects})
+	tr, err := in.source().Trace(trace.Options{Pool: cfg.PoolName, Stage: cfg.Stage, Projects: cfg.Projects,
+		BackgroundStepS: cfg.BackgroundStepS})
 	if err != nil {
 		return nil, fmt.Errorf("simulation input: %w", err)
 	}
@@ -257,7 +267,7 @@ func withTraceQuotas(policyQuotas, traceQuotas []scheduling.Quota) []scheduling.
 
 func newEngine(tr *trace.Trace, cfg Config, progress io.Writer) *engine {
 	e := &engine{
-		cfg: cfg, trace: tr, epoch: tr.Epoch, timerAt: -1, progress: progress,
+		cfg: cfg, trace: tr, epoch: tr.Epoch, timerAt: -1, passAt: -1, progress: progress,
 		pools:      []scheduling.Pool{tr.Pool},
 		healthyGPU: map[string]bool{}, gpuModel: map[string]string{}, used: accounting.Ledger{}, byID: map[string]*simJob{},
 		projIdx: map[string]int{}, preempts: map[vocab.Tier]int{}, lossGPUS: map[vocab.Tier]float64{},
@@ -269,6 +279,7 @@ func newEngine(tr *trace.Trace, cfg Config, progress io.Writer) *engine {
 			e.gpus++
 		}
 	}
+	e.initBackground(tr.Background)
 	e.addJobs(tr)
 	return e
 }
@@ -352,6 +363,9 @@ func (e *engine) loop() error {
 		if e.fault != nil {
 			return e.fault
 		}
+		if changed && !e.onPass(t) {
+			changed = false // deferred to the next scheduling pass
+		}
 		if changed {
 			if err := e.schedule(t); err != nil {
 				return err
@@ -365,6 +379,22 @@ func (e *engine) loop() error {
 			e.now, float64(e.now)/86400, e.cycleNo, e.placed, len(e.pending))
 	}
 	return nil
+}
+
+// onPass reports whether a cycle due at t runs at t: always without
+// Config.CyclePeriodSeconds; with it, only at a multiple of the period, the
+// cycle otherwise deferred to the next multiple (one pass for every change
+// in between).
+func (e *engine) onPass(t int64) bool {
+	p := e.cfg.CyclePeriodSeconds
+	if p <= 0 || t%p == 0 {
+		return true
+	}
+	if at := (t/p + 1) * p; e.passAt != at {
+		e.passAt = at
+		e.events.push(event{t: at, kind: evPass})
+	}
+	return false
 }
 
 // apply carries out one event and reports whether a scheduling cycle is due.
@@ -396,6 +426,14 @@ func (e *engine) apply(ev event, t int64) bool {
 		e.removePending(j)
 		j.state, j.endAt = stCancelled, t
 		return e.changeable > 0
+	case evBackground:
+		return e.backgroundStep(ev.seq) && len(e.pending) > 0
+	case evPass:
+		if t != e.passAt {
+			return false
+		}
+		e.passAt = -1
+		return true
 	case evTimer:
 		if t != e.timerAt {
 			return false // superseded by a later arming
@@ -430,6 +468,7 @@ func (e *engine) schedule(t int64) error {
 func (e *engine) cycle(t int64) (bool, error) {
 	now := e.at(t)
 	e.refreshCheckpoints(t)
+	e.relaxLocality(t)
 	snap := &scheduling.Snapshot{
 		Pools: e.pools, Allocations: e.allocs, Running: e.running, Pending: e.pending,
 		Quotas: e.cfg.Quotas, Queues: e.cfg.Queues, Usage: e.usageAt(now),
@@ -470,6 +509,26 @@ func (e *engine) cycle(t int64) (bool, error) {
 		}
 	}
 	return e.applyPreemptions(res.Preemptions, t)
+}
+
+// relaxLocality lets every pending job of more than one GPU that has
+// waited Config.LocalityRelaxS or longer in its current wait spread over
+// any nodes of the pool (scheduling.TopologyAny) instead of one node or
+// whole nodes: Philly's scheduler relaxed a waiting job's locality
+// constraint (Jeon et al., ATC '19). The job's own request is kept: a
+// requeued job starts its new wait under it again.
+func (e *engine) relaxLocality(t int64) {
+	r := e.cfg.LocalityRelaxS
+	if r <= 0 {
+		return
+	}
+	for i, j := range e.pendJobs {
+		req := &e.pending[i].Request
+		if req.Topology != scheduling.TopologyAny && req.GPUs > 1 && t-j.waitStart >= r {
+			req.Topology = scheduling.TopologyAny
+			e.relaxed++
+		}
+	}
 }
 
 // pendingByID finds the pending job an outcome names and marks it as having
@@ -657,10 +716,11 @@ func (e *engine) chargeLoss(j *simJob, t int64) {
 // run and records the release with the models of the GPUs freed.
 func (e *engine) release(j *simJob, t int64) {
 	var models []string
-	if err := e.used.Release(e.allocs[j.runIdx].GPUs); err != nil && e.fault == nil {
+	ai := e.nbg + j.runIdx
+	if err := e.used.Release(e.allocs[ai].GPUs); err != nil && e.fault == nil {
 		e.fault = fmt.Errorf("t=%ds: release of %s: %w", t, j.spec.ID, err)
 	}
-	for _, g := range e.allocs[j.runIdx].GPUs {
+	for _, g := range e.allocs[ai].GPUs {
 		if m := e.gpuModel[g.UUID]; !slices.Contains(models, m) {
 			models = append(models, m)
 		}
@@ -672,9 +732,9 @@ func (e *engine) release(j *simJob, t int64) {
 	e.rate[e.projIdx[j.spec.Project]] -= float64(j.milli) / scheduling.MilliPerGPU
 	last := len(e.running) - 1
 	i := j.runIdx
-	e.running[i], e.allocs[i], e.runJobs[i] = e.running[last], e.allocs[last], e.runJobs[last]
+	e.running[i], e.allocs[e.nbg+i], e.runJobs[i] = e.running[last], e.allocs[e.nbg+last], e.runJobs[last]
 	e.runJobs[i].runIdx = i
-	e.running, e.allocs, e.runJobs = e.running[:last], e.allocs[:last], e.runJobs[:last]
+	e.running, e.allocs, e.runJobs = e.running[:last], e.allocs[:e.nbg+last], e.runJobs[:last]
 	j.runIdx = -1
 }
 
@@ -777,6 +837,10 @@ func (e *engine) advance(t int64) {
 		return
 	}
 	e.allocMilliS += float64(e.allocMilli) * float64(dt)
+	if e.bg != nil {
+		e.bg.heldS += float64(e.bg.held) * float64(dt)
+		e.bg.wantS += float64(e.bg.target) * float64(dt)
+	}
 	if e.cfg.Policy.FairShare.Enabled {
 		h := e.cfg.Policy.FairShare.HalfLifeSeconds
 		from, to := e.at(e.now), e.at(t)

@@ -21,6 +21,9 @@ type Options struct {
 	Pool     string                // name of the pool the trace's nodes form; every job asks for it
 	Stage    vocab.AutomationStage // the pool's automation stage
 	Projects int                   // synthetic projects, for formats without a tenant column (≥ 1)
+	// BackgroundStepS, when > 0, asks a format that can derive it (Philly)
+	// for Trace.Background in steps of this many seconds; 0 derives none.
+	BackgroundStepS int64
 }
 
 // Source is a trace read from its files, converted under the run's options.
@@ -64,6 +67,19 @@ type Trace struct {
 	// Published are figures other work published for the traced cluster,
 	// set beside the simulation's waits in the fidelity report.
 	Published []Published
+	// Background is the pool's occupancy that the trace's jobs do not
+	// explain (Options.BackgroundStepS; Philly derives it from its node
+	// sequence): a step function, each entry holding from its At to the
+	// next entry's, none before the first (the last entry ends it, with 0
+	// GPUs). Empty when not asked for.
+	Background []Occupancy
+}
+
+// Occupancy is one step of Trace.Background: from trace second At on, GPUs
+// whole GPUs of the pool are held by work outside the trace's jobs.
+type Occupancy struct {
+	At   int64
+	GPUs int
 }
 
 // Job is one GPU job of a trace. Spec is the job as gpugov's scheduler sees

@@ -371,3 +371,65 @@ func parseRecorded(c *csvFile, rec []string) (RecordedRow, error) {
 	}
 	return r, nil
 }
+
+// nodeSequenceHeader is philly_node_sequence.csv's header.
+var nodeSequenceHeader = []string{"time", "active", "total"}
+
+// NodeSample is one row of philly_node_sequence.csv: at minute At, Active
+// of the cluster's Total nodes reported GPU utilisation (HeliosArtifact
+// derived the counts from Philly's GPU-utilisation log, so they are nodes
+// that reported, not an inventory; the folder's README).
+type NodeSample struct {
+	At     time.Time // time, read as UTC like every timestamp of the trace
+	Active int       // active: 0 ≤ Active ≤ Total
+	Total  int       // total (≥ 0)
+	Line   int
+}
+
+// ReadNodeSequence reads philly_node_sequence.csv: the header
+// "time,active,total", then rows of a TimeLayout time in increasing order
+// and counts 0 ≤ active ≤ total. The first bad row is returned as a
+// *ParseError.
+func ReadNodeSequence(path string) ([]NodeSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readNodeSequence(path, f)
+}
+
+func readNodeSequence(path string, r io.Reader) ([]NodeSample, error) {
+	var rows []NodeSample
+	_, err := readRows(path, r, nodeSequenceHeader, false, func(c *csvFile, rec []string) error {
+		s := NodeSample{Line: c.line}
+		var err error
+		if s.At, err = c.time("time", rec[0]); err != nil {
+			return err
+		}
+		if n := len(rows); n > 0 && !s.At.After(rows[n-1].At) {
+			return c.errorf("time %s is not after the previous row's %s", rec[0], rows[n-1].At.Format(TimeLayout))
+		}
+		a, err := c.int("active", rec[1], 0)
+		if err != nil {
+			return err
+		}
+		t, err := c.int("total", rec[2], 0)
+		if err != nil {
+			return err
+		}
+		if t > 1<<20 {
+			return c.errorf("total %d is implausibly large", t)
+		}
+		if a > t {
+			return c.errorf("active %d is above total %d", a, t)
+		}
+		s.Active, s.Total = int(a), int(t)
+		rows = append(rows, s)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}

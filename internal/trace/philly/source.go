@@ -3,6 +3,7 @@ package philly
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -35,12 +36,25 @@ type Files struct {
 	Jobs     string // philly.csv
 	VCs      string // philly_vc.csv
 	Recorded string // multigpu_pass_jobs_with_vc.csv; "" reads no recorded starts
+	// NodeSequence is philly_node_sequence.csv, for the background
+	// occupancy (Background); "" reads none.
+	NodeSequence string
 }
 
-// FilesIn returns the files of the trace folder dir under their names there.
+// FilesIn returns the files of the trace folder dir under their names
+// there; NodeSequence only when philly_node_sequence.csv exists in dir.
 func FilesIn(dir string) Files {
-	return Files{Jobs: filepath.Join(dir, "philly.csv"), VCs: filepath.Join(dir, "philly_vc.csv"),
+	f := Files{Jobs: filepath.Join(dir, "philly.csv"), VCs: filepath.Join(dir, "philly_vc.csv"),
 		Recorded: filepath.Join(dir, "multigpu_pass_jobs_with_vc.csv")}
+	if ns := filepath.Join(dir, "philly_node_sequence.csv"); fileExists(ns) {
+		f.NodeSequence = ns
+	}
+	return f
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Options tunes Read.
@@ -62,6 +76,7 @@ type Source struct {
 	Jobs        []JobRow
 	VCs         []VCRow
 	Recorded    []RecordedRow // empty when Files.Recorded is ""
+	NodeSeq     []NodeSample  // empty when Files.NodeSequence is ""
 	Skipped     trace.Skipped // job rows dropped under Options.SkipInvalid
 	GPUsPerNode int           // resolved: ≥ 1
 	Nodes       int           // resolved: ≥ 1
@@ -101,6 +116,11 @@ func Read(f Files, o Options) (*Source, error) {
 	}
 	if f.Recorded != "" {
 		if s.Recorded, err = ReadRecorded(f.Recorded); err != nil {
+			return nil, err
+		}
+	}
+	if f.NodeSequence != "" {
+		if s.NodeSeq, err = ReadNodeSequence(f.NodeSequence); err != nil {
 			return nil, err
 		}
 	}
@@ -154,7 +174,9 @@ const Tier = vocab.TierStandard
 // with a recorded start, joined to their philly.csv row on submit time, GPUs,
 // VC and a run time within JoinToleranceSeconds (first unmatched row in file
 // order). Recorded jobs no row matches are kept in RecordedElsewhere.
-// opts.Projects is not used (the VCs are the projects).
+// opts.Projects is not used (the VCs are the projects). With
+// opts.BackgroundStepS > 0 it adds the Background derived from the node
+// sequence, and an error when none was read.
 func (s *Source) Trace(opts trace.Options) (*trace.Trace, error) {
 	if opts.Pool == "" {
 		return nil, fmt.Errorf("philly: pool name is empty")
@@ -231,6 +253,14 @@ func (s *Source) Trace(opts trace.Options) (*trace.Trace, error) {
 		fmt.Sprintf("Philly: a job of up to %d GPUs runs on one node; a larger one takes whole nodes (%d requests rounded up to whole nodes)", s.GPUsPerNode, rounded),
 		fmt.Sprintf("Philly: %d of %d recorded starts matched to a job row (submit, GPUs, VC, run time within %d s); %d jobs belong to VCs without a size (no quota)",
 			matched, len(s.Recorded), JoinToleranceSeconds, noQuota),
+	}
+	if opts.BackgroundStepS > 0 {
+		if len(s.NodeSeq) == 0 {
+			return nil, fmt.Errorf("philly: simulation.background_step_s %d needs the node sequence (philly_node_sequence.csv), which was not read", opts.BackgroundStepS)
+		}
+		var st BackgroundStats
+		t.Background, st = Background(s.NodeSeq, t.Jobs, epoch, opts.BackgroundStepS, s.Nodes*s.GPUsPerNode)
+		t.Assumptions = append(t.Assumptions, backgroundAssumption(s.Files.NodeSequence, opts.BackgroundStepS, s.Nodes*s.GPUsPerNode, st))
 	}
 	if tooBig > 0 {
 		t.Assumptions = append(t.Assumptions, fmt.Sprintf("Philly: %d jobs ask for more GPUs than the pool has and never start", tooBig))
