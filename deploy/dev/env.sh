@@ -21,3 +21,9 @@ has_module_version() {
   [ -x "$1" ] && go version -m "$1" 2>/dev/null |
     grep -Eq "^[[:space:]]+mod[[:space:]]+$2[[:space:]]+$3[[:space:]]"
 }
+# The Temporal server (all services in one process) that `make run-cluster`
+# and the cluster tests run on PostgreSQL: the server version the CLI above
+# embeds, so the dev server and the cluster behave alike (README "Temporal on PostgreSQL").
+export TEMPORAL_SERVER_VERSION="${TEMPORAL_SERVER_VERSION:-v1.29.1}"
+export TEMPORAL_SERVER_BIN="${TEMPORAL_SERVER_BIN:-$GPUGOV_ROOT/bin/temporal-server}"
+export TEMPORAL_SQL_TOOL_BIN="${TEMPORAL_SQL_TOOL_BIN:-$GPUGOV_ROOT/bin/temporal-sql-tool}"

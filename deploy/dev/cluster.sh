@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Temporal on PostgreSQL: the pinned Temporal server (deploy/dev/ensure-temporal-server.sh)
+# with every service in one process, configured by deploy/temporal/cluster.yaml
+# (4 history shards), its state in the databases temporal and
+# temporal_visibility of the local PostgreSQL.
+#
+#   cluster.sh setup       create the two databases (if missing) and bring their
+#                          schemas to the server's version (temporal-sql-tool;
+#                          the schemas are embedded in it)
+#   cluster.sh start       setup, then start the server in the background unless one
+#                          answers at TEMPORAL_ADDRESS, wait for it, and register
+#                          (log .gpugov/temporal-cluster.log, pid .gpugov/temporal-cluster.pid)
+#   cluster.sh register    create the namespace default and gpugov's search attributes
+#                          (GPUGOV_SEARCH_ATTRIBUTES of deploy/dev/env.sh), each if missing
+#   cluster.sh foreground  setup, register once the server answers, and run the server
+#                          in the foreground (the compose stack's temporal service)
+#   cluster.sh stop        stop the server `start` started
+#
+# Settings (environment; cluster.yaml reads the GPUGOV_TEMPORAL_* ones):
+#   GPUGOV_TEMPORAL_PG_HOST, _PG_PORT, _PG_USER, _PG_PASSWORD  PostgreSQL (127.0.0.1, 5432, postgres, none)
+#   GPUGOV_TEMPORAL_DB, GPUGOV_TEMPORAL_VISIBILITY_DB           database names (temporal, temporal_visibility)
+#   TEMPORAL_ADDRESS  the frontend (127.0.0.1:7233); its port is the server's GPUGOV_TEMPORAL_PORT
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/env.sh"
+export GPUGOV_TEMPORAL_PG_HOST="${GPUGOV_TEMPORAL_PG_HOST:-127.0.0.1}"
+export GPUGOV_TEMPORAL_PG_PORT="${GPUGOV_TEMPORAL_PG_PORT:-5432}"
+export GPUGOV_TEMPORAL_PG_USER="${GPUGOV_TEMPORAL_PG_USER:-postgres}"
+export GPUGOV_TEMPORAL_PG_PASSWORD="${GPUGOV_TEMPORAL_PG_PASSWORD:-}"
+export GPUGOV_TEMPORAL_DB="${GPUGOV_TEMPORAL_DB:-temporal}"
+export GPUGOV_TEMPORAL_VISIBILITY_DB="${GPUGOV_TEMPORAL_VISIBILITY_DB:-temporal_visibility}"
+export GPUGOV_TEMPORAL_PORT="${GPUGOV_TEMPORAL_PORT:-${TEMPORAL_ADDRESS##*:}}"
+export GPUGOV_TEMPORAL_DYNAMIC_CONFIG="${GPUGOV_TEMPORAL_DYNAMIC_CONFIG:-$GPUGOV_ROOT/deploy/temporal/dynamicconfig/development.yaml}"
+pidfile="$GPUGOV_STATE/temporal-cluster.pid"
+logfile="$GPUGOV_STATE/temporal-cluster.log"
+server=("$TEMPORAL_SERVER_BIN" --root "$GPUGOV_ROOT" --config deploy/temporal --env cluster start --allow-no-auth)
+
+healthy() { "$TEMPORAL_BIN" operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; }
+
+setup() {
+  # An image without Go (deploy/temporal/Dockerfile) carries the binaries
+  # built at the pinned version; elsewhere they are built when missing.
+  if command -v go >/dev/null; then "$here/ensure-temporal-server.sh"; fi
+  local sql=("$TEMPORAL_SQL_TOOL_BIN" --plugin postgres12 --endpoint "$GPUGOV_TEMPORAL_PG_HOST"
+    --port "$GPUGOV_TEMPORAL_PG_PORT" --user "$GPUGOV_TEMPORAL_PG_USER" --password "$GPUGOV_TEMPORAL_PG_PASSWORD")
+  local db schema
+  for db in "$GPUGOV_TEMPORAL_DB:temporal" "$GPUGOV_TEMPORAL_VISIBILITY_DB:visibility"; do
+    schema="postgresql/v12/${db##*:}"
+    db="${db%%:*}"
+    # --quiet: the database may exist already (a failure to connect shows in the next step).
+    "${sql[@]}" --database "$db" --quiet create-database >/dev/null 2>&1
+    "${sql[@]}" --database "$db" setup-schema -v 0.0 >/dev/null
+    "${sql[@]}" --database "$db" update-schema --schema-name "$schema" >/dev/null
+  done
+  log "Temporal databases $GPUGOV_TEMPORAL_DB and $GPUGOV_TEMPORAL_VISIBILITY_DB at schema of server $TEMPORAL_SERVER_VERSION"
+}
+
+register() {
+  local addr=(--address "$TEMPORAL_ADDRESS" --namespace default)
+  if ! "$TEMPORAL_BIN" operator namespace describe "${addr[@]}" >/dev/null 2>&1; then
+    "$TEMPORAL_BIN" operator namespace create "${addr[@]}" --retention 72h >/dev/null
+  fi
+  # The namespace registry refreshes every 2 s: retry until the new namespace is visible.
+  local have sa name
+  for _ in $(seq 1 30); do
+    have="$("$TEMPORAL_BIN" operator search-attribute list "${addr[@]}" 2>/dev/null)" && break
+    sleep 1
+  done
+  for sa in "${GPUGOV_SEARCH_ATTRIBUTES[@]}"; do
+    name="${sa%%=*}"
+    if ! grep -qw "$name" <<<"$have"; then
+      "$TEMPORAL_BIN" operator search-attribute create "${addr[@]}" --name "$name" --type "${sa##*=}" >/dev/null
+    fi
+  done
+  log "namespace default with gpugov's search attributes registered at $TEMPORAL_ADDRESS"
+}
+
+wait_healthy() {
+  for _ in $(seq 1 90); do
+    healthy && return 0
+    if [ -n "${1:-}" ] && ! kill -0 "$1" 2>/dev/null; then break; fi
+    sleep 1
+  done
+  return 1
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  register) register ;;
+  start)
+    if healthy; then log "Temporal already running at $TEMPORAL_ADDRESS"; register; exit 0; fi
+    setup
+    nohup "${server[@]}" >"$logfile" 2>&1 &
+    echo $! >"$pidfile"
+    if ! wait_healthy "$(cat "$pidfile")"; then
+      log "Temporal server did not start; the end of $logfile:"; tail -20 "$logfile" >&2; exit 1
+    fi
+    log "Temporal server $TEMPORAL_SERVER_VERSION on PostgreSQL up at $TEMPORAL_ADDRESS (log: $logfile)"
+    register
+    ;;
+  foreground)
+    setup
+    (wait_healthy && register) &
+    exec "${server[@]}"
+    ;;
+  stop)
+    if [ -f "$pidfile" ]; then
+      kill "$(cat "$pidfile")" 2>/dev/null && log "stopped the Temporal server on PostgreSQL"
+      rm -f "$pidfile"
+    fi
+    ;;
+  *) echo "usage: $0 setup|start|register|foreground|stop" >&2; exit 2 ;;
+esac
