@@ -34,7 +34,15 @@ const (
 // had saved a checkpoint; no GPU was granted beyond 1000
 // milli-GPU at any sample and the usage table agrees with the allocations;
 // and the replay's report shows the governance section from those records.
-func TestContendedReplay(t *testing.T) {
+func TestContendedReplay(t *testing.T) { contendedReplay(t, onDevServer) }
+
+// TestContendedReplayOnCluster is TestContendedReplay on the Temporal server
+// on PostgreSQL (deploy/temporal/cluster.yaml): `make run-cluster`'s main
+// job, shortened.
+func TestContendedReplayOnCluster(t *testing.T) { contendedReplay(t, onCluster) }
+
+// contendedReplay is TestContendedReplay's body on backend.
+func contendedReplay(t *testing.T, backend temporalBackend) {
 	dir := traceDir(t)
 	nodes, err := alibaba.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
@@ -53,7 +61,8 @@ func TestContendedReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol})
+	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol,
+		temporal: backend})
 	subs, err := replay.Build(selected[:contendedPods], replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,
 		Recovery: replay.DefaultRecovery(), MaxRunSeconds: replay.ContendedMaxRunS})
 	if err != nil {

@@ -43,10 +43,17 @@ const (
 // sample, and the usage table agrees with the allocations; wait events never
 // overlap and close at placement; Temporal holds exactly one JobWorkflow per
 // job, findable by its search attributes.
-func TestReplayRealTrace(t *testing.T) {
+func TestReplayRealTrace(t *testing.T) { replayRealTrace(t, onDevServer) }
+
+// TestReplayRealTraceOnCluster is TestReplayRealTrace on the Temporal server
+// on PostgreSQL (deploy/temporal/cluster.yaml).
+func TestReplayRealTraceOnCluster(t *testing.T) { replayRealTrace(t, onCluster) }
+
+// replayRealTrace is TestReplayRealTrace's body on backend.
+func replayRealTrace(t *testing.T, backend temporalBackend) {
 	dir := traceDir(t)
 	nodes := traceNodes(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}})
-	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed})
+	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed, temporal: backend})
 	subs := replaySubmissions(t, dir)
 
 	ctx, cancel := context.WithTimeout(context.Background(), replayDeadline)
