@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
+.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -12,9 +12,17 @@ GO_TEST_FLAGS ?= -count=1 -timeout 60m
 run:
 	deploy/dev/run.sh
 
-## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI and promtool; each is set up if missing).
-test: postgres temporal promtool
-	PATH="$(CURDIR)/bin:$$PATH" go test $(GO_TEST_FLAGS) ./...
+## run-cluster: `make run` on the Temporal server on PostgreSQL instead of the dev
+## server (deploy/dev/cluster.sh start: databases temporal and temporal_visibility,
+## deploy/temporal/cluster.yaml, 4 history shards; gpugov's own database gpugov_cluster).
+run-cluster:
+	GPUGOV_TEMPORAL=cluster deploy/dev/run.sh
+
+## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI, the
+## Temporal server with its SQL tool, and promtool; each is set up if missing). The
+## tests on the Temporal server on PostgreSQL fail rather than skip without it.
+test: postgres temporal temporal-server promtool
+	PATH="$(CURDIR)/bin:$$PATH" GPUGOV_REQUIRE_TEMPORAL_SERVER=1 go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
 ## `go test -short`, under which store/storetest and temporaltest skip what needs one.
@@ -33,6 +41,11 @@ build:
 
 temporal:
 	deploy/dev/ensure-temporal.sh
+
+## temporal-server: the Temporal server and temporal-sql-tool at the version the CLI
+## embeds, into bin/ when missing (about 4 minutes the first time).
+temporal-server:
+	deploy/dev/ensure-temporal-server.sh
 
 postgres:
 	deploy/dev/ensure-postgres.sh

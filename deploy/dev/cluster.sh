@@ -36,6 +36,11 @@ logfile="$GPUGOV_STATE/temporal-cluster.log"
 server=("$TEMPORAL_SERVER_BIN" --root "$GPUGOV_ROOT" --config deploy/temporal --env cluster start --allow-no-auth)
 
 healthy() { "$TEMPORAL_BIN" operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; }
+# on_postgres: the server at TEMPORAL_ADDRESS keeps its state in PostgreSQL
+# (not the dev server of `make run`, which answers on the same address).
+on_postgres() {
+  "$TEMPORAL_BIN" operator cluster describe --address "$TEMPORAL_ADDRESS" -o json 2>/dev/null | grep -q '"persistenceStore": *"postgres12"'
+}
 
 setup() {
   # An image without Go (deploy/temporal/Dockerfile) carries the binaries
@@ -88,7 +93,12 @@ case "${1:-}" in
   setup) setup ;;
   register) register ;;
   start)
-    if healthy; then log "Temporal already running at $TEMPORAL_ADDRESS"; register; exit 0; fi
+    if healthy; then
+      if ! on_postgres; then
+        log "another Temporal server (the dev server of make run?) answers at $TEMPORAL_ADDRESS: make stop first"; exit 1
+      fi
+      log "Temporal on PostgreSQL already running at $TEMPORAL_ADDRESS"; register; exit 0
+    fi
     setup
     nohup "${server[@]}" >"$logfile" 2>&1 &
     echo $! >"$pidfile"

@@ -7,7 +7,13 @@ export TEMPORAL_VERSION="${TEMPORAL_VERSION:-v1.5.1}"
 export TEMPORAL_BIN="${TEMPORAL_BIN:-$GPUGOV_ROOT/bin/temporal}"
 export TEMPORAL_ADDRESS="${TEMPORAL_ADDRESS:-127.0.0.1:7233}"
 export TEMPORAL_UI_PORT="${TEMPORAL_UI_PORT:-8233}"
-export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpugov?sslmode=disable}"
+# `make run-cluster` (GPUGOV_TEMPORAL=cluster) keeps its jobs apart from `make
+# run`'s: their workflows live in another Temporal.
+if [ "${GPUGOV_TEMPORAL:-dev}" = cluster ]; then
+  export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpugov_cluster?sslmode=disable}"
+else
+  export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpugov?sslmode=disable}"
+fi
 export GPUGOV_API_ADDR="${GPUGOV_API_ADDR:-127.0.0.1:8080}"
 export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
 # The custom search attributes every gpugov workflow may set (docs/design.md §3).

@@ -31,6 +31,10 @@
 #                     pool: deploy/gpugov/replay-policy.yaml; on the whole cluster
 #                     unset means serve's default policy; e.g. deploy/gpugov/policy.yaml,
 #                     which README's policy experiment (deploy/gpugov/experiment-aging.yaml) needs
+#   GPUGOV_TEMPORAL   dev (default): the Temporal CLI's dev server (deploy/dev/start-temporal.sh);
+#                     cluster: the Temporal server on PostgreSQL (deploy/dev/cluster.sh start,
+#                     deploy/temporal/cluster.yaml; `make run-cluster`), which has no UI of its own
+#                     (the compose stack runs one): the report then links no UI
 #   DATABASE_URL, TEMPORAL_ADDRESS, GPUGOV_API_ADDR as in deploy/dev/env.sh
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -62,13 +66,24 @@ for f in "$nodes" "$pods"; do
 done
 
 deploy/dev/ensure-postgres.sh
-deploy/dev/start-temporal.sh   # builds the Temporal CLI first when it is missing
+case "${GPUGOV_TEMPORAL:-dev}" in
+  dev)
+    deploy/dev/start-temporal.sh # builds the Temporal CLI first when it is missing
+    temporal_ui="http://127.0.0.1:$TEMPORAL_UI_PORT"
+    ;;
+  cluster)
+    deploy/dev/ensure-temporal.sh # the CLI registers the namespace and search attributes
+    deploy/dev/cluster.sh start   # builds the Temporal server first when it is missing
+    temporal_ui=""
+    ;;
+  *) log "GPUGOV_TEMPORAL=$GPUGOV_TEMPORAL: want dev or cluster"; exit 2 ;;
+esac
 
 log "building bin/gpugov"
 go build -o bin/gpugov ./cmd/gpugov
 bin/gpugov migrate
 replay=(bin/gpugov replay --nodes "$nodes" --pods "$pods" "${slice[@]}" --speed "$speed" --api "$api" --token "$token"
-  --pool-gpus "$pool_gpus" --max-run-seconds "$max_run" --temporal-ui "http://127.0.0.1:$TEMPORAL_UI_PORT")
+  --pool-gpus "$pool_gpus" --max-run-seconds "$max_run" --temporal-ui "$temporal_ui")
 if [ "$pool_gpus" != 0 ]; then
   # shellcheck disable=SC2086 # GPUGOV_REPLAY_ARGS is a list of flags (the same slice sizes the pool)
   "${replay[@]}" ${GPUGOV_REPLAY_ARGS:-} --write-nodes "$GPUGOV_STATE/pool-nodes.csv"
@@ -97,9 +112,11 @@ for i in $(seq 1 60); do
   sleep 1
 done
 
+if [ -n "$temporal_ui" ]; then ui_line="Temporal UI  $temporal_ui  "; else
+  ui_line="Temporal     $TEMPORAL_ADDRESS on PostgreSQL, no UI: bin/temporal workflow list --address $TEMPORAL_ADDRESS --query ... "; fi
 cat <<EOF
 
-  Temporal UI  http://127.0.0.1:$TEMPORAL_UI_PORT   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
+  $ui_line (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
   gpugov API   $api   (OpenAPI: $api/v1/openapi.json, metrics: $api/metrics)
   dev token    $token   e.g. GPUGOV_TOKEN=$token bin/gpugov queues
 
@@ -111,6 +128,6 @@ log "replaying $what (jobs of an earlier run are reused: the replay is idempoten
 
 cat <<EOF
 
-gpugov serve and the Temporal dev server keep running (UI http://127.0.0.1:$TEMPORAL_UI_PORT, API $api).
+gpugov serve and Temporal (${GPUGOV_TEMPORAL:-dev}) keep running (${temporal_ui:+UI $temporal_ui, }API $api).
 Stop them with: make stop
 EOF
