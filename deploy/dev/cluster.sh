@@ -19,6 +19,8 @@
 # Settings (environment; cluster.yaml reads the GPUGOV_TEMPORAL_* ones):
 #   GPUGOV_TEMPORAL_PG_HOST, _PG_PORT, _PG_USER, _PG_PASSWORD  PostgreSQL (127.0.0.1, 5432, postgres, none)
 #   GPUGOV_TEMPORAL_DB, GPUGOV_TEMPORAL_VISIBILITY_DB           database names (temporal, temporal_visibility)
+#   GPUGOV_TEMPORAL_IP  the address the services bind (127.0.0.1; 0.0.0.0 in a container, where
+#                     foreground announces the container's own address)
 #   TEMPORAL_ADDRESS  the frontend (127.0.0.1:7233); its port is the server's GPUGOV_TEMPORAL_PORT
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -109,6 +111,9 @@ case "${1:-}" in
     register
     ;;
   foreground)
+    if [ "${GPUGOV_TEMPORAL_IP:-}" = 0.0.0.0 ] && [ -z "${GPUGOV_TEMPORAL_BROADCAST_IP:-}" ]; then
+      GPUGOV_TEMPORAL_BROADCAST_IP="$(hostname -i | awk '{print $1}')"; export GPUGOV_TEMPORAL_BROADCAST_IP
+    fi
     setup
     (wait_healthy && register) &
     exec "${server[@]}"

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
-	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // RequireClusterEnv names the environment variable that turns a missing
@@ -52,6 +51,17 @@ func ClusterBinaries() (server, sqlTool string, ok bool) {
 	return server, sqlTool, errServer == nil && errTool == nil
 }
 
+// AdminURL is the PostgreSQL server StartCluster creates its databases on:
+// GPUGOV_TEST_DATABASE_URL when set, otherwise
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable — the server
+// store/storetest's databases are on (internal/ does not import store).
+func AdminURL() string {
+	if u := os.Getenv("GPUGOV_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
 // ClusterShards is the number of history shards of deploy/temporal/cluster.yaml.
 const ClusterShards = 4
 
@@ -59,7 +69,7 @@ const ClusterShards = 4
 // run-cluster` runs it (all services in one process, configured by
 // deploy/temporal/cluster.yaml) for one test: on two databases of its own
 // (temporal_test_<test>_<random> and the same with _vis, created on the
-// server of storetest.AdminURL with the schemas the server's SQL tool
+// server of AdminURL with the schemas the server's SQL tool
 // embeds) and a free set of ports, with the namespace default and gpugov's
 // search attributes registered. The test's cleanup stops the server (SIGTERM,
 // then SIGKILL after 10 s) and drops both databases. The result has no
@@ -83,9 +93,9 @@ func StartCluster(t testing.TB) *DevServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := pgx.ParseConfig(storetest.AdminURL())
+	pg, err := pgx.ParseConfig(AdminURL())
 	if err != nil {
-		t.Fatalf("temporaltest: parse %s: %v", storetest.AdminURL(), err)
+		t.Fatalf("temporaltest: parse %s: %v", AdminURL(), err)
 	}
 	db := clusterDatabaseName(t.Name())
 	vis := db + "_vis"
@@ -198,7 +208,7 @@ func createClusterDatabase(t testing.TB, sqlTool string, pg *pgx.ConnConfig, nam
 	defer cancel()
 	admin, err := pgx.ConnectConfig(ctx, pg)
 	if err != nil {
-		t.Fatalf("temporaltest: connect to PostgreSQL (%s): %v", storetest.AdminURL(), err)
+		t.Fatalf("temporaltest: connect to PostgreSQL (%s): %v", AdminURL(), err)
 	}
 	defer admin.Close(context.Background())
 	ident := pgx.Identifier{name}.Sanitize()

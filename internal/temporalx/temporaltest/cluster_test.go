@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
-	"github.com/gpugov/gpugov/store/storetest"
 )
 
 // TestStartClusterRunsOnPostgreSQL: StartCluster's server keeps its state in
@@ -70,7 +69,7 @@ func TestStartClusterRunsOnPostgreSQL(t *testing.T) {
 func clusterDatabases(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, storetest.AdminURL())
+	conn, err := pgx.Connect(ctx, temporaltest.AdminURL())
 	if err != nil {
 		t.Fatal(err)
 	}
