@@ -65,9 +65,11 @@ bench: postgres
 ## workflow) on the same dev server, in one run each, THROUGHPUT_RUNS runs
 ## (docs/design.md "Throughput against the floor"; -v prints the server's
 ## operations per lifecycle). Compare the medians of x-floor and cpu-x-floor.
+## BENCH_TEMPORAL=cluster: on the Temporal server on PostgreSQL instead of the dev server.
 THROUGHPUT_RUNS ?= 5
-bench-throughput: postgres temporal
-	go test ./e2e/ -run '^$$' -bench 'Service/lifecycle$$' -benchtime 200x -count $(THROUGHPUT_RUNS) -v -timeout 30m
+BENCH_TEMPORAL ?= dev
+bench-throughput: postgres temporal $(if $(filter cluster,$(BENCH_TEMPORAL)),temporal-server)
+	GPUGOV_BENCH_TEMPORAL=$(BENCH_TEMPORAL) go test ./e2e/ -run '^$$' -bench 'Service/lifecycle$$' -benchtime 200x -count $(THROUGHPUT_RUNS) -v -timeout 30m
 
 ## fuzz: every fuzz target for FUZZTIME each (go test -fuzz takes one target per
 ## package run, so one run per target); a failure stops it, and the crasher
