@@ -35,7 +35,7 @@ export GPUGOV_TEMPORAL_PORT="${GPUGOV_TEMPORAL_PORT:-${TEMPORAL_ADDRESS##*:}}"
 export GPUGOV_TEMPORAL_DYNAMIC_CONFIG="${GPUGOV_TEMPORAL_DYNAMIC_CONFIG:-$GPUGOV_ROOT/deploy/temporal/dynamicconfig/development.yaml}"
 pidfile="$GPUGOV_STATE/temporal-cluster.pid"
 logfile="$GPUGOV_STATE/temporal-cluster.log"
-server=("$TEMPORAL_SERVER_BIN" --root "$GPUGOV_ROOT" --config deploy/temporal --env cluster start --allow-no-auth)
+server=("$TEMPORAL_SERVER_BIN" --root "$GPUGOV_ROOT" --config deploy/temporal --env cluster --allow-no-auth start)
 
 healthy() { "$TEMPORAL_BIN" operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; }
 # on_postgres: the server at TEMPORAL_ADDRESS keeps its state in PostgreSQL

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,8 +117,9 @@ func StartCluster(t testing.TB) *DevServer {
 		metrics  int
 	)
 	for attempt := 1; ; attempt++ {
-		for _, k := range clusterPortVars {
-			env[k] = strconv.Itoa(freePort(t))
+		ports := freeClusterPorts(t, len(clusterPortVars))
+		for i, k := range clusterPortVars {
+			env[k] = strconv.Itoa(ports[i])
 		}
 		hostPort, metrics = "127.0.0.1:"+env["GPUGOV_TEMPORAL_PORT"], mustAtoi(env["GPUGOV_TEMPORAL_METRICS_PORT"])
 		var out *lockedBuffer
@@ -145,12 +148,43 @@ var clusterPortVars = []string{
 	"GPUGOV_TEMPORAL_MATCHING_MEMBERSHIP_PORT", "GPUGOV_TEMPORAL_WORKER_MEMBERSHIP_PORT",
 }
 
+// freeClusterPorts returns n distinct ports of 20000–32767 that are free on
+// 127.0.0.1 when chosen. The server records its services' ports in PostgreSQL as
+// smallint (cluster_membership), so the kernel's ephemeral ports (from
+// 32768) are out; this range is also below the kernel's ephemeral range, so
+// other processes' outgoing connections do not take it meanwhile.
+func freeClusterPorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for range 1000 {
+		if len(ports) == n {
+			return ports
+		}
+		var b [2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		port := 20000 + (int(b[0])<<8|int(b[1]))%(32768-20000)
+		if slices.Contains(ports, port) {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		ports = append(ports, port)
+	}
+	t.Fatalf("temporaltest: no %d free ports in 20000-32767", n)
+	return nil
+}
+
 // startClusterOnce starts one server process and waits until its frontend
 // answers; on failure the process has been stopped and its output is
 // returned, on success t's cleanup stops it.
 func startClusterOnce(t testing.TB, server, root, hostPort string, env map[string]string) (client.Client, *process, *lockedBuffer, error) {
 	t.Helper()
-	cmd := exec.Command(server, "--root", root, "--config", "deploy/temporal", "--env", "cluster", "start", "--allow-no-auth")
+	cmd := exec.Command(server, "--root", root, "--config", "deploy/temporal", "--env", "cluster", "--allow-no-auth", "start")
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
