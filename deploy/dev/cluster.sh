@@ -41,7 +41,9 @@ healthy() { "$TEMPORAL_BIN" operator cluster health --address "$TEMPORAL_ADDRESS
 # on_postgres: the server at TEMPORAL_ADDRESS keeps its state in PostgreSQL
 # (not the dev server of `make run`, which answers on the same address).
 on_postgres() {
-  "$TEMPORAL_BIN" operator cluster describe --address "$TEMPORAL_ADDRESS" -o json 2>/dev/null | grep -q '"persistenceStore": *"postgres12"'
+  local info
+  info="$("$TEMPORAL_BIN" operator cluster describe --address "$TEMPORAL_ADDRESS" -o json 2>/dev/null)" &&
+    grep -q '"persistenceStore": *"postgres12"' <<<"$info"
 }
 
 setup() {
@@ -50,14 +52,19 @@ setup() {
   if command -v go >/dev/null; then "$here/ensure-temporal-server.sh"; fi
   local sql=("$TEMPORAL_SQL_TOOL_BIN" --plugin postgres12 --endpoint "$GPUGOV_TEMPORAL_PG_HOST"
     --port "$GPUGOV_TEMPORAL_PG_PORT" --user "$GPUGOV_TEMPORAL_PG_USER" --password "$GPUGOV_TEMPORAL_PG_PASSWORD")
-  local db schema
+  local db schema setuplog="$GPUGOV_STATE/temporal-cluster-setup.log"
+  : >"$setuplog"
+  # run_sql ARGS: the SQL tool, its (verbose) output in setuplog, shown on failure.
+  run_sql() {
+    "${sql[@]}" "$@" >>"$setuplog" 2>&1 || { log "temporal-sql-tool $* failed; the end of $setuplog:"; tail -20 "$setuplog" >&2; exit 1; }
+  }
   for db in "$GPUGOV_TEMPORAL_DB:temporal" "$GPUGOV_TEMPORAL_VISIBILITY_DB:visibility"; do
     schema="postgresql/v12/${db##*:}"
     db="${db%%:*}"
     # --quiet: the database may exist already (a failure to connect shows in the next step).
-    "${sql[@]}" --database "$db" --quiet create-database >/dev/null 2>&1
-    "${sql[@]}" --database "$db" setup-schema -v 0.0 >/dev/null
-    "${sql[@]}" --database "$db" update-schema --schema-name "$schema" >/dev/null
+    "${sql[@]}" --database "$db" --quiet create-database >>"$setuplog" 2>&1
+    run_sql --database "$db" setup-schema -v 0.0
+    run_sql --database "$db" update-schema --schema-name "$schema"
   done
   log "Temporal databases $GPUGOV_TEMPORAL_DB and $GPUGOV_TEMPORAL_VISIBILITY_DB at schema of server $TEMPORAL_SERVER_VERSION"
 }
