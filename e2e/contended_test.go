@@ -34,15 +34,7 @@ const (
 // had saved a checkpoint; no GPU was granted beyond 1000
 // milli-GPU at any sample and the usage table agrees with the allocations;
 // and the replay's report shows the governance section from those records.
-func TestContendedReplay(t *testing.T) { contendedReplay(t, onDevServer) }
-
-// TestContendedReplayOnCluster is TestContendedReplay on the Temporal server
-// on PostgreSQL (deploy/temporal/cluster.yaml): `make run-cluster`'s main
-// job, shortened.
-func TestContendedReplayOnCluster(t *testing.T) { contendedReplay(t, onCluster) }
-
-// contendedReplay is TestContendedReplay's body on backend.
-func contendedReplay(t *testing.T, backend temporalBackend) {
+func TestContendedReplay(t *testing.T) {
 	dir := traceDir(t)
 	nodes, err := alibaba.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
@@ -61,8 +53,7 @@ func contendedReplay(t *testing.T, backend temporalBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol,
-		temporal: backend})
+	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol})
 	subs, err := replay.Build(selected[:contendedPods], replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,
 		Recovery: replay.DefaultRecovery(), MaxRunSeconds: replay.ContendedMaxRunS})
 	if err != nil {
