@@ -89,7 +89,7 @@ func StartCluster(t testing.TB) *DevServer {
 				"deploy/dev/ensure-temporal-server.sh builds them into bin/", server, sqlTool)
 		}
 		t.Skipf("Temporal server or SQL tool not found (%q, %q): deploy/dev/ensure-temporal-server.sh "+
-			"builds them (about 4 min; `make test` does it), or set TEMPORAL_SERVER_BIN and TEMPORAL_SQL_TOOL_BIN", server, sqlTool)
+			"builds them (about 4 min of CPU; `make test` does it), or set TEMPORAL_SERVER_BIN and TEMPORAL_SQL_TOOL_BIN", server, sqlTool)
 	}
 	root, err := moduleRoot()
 	if err != nil {

@@ -51,7 +51,7 @@ func TestStartClusterRunsOnPostgreSQL(t *testing.T) {
 			t.Fatalf("databases of the running server: %v, want its store and visibility databases", dbNames)
 		}
 	})
-	if t.Failed() || t.Skipped() {
+	if len(dbNames) == 0 { // the subtest skipped (-short, no server built) or failed
 		return
 	}
 	left := map[string]bool{}
