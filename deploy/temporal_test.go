@@ -8,11 +8,13 @@ import (
 	"testing"
 )
 
-// TestTemporalServerPinIsTheCLIsServer: the Temporal server version
-// deploy/dev/env.sh pins for `make run-cluster` (TEMPORAL_SERVER_VERSION) is
-// the go.temporal.io/server the pinned Temporal CLI embeds, read from the
-// built CLI (`go version -m bin/temporal`), so that the dev server and the
-// cluster run the same engine. It skips when the CLI is not built.
+// TestTemporalServerPinIsTheCLIsServer: the Temporal server and UI versions
+// deploy/dev/env.sh pins for `make run-cluster` (TEMPORAL_SERVER_VERSION,
+// TEMPORAL_UI_VERSION) are the go.temporal.io/server and
+// github.com/temporalio/ui-server/v2 the pinned Temporal CLI embeds, read
+// from the built CLI (`go version -m bin/temporal`), so that the dev server
+// and the cluster run the same engine and UI. It skips when the CLI is not
+// built.
 func TestTemporalServerPinIsTheCLIsServer(t *testing.T) {
 	cli := filepath.Join("..", "bin", "temporal")
 	if p := os.Getenv("TEMPORAL_BIN"); p != "" {
@@ -25,15 +27,21 @@ func TestTemporalServerPinIsTheCLIsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go version -m %s: %v\n%s", cli, err, out)
 	}
-	embedded := regexp.MustCompile(`(?m)^\s+dep\s+go\.temporal\.io/server\s+(v\S+)`).FindSubmatch(out)
-	if embedded == nil {
-		t.Fatalf("%s embeds no go.temporal.io/server:\n%s", cli, out)
-	}
-	pin := regexp.MustCompile(`export TEMPORAL_SERVER_VERSION="\$\{TEMPORAL_SERVER_VERSION:-(v[0-9.]+)\}"`).FindStringSubmatch(readFile(t, "dev/env.sh"))
-	if pin == nil {
-		t.Fatal("deploy/dev/env.sh pins no TEMPORAL_SERVER_VERSION")
-	}
-	if pin[1] != string(embedded[1]) {
-		t.Errorf("deploy/dev/env.sh pins Temporal server %s, the CLI %s embeds %s", pin[1], cli, embedded[1])
+	env := readFile(t, "dev/env.sh")
+	for _, c := range []struct{ module, pinVar string }{
+		{"go.temporal.io/server", "TEMPORAL_SERVER_VERSION"},
+		{"github.com/temporalio/ui-server/v2", "TEMPORAL_UI_VERSION"},
+	} {
+		embedded := regexp.MustCompile(`(?m)^\s+dep\s+` + regexp.QuoteMeta(c.module) + `\s+(v\S+)`).FindSubmatch(out)
+		if embedded == nil {
+			t.Errorf("%s embeds no %s", cli, c.module)
+			continue
+		}
+		pin := regexp.MustCompile(`export ` + c.pinVar + `="\$\{` + c.pinVar + `:-(v[0-9.]+)\}"`).FindStringSubmatch(env)
+		if pin == nil {
+			t.Errorf("deploy/dev/env.sh pins no %s", c.pinVar)
+		} else if pin[1] != string(embedded[1]) {
+			t.Errorf("deploy/dev/env.sh pins %s %s, the CLI %s embeds %s %s", c.pinVar, pin[1], cli, c.module, embedded[1])
+		}
 	}
 }

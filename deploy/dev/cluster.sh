@@ -8,13 +8,15 @@
 #                          schemas to the server's version (temporal-sql-tool;
 #                          the schemas are embedded in it)
 #   cluster.sh start       setup, then start the server in the background unless one
-#                          answers at TEMPORAL_ADDRESS, wait for it, and register
-#                          (log .gpugov/temporal-cluster.log, pid .gpugov/temporal-cluster.pid)
+#                          answers at TEMPORAL_ADDRESS, wait for it, register, and start the
+#                          Temporal UI on TEMPORAL_UI_PORT (deploy/temporal/ui.yaml; built by
+#                          deploy/dev/ensure-temporal-ui.sh) unless something answers there
+#                          (logs .gpugov/temporal-cluster.log and temporal-ui.log, pids beside)
 #   cluster.sh register    create the namespace default and gpugov's search attributes
 #                          (GPUGOV_SEARCH_ATTRIBUTES of deploy/dev/env.sh), each if missing
 #   cluster.sh foreground  setup, register once the server answers, and run the server
 #                          in the foreground (the compose stack's temporal service)
-#   cluster.sh stop        stop the server `start` started
+#   cluster.sh stop        stop the server and the UI `start` started
 #
 # Settings (environment; cluster.yaml reads the GPUGOV_TEMPORAL_* ones):
 #   GPUGOV_TEMPORAL_PG_HOST, _PG_PORT, _PG_USER, _PG_PASSWORD  PostgreSQL (127.0.0.1, 5432, postgres, none)
@@ -89,6 +91,20 @@ register() {
   log "namespace default with gpugov's search attributes registered at $TEMPORAL_ADDRESS"
 }
 
+# start_ui: the UI server on TEMPORAL_UI_PORT, on the cluster's frontend.
+start_ui() {
+  local url="http://127.0.0.1:$TEMPORAL_UI_PORT"
+  if curl -fsS -o /dev/null "$url/api/v1/settings" 2>/dev/null; then log "a Temporal UI already answers at $url"; return 0; fi
+  "$here/ensure-temporal-ui.sh"
+  nohup "$TEMPORAL_UI_SERVER_BIN" --root "$GPUGOV_ROOT" --config deploy/temporal --env ui start >"$GPUGOV_STATE/temporal-ui.log" 2>&1 &
+  echo $! >"$GPUGOV_STATE/temporal-ui.pid"
+  for _ in $(seq 1 30); do
+    if curl -fsS -o /dev/null "$url/api/v1/settings" 2>/dev/null; then log "Temporal UI at $url"; return 0; fi
+    sleep 1
+  done
+  log "the Temporal UI did not start; see $GPUGOV_STATE/temporal-ui.log"; return 1
+}
+
 wait_healthy() {
   for _ in $(seq 1 90); do
     healthy && return 0
@@ -106,7 +122,7 @@ case "${1:-}" in
       if ! on_postgres; then
         log "another Temporal server (the dev server of make run?) answers at $TEMPORAL_ADDRESS: make stop first"; exit 1
       fi
-      log "Temporal on PostgreSQL already running at $TEMPORAL_ADDRESS"; register; exit 0
+      log "Temporal on PostgreSQL already running at $TEMPORAL_ADDRESS"; register; start_ui; exit 0
     fi
     setup
     nohup "${server[@]}" >"$logfile" 2>&1 &
@@ -116,6 +132,7 @@ case "${1:-}" in
     fi
     log "Temporal server $TEMPORAL_SERVER_VERSION on PostgreSQL up at $TEMPORAL_ADDRESS (log: $logfile)"
     register
+    start_ui
     ;;
   foreground)
     if [ "${GPUGOV_TEMPORAL_IP:-}" = 0.0.0.0 ] && [ -z "${GPUGOV_TEMPORAL_BROADCAST_IP:-}" ]; then
@@ -126,10 +143,12 @@ case "${1:-}" in
     exec "${server[@]}"
     ;;
   stop)
-    if [ -f "$pidfile" ]; then
-      kill "$(cat "$pidfile")" 2>/dev/null && log "stopped the Temporal server on PostgreSQL"
-      rm -f "$pidfile"
-    fi
+    for f in "$GPUGOV_STATE/temporal-ui.pid" "$pidfile"; do
+      if [ -f "$f" ]; then
+        kill "$(cat "$f")" 2>/dev/null && log "stopped $(basename "$f" .pid)"
+        rm -f "$f"
+      fi
+    done
     ;;
   *) echo "usage: $0 setup|start|register|foreground|stop" >&2; exit 2 ;;
 esac

@@ -33,3 +33,7 @@ has_module_version() {
 export TEMPORAL_SERVER_VERSION="${TEMPORAL_SERVER_VERSION:-v1.29.1}"
 export TEMPORAL_SERVER_BIN="${TEMPORAL_SERVER_BIN:-$GPUGOV_ROOT/bin/temporal-server}"
 export TEMPORAL_SQL_TOOL_BIN="${TEMPORAL_SQL_TOOL_BIN:-$GPUGOV_ROOT/bin/temporal-sql-tool}"
+# The Temporal UI server `make run-cluster` runs beside it (the dev server has
+# its own): the UI version the same CLI embeds (`bin/temporal --version`).
+export TEMPORAL_UI_VERSION="${TEMPORAL_UI_VERSION:-v2.42.1}"
+export TEMPORAL_UI_SERVER_BIN="${TEMPORAL_UI_SERVER_BIN:-$GPUGOV_ROOT/bin/temporal-ui-server}"

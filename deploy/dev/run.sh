@@ -33,8 +33,8 @@
 #                     which README's policy experiment (deploy/gpugov/experiment-aging.yaml) needs
 #   GPUGOV_TEMPORAL   dev (default): the Temporal CLI's dev server (deploy/dev/start-temporal.sh);
 #                     cluster: the Temporal server on PostgreSQL (deploy/dev/cluster.sh start,
-#                     deploy/temporal/cluster.yaml; `make run-cluster`), which has no UI of its own
-#                     (the compose stack runs one): the report then links no UI
+#                     deploy/temporal/cluster.yaml, with the Temporal UI server beside it on the same
+#                     port; `make run-cluster`)
 #   DATABASE_URL, TEMPORAL_ADDRESS, GPUGOV_API_ADDR as in deploy/dev/env.sh
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -69,15 +69,14 @@ deploy/dev/ensure-postgres.sh
 case "${GPUGOV_TEMPORAL:-dev}" in
   dev)
     deploy/dev/start-temporal.sh # builds the Temporal CLI first when it is missing
-    temporal_ui="http://127.0.0.1:$TEMPORAL_UI_PORT"
     ;;
   cluster)
     deploy/dev/ensure-temporal.sh # the CLI registers the namespace and search attributes
-    deploy/dev/cluster.sh start   # builds the Temporal server first when it is missing
-    temporal_ui=""
+    deploy/dev/cluster.sh start   # builds the Temporal server and UI first when missing
     ;;
   *) log "GPUGOV_TEMPORAL=$GPUGOV_TEMPORAL: want dev or cluster"; exit 2 ;;
 esac
+temporal_ui="http://127.0.0.1:$TEMPORAL_UI_PORT"
 
 log "building bin/gpugov"
 go build -o bin/gpugov ./cmd/gpugov
@@ -112,11 +111,9 @@ for i in $(seq 1 60); do
   sleep 1
 done
 
-if [ -n "$temporal_ui" ]; then ui_line="Temporal UI  $temporal_ui  "; else
-  ui_line="Temporal     $TEMPORAL_ADDRESS on PostgreSQL, no UI: bin/temporal workflow list --address $TEMPORAL_ADDRESS --query ... "; fi
 cat <<EOF
 
-  $ui_line (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
+  Temporal UI  $temporal_ui   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
   gpugov API   $api   (OpenAPI: $api/v1/openapi.json, metrics: $api/metrics)
   dev token    $token   e.g. GPUGOV_TOKEN=$token bin/gpugov queues
 
@@ -128,6 +125,6 @@ log "replaying $what (jobs of an earlier run are reused: the replay is idempoten
 
 cat <<EOF
 
-gpugov serve and Temporal (${GPUGOV_TEMPORAL:-dev}) keep running (${temporal_ui:+UI $temporal_ui, }API $api).
+gpugov serve and Temporal (${GPUGOV_TEMPORAL:-dev}) keep running (UI $temporal_ui, API $api).
 Stop them with: make stop
 EOF
