@@ -114,6 +114,9 @@ wait_healthy() {
   return 1
 }
 
+# The Temporal CLI checks health and registers (built when missing, where Go is).
+if [ "${1:-}" != setup ] && command -v go >/dev/null; then "$here/ensure-temporal.sh"; fi
+
 case "${1:-}" in
   setup) setup ;;
   register) register ;;

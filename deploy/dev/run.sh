@@ -71,8 +71,7 @@ case "${GPUGOV_TEMPORAL:-dev}" in
     deploy/dev/start-temporal.sh # builds the Temporal CLI first when it is missing
     ;;
   cluster)
-    deploy/dev/ensure-temporal.sh # the CLI registers the namespace and search attributes
-    deploy/dev/cluster.sh start   # builds the Temporal server and UI first when missing
+    deploy/dev/cluster.sh start # builds the Temporal CLI, server and UI first when missing
     ;;
   *) log "GPUGOV_TEMPORAL=$GPUGOV_TEMPORAL: want dev or cluster"; exit 2 ;;
 esac
