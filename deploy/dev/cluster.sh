@@ -115,7 +115,7 @@ wait_healthy() {
 }
 
 # The Temporal CLI checks health and registers (built when missing, where Go is).
-if [ "${1:-}" != setup ] && command -v go >/dev/null; then "$here/ensure-temporal.sh"; fi
+case "${1:-}" in start | register | foreground) if command -v go >/dev/null; then "$here/ensure-temporal.sh"; fi ;; esac
 
 case "${1:-}" in
   setup) setup ;;
