@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
+.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -12,9 +12,17 @@ GO_TEST_FLAGS ?= -count=1 -timeout 60m
 run:
 	deploy/dev/run.sh
 
-## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI and promtool; each is set up if missing).
-test: postgres temporal promtool
-	PATH="$(CURDIR)/bin:$$PATH" go test $(GO_TEST_FLAGS) ./...
+## run-cluster: `make run` on the Temporal server on PostgreSQL instead of the dev
+## server (deploy/dev/cluster.sh start: databases temporal and temporal_visibility,
+## deploy/temporal/cluster.yaml, 4 history shards; gpugov's own database gpugov_cluster).
+run-cluster:
+	GPUGOV_TEMPORAL=cluster deploy/dev/run.sh
+
+## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI, the
+## Temporal server with its SQL tool, and promtool; each is set up if missing). The
+## tests on the Temporal server on PostgreSQL fail rather than skip without it.
+test: postgres temporal temporal-server promtool
+	PATH="$(CURDIR)/bin:$$PATH" GPUGOV_REQUIRE_TEMPORAL_SERVER=1 go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
 ## `go test -short`, under which store/storetest and temporaltest skip what needs one.
@@ -34,6 +42,11 @@ build:
 temporal:
 	deploy/dev/ensure-temporal.sh
 
+## temporal-server: the Temporal server and temporal-sql-tool at the version the CLI
+## embeds, into bin/ when missing (about 4 minutes the first time).
+temporal-server:
+	deploy/dev/ensure-temporal-server.sh
+
 postgres:
 	deploy/dev/ensure-postgres.sh
 
@@ -52,9 +65,11 @@ bench: postgres
 ## workflow) on the same dev server, in one run each, THROUGHPUT_RUNS runs
 ## (docs/design.md "Throughput against the floor"; -v prints the server's
 ## operations per lifecycle). Compare the medians of x-floor and cpu-x-floor.
+## BENCH_TEMPORAL=cluster: on the Temporal server on PostgreSQL instead of the dev server.
 THROUGHPUT_RUNS ?= 5
-bench-throughput: postgres temporal
-	go test ./e2e/ -run '^$$' -bench 'Service/lifecycle$$' -benchtime 200x -count $(THROUGHPUT_RUNS) -v -timeout 30m
+BENCH_TEMPORAL ?= dev
+bench-throughput: postgres temporal $(if $(filter cluster,$(BENCH_TEMPORAL)),temporal-server)
+	GPUGOV_BENCH_TEMPORAL=$(BENCH_TEMPORAL) go test ./e2e/ -run '^$$' -bench 'Service/lifecycle$$' -benchtime 200x -count $(THROUGHPUT_RUNS) -v -timeout 30m
 
 ## fuzz: every fuzz target for FUZZTIME each (go test -fuzz takes one target per
 ## package run, so one run per target); a failure stops it, and the crasher

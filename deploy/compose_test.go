@@ -7,12 +7,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 )
 
 type composeFile struct {
@@ -115,7 +119,9 @@ func TestComposeAddressesPointAtServices(t *testing.T) {
 		t.Errorf("gpugov DATABASE_URL credentials do not match the postgresql service")
 	}
 	temporal := f.Services["temporal"]
-	if temporal.Environment["POSTGRES_SEEDS"] != "postgresql" || temporal.Environment["POSTGRES_PWD"] != pg.Environment["POSTGRES_PASSWORD"] {
+	if temporal.Environment["GPUGOV_TEMPORAL_PG_HOST"] != "postgresql" || temporal.Environment["GPUGOV_TEMPORAL_PG_PORT"] != "5432" ||
+		temporal.Environment["GPUGOV_TEMPORAL_PG_USER"] != pg.Environment["POSTGRES_USER"] ||
+		temporal.Environment["GPUGOV_TEMPORAL_PG_PASSWORD"] != pg.Environment["POSTGRES_PASSWORD"] {
 		t.Errorf("temporal is not configured for the postgresql service")
 	}
 	for _, name := range []string{"gpugov", "agent", "temporal-ui"} {
@@ -157,4 +163,65 @@ func publishes(s composeService, containerPort string) bool {
 		}
 	}
 	return false
+}
+
+// TestComposeTemporalRunsTheClusterConfig: the compose stack's Temporal is
+// the one `make run-cluster` runs — the image deploy/temporal/Dockerfile
+// builds at the versions deploy/dev/env.sh pins, started by
+// deploy/dev/cluster.sh with deploy/temporal/ (cluster.yaml and its dynamic
+// config) mounted where the script reads it — so both have cluster.yaml's
+// history shards (temporaltest.ClusterShards, what StartCluster's tests
+// check the server reports), and every setting it passes is one
+// cluster.yaml or cluster.sh reads.
+func TestComposeTemporalRunsTheClusterConfig(t *testing.T) {
+	temporal := loadCompose(t).Services["temporal"]
+	if temporal.Build == nil || temporal.Build.Dockerfile != "deploy/temporal/Dockerfile" {
+		t.Fatalf("temporal is not built from deploy/temporal/Dockerfile: %+v", temporal.Build)
+	}
+	if !slices.Contains(temporal.Volumes, "./deploy/temporal:/gpugov/deploy/temporal:ro") {
+		t.Errorf("temporal does not mount ./deploy/temporal at /gpugov/deploy/temporal: %v", temporal.Volumes)
+	}
+	dockerfile := readFile(t, "temporal/Dockerfile")
+	if !strings.Contains(dockerfile, `ENTRYPOINT ["/gpugov/deploy/dev/cluster.sh", "foreground"]`) ||
+		!strings.Contains(dockerfile, "COPY deploy/dev/env.sh deploy/dev/cluster.sh /gpugov/deploy/dev/") {
+		t.Errorf("deploy/temporal/Dockerfile does not run deploy/dev/cluster.sh foreground from /gpugov")
+	}
+	envSh := readFile(t, "dev/env.sh")
+	for _, v := range []string{"TEMPORAL_SERVER_VERSION", "TEMPORAL_VERSION"} {
+		want := regexp.MustCompile(`export ` + v + `="\$\{` + v + `:-(v[0-9.]+)\}"`).FindStringSubmatch(envSh)
+		got := regexp.MustCompile(`(?m)^ARG ` + v + `=(v[0-9.]+)$`).FindStringSubmatch(dockerfile)
+		if want == nil || got == nil || want[1] != got[1] {
+			t.Errorf("%s: deploy/dev/env.sh pins %v, deploy/temporal/Dockerfile %v", v, want, got)
+		}
+	}
+	cluster := readFile(t, "temporal/cluster.yaml")
+	m := regexp.MustCompile(`(?m)^\s*numHistoryShards:\s*(\d+)\s*$`).FindStringSubmatch(cluster)
+	if m == nil {
+		t.Fatal("deploy/temporal/cluster.yaml states no numHistoryShards")
+	}
+	if n, _ := strconv.Atoi(m[1]); n != temporaltest.ClusterShards {
+		t.Errorf("cluster.yaml numHistoryShards = %d, temporaltest.ClusterShards = %d", n, temporaltest.ClusterShards)
+	}
+	script := readFile(t, "dev/cluster.sh")
+	for k, v := range temporal.Environment {
+		if !strings.Contains(cluster, `"`+k+`"`) && !strings.Contains(script, k) {
+			t.Errorf("temporal sets %s, which neither cluster.yaml nor cluster.sh reads", k)
+		}
+		if k == "GPUGOV_TEMPORAL_DYNAMIC_CONFIG" {
+			if rel, ok := strings.CutPrefix(v, "/gpugov/deploy/temporal/"); !ok {
+				t.Errorf("GPUGOV_TEMPORAL_DYNAMIC_CONFIG = %q, not in the mounted deploy/temporal", v)
+			} else if _, err := os.Stat(filepath.Join("temporal", rel)); err != nil {
+				t.Errorf("GPUGOV_TEMPORAL_DYNAMIC_CONFIG: %v", err)
+			}
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory/httpreport"
 	"github.com/gpugov/gpugov/internal/inventory/static"
 	"github.com/gpugov/gpugov/internal/temporalx"
-	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/service"
 	"github.com/gpugov/gpugov/store"
@@ -88,7 +87,7 @@ type agentStack struct {
 	agentStartedAt time.Time // just before the agent's first inventory report
 }
 
-// startAgentStack starts, on a fresh database and dev server, the service
+// startAgentStack starts, on a fresh database and Temporal server (backend), the service
 // (API, workers, scheduler, a policy file putting agentPool in the
 // automate stage and preempting young, unverified checkpointable runs with
 // a 60 s grace) and a node agent for agentNode as `gpugov agent
@@ -97,9 +96,9 @@ type agentStack struct {
 // executor, both talking to the API with an agent-role token. startEnvOn
 // offers neither a policy file nor an agent token, hence this
 // variant of it.
-func startAgentStack(t *testing.T) *agentStack {
+func startAgentStack(t *testing.T, backend temporalBackend) *agentStack {
 	t.Helper()
-	requireTemporal(t)
+	backend.require(t)
 	dir := t.TempDir()
 	invFile, policyFile := filepath.Join(dir, "inventory.yaml"), filepath.Join(dir, "policy.yaml")
 	for path, text := range map[string]string{invFile: agentInventoryYAML(), policyFile: agentPolicyYAML} {
@@ -113,7 +112,7 @@ func startAgentStack(t *testing.T) *agentStack {
 		t.Fatal(err)
 	}
 	dbURL := storetest.NewDatabase(t)
-	dev := temporaltest.Start(t)
+	dev := backend.start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 		agentToken: {Name: "agent-" + agentNode, Project: "platform", Role: vocab.RoleAgent, Node: agentNode},
@@ -330,8 +329,18 @@ func expectedLossGPUSeconds(rec *store.PreemptionRecord) (lost, save, recompute,
 // given GPUGOV_RESUME_FROM = that checkpoint, which reports starting there.
 // The record says the resume was correct and holds the effective run loss
 // docs/design.md defines, recomputed here from the record's times.
-func TestAgentPreemptsRealProcessAndResumes(t *testing.T) {
-	s := startAgentStack(t)
+func TestAgentPreemptsRealProcessAndResumes(t *testing.T) { agentPreemptsAndResumes(t, onDevServer) }
+
+// TestAgentPreemptsRealProcessAndResumesOnCluster is
+// TestAgentPreemptsRealProcessAndResumes on the Temporal server on
+// PostgreSQL (deploy/temporal/cluster.yaml).
+func TestAgentPreemptsRealProcessAndResumesOnCluster(t *testing.T) {
+	agentPreemptsAndResumes(t, onCluster)
+}
+
+// agentPreemptsAndResumes is TestAgentPreemptsRealProcessAndResumes's body on backend.
+func agentPreemptsAndResumes(t *testing.T, backend temporalBackend) {
+	s := startAgentStack(t, backend)
 	ctx := context.Background()
 
 	// The agent reports its node through the API (the node's updated_at is

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -39,10 +40,24 @@ const (
 //
 // Run with a fixed count to get stable samples, e.g.
 // go test ./e2e/ -run '^$' -bench Service -benchtime 300x
+//
+// GPUGOV_BENCH_TEMPORAL=cluster runs it on the Temporal server on PostgreSQL
+// (temporaltest.StartCluster) instead of the dev server (dev, the default);
+// `make bench-throughput BENCH_TEMPORAL=cluster`. There the server's CPU
+// (temporal-cpu-ms) leaves out PostgreSQL's, which the dev server's in-process
+// SQLite counts.
 func BenchmarkService(b *testing.B) {
 	dir := traceDir(b)
 	nodes := traceNodes(b, dir, []nodePick{{"G2", 8, benchNodes}})
-	e := startEnv(b, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: benchSimSpeed})
+	backend := onDevServer
+	switch v := os.Getenv("GPUGOV_BENCH_TEMPORAL"); v {
+	case "", "dev":
+	case "cluster":
+		backend = onCluster
+	default:
+		b.Fatalf("GPUGOV_BENCH_TEMPORAL=%q: want dev or cluster", v)
+	}
+	e := startEnv(b, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: benchSimSpeed, temporal: backend})
 	var seq seqKeys
 	b.Run("lifecycle", func(b *testing.B) { benchLifecycle(b, e, &seq) })
 	for _, rps := range []int{50, 5} {

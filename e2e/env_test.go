@@ -48,6 +48,46 @@ func requireTemporal(t testing.TB) {
 	}
 }
 
+// temporalBackend is the Temporal server a test's service runs on. The
+// scenarios that matter most for production (the replay, the preemption)
+// run on both: TestX on the dev server, TestXOnCluster the same body on the
+// cluster.
+type temporalBackend int
+
+const (
+	// onDevServer is the Temporal CLI's dev server, in memory
+	// (temporaltest.Start): what `make run` uses.
+	onDevServer temporalBackend = iota
+	// onCluster is the Temporal server on PostgreSQL with
+	// deploy/temporal/cluster.yaml (temporaltest.StartCluster): what `make
+	// run-cluster` and the compose stack use.
+	onCluster
+)
+
+// require skips (or fails, under CI) t when the backend's binaries are
+// missing, before a test creates anything.
+func (b temporalBackend) require(t testing.TB) {
+	t.Helper()
+	if b == onDevServer {
+		requireTemporal(t)
+		return
+	}
+	temporaltest.SkipShort(t)
+	if _, _, ok := temporaltest.ClusterBinaries(); !ok && !inCI() && os.Getenv(temporaltest.RequireClusterEnv) == "" {
+		t.Skip("Temporal server on PostgreSQL not built (bin/temporal-server, bin/temporal-sql-tool): " +
+			"deploy/dev/ensure-temporal-server.sh builds them; `make test` does it first")
+	}
+}
+
+// start starts the backend's server for t (stopped by t's cleanup).
+func (b temporalBackend) start(t testing.TB) *temporaltest.DevServer {
+	t.Helper()
+	if b == onCluster {
+		return temporaltest.StartCluster(t)
+	}
+	return temporaltest.Start(t)
+}
+
 // traceDir returns the Alibaba trace directory: $GPUGOV_TRACE_DIR, else
 // ../shared/traces/alibaba-gpu-v2023 from the repository root. A missing
 // trace fails the test in CI and skips it elsewhere.
@@ -116,10 +156,10 @@ type nodePick struct {
 	count int
 }
 
-// env is one in-process gpugov with its own database and dev server.
+// env is one in-process gpugov with its own database and Temporal server.
 type env struct {
 	svc    *service.Service
-	dev    *temporaltest.DevServer // the dev server the service runs on
+	dev    *temporaltest.DevServer // the Temporal server the service runs on (envOptions.temporal)
 	dbURL  string
 	db     *pgxpool.Pool // direct connection for the tests' SQL checks
 	client *apiclient.Client
@@ -137,21 +177,23 @@ type envOptions struct {
 	// drillInterval, when set, is the governance loop's drill pass period
 	// (service.Config.DrillInterval).
 	drillInterval time.Duration
+	// temporal is the Temporal server the service runs on (default: the dev server).
+	temporal temporalBackend
 }
 
-// startEnv creates a database, a dev server and the service on a free port,
-// all stopped when the test ends (service first).
+// startEnv creates a database, a Temporal server (o.temporal) and the
+// service on a free port, all stopped when the test ends (service first).
 func startEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	requireTemporal(t)
+	o.temporal.require(t)
 	return startEnvOn(t, storetest.NewDatabase(t), o)
 }
 
 // startEnvOn is startEnv on an existing test database.
 func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	t.Helper()
-	requireTemporal(t)
-	dev := temporaltest.Start(t)
+	o.temporal.require(t)
+	dev := o.temporal.start(t)
 	tokens, err := api.NewTokens(map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 		drillToken: {Name: "e2e-drill", Project: "drill", Role: vocab.RoleSubmitter},

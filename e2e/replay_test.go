@@ -30,11 +30,12 @@ import (
 // hour of trace time so that the test ends within minutes; the pods'
 // requests and arrival times are the trace's.
 const (
-	replayPods     = 500
-	replaySpeed    = 800
-	replayMaxRunS  = 3600
-	replaySettle   = 2 * time.Minute
-	replayDeadline = 5 * time.Minute
+	replayPods        = 500
+	replayClusterPods = 200
+	replaySpeed       = 800
+	replayMaxRunS     = 3600
+	replaySettle      = 2 * time.Minute
+	replayDeadline    = 5 * time.Minute
 )
 
 // TestReplayRealTrace replays 500 pods of the trace's busiest day through the
@@ -43,11 +44,21 @@ const (
 // sample, and the usage table agrees with the allocations; wait events never
 // overlap and close at placement; Temporal holds exactly one JobWorkflow per
 // job, findable by its search attributes.
-func TestReplayRealTrace(t *testing.T) {
+func TestReplayRealTrace(t *testing.T) { replayRealTrace(t, onDevServer, replayPods) }
+
+// TestReplayRealTraceOnCluster is TestReplayRealTrace on the Temporal server
+// on PostgreSQL (deploy/temporal/cluster.yaml), on the first
+// replayClusterPods of the same pods: the same checks in about half the
+// time (the whole suite's time is bounded; docs/design.md §8).
+func TestReplayRealTraceOnCluster(t *testing.T) { replayRealTrace(t, onCluster, replayClusterPods) }
+
+// replayRealTrace is TestReplayRealTrace's body on backend with the first
+// pods pods of the slice.
+func replayRealTrace(t *testing.T, backend temporalBackend, pods int) {
 	dir := traceDir(t)
 	nodes := traceNodes(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}})
-	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed})
-	subs := replaySubmissions(t, dir)
+	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed, temporal: backend})
+	subs := replaySubmissions(t, dir, pods)
 
 	ctx, cancel := context.WithTimeout(context.Background(), replayDeadline)
 	defer cancel()
@@ -77,15 +88,15 @@ func TestReplayRealTrace(t *testing.T) {
 }
 
 // replaySubmissions selects the pods and builds their submissions.
-func replaySubmissions(t *testing.T, dir string) []replay.Submission {
+func replaySubmissions(t *testing.T, dir string, n int) []replay.Submission {
 	t.Helper()
 	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	selected := replay.Select(pods, replay.DefaultFrom, replay.DefaultTo, replayPods)
-	if len(selected) < replayPods {
-		t.Fatalf("the default slice has %d GPU pods, want %d", len(selected), replayPods)
+	selected := replay.Select(pods, replay.DefaultFrom, replay.DefaultTo, n)
+	if len(selected) < n {
+		t.Fatalf("the default slice has %d GPU pods, want %d", len(selected), n)
 	}
 	subs, err := replay.Build(selected, replay.BuildOptions{From: replay.DefaultFrom, Speed: replaySpeed,
 		Recovery: replay.DefaultRecovery(), MaxRunSeconds: replayMaxRunS})

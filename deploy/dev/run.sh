@@ -31,6 +31,10 @@
 #                     pool: deploy/gpugov/replay-policy.yaml; on the whole cluster
 #                     unset means serve's default policy; e.g. deploy/gpugov/policy.yaml,
 #                     which README's policy experiment (deploy/gpugov/experiment-aging.yaml) needs
+#   GPUGOV_TEMPORAL   dev (default): the Temporal CLI's dev server (deploy/dev/start-temporal.sh);
+#                     cluster: the Temporal server on PostgreSQL (deploy/dev/cluster.sh start,
+#                     deploy/temporal/cluster.yaml, with the Temporal UI server beside it on the same
+#                     port; `make run-cluster`)
 #   DATABASE_URL, TEMPORAL_ADDRESS, GPUGOV_API_ADDR as in deploy/dev/env.sh
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -62,13 +66,22 @@ for f in "$nodes" "$pods"; do
 done
 
 deploy/dev/ensure-postgres.sh
-deploy/dev/start-temporal.sh   # builds the Temporal CLI first when it is missing
+case "${GPUGOV_TEMPORAL:-dev}" in
+  dev)
+    deploy/dev/start-temporal.sh # builds the Temporal CLI first when it is missing
+    ;;
+  cluster)
+    deploy/dev/cluster.sh start # builds the Temporal CLI, server and UI first when missing
+    ;;
+  *) log "GPUGOV_TEMPORAL=$GPUGOV_TEMPORAL: want dev or cluster"; exit 2 ;;
+esac
+temporal_ui="http://127.0.0.1:$TEMPORAL_UI_PORT"
 
 log "building bin/gpugov"
 go build -o bin/gpugov ./cmd/gpugov
 bin/gpugov migrate
 replay=(bin/gpugov replay --nodes "$nodes" --pods "$pods" "${slice[@]}" --speed "$speed" --api "$api" --token "$token"
-  --pool-gpus "$pool_gpus" --max-run-seconds "$max_run" --temporal-ui "http://127.0.0.1:$TEMPORAL_UI_PORT")
+  --pool-gpus "$pool_gpus" --max-run-seconds "$max_run" --temporal-ui "$temporal_ui")
 if [ "$pool_gpus" != 0 ]; then
   # shellcheck disable=SC2086 # GPUGOV_REPLAY_ARGS is a list of flags (the same slice sizes the pool)
   "${replay[@]}" ${GPUGOV_REPLAY_ARGS:-} --write-nodes "$GPUGOV_STATE/pool-nodes.csv"
@@ -99,7 +112,7 @@ done
 
 cat <<EOF
 
-  Temporal UI  http://127.0.0.1:$TEMPORAL_UI_PORT   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
+  Temporal UI  $temporal_ui   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
   gpugov API   $api   (OpenAPI: $api/v1/openapi.json, metrics: $api/metrics)
   dev token    $token   e.g. GPUGOV_TOKEN=$token bin/gpugov queues
 
@@ -111,6 +124,6 @@ log "replaying $what (jobs of an earlier run are reused: the replay is idempoten
 
 cat <<EOF
 
-gpugov serve and the Temporal dev server keep running (UI http://127.0.0.1:$TEMPORAL_UI_PORT, API $api).
+gpugov serve and Temporal (${GPUGOV_TEMPORAL:-dev}) keep running (UI $temporal_ui, API $api).
 Stop them with: make stop
 EOF

@@ -1,5 +1,6 @@
 // Package temporaltest starts a real Temporal dev server (the pinned Temporal
-// CLI, `temporal server start-dev`) for tests that need more than the SDK's
+// CLI, `temporal server start-dev`), or the pinned Temporal server on
+// PostgreSQL (StartCluster), for tests that need more than the SDK's
 // testsuite: real workers, real heartbeat timeouts, recorded histories.
 package temporaltest
 
@@ -23,8 +24,9 @@ import (
 	"github.com/gpugov/gpugov/internal/temporalx"
 )
 
-// DevServer is a running dev server owned by one test; it is stopped by the
-// test's cleanup.
+// DevServer is a running Temporal server owned by one test — the CLI's dev
+// server (Start, StartPersistent) or the server on PostgreSQL
+// (StartCluster); it is stopped by the test's cleanup.
 type DevServer struct {
 	HostPort string        // frontend gRPC address, "127.0.0.1:<port>"
 	Client   client.Client // client on the "default" namespace
