@@ -1,8 +1,10 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,7 +18,10 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/internal/experiment"
 	"github.com/gpugov/gpugov/internal/governance"
+	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -40,9 +45,11 @@ type workflows struct {
 	decisions []string
 }
 
-func (*workflows) StartJob(context.Context, string, temporalx.JobAttributes) error { return nil }
-func (*workflows) CancelJob(context.Context, string, string, string) error         { return nil }
-func (*workflows) NotifySubmitted(context.Context, string) error                   { return nil }
+func (*workflows) StartJob(context.Context, string, temporalx.JobAttributes) error        { return nil }
+func (*workflows) CancelJob(context.Context, string, string, string) error                { return nil }
+func (*workflows) NotifySubmitted(context.Context, string) error                          { return nil }
+func (*workflows) StartExperiment(context.Context, string) error                          { return nil }
+func (*workflows) SignalExperiment(context.Context, string, string, string, string) error { return nil }
 func (w *workflows) DecideReclaim(_ context.Context, allocationID, signal, actor, _ string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -576,4 +583,109 @@ func TestGovernancePages(t *testing.T) {
 	if csp := st.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
 		t.Errorf("CSP %q", csp)
 	}
+}
+
+// TestPoliciesDiff: with a version applied over the stored default, the
+// policies page lists both, newest (active) first, and shows their grouped
+// diff by default and for ?diff=FROM..TO.
+func TestPoliciesDiff(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	p := policy.Default()
+	if err := f.st.SavePolicyVersion(ctx, p.Hash(), p.Canonical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.ActivatePolicyVersion(ctx, p.Hash(), "serve", "loaded from policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(api.PolicyApply{Policy: "version: gpugov.policy/v1\naging: {cap_points: 4500}\n", Reason: "longer waits age further"})
+	req := httptest.NewRequest(http.MethodPost, "/v1/policies", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tokAdmin)
+	rec := httptest.NewRecorder()
+	f.handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("apply: %d %s", rec.Code, rec.Body)
+	}
+	var applied api.PolicyApplied
+	if err := json.Unmarshal(rec.Body.Bytes(), &applied); err != nil {
+		t.Fatal(err)
+	}
+	ops := f.signedIn(t, tokOps)
+	a := ops.get("/ui/policies")
+	mustContain(t, "policies", a, `data-hash="`+applied.Hash+`"`, `data-hash="`+p.Hash()+`"`, `data-testid="policy-diff"`, "aging.cap_points", "4500")
+	if strings.Index(a.body, applied.Hash) > strings.Index(a.body, `data-hash="`+p.Hash()) {
+		t.Error("the active version is not listed first")
+	}
+	mustContain(t, "explicit diff", ops.get("/ui/policies?diff="+p.Hash()+".."+applied.Hash), "aging.cap_points")
+	if a := ops.get("/ui/policies?diff=zz..yy"); a.status != http.StatusUnprocessableEntity && a.status != http.StatusBadRequest {
+		t.Errorf("bad diff: %d, want the API's 4xx", a.status)
+	}
+}
+
+// adminPost sends a JSON body to the API as the admin and decodes the 2xx answer into out.
+func (f *fixture) adminPost(t *testing.T, path string, body, out any) {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(data))
+	req.Header.Set("Authorization", "Bearer "+tokAdmin)
+	rec := httptest.NewRecorder()
+	f.handler.ServeHTTP(rec, req)
+	if rec.Code < 200 || rec.Code > 299 {
+		t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExperimentPages: an experiment created through the API and taken
+// through the store steps its workflow takes (baseline, switch, verdict)
+// shows in the list, and its page has the timeline, the rollback checks
+// with their values, the before/after chart and the verdict; a submitter
+// reads it too (experiments are read-only to submitters).
+func TestExperimentPages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{TemporalUI: "http://temporal.test:8233"})
+	ctx := context.Background()
+	p := policy.Default()
+	if err := f.st.SavePolicyVersion(ctx, p.Hash(), p.Canonical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.ActivatePolicyVersion(ctx, p.Hash(), "serve", "test baseline"); err != nil {
+		t.Fatal(err)
+	}
+	var x api.Experiment
+	f.adminPost(t, "/v1/experiments", map[string]any{
+		"name": "aging-step-200", "hypothesis": "faster aging shortens the standard tier's longest wait",
+		"candidate": map[string]any{"policy": "version: gpugov.policy/v1\naging: {enabled: true, step_points: 200}\n"},
+		"scope":     map[string]any{"pools": []string{"a100-east"}},
+		"window_s":  3600,
+		"expected":  map[string]any{"metric": "longest_wait_s", "tier": "standard", "direction": "decrease", "change": 0.3},
+		"rollback":  []any{map[string]any{"name": "standard P95", "metric": "wait_p95_s", "tier": "standard", "above_baseline_factor": 1.2}},
+	}, &x)
+	now := time.Now().UTC()
+	if _, err := f.st.RecordExperimentBaseline(ctx, x.ID, &experiment.Measurement{Window: queuereport.Window{From: now.Add(-time.Hour), To: now}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.SwitchExperiment(ctx, x.ID, now); err != nil {
+		t.Fatal(err)
+	}
+	v := func(f float64) *float64 { return &f }
+	out := &experiment.Outcome{Verdict: vocab.VerdictKept, Reason: "standard tier longest_wait_s 100 s → 60 s (−40 %): met",
+		Checks: []experiment.ConditionResult{{Condition: experiment.Condition{Name: "standard P95", Metric: "wait_p95_s"},
+			Value: v(30), Baseline: v(28), Threshold: v(33.6), Text: "standard P95: 30 s ≤ 33.6 s"}},
+		Rows: []experiment.Row{{Metric: "longest_wait_s", Target: experiment.Target{Tier: "standard"}, Before: v(100), After: v(60)}}}
+	if _, err := f.st.FinishExperiment(ctx, x.ID, out, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	alice := f.signedIn(t, tokAlice)
+	mustContain(t, "experiments", alice.get("/ui/experiments"), `data-experiment="`+x.ID+`"`, "kept")
+	a := alice.get("/ui/experiments/" + x.ID)
+	if a.status != http.StatusOK {
+		t.Fatalf("experiment: %d %s", a.status, a.body)
+	}
+	mustContain(t, "experiment", a, `data-testid="experiment-verdict">kept<`, `<svg class="chart" data-testid="experiment-timeline"`,
+		`data-testid="experiment-checks"`, "standard P95: 30 s ≤ 33.6 s", "33.60", `<svg class="chart" data-testid="experiment-chart"`,
+		"longest_wait_s (standard)", `data-testid="temporal-link"`)
 }
