@@ -41,13 +41,28 @@
 //	GET  /ui/fragment/{list}?…                  the list's HTML fragment for polling: waiting-jobs, jobs, preemptions, reclaims
 //	GET  /ui/static/{file}                      console.css, refresh.js
 //
-// Stable element IDs and data-testid attributes (for browser tests):
-// wait-histogram, wait-overlay, reason-share, pool-table, wait-table,
-// starving-table, stuck-table, waiting-jobs, job-row, job-why,
-// job-timeline, priority-parts, hold-button, release-button,
-// cancel-button, amend-form, prerequisite-form, temporal-link,
-// preemption-row, preemption-timeline, reclaim-row, keep-button,
-// confirm-button, experiment-row, experiment-checks, experiment-chart,
-// policy-row, policy-diff, no-data (every chart's "no data in this
-// window" message), error-page, sign-in-form, sign-out-button.
+// Stable data-testid attributes (for browser tests; the lists' sections
+// also have id waiting-jobs, jobs, preemptions, reclaims):
+//
+//	sign-in:     sign-in-form, token-input, sign-in-button, sign-in-error
+//	every page:  viewer (data-role, data-project), sign-out-form, sign-out-button, nav-<page>
+//	overview:    pool-table, pool-row (data-pool), pool-stage, pool-readiness, gpus-used,
+//	             gpus-fragmented, gpus-free, reason-share (an <svg>), main-problem,
+//	             wait-table, wait-row (data-queue, data-tier), starving-table, stuck-table
+//	queue:       tier-section (data-tier), wait-histogram and wait-overlay (<svg>s whose
+//	             bars carry data-count), objective-marker, waiting-jobs, waiting-table
+//	lists:       job-row (data-job, data-reason or data-state), job-link, jobs-table,
+//	             preemption-row, reclaim-row (data-state), experiment-row, policy-row (data-hash)
+//	job:         job-state (data-state, data-held), job-why, wait-reason, priority-parts,
+//	             job-timeline, wait-events, hold-button, release-button, cancel-button,
+//	             amend-form, amend-button, prerequisite-form (data-prerequisite),
+//	             prerequisite-button, action-done, temporal-link
+//	preemption:  preemption-timeline, preemption-steps, preemption-step (data-step, data-done),
+//	             effective-loss, temporal-link
+//	reclaims:    keep-button, confirm-button
+//	experiment:  experiment-verdict, experiment-reason, experiment-timeline,
+//	             experiment-checks, experiment-chart, experiment-event
+//	policies:    policy-diff
+//	charts:      no-data (with data-chart naming the chart) replaces a chart with nothing to draw
+//	errors:      error-page (data-status), error-message, error-field
 package console
