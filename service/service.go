@@ -262,12 +262,18 @@ func (s *Service) StartWorkers() error {
 	if s.cfg.CrashPoint != nil {
 		icpt = append(icpt, crashpoint.Interceptor(s.cfg.CrashPoint))
 	}
-	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{Interceptors: icpt})
-	workflows.RegisterServiceWorker(svc, activities.Deps{
+	worker.SetStickyWorkflowCacheSize(s.cfg.WorkflowCacheSize) // before any worker of the process starts
+	deps := activities.Deps{
 		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds,
-	})
+	}
+	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{Interceptors: icpt})
+	workflows.RegisterServiceWorker(svc, deps)
+	// The scheduler's own queue (temporalx.SchedulerTaskQueue): its cycles
+	// never wait behind job workflow tasks.
+	sched := worker.New(s.temporal, temporalx.SchedulerTaskQueue, worker.Options{Interceptors: icpt})
+	workflows.RegisterServiceWorker(sched, deps)
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
 	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
@@ -275,15 +281,16 @@ func (s *Service) StartWorkers() error {
 	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})
-	for i, w := range []worker.Worker{svc, sim} {
+	all := []worker.Worker{svc, sched, sim}
+	for i, w := range all {
 		if err := w.Start(); err != nil {
-			if i == 1 {
-				svc.Stop()
+			for _, started := range all[:i] {
+				started.Stop()
 			}
 			return fmt.Errorf("service: start worker: %w", err)
 		}
 	}
-	s.workers = []worker.Worker{svc, sim}
+	s.workers = all
 	return nil
 }
 
@@ -303,7 +310,8 @@ func (s *Service) StopWorkers() {
 
 // schedulerInput is the scheduler workflow's input from the config.
 func (s *Service) schedulerInput() *workflows.SchedulerInput {
-	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds()))}
+	return &workflows.SchedulerInput{CycleIntervalSeconds: int64(math.Ceil(s.cfg.CycleInterval.Seconds())),
+		TaskQueue: temporalx.SchedulerTaskQueue}
 }
 
 // The workflow client serve gives the API serves the experiment routes.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -190,7 +191,7 @@ func schedulerInput(in *SchedulerInput) *SchedulerInput {
 func schedulerStartOptions(in *SchedulerInput) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       temporalx.SchedulerWorkflowID(in.Shard),
-		TaskQueue:                temporalx.ServiceTaskQueue,
+		TaskQueue:                cmp.Or(in.TaskQueue, temporalx.ServiceTaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
 }

@@ -39,6 +39,12 @@ type SchedulerInput struct {
 	// the rest of a burst before its cycle, in milliseconds; 0 means 250,
 	// negative means no wait.
 	CoalesceMillis int64
+	// TaskQueue is the task queue the workflow runs on: StartScheduler starts
+	// it there and each continue-as-new moves it there; "" means
+	// temporalx.ServiceTaskQueue for a start and the current queue for a
+	// continue-as-new (a scheduler started before the field existed stays
+	// where it was). serve sets temporalx.SchedulerTaskQueue and polls it.
+	TaskQueue string
 
 	// Carried across continue-as-new.
 
@@ -96,6 +102,9 @@ func SchedulerWorkflow(ctx workflow.Context, in *SchedulerInput) error {
 	}
 	if s.drainWakeSignals(ctx) {
 		s.next.WakePending = true
+	}
+	if q := s.next.TaskQueue; q != "" && q != workflow.GetInfo(ctx).TaskQueueName {
+		ctx = workflow.WithWorkflowTaskQueue(ctx, q)
 	}
 	return workflow.NewContinueAsNewError(ctx, SchedulerWorkflowName, &s.next)
 }

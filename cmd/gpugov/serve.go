@@ -40,6 +40,7 @@ type serveOptions struct {
 	policyFile        string
 	cycleInterval     time.Duration
 	simSpeed          float64
+	workflowCache     int
 	reconcileInterval time.Duration
 	sampleRetention   time.Duration
 	decisionRetention time.Duration
@@ -106,6 +107,7 @@ killed, and serve logs a warning. Never set it outside crash tests.`,
 	f.StringVar(&o.policyFile, "policy", os.Getenv("GPUGOV_POLICY_FILE"), "policy file, gpugov.policy/v1 YAML, re-read on change (env GPUGOV_POLICY_FILE); default policy when empty")
 	f.DurationVar(&o.cycleInterval, "cycle-interval", service.DefaultCycleInterval, "longest time between scheduling cycles without a signal (whole seconds)")
 	f.Float64Var(&o.simSpeed, "sim-speed", service.DefaultSimSpeed, "simulated executor speed: seconds of job work per real second")
+	f.IntVar(&o.workflowCache, "workflow-cache-size", service.DefaultWorkflowCacheSize, "workflow executions kept in memory between their tasks (the Temporal SDK's sticky cache); an evicted one is replayed at its next task")
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", service.DefaultReconcileInterval, "period of the job-workflow reconciler")
 	f.DurationVar(&o.sampleRetention, "gpu-sample-retention", service.DefaultGPUSampleRetention,
 		"how long GPU utilisation samples are kept (at least the reclaim observation window)")
@@ -146,6 +148,8 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 	switch {
 	case o.cycleInterval < time.Second:
 		return service.Config{}, newUsageError("--cycle-interval must be at least 1s, got %s", o.cycleInterval)
+	case o.workflowCache < 1:
+		return service.Config{}, newUsageError("--workflow-cache-size must be ≥ 1, got %d", o.workflowCache)
 	case !(o.simSpeed > 0):
 		return service.Config{}, newUsageError("--sim-speed must be > 0, got %g", o.simSpeed)
 	case o.reconcileInterval <= 0:
@@ -171,7 +175,7 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 	}
 	cfg := service.Config{
 		DatabaseURL: o.databaseURL, TemporalAddress: o.temporalAddress, TemporalNamespace: o.namespace,
-		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
+		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed, WorkflowCacheSize: o.workflowCache,
 		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention,
 		DecisionRetention: o.decisionRetention, Logger: logger,
 		TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey, APILimits: o.limits, TemporalUI: o.temporalUI,

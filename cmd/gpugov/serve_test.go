@@ -47,7 +47,7 @@ func TestDeployFiles(t *testing.T) {
 // bad values or files are usage errors.
 func TestServeConfig(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, reconcileInterval: time.Second, tokensFile: devTokens,
+	good := serveOptions{cycleInterval: time.Second, simSpeed: 600, workflowCache: 100, reconcileInterval: time.Second, tokensFile: devTokens,
 		sampleRetention: 48 * time.Hour, decisionRetention: 72 * time.Hour,
 		inventoryFile: "../../internal/trace/alibaba/testdata/nodes_good.csv", inventoryFormat: "auto",
 		policyFile: "../../deploy/gpugov/policy.yaml"}
@@ -56,12 +56,13 @@ func TestServeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Tokens.Len() == 0 || len(cfg.Inventory) != 1 || cfg.PolicyFile != good.policyFile || cfg.GPUSampleRetention != 48*time.Hour ||
-		cfg.DecisionRetention != 72*time.Hour {
+		cfg.DecisionRetention != 72*time.Hour || cfg.WorkflowCacheSize != 100 {
 		t.Errorf("config %+v: want tokens, one pool, the policy file, 48h sample and 72h decision retention", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
 		"cycle interval":     func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
 		"sim speed":          func(o *serveOptions) { o.simSpeed = 0 },
+		"workflow cache":     func(o *serveOptions) { o.workflowCache = 0 },
 		"reconcile":          func(o *serveOptions) { o.reconcileInterval = 0 },
 		"sample retention":   func(o *serveOptions) { o.sampleRetention = 0 },
 		"decision retention": func(o *serveOptions) { o.decisionRetention = -time.Hour },

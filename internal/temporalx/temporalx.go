@@ -24,6 +24,14 @@ const (
 	// ServiceTaskQueue is where `gpugov serve` polls for every workflow and for the
 	// store-backed activities (scheduling cycle, run bookkeeping).
 	ServiceTaskQueue = "gpugov"
+	// SchedulerTaskQueue is where `gpugov serve` polls for the scheduler
+	// workflows it starts (workflows.SchedulerInput.TaskQueue), their cycle
+	// activities and the preemption workflows they start as children: a
+	// worker of its own, so that a cycle's workflow and activity tasks never
+	// wait behind thousands of job workflow tasks on ServiceTaskQueue
+	// (docs/design.md §3). The worker registers everything the service
+	// worker does.
+	SchedulerTaskQueue = "gpugov-scheduler"
 	// SimExecutorTaskQueue is where the simulated executor polls for run activities.
 	SimExecutorTaskQueue = "sim-executor"
 	// nodeTaskQueuePrefix prefixes a node agent's task queue.
