@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run test test-unit lint build temporal postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
+.PHONY: run test test-unit lint build temporal postgres promtool chromium staticcheck bench bench-throughput fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -12,9 +12,11 @@ GO_TEST_FLAGS ?= -count=1 -timeout 60m
 run:
 	deploy/dev/run.sh
 
-## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI and promtool; each is set up if missing).
-test: postgres temporal promtool
-	PATH="$(CURDIR)/bin:$$PATH" go test $(GO_TEST_FLAGS) ./...
+## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI, promtool and
+## Chromium for the console's browser tests; each is set up if missing, and
+## GPUGOV_REQUIRE_BROWSER=1 makes a missing Chromium fail the browser tests instead of skipping them).
+test: postgres temporal promtool chromium
+	PATH="$(CURDIR)/bin:$$PATH" GPUGOV_REQUIRE_BROWSER=1 go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
 ## `go test -short`, under which store/storetest and temporaltest skip what needs one.
@@ -40,6 +42,10 @@ postgres:
 ## promtool: Prometheus' rule checker for deploy's alert tests (into bin/ from Debian's prometheus package if missing).
 promtool:
 	deploy/dev/ensure-promtool.sh
+
+## chromium: Debian's chromium for the console's browser tests (apt-get, if missing).
+chromium:
+	deploy/dev/ensure-chromium.sh
 
 staticcheck:
 	deploy/dev/ensure-staticcheck.sh
