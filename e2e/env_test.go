@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,6 +138,9 @@ type envOptions struct {
 	// drillInterval, when set, is the governance loop's drill pass period
 	// (service.Config.DrillInterval).
 	drillInterval time.Duration
+	// principals are tokens the service accepts besides the tests' own
+	// (adminToken, drillToken, agentToken).
+	principals map[string]api.Principal
 }
 
 // startEnv creates a database, a dev server and the service on a free port,
@@ -152,11 +156,13 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	t.Helper()
 	requireTemporal(t)
 	dev := temporaltest.Start(t)
-	tokens, err := api.NewTokens(map[string]api.Principal{
+	principals := map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 		drillToken: {Name: "e2e-drill", Project: "drill", Role: vocab.RoleSubmitter},
 		agentToken: {Name: "e2e-agent", Project: "platform", Role: vocab.RoleAgent, Node: "rehearse-1"},
-	})
+	}
+	maps.Copy(principals, o.principals)
+	tokens, err := api.NewTokens(principals)
 	if err != nil {
 		t.Fatal(err)
 	}
