@@ -261,12 +261,6 @@ func (tb *tab) location() string {
 	return loc
 }
 
-// waitFor waits until css matches a visible element.
-func (tb *tab) waitVisible(css string) {
-	tb.t.Helper()
-	tb.run("wait for "+css+" on "+tb.location(), chromedp.WaitVisible(chromedp.CSS(css)))
-}
-
 // screenshot saves a full-page PNG as <dir>/<name>.png and logs its path.
 func (tb *tab) screenshot(name string) string {
 	tb.t.Helper()
