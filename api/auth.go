@@ -22,13 +22,16 @@ func WithTokenLookup(l TokenLookup) Option { return func(s *Server) { s.tokenLoo
 // tokens are looked up first, then WithTokenLookup's store. The token itself
 // is never logged, audited or put in a span: only its principal's name is.
 func (s *Server) authenticate(c *gin.Context) {
-	scheme, token, ok := strings.Cut(c.GetHeader("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		c.Header("WWW-Authenticate", `Bearer realm="gpugov"`)
-		writeError(c, newError(http.StatusUnauthorized, CodeUnauthorized, "", "a bearer token is required (Authorization: Bearer <token>)"))
-		return
+	d, internal := c.Request.Context().Value(internalCallKey{}).(TokenDigest)
+	if !internal {
+		scheme, token, ok := strings.Cut(c.GetHeader("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			c.Header("WWW-Authenticate", `Bearer realm="gpugov"`)
+			writeError(c, newError(http.StatusUnauthorized, CodeUnauthorized, "", "a bearer token is required (Authorization: Bearer <token>)"))
+			return
+		}
+		d = DigestToken(strings.TrimSpace(token))
 	}
-	d := DigestToken(strings.TrimSpace(token))
 	p, known := s.tokens.lookupDigest(d)
 	ip := c.RemoteIP()
 	if !known && s.guesses.exhausted(c, ip) {
@@ -62,6 +65,42 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	}
 	c.Next()
+}
+
+// internalCallKey is the context key of ServeAs's token digest. Only
+// in-process callers can set a context value, so no HTTP request can claim
+// one.
+type internalCallKey struct{}
+
+// ServeAs serves r through the API's own router and middleware (limits,
+// authentication, routeAccess, the handlers' tenancy checks, audit) as the
+// token whose SHA-256 is d, exactly as if r carried that token as its
+// bearer token; r's Authorization header is ignored. The web console
+// (api/console) reads and acts through it as the signed-in token, so the
+// API stays the one home of access rules (docs/design.md §2 "Web
+// console"). An unknown or revoked digest answers 401 and counts against
+// r's client address like a guessed token.
+func (s *Server) ServeAs(d TokenDigest, w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(context.WithValue(r.Context(), internalCallKey{}, d))
+	r.Header.Del("Authorization")
+	s.engine.ServeHTTP(w, r)
+}
+
+// LookupPrincipal returns the principal of the token whose SHA-256 is d:
+// the token file's first, then WithTokenLookup's store (live tokens only).
+// found is false for an unknown or revoked token; err is a store failure.
+// It charges no limiter: callers pass digests they already authenticated
+// through ServeAs.
+func (s *Server) LookupPrincipal(ctx context.Context, d TokenDigest) (p Principal, found bool, err error) {
+	if p, ok := s.tokens.lookupDigest(d); ok {
+		return p, true, nil
+	}
+	if s.tokenLookup == nil {
+		return Principal{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	return s.tokenLookup.LookupToken(ctx, d[:])
 }
 
 // principal returns the caller set by authenticate.

@@ -21,7 +21,9 @@ import (
 // queuereport.Compute over every record), so the numbers are those `gpugov
 // simulate` and the queuereport package define:
 //
-//	GET /v1/reports/queues?from=&to=&group_by=&project=        the full report (queuereport.Report)
+//	GET /v1/reports/queues?from=&to=&group_by=&project=&wait_histogram=
+//	                                                           the full report (queuereport.Report); wait_histogram=true
+//	                                                           adds each group's histogram of initial waits
 //	GET /v1/reports/wait-reasons?from=&to=&group_by=&project=  seconds per wait reason, reason shares and verdict per pool (WaitReasonReport)
 //	GET /v1/reports/starvation?from=&to=&group_by=&project=    starvation signals (StarvationReport)
 //	GET /v1/reports/compare?before=FROM,TO&after=FROM,TO&group_by=&project=
@@ -242,13 +244,18 @@ func scopeParams(c *gin.Context, prior *Error) ([]string, string, *Error) {
 // project's jobs when project is set; on failure it has answered and
 // returns false.
 func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []string, project string, now time.Time) (queuereport.Report, bool) {
+	histogram, apiErr := boolParam(c, "wait_histogram")
+	if apiErr != nil {
+		writeError(c, apiErr)
+		return queuereport.Report{}, false
+	}
 	rs, ok := implements[ReportStore](c, s.store)
 	if !ok {
 		return queuereport.Report{}, false
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), max(s.storeTimeout, ReportTimeout))
 	defer cancel()
-	r, err := rs.QueueReport(ctx, queuereport.Options{Window: w, Now: now, GroupBy: groupBy}, project)
+	r, err := rs.QueueReport(ctx, queuereport.Options{Window: w, Now: now, GroupBy: groupBy, WaitHistogram: histogram}, project)
 	if errors.Is(err, store.ErrReportRecords) { // the stored records contradict each other: a bug, not the caller's fault
 		writeError(c, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
 		_ = c.Error(fmt.Errorf("api: compute report over %s..%s: %w", w.From, w.To, err))
@@ -259,6 +266,19 @@ func (s *Server) computeReport(c *gin.Context, w queuereport.Window, groupBy []s
 		return queuereport.Report{}, false
 	}
 	return r, true
+}
+
+// boolParam reads an optional boolean parameter: absent or "false" is
+// false, "true" true; anything else is 400 malformed naming it.
+func boolParam(c *gin.Context, name string) (bool, *Error) {
+	switch v := c.Query(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, newError(http.StatusBadRequest, CodeMalformed, name, "want true or false, got %q", v)
+	}
 }
 
 // reportProject returns the project a report is limited to: a submitter's

@@ -348,3 +348,68 @@ func filterReportInput(in *queuereport.Input, project string) *queuereport.Input
 	}
 	return out
 }
+
+// TestQueueReportWaitHistogram checks ?wait_histogram=true: every group
+// carries every bin of queuereport.WaitHistogramEdges, the counts of a group
+// add up to its wait samples (started) and match queuereport.Compute with
+// the option, the bins hold the group's P50 and maximum where they fall; without
+// the option no group carries one, and a bad value is 400 naming it.
+func TestQueueReportWaitHistogram(t *testing.T) {
+	t.Parallel()
+	f := loadReportFixture(t)
+	env := newReportEnv(t, f)
+	var got queuereport.Report
+	env.getJSON("/v1/reports/queues?"+fixtureQuery(f)+"&wait_histogram=true", tokOps, &got)
+	opts := f.Options
+	opts.WaitHistogram = true
+	pure, err := queuereport.Compute(f.Input, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := append([]queuereport.Group{got.Total}, got.Groups...)
+	pureGroups := append([]queuereport.Group{pure.Total}, pure.Groups...)
+	if len(groups) != len(pureGroups) {
+		t.Fatalf("%d groups, Compute %d", len(groups), len(pureGroups))
+	}
+	sampled := 0
+	for i, g := range groups {
+		if len(g.WaitHistogram) != len(queuereport.WaitHistogramEdges) {
+			t.Fatalf("group %v: %d bins, want %d", g.Key, len(g.WaitHistogram), len(queuereport.WaitHistogramEdges))
+		}
+		n := 0
+		for b, bin := range g.WaitHistogram {
+			n += bin.Count
+			if bin.Count != pureGroups[i].WaitHistogram[b].Count {
+				t.Errorf("group %v bin %d: %d, Compute %d", g.Key, b, bin.Count, pureGroups[i].WaitHistogram[b].Count)
+			}
+		}
+		if n != g.Started {
+			t.Errorf("group %v: bins count %d waits, started %d", g.Key, n, g.Started)
+		}
+		if g.WaitMaxS != nil {
+			sampled++
+			last := -1
+			for b, bin := range g.WaitHistogram {
+				if bin.Count > 0 {
+					last = b
+				}
+			}
+			bin := g.WaitHistogram[last]
+			if *g.WaitMaxS < bin.LowS || (bin.HighS != nil && *g.WaitMaxS >= *bin.HighS) {
+				t.Errorf("group %v: max wait %g s is not in the last non-empty bin [%g, %v)", g.Key, *g.WaitMaxS, bin.LowS, bin.HighS)
+			}
+		}
+	}
+	if sampled == 0 {
+		t.Fatal("no group has wait samples: the fixture changed")
+	}
+	var plain queuereport.Report
+	env.getJSON("/v1/reports/queues?"+fixtureQuery(f), tokOps, &plain)
+	if plain.Total.WaitHistogram != nil {
+		t.Error("histogram without ?wait_histogram=true")
+	}
+	r := env.do(http.MethodGet, "/v1/reports/queues?wait_histogram=yes", tokOps, nil)
+	if e := r.apiError(t); r.status != http.StatusBadRequest || e.Field != "wait_histogram" {
+		t.Errorf("wait_histogram=yes: %d %+v, want 400 on wait_histogram", r.status, e)
+	}
+}

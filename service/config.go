@@ -101,6 +101,10 @@ type Config struct {
 	// that PEM certificate (chain) and key; both empty serve plain HTTP.
 	// Setting one only is an error.
 	TLSCertFile, TLSKeyFile string
+	// TemporalUI is the Temporal UI's base URL the web console (/ui/, package
+	// api/console) links workflows to, e.g. http://127.0.0.1:8233; "" leaves
+	// the links out.
+	TemporalUI string
 
 	// PolicyFile is the policy file (internal/policy: scheduling rules,
 	// queues, quotas, pool stages, protection windows, preemption and

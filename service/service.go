@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/api"
+	"github.com/gpugov/gpugov/api/console"
 	"github.com/gpugov/gpugov/internal/crashpoint"
 	"github.com/gpugov/gpugov/internal/executor"
 	"github.com/gpugov/gpugov/internal/executor/process"
@@ -310,7 +311,8 @@ func (s *Service) schedulerInput() *workflows.SchedulerInput {
 // The workflow client serve gives the API serves the experiment routes.
 var _ api.ExperimentWorkflows = (*workflows.Client)(nil)
 
-// serveHTTP listens on the API address and serves the API in the background.
+// serveHTTP listens on the API address and serves the API, and the web
+// console under /ui/, in the background.
 func (s *Service) serveHTTP() error {
 	s.starter = workflows.NewStarter(s.workflows, workflows.StarterOptions{Logger: s.cfg.Logger})
 	srv := api.New(api.StoreFrom(s.store), s.workflows, s.cfg.Tokens,
@@ -323,6 +325,11 @@ func (s *Service) serveHTTP() error {
 		api.WithCycleInterval(s.cfg.CycleInterval),
 		api.WithTokenLookup(api.StoreTokens(s.store)),
 		api.WithLimits(s.cfg.APILimits))
+	cons, err := console.New(srv, s.store, console.Options{TemporalUI: s.cfg.TemporalUI,
+		Namespace: s.cfg.TemporalNamespace, Logger: s.cfg.Logger})
+	if err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", s.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("service: listen on %s: %w", s.cfg.APIAddr, err)
@@ -332,7 +339,7 @@ func (s *Service) serveHTTP() error {
 	if maxHeader <= 0 {
 		maxHeader = api.DefaultMaxHeaderBytes
 	}
-	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: APIReadHeaderTimeout, ReadTimeout: APIReadTimeout,
+	s.httpSrv = &http.Server{Handler: console.Mount(cons, srv.Handler()), ReadHeaderTimeout: APIReadHeaderTimeout, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout, MaxHeaderBytes: maxHeader}
 	if s.cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)

@@ -45,6 +45,7 @@ type serveOptions struct {
 	decisionRetention time.Duration
 	logLevel          string
 	tlsCert, tlsKey   string
+	temporalUI        string
 	limits            api.Limits
 }
 
@@ -113,6 +114,8 @@ killed, and serve logs a warning. Never set it outside crash tests.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("GPUGOV_TLS_CERT"), "PEM certificate (chain) to serve HTTPS with, together with --tls-key (env GPUGOV_TLS_CERT)")
 	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("GPUGOV_TLS_KEY"), "PEM private key of --tls-cert (env GPUGOV_TLS_KEY)")
+	f.StringVar(&o.temporalUI, "temporal-ui", cmp.Or(os.Getenv("GPUGOV_TEMPORAL_UI"), "http://127.0.0.1:8233"),
+		"Temporal UI base URL the web console (/ui/) links workflows to (env GPUGOV_TEMPORAL_UI; \"\": no links)")
 	f.Float64Var(&o.limits.RatePerSecond, "rate-limit", api.DefaultRatePerSecond, "requests per second each API token may make, sustained (429 with Retry-After beyond)")
 	f.IntVar(&o.limits.RateBurst, "rate-burst", api.DefaultRateBurst, "requests each API token may make at once above --rate-limit")
 	f.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes (413 beyond; 0: the default, 1 MiB)")
@@ -171,7 +174,7 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 		APIAddr: o.apiAddr, CycleInterval: o.cycleInterval, SimSpeed: o.simSpeed,
 		ReconcileInterval: o.reconcileInterval, GPUSampleRetention: o.sampleRetention,
 		DecisionRetention: o.decisionRetention, Logger: logger,
-		TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey, APILimits: o.limits,
+		TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey, APILimits: o.limits, TemporalUI: o.temporalUI,
 	}
 	cp, err := crashpoint.FromEnv()
 	if err != nil {

@@ -85,7 +85,7 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   for _ in $(seq 1 30); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
 fi
 log "starting gpugov serve (log: $GPUGOV_STATE/serve.log; policy: ${GPUGOV_POLICY_FILE:-the default})"
-nohup bin/gpugov serve --tokens-file "$tokens" --sim-speed "$speed" >"$GPUGOV_STATE/serve.log" 2>&1 &
+nohup bin/gpugov serve --tokens-file "$tokens" --sim-speed "$speed" --temporal-ui "http://127.0.0.1:$TEMPORAL_UI_PORT" >"$GPUGOV_STATE/serve.log" 2>&1 &
 echo $! >"$pidfile"
 for i in $(seq 1 60); do
   if bin/gpugov queues --api "$api" --token "$token" >/dev/null 2>&1; then break; fi
@@ -102,6 +102,7 @@ cat <<EOF
   Temporal UI  http://127.0.0.1:$TEMPORAL_UI_PORT   (workflows job/<id>, scheduler/default, experiment/<id>; search by GpugovQueue, GpugovTier, GpugovPool, GpugovWaitReason, GpugovJobState, GpugovExperimentState)
   gpugov API   $api   (OpenAPI: $api/v1/openapi.json, metrics: $api/metrics)
   dev token    $token   e.g. GPUGOV_TOKEN=$token bin/gpugov queues
+  web console  $api/ui/   (sign in with $token, or dev-project-00 … dev-project-07 to see one project as its submitter)
 
 EOF
 

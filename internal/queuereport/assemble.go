@@ -256,6 +256,9 @@ func (c *computer) group(ag *agg, key map[string]string, den secAcc) Group {
 	}
 	g.Started, g.WaitP50S, g.WaitP95S, g.WaitP99S, g.WaitMaxS = waitStats(initial)
 	g.RequeueStarts, g.RequeueWaitP50S, g.RequeueWaitP95S, g.RequeueWaitP99S, g.RequeueWaitMaxS = waitStats(requeue)
+	if c.opts.WaitHistogram {
+		g.WaitHistogram = waitHistogram(initial)
+	}
 	if ag.longest >= 0 {
 		w := &c.waits[ag.longest]
 		_, ongoing := c.effEnd(w)

@@ -37,6 +37,9 @@ type Group struct {
 	WaitP95S *float64 `json:"wait_p95_s"`
 	WaitP99S *float64 `json:"wait_p99_s"`
 	WaitMaxS *float64 `json:"wait_max_s"`
+	// WaitHistogram counts the same initial waits in the bins of
+	// WaitHistogramEdges; only with Options.WaitHistogram.
+	WaitHistogram []HistogramBin `json:"wait_histogram,omitempty"`
 
 	RequeueStarts   int      `json:"requeue_starts"` // requeue waits ended by a start in the window
 	RequeueWaitP50S *float64 `json:"requeue_wait_p50_s"`

@@ -904,6 +904,9 @@ func (a *assembler) group(g *sumGroup, e *groupExtra, key map[string]string, ini
 	}
 	out.Started, out.WaitP50S, out.WaitP95S, out.WaitP99S, out.WaitMaxS = waitStats(initial)
 	out.RequeueStarts, out.RequeueWaitP50S, out.RequeueWaitP95S, out.RequeueWaitP99S, out.RequeueWaitMaxS = waitStats(requeue)
+	if a.opts.WaitHistogram {
+		out.WaitHistogram = waitHistogram(initial)
+	}
 	if e.longest.job != "" {
 		out.LongestWaitS = secondsPtr(e.longest.length)
 		out.LongestWaitJobID = e.longest.job

@@ -300,6 +300,10 @@ type Options struct {
 	// minutes is many scheduling cycles yet short against the objectives
 	// operators set (tens of minutes to hours).
 	StarvationMinWaitS float64 `json:"starvation_min_wait_s"`
+	// WaitHistogram adds each group's histogram of initial waits
+	// (Group.WaitHistogram, bins WaitHistogramEdges): the web console's
+	// wait-distribution chart.
+	WaitHistogram bool `json:"wait_histogram,omitempty"`
 }
 
 // starvationFloor returns the shortest wait of a queue with objective maxWait
