@@ -32,6 +32,9 @@ const (
 	browserProject        = "project-03"
 	browserSubmitterToken = "e2e-submitter-project-03"
 	browserSubmitterName  = "e2e-submitter"
+	// browserTemporalUI is the Temporal UI base URL the console links to:
+	// make run's (the dev server here is headless, so links are not followed).
+	browserTemporalUI = "http://127.0.0.1:8233"
 )
 
 // consoleStack is the live service the console is tested against.
@@ -72,7 +75,7 @@ func startConsoleStack(t *testing.T) *consoleStack {
 		t.Fatal(err)
 	}
 	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol,
-		principals: map[string]api.Principal{
+		temporalUI: browserTemporalUI, principals: map[string]api.Principal{
 			browserSubmitterToken: {Name: browserSubmitterName, Project: browserProject, Role: vocab.RoleSubmitter},
 		}})
 	subs, err := replay.Build(selected[:browserPods], replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,

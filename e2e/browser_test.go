@@ -117,8 +117,9 @@ func TestBrowserConsole(t *testing.T) {
 			t.Errorf("preemption %s (released): %d steps done, want at least notify, checkpoint and release", p.ID, n)
 		}
 		tb.checkChart("preemption-timeline", "rect")
-		if tb.count(`a[data-testid="temporal-link"]`) == 0 {
-			t.Errorf("preemption %s: no link to its workflow in the Temporal UI", p.ID)
+		if href := tb.attr(`a[data-testid="temporal-link"]`, "href"); !strings.HasPrefix(href, browserTemporalUI+"/namespaces/") ||
+			!strings.Contains(href, url.PathEscape(p.WorkflowID)) {
+			t.Errorf("preemption %s: Temporal UI link %q, want %s/namespaces/…/workflows/%s", p.ID, href, browserTemporalUI, p.WorkflowID)
 		}
 		tb.screenshot("preemption")
 

@@ -141,6 +141,10 @@ type envOptions struct {
 	// principals are tokens the service accepts besides the tests' own
 	// (adminToken, drillToken, agentToken).
 	principals map[string]api.Principal
+	// temporalUI is the Temporal UI base URL the console links workflows to
+	// (service.Config.TemporalUI); the tests' dev servers run headless, so
+	// the links are only checked, never followed.
+	temporalUI string
 }
 
 // startEnv creates a database, a dev server and the service on a free port,
@@ -179,6 +183,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	cfg.AfterCycleCommit = o.afterCommit
 	cfg.Policy = o.policy
 	cfg.DrillInterval = o.drillInterval
+	cfg.TemporalUI = o.temporalUI
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := service.Start(ctx, cfg)
