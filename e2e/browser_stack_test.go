@@ -128,19 +128,27 @@ func startConsoleStack(t *testing.T) *consoleStack {
 			default:
 			}
 		}
-		list, err := e.client.Preemptions(context.Background(), apiclient.PreemptionOptions{Kind: "preemption", State: "released", Limit: 10})
+		list, err := e.client.Preemptions(context.Background(), apiclient.PreemptionOptions{Kind: "preemption", Limit: 100})
 		if err != nil {
 			return false, err.Error()
+		}
+		// Released by the preemption itself (released_at): state released
+		// alone also covers a victim that ended on its own first.
+		var released []api.Preemption
+		for _, p := range list.Preemptions {
+			if p.ReleasedAt != nil {
+				released = append(released, p)
+			}
 		}
 		waiting := e.queryInt(t, `SELECT count(*) FROM jobs WHERE state = 'waiting'
 			AND reason IN ('capacity_busy', 'fragmented', 'reserved_for_higher_priority', 'preemption_in_progress')`)
 		mine := e.queryInt(t, `SELECT count(*) FROM jobs WHERE state = 'waiting' AND project = $1 AND reason = 'environment_not_ready'`, browserProject)
 		msg := fmt.Sprintf("%d released preemptions, %d jobs waiting for capacity, %d of the submitter's waiting on the prerequisite (%s in)",
-			len(list.Preemptions), waiting, mine, time.Since(started).Round(time.Second))
-		if len(list.Preemptions) == 0 || waiting == 0 || mine == 0 {
+			len(released), waiting, mine, time.Since(started).Round(time.Second))
+		if len(released) == 0 || waiting == 0 || mine == 0 {
 			return false, msg
 		}
-		p := list.Preemptions[len(list.Preemptions)-1] // the oldest of the page: furthest along its steps
+		p := released[len(released)-1] // the oldest (the list is newest first): furthest along its steps
 		st.preemption = &p
 		t.Log(msg)
 		return true, msg
