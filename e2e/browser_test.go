@@ -11,7 +11,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/temporalx/temporaltest"
 )
+
+// browserResumeWait bounds how long the admin's preemption page waits for
+// the stack's preemption to end (its resume verified) before it is read.
+const browserResumeWait = 30 * time.Second
 
 // TestBrowserConsole drives the web console (api/console, under /ui/) in
 // headless Chromium against a live stack: make run's contended replay,
@@ -26,6 +31,7 @@ import (
 // full-page PNG screenshots (screenshotDir). It fails on any uncaught
 // JavaScript exception of a page.
 func TestBrowserConsole(t *testing.T) {
+	temporaltest.SkipShort(t) // before the Chromium check: -short skips it wherever it runs
 	exe := chromiumPath(t)
 	started := time.Now()
 	st := startConsoleStack(t)
@@ -86,7 +92,7 @@ func TestBrowserConsole(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb.checkWhy(job.ID, job.State == "waiting")
-		tb.checkChart("job-timeline", "rect")
+		tb.checkChart("job-timeline", "rect, circle")
 		tb.screenshot("waiting-job")
 
 		// Jobs list.
@@ -109,11 +115,26 @@ func TestBrowserConsole(t *testing.T) {
 			Outcome: "completed", Limit: 1}); err == nil && len(done.Preemptions) > 0 {
 			pid = done.Preemptions[0].ID
 		}
+		// Else give the stack's a little time to verify its resume, so that
+		// the screenshot shows the five steps and the run loss if it can; the
+		// checks below hold either way.
+		waitUntil := time.Now().Add(browserResumeWait)
+		for pid == st.preemption.ID && time.Now().Before(waitUntil) {
+			if p, err := st.e.client.Preemption(context.Background(), pid); err != nil || p.Outcome != "" {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 		tb.openOK("/ui/preemptions/" + url.PathEscape(pid))
 		p, err := st.e.client.Preemption(context.Background(), pid)
 		if err != nil {
 			t.Fatal(err)
 		}
+		loss := "not yet"
+		if p.EffectiveLossGPUSeconds != nil {
+			loss = fmt.Sprintf("%.1f GPU-s", *p.EffectiveLossGPUSeconds)
+		}
+		t.Logf("preemption %s: state %s, outcome %q, effective run loss %s", p.ID, p.State, p.Outcome, loss)
 		if n := tb.count(`[data-testid="preemption-step"]`); n != 5 {
 			t.Errorf("preemption %s: %d steps shown, want the five", p.ID, n)
 		}
@@ -130,7 +151,7 @@ func TestBrowserConsole(t *testing.T) {
 			t.Errorf("preemption %s: %d steps done on the page, %d in the API record (state %s, outcome %q); want at least notify, checkpoint and release",
 				p.ID, doneOnPage, doneInAPI, p.State, p.Outcome)
 		}
-		tb.checkChart("preemption-timeline", "rect")
+		tb.checkChart("preemption-timeline", "rect, circle")
 		if href := tb.attr(`a[data-testid="temporal-link"]`, "href"); !strings.HasPrefix(href, browserTemporalUI+"/namespaces/") ||
 			!strings.Contains(href, url.PathEscape(p.WorkflowID)) {
 			t.Errorf("preemption %s: Temporal UI link %q, want %s/namespaces/…/workflows/%s", p.ID, href, browserTemporalUI, p.WorkflowID)
