@@ -109,10 +109,6 @@ func (s *Server) evidenceStore(c *gin.Context) (EvidenceStore, bool) {
 // listAudit handles GET /v1/audit?subject=&action=&actor=&since=&until=&limit=&cursor=
 // (operator and admin): the audit log, newest first, one page.
 func (s *Server) listAudit(c *gin.Context) {
-	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "reading the audit log needs an operator or admin token; this is %s token", aRole(p.Role)))
-		return
-	}
 	f, apiErr := auditFilter(c)
 	if apiErr != nil {
 		writeError(c, apiErr)
@@ -261,10 +257,6 @@ func (s *Server) disputeReclaim(c *gin.Context) {
 // admin): the reclaim was right; its dispute no longer counts as a false
 // reclaim.
 func (s *Server) rejectDispute(c *gin.Context) {
-	if p := principal(c); !p.Role.SeesAllProjects() {
-		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "rejecting a dispute needs an operator or admin token; this is %s token", aRole(p.Role)))
-		return
-	}
 	es, reason, ok := s.disputeAction(c, "the reclaim was right")
 	if !ok {
 		return

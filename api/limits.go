@@ -129,42 +129,87 @@ func headerBytes(r *http.Request) int {
 // unknownTokenKey is the rate-limit key every unknown token shares.
 var unknownTokenKey = TokenDigest{}
 
-// tokenLimiter holds one token bucket per token digest (bounded by the
-// number of valid tokens, plus the one of unknown tokens).
-type tokenLimiter struct {
-	every rate.Limit
-	burst int
-	mu    sync.Mutex
-	byKey map[TokenDigest]*rate.Limiter
-	now   func() time.Time
+// keyedLimiter holds one token bucket (golang.org/x/time/rate) per key, all
+// of one rate and burst, and at most maxKeys of them: past that, keys whose
+// bucket is full again are forgotten (a full bucket is what a new one would
+// be, so forgetting it changes no answer), and if none is, a new key shares
+// the overflow key's bucket. Both API limiters are one: per token digest
+// (tokenLimiter) and per client address for unknown-token guesses
+// (guessLimiter).
+type keyedLimiter[K comparable] struct {
+	every    rate.Limit
+	burst    int
+	maxKeys  int
+	overflow K
+	mu       sync.Mutex
+	byKey    map[K]*rate.Limiter
+	now      func() time.Time
 }
 
+func newKeyedLimiter[K comparable](l Limits, maxKeys int, overflow K, now func() time.Time) keyedLimiter[K] {
+	return keyedLimiter[K]{every: rate.Limit(l.RatePerSecond), burst: l.RateBurst, maxKeys: maxKeys,
+		overflow: overflow, byKey: map[K]*rate.Limiter{}, now: now}
+}
+
+// bucket returns key's bucket, creating it (bounded by maxKeys).
+func (k *keyedLimiter[K]) bucket(key K) *rate.Limiter {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if lim, ok := k.byKey[key]; ok {
+		return lim
+	}
+	if len(k.byKey) >= k.maxKeys {
+		now := k.now()
+		for key, lim := range k.byKey {
+			if lim.TokensAt(now) >= float64(k.burst) {
+				delete(k.byKey, key)
+			}
+		}
+		if len(k.byKey) >= k.maxKeys {
+			key = k.overflow
+			if lim, ok := k.byKey[key]; ok {
+				return lim
+			}
+		}
+	}
+	lim := rate.NewLimiter(k.every, k.burst)
+	k.byKey[key] = lim
+	return lim
+}
+
+// retryAfter is the whole seconds (at least 1) until a bucket holding tokens
+// has one request again.
+func (k *keyedLimiter[K]) retryAfter(tokens float64) int {
+	if k.every <= 0 {
+		return 1
+	}
+	return max(1, int(math.Ceil((1-tokens)/float64(k.every))))
+}
+
+// maxTokenKeys bounds the token digests tokenLimiter tracks. Valid tokens
+// are few (one per person, agent and service), and every unknown token
+// shares unknownTokenKey, so the bound is reached only by a token store of
+// that many live tokens; past it they share the unknown tokens' bucket.
+const maxTokenKeys = 100000
+
+// tokenLimiter holds one token bucket per token digest (bounded by the
+// number of valid tokens, plus the one of unknown tokens).
+type tokenLimiter struct{ keyedLimiter[TokenDigest] }
+
 func newTokenLimiter(l Limits, now func() time.Time) *tokenLimiter {
-	return &tokenLimiter{every: rate.Limit(l.RatePerSecond), burst: l.RateBurst, byKey: map[TokenDigest]*rate.Limiter{}, now: now}
+	return &tokenLimiter{newKeyedLimiter(l, maxTokenKeys, unknownTokenKey, now)}
 }
 
 // allow takes one request from key's bucket, or answers 429 with
 // Retry-After (whole seconds until a request is allowed, at least 1) and
 // returns false.
 func (t *tokenLimiter) allow(c *gin.Context, key TokenDigest) bool {
-	t.mu.Lock()
-	lim, ok := t.byKey[key]
-	if !ok {
-		lim = rate.NewLimiter(t.every, t.burst)
-		t.byKey[key] = lim
-	}
-	t.mu.Unlock()
+	lim := t.bucket(key)
 	now := t.now()
-	r := lim.ReserveN(now, 1)
-	delay := r.DelayFrom(now)
-	if delay == 0 {
+	if lim.AllowN(now, 1) {
 		return true
 	}
-	r.CancelAt(now)
-	secs := int(math.Ceil(delay.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
+	secs := t.retryAfter(lim.TokensAt(now))
 	tooManyRequests(c, secs, "more than %s requests/s (burst %d) with this token; retry after %d s", formatRate(float64(t.every)), t.burst, secs)
 	return false
 }
@@ -184,6 +229,9 @@ func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 // new address shares one overflow bucket.
 const maxGuessAddrs = 10000
 
+// overflowAddr is the bucket addresses share once maxGuessAddrs are tracked.
+const overflowAddr = "*"
+
 // guessLimiter holds one token bucket of unknown-token guesses per client
 // address (the connection's remote IP, never X-Forwarded-For, which a
 // guesser sets at will). authenticate checks it before it looks a token up
@@ -191,60 +239,20 @@ const maxGuessAddrs = 10000
 // flood of guesses from one address costs at most the burst in store
 // queries and is then answered 429 without one, while valid tokens — from
 // any address — are never charged.
-type guessLimiter struct {
-	every rate.Limit
-	burst int
-	mu    sync.Mutex
-	byIP  map[string]*rate.Limiter
-	now   func() time.Time
-}
+type guessLimiter struct{ keyedLimiter[string] }
 
 func newGuessLimiter(l Limits, now func() time.Time) *guessLimiter {
-	return &guessLimiter{every: rate.Limit(l.RatePerSecond), burst: l.RateBurst, byIP: map[string]*rate.Limiter{}, now: now}
-}
-
-// overflowAddr is the bucket addresses share once maxGuessAddrs are tracked.
-const overflowAddr = "*"
-
-// bucket returns ip's bucket, creating it (bounded by maxGuessAddrs).
-func (g *guessLimiter) bucket(ip string) *rate.Limiter {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if lim, ok := g.byIP[ip]; ok {
-		return lim
-	}
-	if len(g.byIP) >= maxGuessAddrs {
-		now := g.now()
-		for k, lim := range g.byIP {
-			if lim.TokensAt(now) >= float64(g.burst) {
-				delete(g.byIP, k)
-			}
-		}
-		if len(g.byIP) >= maxGuessAddrs {
-			ip = overflowAddr
-			if lim, ok := g.byIP[ip]; ok {
-				return lim
-			}
-		}
-	}
-	lim := rate.NewLimiter(g.every, g.burst)
-	g.byIP[ip] = lim
-	return lim
+	return &guessLimiter{newKeyedLimiter(l, maxGuessAddrs, overflowAddr, now)}
 }
 
 // exhausted reports whether ip has no guess left; then it answers 429 with
 // Retry-After (whole seconds until one is back, at least 1).
 func (g *guessLimiter) exhausted(c *gin.Context, ip string) bool {
-	lim := g.bucket(ip)
-	now := g.now()
-	tokens := lim.TokensAt(now)
+	tokens := g.bucket(ip).TokensAt(g.now())
 	if tokens >= 1 {
 		return false
 	}
-	secs := 1
-	if g.every > 0 {
-		secs = max(1, int(math.Ceil((1-tokens)/float64(g.every))))
-	}
+	secs := g.retryAfter(tokens)
 	tooManyRequests(c, secs, "more than %s unknown-token requests/s (burst %d) from this address; retry after %d s", formatRate(float64(g.every)), g.burst, secs)
 	return true
 }

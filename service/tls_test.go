@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -13,8 +14,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -131,12 +135,68 @@ func TestServiceTLSAndStoredTokens(t *testing.T) {
 	if _, err := stored.Queues(ctx); err != nil {
 		t.Fatalf("a stored token: %v", err)
 	}
+	browser := consoleSignIn(t, base, certFile, tok)
 	if _, err := svc.Store().RevokeAPIToken(ctx, row.ID, "test", "rotated", time.Now()); err != nil {
 		t.Fatal(err)
+	}
+	// The revocation ends the token's console session at its next page.
+	if resp, err := browser.Get(base + "/ui/overview"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/sign-in") {
+		t.Fatalf("console after the revocation: %d %q, want a redirect to sign in", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	if _, err := stored.Queues(ctx); err == nil {
 		t.Fatal("a revoked token was served")
 	} else if e, ok := apiclient.AsError(err); !ok || e.Status != http.StatusUnauthorized {
 		t.Fatalf("a revoked token: %v, want 401", err)
 	}
+}
+
+// consoleSignIn signs in to the web console the service mounts at /ui/ over
+// HTTPS with token and returns the browser-like client holding the session;
+// the session cookie must carry Secure (TLS), HttpOnly and SameSite=Strict,
+// and the overview must open.
+func consoleSignIn(t *testing.T, base, caFile, token string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(base + "/ui/sign-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("console sign-in form: %d %s", resp.StatusCode, body)
+	}
+	resp, err = c.PostForm(base+"/ui/sign-in", url.Values{"token": {token}, "csrf": {string(m[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var session *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "gpugov_session" {
+			session = ck
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || session == nil || !session.Secure || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("console sign-in: %d, session cookie %+v, want 303 and a Secure, HttpOnly, SameSite=Strict cookie", resp.StatusCode, session)
+	}
+	if resp, err = c.Get(base + "/ui/overview"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console overview: %d", resp.StatusCode)
+	}
+	return c
 }

@@ -64,10 +64,12 @@ func histogramSVG(testid, title string, series []histSeries, objectiveS float64)
 	fmt.Fprintf(&b, `<svg class="chart" data-testid="%s" role="img" viewBox="0 0 %g %g" xmlns="http://www.w3.org/2000/svg"><title>%s</title>`,
 		esc(testid), w, h, esc(title))
 	fmt.Fprintf(&b, `<text x="%g" y="14" class="chart-title">%s</text>`, left, esc(title))
+	step := (maxC + 3) / 4 // whole-number ticks: 0, step, …, 4·step ≥ maxC
+	maxC = 4 * step
 	for i := 0; i <= 4; i++ {
 		y := top + plotH - plotH*float64(i)/4
-		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#ddd"/><text x="%g" y="%g" class="axis" text-anchor="end">%s</text>`,
-			left, y, w-10, y, left-4, y+4, fmtNum(math.Round(float64(maxC)*float64(i)/4)))
+		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#ddd"/><text x="%g" y="%g" class="axis" text-anchor="end">%d</text>`,
+			left, y, w-10, y, left-4, y+4, i*step)
 	}
 	sw := (bw - 4) / float64(len(series))
 	for si, s := range series {
@@ -81,13 +83,19 @@ func histogramSVG(testid, title string, series []histSeries, objectiveS float64)
 				si, i, bin.Count, x, top+plotH-bh, sw, bh, palette[si%len(palette)], esc(s.Label), bin.Count, binLabel(bin.LowS), highLabel(bin.HighS))
 		}
 	}
-	if len(series) > 0 {
-		for i, bin := range series[0].Bins {
+	axis := series[0].Bins // the bins of a series that has them (all share WaitHistogramEdges)
+	for _, s := range series {
+		if len(s.Bins) > len(axis) {
+			axis = s.Bins
+		}
+	}
+	if len(axis) > 0 {
+		for i, bin := range axis {
 			if i%2 == 0 || nbins <= 10 {
 				fmt.Fprintf(&b, `<text x="%.1f" y="%g" class="axis">%s</text>`, left+float64(i)*bw+1, top+plotH+14, binLabel(bin.LowS))
 			}
 		}
-		if x, ok := objectiveX(series[0].Bins, objectiveS, left, bw); ok {
+		if x, ok := objectiveX(axis, objectiveS, left, bw); ok {
 			fmt.Fprintf(&b, `<line data-testid="objective-marker" x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#c00" stroke-width="2" stroke-dasharray="5,3"/><text x="%.1f" y="%g" class="axis objective">objective %s</text>`,
 				x, top-4, x, top+plotH, x+3, top+6, esc(fmtDur(objectiveS)))
 		}
@@ -236,10 +244,18 @@ func timelineSVG(testid, title string, lanes []lane) template.HTML {
 			x1, x2 := xOf(s.From), xOf(s.To)
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="%s"><title>%s: %s → %s (%s)</title></rect>`,
 				x1, y+6, math.Max(x2-x1, 2), laneH-12, palette[s.Colour%len(palette)], esc(s.Label), fmtTime(s.From), fmtTime(s.To), esc(fmtDur(s.To.Sub(s.From).Seconds())))
+			if x2-x1 > 7*float64(len(s.Label)) { // the label fits inside
+				fmt.Fprintf(&b, `<text x="%.1f" y="%g" class="axis" fill="#fff">%s</text>`, x1+4, y+19, esc(s.Label))
+			}
 		}
-		for _, m := range l.Marks {
+		for k, m := range l.Marks {
 			x := xOf(m.At)
 			fmt.Fprintf(&b, `<circle data-mark="%s" cx="%.1f" cy="%g" r="5" fill="#333"><title>%s at %s</title></circle>`, esc(m.Label), x, y+laneH/2, esc(m.Label), fmtTime(m.At))
+			anchor := "start"
+			if x > w-120 {
+				anchor = "end"
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%g" class="axis" text-anchor="%s">%s</text>`, x+7, y+8+float64(k%2)*18, anchor, esc(m.Label))
 		}
 	}
 	fmt.Fprintf(&b, `<text x="%g" y="%g" class="axis">%s</text><text x="%g" y="%g" class="axis" text-anchor="end">%s (%s later)</text>`,

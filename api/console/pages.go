@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -102,13 +103,14 @@ type waitRow struct {
 }
 
 type overviewData struct {
-	Window    queuereport.Window
-	Pools     []poolUsage
-	Rows      []waitRow
-	Starving  []queuereport.StarvingJob
-	Stuck     []queuereport.StuckJob
-	Scope     string
-	Truncated bool
+	Window      queuereport.Window
+	WindowParam string // the window select's value
+	Pools       []poolUsage
+	Rows        []waitRow
+	Starving    []queuereport.StarvingJob
+	Stuck       []queuereport.StuckJob
+	Scope       string
+	Truncated   bool
 }
 
 // objectives maps queue name to its wait objective in seconds.
@@ -152,7 +154,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.failed(w, r, s, err)
 		return
 	}
-	d := overviewData{Window: win, Starving: rep.Starving, Stuck: rep.Stuck, Truncated: truncated || t2}
+	d := overviewData{Window: win, Starving: rep.Starving, Stuck: rep.Stuck, Truncated: truncated || t2,
+		WindowParam: cmp.Or(r.URL.Query().Get("window"), "24h")}
 	if !s.principal.Role.SeesAllProjects() {
 		d.Scope = s.principal.Project
 	}
@@ -325,7 +328,7 @@ func (c *Console) queuePage(w http.ResponseWriter, r *http.Request, s *session) 
 			return
 		}
 	}
-	d := queueData{Window: win, Before: before, After: after, Tier: tier, WindowParam: r.URL.Query().Get("window")}
+	d := queueData{Window: win, Before: before, After: after, Tier: tier, WindowParam: cmp.Or(r.URL.Query().Get("window"), "1h")}
 	for _, t := range vocab.Tiers {
 		name := t.String()
 		if tier != "" && tier != name {

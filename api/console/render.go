@@ -116,6 +116,14 @@ var funcs = template.FuncMap{
 	// sub is p with its data replaced by d: a page's list rendered by the
 	// same template as its fragment.
 	"sub": func(p *page, d any) *page { cp := *p; cp.D = d; return &cp },
+	// opt is an <option>, selected when value is the current one.
+	"opt": func(value, label, current string) template.HTML {
+		sel := ""
+		if value == current {
+			sel = " selected"
+		}
+		return template.HTML(`<option value="` + template.HTMLEscapeString(value) + `"` + sel + `>` + template.HTMLEscapeString(label) + `</option>`)
+	},
 }
 
 // fmtDur writes seconds as "45 s", "12 min 3 s", "2 h 5 min", "3 d 4 h".
