@@ -222,6 +222,32 @@ func evalIn[T any](tb *tab, expr string) T {
 	return v
 }
 
+// evalAwait evaluates a JavaScript expression that gives a promise and
+// decodes the value it resolves to.
+func evalAwait[T any](tb *tab, expr string) T {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, browserActionTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		tb.t.Fatalf("evaluate %s (%s): %v", expr, tb.name, err)
+	}
+	return v
+}
+
+// waitUntil evaluates the boolean JavaScript expression cond every 250 ms
+// until it is true, and fails the test with what after timeout.
+func (tb *tab) waitUntil(timeout time.Duration, what, cond string) {
+	tb.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !evalIn[bool](tb, cond) {
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("%s (%s, %s): not within %s", what, tb.name, tb.location(), timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // count is how many elements match css on the page.
 func (tb *tab) count(css string) int {
 	tb.t.Helper()

@@ -18,6 +18,11 @@ import (
 // the stack's preemption to end (its resume verified) before it is read.
 const browserResumeWait = 30 * time.Second
 
+// browserLiveRefreshWait bounds the wait for a list to show a change
+// without a reload: two of refresh.js's polls (console.RefreshInterval, 10 s)
+// and some slack.
+const browserLiveRefreshWait = 25 * time.Second
+
 // TestBrowserConsole drives the web console (api/console, under /ui/) in
 // headless Chromium against a live stack: make run's contended replay,
 // shortened (browser_stack_test.go), running in the background while the
@@ -209,6 +214,34 @@ func TestBrowserConsole(t *testing.T) {
 			t.Fatalf("queue: the submitter's waiting job %s is not listed: %s", st.blocked.ID, tb.bodyText(600))
 		}
 		tb.screenshot("submitter-queue")
+
+		// The list refreshes without a reload: a hold made through the API
+		// shows in the row within two polls (refresh.js), and the page's
+		// JavaScript state survives (no navigation).
+		evalIn[bool](tb, `(window.__gpugovNoReload = true)`)
+		if _, err := st.submitter.Hold(context.Background(), st.blocked.ID, "live refresh check"); err != nil {
+			t.Fatal(err)
+		}
+		row := fmt.Sprintf(`[data-testid="waiting-jobs"] [data-testid="job-row"][data-job=%q]`, st.blocked.ID)
+		tb.waitUntil(browserLiveRefreshWait, "the hold to show in the waiting list without a reload", fmt.Sprintf(
+			`(() => { const r = document.querySelector(%q); return !!r && r.lastElementChild.innerText.includes('held'); })()`, row))
+		if !evalIn[bool](tb, `window.__gpugovNoReload === true`) {
+			t.Errorf("queue: the page reloaded to show the hold, want the list refreshed in place")
+		}
+		if _, err := st.submitter.Release(context.Background(), st.blocked.ID, "live refresh check"); err != nil {
+			t.Fatal(err)
+		}
+		// The next cycle gives the job its own reason back.
+		waitFor(t, 30*time.Second, "the released job waiting on its prerequisite again", func() (bool, string) {
+			j, err := st.submitter.GetJob(context.Background(), st.blocked.ID)
+			if err != nil {
+				return false, err.Error()
+			}
+			if j.Wait == nil {
+				return false, "no wait event"
+			}
+			return j.Wait.Reason == "environment_not_ready", "reason " + j.Wait.Reason
+		})
 		if status := tb.clickNavigate(link); status != 200 {
 			t.Fatalf("following %s: status %d", link, status)
 		}
@@ -220,6 +253,15 @@ func TestBrowserConsole(t *testing.T) {
 			t.Errorf("job %s: no form to mark its prerequisite ready", st.blocked.ID)
 		}
 		tb.screenshot("submitter-waiting-job")
+
+		// A POST without the page's CSRF token is refused and changes
+		// nothing, though it carries the session cookie.
+		status := evalAwait[int](tb, fmt.Sprintf(`fetch('/ui/jobs/%s/hold', {method: 'POST', credentials: 'same-origin',
+			body: new URLSearchParams({reason: 'forged', csrf: 'not-the-token'})}).then(r => r.status)`, url.PathEscape(st.blocked.ID)))
+		if status != 403 {
+			t.Errorf("a hold posted with a wrong CSRF token: status %d, want 403", status)
+		}
+		tb.checkHeldThroughAPI(st.submitter, st.blocked.ID, false)
 
 		// Hold, then release, from the page; each is applied (the page and
 		// the API say so).
@@ -237,6 +279,13 @@ func TestBrowserConsole(t *testing.T) {
 			t.Errorf("job %s of %s: error page status %q, want 403: %s", st.foreign.ID, st.foreign.Project, got, tb.bodyText(300))
 		}
 		tb.screenshot("submitter-forbidden")
+
+		// Signing out ends the session: the pages lead to the sign-in form again.
+		tb.clickNavigate(`[data-testid="sign-out-button"]`)
+		tb.openOK("/ui/overview")
+		if tb.count(`[data-testid="sign-in-form"]`) != 1 || tb.count(`[data-testid="viewer"]`) != 0 {
+			t.Errorf("after signing out /ui/overview shows %s: %s", tb.location(), tb.bodyText(300))
+		}
 	})
 	t.Logf("browser test: %s in all", time.Since(started).Round(time.Second))
 }
