@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool staticcheck bench bench-throughput fuzz stop clean demo-governance load
+.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool chromium staticcheck bench bench-throughput fuzz stop clean demo-governance load
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -19,10 +19,11 @@ run-cluster:
 	GPUGOV_TEMPORAL=cluster deploy/dev/run.sh
 
 ## test: every test, including end-to-end (needs PostgreSQL, the Temporal CLI, the
-## Temporal server with its SQL tool, and promtool; each is set up if missing). The
-## tests on the Temporal server on PostgreSQL fail rather than skip without it.
-test: postgres temporal temporal-server promtool
-	PATH="$(CURDIR)/bin:$$PATH" GPUGOV_REQUIRE_TEMPORAL_SERVER=1 go test $(GO_TEST_FLAGS) ./...
+## Temporal server with its SQL tool, promtool and Chromium for the console's browser
+## tests; each is set up if missing). The tests on the Temporal server on PostgreSQL
+## and the browser tests fail rather than skip without them.
+test: postgres temporal temporal-server promtool chromium
+	PATH="$(CURDIR)/bin:$$PATH" GPUGOV_REQUIRE_TEMPORAL_SERVER=1 GPUGOV_REQUIRE_BROWSER=1 go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: every test that needs no service (no PostgreSQL, no Temporal dev server):
 ## `go test -short`, under which store/storetest and temporaltest skip what needs one.
@@ -53,6 +54,10 @@ postgres:
 ## promtool: Prometheus' rule checker for deploy's alert tests (into bin/ from Debian's prometheus package if missing).
 promtool:
 	deploy/dev/ensure-promtool.sh
+
+## chromium: Debian's chromium for the console's browser tests (apt-get, if missing).
+chromium:
+	deploy/dev/ensure-chromium.sh
 
 staticcheck:
 	deploy/dev/ensure-staticcheck.sh

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,6 +180,13 @@ type envOptions struct {
 	drillInterval time.Duration
 	// temporal is the Temporal server the service runs on (default: the dev server).
 	temporal temporalBackend
+	// principals are tokens the service accepts besides the tests' own
+	// (adminToken, drillToken, agentToken).
+	principals map[string]api.Principal
+	// temporalUI is the Temporal UI base URL the console links workflows to
+	// (service.Config.TemporalUI); the tests' dev servers run headless, so
+	// the links are only checked, never followed.
+	temporalUI string
 }
 
 // startEnv creates a database, a Temporal server (o.temporal) and the
@@ -194,11 +202,13 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	t.Helper()
 	o.temporal.require(t)
 	dev := o.temporal.start(t)
-	tokens, err := api.NewTokens(map[string]api.Principal{
+	principals := map[string]api.Principal{
 		adminToken: {Name: "e2e-admin", Project: "platform", Role: vocab.RoleAdmin},
 		drillToken: {Name: "e2e-drill", Project: "drill", Role: vocab.RoleSubmitter},
 		agentToken: {Name: "e2e-agent", Project: "platform", Role: vocab.RoleAgent, Node: "rehearse-1"},
-	})
+	}
+	maps.Copy(principals, o.principals)
+	tokens, err := api.NewTokens(principals)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +225,7 @@ func startEnvOn(t testing.TB, dbURL string, o envOptions) *env {
 	cfg.AfterCycleCommit = o.afterCommit
 	cfg.Policy = o.policy
 	cfg.DrillInterval = o.drillInterval
+	cfg.TemporalUI = o.temporalUI
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	svc, err := service.Start(ctx, cfg)
