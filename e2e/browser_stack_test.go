@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
-	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/replay"
@@ -63,24 +61,7 @@ type consoleStack struct {
 // released its victim and jobs wait for capacity.
 func startConsoleStack(t *testing.T) *consoleStack {
 	t.Helper()
-	dir := traceDir(t)
-	nodes, err := alibaba.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	selected := replay.Select(pods, replay.ContendedFrom, replay.ContendedTo, 0)
-	sz, err := replay.SizePool(nodes, selected, replay.ContendedPoolGPUs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(filepath.Join(repoRoot(t), "deploy", "gpugov", "replay-policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	selected, sz, pol := contendedSlice(t)
 	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol,
 		temporalUI: browserTemporalUI, principals: map[string]api.Principal{
 			browserSubmitterToken: {Name: browserSubmitterName, Project: browserProject, Role: vocab.RoleSubmitter},

@@ -35,24 +35,7 @@ const (
 // milli-GPU at any sample and the usage table agrees with the allocations;
 // and the replay's report shows the governance section from those records.
 func TestContendedReplay(t *testing.T) {
-	dir := traceDir(t)
-	nodes, err := alibaba.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	selected := replay.Select(pods, replay.ContendedFrom, replay.ContendedTo, 0)
-	sz, err := replay.SizePool(nodes, selected, replay.ContendedPoolGPUs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(filepath.Join(repoRoot(t), "deploy", "gpugov", "replay-policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	selected, sz, pol := contendedSlice(t)
 	e := startEnv(t, envOptions{pools: alibaba.Pools(sz.Nodes, alibaba.PoolOptions{}), simSpeed: replay.ContendedSpeed, policy: pol})
 	subs, err := replay.Build(selected[:contendedPods], replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,
 		Recovery: replay.DefaultRecovery(), MaxRunSeconds: replay.ContendedMaxRunS})
@@ -106,4 +89,31 @@ func TestContendedReplay(t *testing.T) {
 	sampler.check(t)
 	checkUsageConsistent(t, e)
 	checkWaitEvents(t, e)
+}
+
+// contendedSlice is `make run`'s contended input (replay.ContendedFrom to
+// ContendedTo of the default pod list, on a pool of ContendedPoolGPUs cut
+// from the trace's nodes, under deploy/gpugov/replay-policy.yaml): the
+// selected pods, the sized pool and the policy.
+func contendedSlice(t *testing.T) ([]alibaba.PodRow, replay.Sizing, *policy.Policy) {
+	t.Helper()
+	dir := traceDir(t)
+	nodes, err := alibaba.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selected := replay.Select(pods, replay.ContendedFrom, replay.ContendedTo, 0)
+	sz, err := replay.SizePool(nodes, selected, replay.ContendedPoolGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(filepath.Join(repoRoot(t), "deploy", "gpugov", "replay-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return selected, sz, pol
 }
