@@ -146,7 +146,7 @@ func TestTemporalRestartDuringReplay(t *testing.T) {
 	t.Parallel()
 	dir := traceDir(t)
 	r := newCrashRig(t, gpugovBinary(t), crashRigOptions{policy: "version: gpugov.policy/v1\n",
-		inventory: traceNodeCSV(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}}), inventoryCSV: true, simSpeed: replaySpeed})
+		inventory: traceNodeCSV(t, dir, replayFewNodes), inventoryCSV: true, simSpeed: replaySpeed})
 	r.start("", "")
 	pods, _, err := alibaba.ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"), alibaba.ReadOptions{})
 	if err != nil {

@@ -44,19 +44,31 @@ const (
 // sample, and the usage table agrees with the allocations; wait events never
 // overlap and close at placement; Temporal holds exactly one JobWorkflow per
 // job, findable by its search attributes.
-func TestReplayRealTrace(t *testing.T) { replayRealTrace(t, onDevServer, replayPods) }
+func TestReplayRealTrace(t *testing.T) { replayRealTrace(t, onDevServer, replayPods, replayNodes) }
 
 // TestReplayRealTraceOnCluster is TestReplayRealTrace on the Temporal server
 // on PostgreSQL (deploy/temporal/cluster.yaml), on the first
 // replayClusterPods of the same pods: the same checks in about half the
 // time (the whole suite's time is bounded; docs/design.md §8).
-func TestReplayRealTraceOnCluster(t *testing.T) { replayRealTrace(t, onCluster, replayClusterPods) }
+func TestReplayRealTraceOnCluster(t *testing.T) {
+	replayRealTrace(t, onCluster, replayClusterPods, replayFewNodes)
+}
+
+// replayNodes is the replay's pool: 14 GPUs cut from the trace's nodes.
+// replayFewNodes (10 GPUs) is the pool of the shorter replays (the first 100
+// or 200 pods), whose demand peaks near 10 GPUs: on 14 they queued only while
+// the scheduler itself was slow (before its placed signals left the workflow,
+// change placed-from-cycle), so that the wait reasons went unexercised.
+var (
+	replayNodes    = []nodePick{{"G2", 8, 1}, {"T4", 2, 3}}
+	replayFewNodes = []nodePick{{"G2", 8, 1}, {"T4", 2, 1}}
+)
 
 // replayRealTrace is TestReplayRealTrace's body on backend with the first
-// pods pods of the slice.
-func replayRealTrace(t *testing.T, backend temporalBackend, pods int) {
+// pods pods of the slice on the trace's nodes picks.
+func replayRealTrace(t *testing.T, backend temporalBackend, pods int, picks []nodePick) {
 	dir := traceDir(t)
-	nodes := traceNodes(t, dir, []nodePick{{"G2", 8, 1}, {"T4", 2, 3}})
+	nodes := traceNodes(t, dir, picks)
 	e := startEnv(t, envOptions{pools: alibaba.Pools(nodes, alibaba.PoolOptions{}), simSpeed: replaySpeed, temporal: backend})
 	subs := replaySubmissions(t, dir, pods)
 

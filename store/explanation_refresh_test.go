@@ -54,7 +54,7 @@ func TestUnchangedWaitNotRewritten(t *testing.T) {
 		t.Fatalf("first cycle: %+v", out)
 	}
 	written("refresh-0")
-	refresh := int((store.ExplanationRefreshFor(job.ID) + 4*time.Second) / (5 * time.Second) * 5) // the first cycle at or past it
+	refresh := int((store.ExplanationRefreshFor(job.ID) + 5*time.Second - 1) / (5 * time.Second) * 5) // the first cycle at or past it
 	if d := store.ExplanationRefreshFor(job.ID); d < store.ExplanationRefresh/2 || d >= store.ExplanationRefresh {
 		t.Fatalf("ExplanationRefreshFor = %s, want in [%s, %s)", d, store.ExplanationRefresh/2, store.ExplanationRefresh)
 	}

@@ -179,6 +179,7 @@ var Bounds = []Bound{
 	{"policy", "automation.readiness.max_longest_wait_growth, simulation.starvation_factor", 0, MaxGrowthFactor, false, "ratio", "a thousandfold is no threshold"},
 	{"policy", "automation.recovery_loss_budget_gpu_s_per_day", 0, MaxGPUs * 86400, false, "GPU-s/day", "every GPU of the largest job for a whole day"},
 	{"policy", "simulation.cycle_interval_s, recovery.checkpoint_interval_s", 1, MaxDurationSeconds, false, "s", "a time.Duration"},
+	{"policy", "simulation.background_step_s, cycle_period_s, locality_relax_s", 0, MaxDurationSeconds, false, "s", "a time.Duration; 0 is off"},
 	{"policy", "protection_windows[].start, end", MinPolicyYear, MaxPolicyYear, false, "year (UTC)", "JSON carries years 0..9999; no record before 1970"},
 	{"policy", "notifications.delivery.initial_interval_s, max_interval_s, timeout_s, poll_interval_s, retention_s", 0, MaxDurationSeconds, true, "s", "positive; a time.Duration"},
 	{"policy", "notifications.delivery.max_attempts", 1, MaxPolicyCount, false, "count", "as the other counts"},

@@ -108,6 +108,10 @@ func StartCluster(t testing.TB) *DevServer {
 		"GPUGOV_TEMPORAL_PG_HOST": pg.Host, "GPUGOV_TEMPORAL_PG_PORT": strconv.Itoa(int(pg.Port)),
 		"GPUGOV_TEMPORAL_PG_USER": pg.User, "GPUGOV_TEMPORAL_PG_PASSWORD": pg.Password,
 		"GPUGOV_TEMPORAL_DB": db, "GPUGOV_TEMPORAL_VISIBILITY_DB": vis, "GPUGOV_TEMPORAL_LOG_LEVEL": "error",
+		// A test's server shares the PostgreSQL server (max_connections 100)
+		// with the other tests' services running in parallel: 6 + 3
+		// connections instead of production's 20 + 10.
+		"GPUGOV_TEMPORAL_MAX_CONNS": "6", "GPUGOV_TEMPORAL_VISIBILITY_MAX_CONNS": "3",
 		"GPUGOV_TEMPORAL_DYNAMIC_CONFIG": filepath.Join(root, "deploy", "temporal", "dynamicconfig", "development.yaml"),
 	}
 	var (
