@@ -386,8 +386,9 @@ const experimentHeartbeatEvery = 10 * time.Second
 // experimentHeartbeatEvery until the returned stop is called; outside an
 // activity (a unit test calling the method) it does nothing. With the
 // heartbeat an attempt whose worker died is retried after the heartbeat
-// timeout instead of the whole start-to-close timeout (10 min, sized for
-// measuring a long window).
+// timeout (30 s) instead of the whole start-to-close timeout (an experiment
+// step's 10 min, sized for measuring a long window; a scheduling cycle's
+// 2 min, during which no other cycle of the shard runs).
 func heartbeatWhile(ctx context.Context) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}

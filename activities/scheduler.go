@@ -143,6 +143,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	if in == nil || in.CycleID == "" {
 		return nil, invalidInput("run cycle: cycle ID is required")
 	}
+	defer heartbeatWhile(ctx)()
 	now := clock(a.Now)
 	// The policy first: a policy version switched since the last cycle
 	// writes what it sets (quotas, queues, pool stages) to the store when it

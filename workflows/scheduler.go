@@ -189,6 +189,11 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 2 * time.Minute,
+		// The cycle heartbeats (activities.heartbeatWhile): a cycle whose
+		// worker died is retried after 30 s, not 2 min, during which no
+		// other cycle of the shard would run. Activity options are not
+		// among the commands a replay compares.
+		HeartbeatTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
 			BackoffCoefficient: 2,
