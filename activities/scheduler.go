@@ -67,15 +67,6 @@ type RunCycleInput struct {
 	CycleID string
 	// PreviousCycleID is the shard's cycle before this one; "" for the first.
 	PreviousCycleID string
-	// SignalPlaced makes the activity itself send `placed` to each placed
-	// job's workflow (client signals, a bounded number at a time), also when
-	// the cycle is replayed, and release each placement whose workflow is
-	// closed or absent; RunCycleResult.PlacedSignalled then says it did. A
-	// scheduler workflow from version 1 of its change
-	// "placed-from-cycle" sets it (workflows.SchedulerWorkflow); earlier
-	// runs signal from the workflow (SignalExternalWorkflow), which waits
-	// for every signal's acknowledgement before its next cycle.
-	SignalPlaced bool
 }
 
 // PlacedJob is one placement granted by a cycle.
@@ -116,12 +107,6 @@ type RunCycleResult struct {
 	ReasonChanges       int
 	ReasonSignalsFailed int
 	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
-	// PlacedSignalled is true when the activity sent `placed` for every
-	// placement (RunCycleInput.SignalPlaced); PlacementsReleased counts the
-	// placements it released because their job's workflow was closed or
-	// absent (each back to waiting, as a requeue).
-	PlacedSignalled    bool
-	PlacementsReleased int
 }
 
 // CrashPointEffect reports whether the cycle placed or preempted anything
@@ -173,13 +158,6 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	res.PlanMillis = planMillis
 	if err := a.recordPreemptions(ctx, in.CycleID, plan, out, res, now); err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
-	}
-	if in.SignalPlaced {
-		released, err := a.signalPlaced(ctx, in.CycleID, res.Placements, now)
-		if err != nil {
-			return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
-		}
-		res.PlacedSignalled, res.PlacementsReleased = true, released
 	}
 	if out.Replayed {
 		// The stored cycle's reasons are not this plan's: forget what was
@@ -278,67 +256,6 @@ func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[s
 		}
 		after = next
 	}
-}
-
-// signalPlaced sends `placed` to every placed job's workflow, a bounded
-// number at a time (SignalConcurrency). A placement whose workflow is closed
-// or absent (NotFound) is released back to waiting (a requeue, so that no
-// allocation is left without a workflow to run it) and counted; any other
-// failure is returned after every signal was tried, so that Temporal retries
-// the activity: the retry replays the stored cycle and signals again, and a
-// job workflow ignores a second `placed` for the allocation it holds. A nil
-// Temporal is an error: placements would go unsignalled.
-func (a *Scheduler) signalPlaced(ctx context.Context, cycleID string, placed []PlacedJob, now time.Time) (int, error) {
-	if len(placed) == 0 {
-		return 0, nil
-	}
-	if a.Temporal == nil {
-		return 0, errors.New("placed signals: no Temporal client")
-	}
-	n := a.SignalConcurrency
-	if n <= 0 {
-		n = defaultSignalConcurrency
-	}
-	var mu sync.Mutex
-	var firstErr error
-	released := 0
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for _, p := range placed {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
-				temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: cycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
-			var nf *serviceerror.NotFound
-			if errors.As(err, &nf) {
-				err = a.Store.ReleasePlacement(ctx, p.JobID, p.AllocationID, vocab.RunRequeued,
-					"job workflow could not be signalled: "+err.Error(), now)
-				switch {
-				case err == nil:
-					mu.Lock()
-					released++
-					mu.Unlock()
-					return
-				case errors.Is(err, store.ErrConflict):
-					return // the allocation has a run: FinishRun releases it, not a placement release
-				}
-				err = fmt.Errorf("release unclaimed placement %s of job %s: %w", p.AllocationID, p.JobID, err)
-			} else if err != nil {
-				err = fmt.Errorf("signal placed to job %s: %w", p.JobID, err)
-			}
-			if err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return released, firstErr
 }
 
 // reasonChange is one waiting job whose reason differs from the one signalled.

@@ -147,9 +147,6 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 		if deps.Waker == nil {
 			deps.Waker = env
 		}
-		if deps.Temporal == nil {
-			deps.Temporal = clientSignals{env}
-		}
 		workflows.RegisterServiceWorker(env, deps)
 		if run == nil {
 			workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
@@ -201,24 +198,6 @@ func newWorkflowEnv(register func(*testEnv)) *testEnv {
 			return nil
 		}).Maybe()
 	return env
-}
-
-// clientSignals is the Temporal client of the activities under test
-// (activities.Signaler): it records a signal an activity sent (the cycle
-// activity's `placed` and `wait-reason` signals) like the workflows'
-// external signals, failing with failSend's error for its target.
-type clientSignals struct{ *testEnv }
-
-// SignalWorkflow records the signal: activities.Signaler.
-func (c clientSignals) SignalWorkflow(_ context.Context, workflowID, _, name string, arg any) error {
-	e := c.testEnv
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.failSend[workflowID]; err != nil {
-		return err
-	}
-	e.signals = append(e.signals, sentSignal{workflowID, name, arg})
-	return nil
 }
 
 // Wake records a scheduler wake-up asked for by an activity as a signal

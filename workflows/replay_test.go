@@ -51,12 +51,6 @@ var versionedHistories = []struct{ file, changeID string }{
 	// SchedulerWorkflow: the cycle that opened a preemption names its
 	// workflow per preemption (TestPreemptionOnDevServer).
 	{"scheduler-opened-preemption.json", "preemption-id-per-preemption"},
-	// SchedulerWorkflow: the cycle activity sends the placed signals
-	// (TestPreemptionOnDevServer, and the scheduler runs of
-	// TestEndToEndOnDevServer); the *-v0.json recordings keep
-	// the workflow's own SignalExternalWorkflow path.
-	{"scheduler-opened-preemption.json", "placed-from-cycle"},
-	{"scheduler-continued-as-new.json", "placed-from-cycle"},
 }
 
 // TestReplayVersionedBranches replays the histories of versionedHistories

@@ -201,10 +201,9 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 			MaximumAttempts:    5,
 		},
 	})
-	fromCycle := workflow.GetVersion(ctx, versionPlacedFromCycle, workflow.DefaultVersion, 1) >= 1
 	var res activities.RunCycleResult
 	err := workflow.ExecuteActivity(actx, s.sched.RunCycle, &activities.RunCycleInput{
-		Shard: s.next.Shard, CycleID: cycleID, PreviousCycleID: s.next.PreviousCycleID, SignalPlaced: fromCycle,
+		Shard: s.next.Shard, CycleID: cycleID, PreviousCycleID: s.next.PreviousCycleID,
 	}).Get(ctx, &res)
 	if err != nil {
 		workflow.GetLogger(ctx).Error("scheduling cycle failed; retried at the next wake", "cycle", cycleID, "error", err)
@@ -216,26 +215,9 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	s.next.CyclesBefore++
 	s.status.Cycles, s.status.LastCycleID = s.next.CyclesBefore, cycleID
 	s.status.LastPlacements, s.status.LastWaiting = len(res.Placements), res.Waiting
-	if !res.PlacedSignalled {
-		s.signalPlacements(ctx, cycleID, res.Placements)
-	}
+	s.signalPlacements(ctx, cycleID, res.Placements)
 	s.startPreemptions(ctx, res.Preemptions)
 }
-
-// versionPlacedFromCycle is the workflow.GetVersion change ID of scheduler
-// workflows whose cycle activity sends the `placed` signals itself
-// (activities.RunCycleInput.SignalPlaced; version 1) instead of the
-// workflow sending them with SignalExternalWorkflow and waiting for every
-// acknowledgement before its next cycle (DefaultVersion). Found by the
-// sustained-load test: under 50 submissions/s on the dev server the
-// acknowledgements of one cycle's 69 signals took 36 s, during which no
-// cycle ran and submitted jobs piled up unevaluated; each external signal
-// also cost the scheduler's history two events. A client signal is one
-// write on the job's workflow, sent 16 at a time; the cycle activity is
-// retried on a failed signal and replays the stored cycle, so no placement
-// goes unsignalled, and a job workflow ignores a second `placed` for the
-// allocation it holds.
-const versionPlacedFromCycle = "placed-from-cycle"
 
 // versionPreemptionIDPerPreemption is the workflow.GetVersion change ID of
 // scheduler workflows that name each preemption's workflow

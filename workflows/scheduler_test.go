@@ -3,7 +3,6 @@ package workflows_test
 import (
 	"context"
 	"errors"
-	"go.temporal.io/api/serviceerror"
 	"sync"
 	"testing"
 	"time"
@@ -167,7 +166,7 @@ func TestSchedulerRequeuesPlacementOfUnreachableJobWorkflow(t *testing.T) {
 	st := newStore(t, 1)
 	job := submitJob(t, st, jobSpec{gpus: 1, runSeconds: 60})
 	env, _ := newSchedulerEnv(t, st, activities.Deps{})
-	env.failSend[temporalx.JobWorkflowID(job.ID)] = serviceerror.NewNotFound("workflow execution not found")
+	env.failSend[temporalx.JobWorkflowID(job.ID)] = errors.New("unknown external workflow execution")
 
 	env.ExecuteWorkflow(workflows.SchedulerWorkflowName, &workflows.SchedulerInput{WakePending: true, IterationsPerRun: 1})
 
