@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -305,7 +306,7 @@ func validateResources(r ResourceSpec) []FieldError {
 	}
 	switch {
 	case r.GPUMilli < 0 || r.GPUMilli > scheduling.MilliPerGPU:
-		add("gpu_milli", "must be 1..%d milli-GPU, got %d", scheduling.MilliPerGPU, r.GPUMilli)
+		add("gpu_milli", "must be 1..%d milli-GPU (0 or absent: whole GPUs), got %d", scheduling.MilliPerGPU, r.GPUMilli)
 	case r.GPUMilli > 0 && r.GPUs != 1:
 		add("gpu_milli", "a GPU share is only allowed with gpus: 1 (gpus is %d)", r.GPUs)
 	}
@@ -363,7 +364,7 @@ func validateRun(spec *JobSpec) []FieldError {
 	case !spec.Simulated() && !(spec.RunSeconds >= 0):
 		add("run_seconds", "must be ≥ 0 seconds, got %g", spec.RunSeconds)
 	case !(spec.RunSeconds <= store.MaxRunSeconds):
-		add("run_seconds", "must be at most %d seconds (10 years), got %g", store.MaxRunSeconds, spec.RunSeconds)
+		add("run_seconds", "must be at most %d seconds (10 years), got %s", store.MaxRunSeconds, plainNumber(spec.RunSeconds))
 	}
 	for i, arg := range spec.Command {
 		if i == 0 && strings.TrimSpace(arg) == "" {
@@ -506,4 +507,13 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// plainNumber writes v without an exponent up to 10^15 (400000000, not
+// 4e+08), and in %g beyond, so that an absurd value stays short.
+func plainNumber(v float64) string {
+	if v > -1e15 && v < 1e15 {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }

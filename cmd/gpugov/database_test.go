@@ -26,7 +26,6 @@ func TestMistypedDatabaseURLCreatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect to PostgreSQL: %v", err)
 	}
-	defer admin.Close(ctx)
 	name := fmt.Sprintf("gpugov_typo_%d", time.Now().UnixNano())
 	cfg, err := pgx.ParseConfig(storetest.AdminURL())
 	if err != nil {
@@ -41,8 +40,9 @@ func TestMistypedDatabaseURLCreatesNothing(t *testing.T) {
 		}
 		return ok
 	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // drop, then close: a deferred Close would run first
 		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		_ = admin.Close(context.Background())
 	})
 	nodes := filepath.Join(t.TempDir(), "nodes.csv")
 	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\nnode-1,96000,786432,8,V100M32\n"), 0o644); err != nil {
