@@ -104,10 +104,13 @@ type Wait struct {
 // Explanation is the last scheduling cycle's account of a job: rank in its
 // pool, effective priority by parts, and what would change its wait.
 type Explanation struct {
-	Rank          int       `json:"rank"` // among the cycle's pending jobs of Pool, 1 = first
-	Pool          string    `json:"pool"`
-	Priority      Priority  `json:"priority"`
-	Reason        string    `json:"reason,omitempty"`
+	Rank     int      `json:"rank"` // among the cycle's pending jobs of Pool, 1 = first
+	Pool     string   `json:"pool"`
+	Priority Priority `json:"priority"`
+	Reason   string   `json:"reason,omitempty"`
+	// Detail is the reason's quantities as the cycle that wrote the
+	// explanation saw them (the open wait event's detail then).
+	Detail        string    `json:"detail,omitempty"`
 	ReEvaluate    string    `json:"reevaluate,omitempty"`
 	BlockingJobID string    `json:"blocking_job_id,omitempty"`
 	Placed        *PlacedOn `json:"placed,omitempty"`
@@ -385,7 +388,7 @@ func recoveryFromStore(r scheduling.RecoveryEvidence) Recovery {
 
 func explanationFromStore(e *store.Explanation, pool string) *Explanation {
 	out := &Explanation{
-		Rank: e.Rank, Pool: pool, Reason: string(e.Reason), ReEvaluate: e.ReEvaluate, BlockingJobID: e.BlockingJobID,
+		Rank: e.Rank, Pool: pool, Reason: string(e.Reason), Detail: e.Detail, ReEvaluate: e.ReEvaluate, BlockingJobID: e.BlockingJobID,
 		CycleID: e.CycleID, EvaluatedAt: e.EvaluatedAt,
 		Priority: Priority{
 			Score: e.Priority.Score, TierBase: e.Priority.TierBase, AgingCredit: e.Priority.AgingCredit,

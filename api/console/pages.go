@@ -27,9 +27,6 @@ const (
 	// maxListPages bounds the pages of GET /v1/jobs one console page reads
 	// (vocab.MaxListLimit jobs each).
 	maxListPages = 10
-	// maxWaitingDetails bounds the waiting jobs whose current wait event
-	// (reason detail) the queue page reads one by one.
-	maxWaitingDetails = 50
 )
 
 // windowParam reads ?window= (a Go duration such as 1h or 30m) or
@@ -374,8 +371,8 @@ func tierGroup(r queuereport.Report, tier string) queuereport.Group {
 }
 
 // waitingJobs lists the pending jobs the viewer may see, longest waiting
-// first, with the current wait event's detail for the first
-// maxWaitingDetails.
+// first, each with the reason, detail and re-evaluation of its explanation
+// (GET /v1/jobs carries them: one list read, no request per job).
 func (c *Console) waitingJobs(r *http.Request, s *session) (waitingList, error) {
 	var all []api.Job
 	truncated := false
@@ -388,22 +385,10 @@ func (c *Console) waitingJobs(r *http.Request, s *session) (waitingList, error) 
 	}
 	sort.SliceStable(all, func(i, j int) bool { return since(all[i]).Before(since(all[j])) })
 	out := waitingList{Truncated: truncated, Jobs: make([]waitingJob, 0, len(all))}
-	for i, j := range all {
+	for _, j := range all {
 		wj := waitingJob{Job: j, Since: j.WaitingSince}
-		if i < maxWaitingDetails {
-			var full api.Job
-			if err := c.call(r, s, http.MethodGet, "/v1/jobs/"+url.PathEscape(j.ID), nil, nil, &full); err == nil {
-				wj.Job = full
-			}
-		}
-		if wt := wj.Job.Wait; wt != nil {
-			wj.Reason, wj.Detail, wj.ReEvaluate = wt.Reason, wt.Detail, wt.ReEvaluate
-		}
-		if e := wj.Job.Explanation; e != nil {
-			if wj.Reason == "" {
-				wj.Reason, wj.ReEvaluate = e.Reason, e.ReEvaluate
-			}
-			wj.Next = e.NextEvaluation
+		if e := j.Explanation; e != nil { // the list's rows carry it: no request per job
+			wj.Reason, wj.Detail, wj.ReEvaluate, wj.Next = e.Reason, e.Detail, e.ReEvaluate, e.NextEvaluation
 		}
 		out.Jobs = append(out.Jobs, wj)
 	}
