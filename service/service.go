@@ -388,7 +388,7 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 			case <-t.C:
 			}
 		}
-		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows)
+		res, err := workflows.ReconcileJobWorkflows(ctx, api.PendingJobs{Store: api.StoreFrom(s.store)}, s.workflows, s.workflows.Ledger())
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile job workflows", "checked", res.Checked, "failed", res.Failed, "err", err)
 		}

@@ -54,6 +54,7 @@ type Client struct {
 	client client.Client
 	opts   ClientOptions
 	waker  *temporalx.Waker
+	ledger StartLedger // the jobs whose StartJob Temporal accepted
 }
 
 // ClientOptions configures Client.
@@ -83,7 +84,8 @@ func NewClient(c client.Client, o ClientOptions) *Client {
 // idempotent: a running workflow with that ID is reused and a closed one is
 // never started again (its "already started" answer counts as success), so a
 // retried submit, or the reconciler, may call it any number of times. It
-// returns the client's error when the server refuses otherwise.
+// returns the client's error when the server refuses otherwise. A start
+// Temporal accepted is recorded in t's Ledger.
 func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes) error {
 	opts := JobStartOptions(jobID)
 	if t.opts.SearchAttributes {
@@ -103,8 +105,13 @@ func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.Job
 	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 		return fmt.Errorf("start %s: %w", opts.ID, err)
 	}
+	t.ledger.Confirm(jobID)
 	return nil
 }
+
+// Ledger is the StartLedger of the jobs whose StartJob Temporal accepted
+// through t, for ReconcileJobWorkflows.
+func (t *Client) Ledger() *StartLedger { return &t.ledger }
 
 // CancelJob sends the "cancel" signal, with who and why, to the job's
 // workflow. A workflow that has already closed is not an error: there is

@@ -66,8 +66,14 @@ func TestClientAgainstDevServer(t *testing.T) {
 		SearchAttributes: true,
 	})
 	attrs := temporalx.JobAttributes{Queue: "train", Tier: "standard", Pool: "a100-east", State: "submitted"}
+	if tw.Ledger().Confirmed("j-1") {
+		t.Fatal("ledger holds j-1 before its start")
+	}
 	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {
 		t.Fatal(err)
+	}
+	if !tw.Ledger().Confirmed("j-1") {
+		t.Fatal("ledger does not hold the start Temporal accepted")
 	}
 	first := describe(ctx, t, srv.Client, "job/j-1")
 	if err := tw.StartJob(ctx, "j-1", attrs); err != nil {

@@ -12,6 +12,7 @@ import (
 type ReconcileResult struct {
 	Checked int // pending jobs whose workflow start was (re)requested
 	Failed  int // of those, starts that failed; they are tried again next pass
+	Known   int // pending jobs skipped: the StartLedger holds their start
 }
 
 // PendingJobs lists the jobs whose JobWorkflow may not have been started; the
@@ -26,14 +27,22 @@ type PendingJobs interface {
 // ReconcileJobWorkflows keeps the durability invariant (docs/design.md) for
 // submissions answered 202 and for background starts that failed or were
 // lost with the process: it asks Temporal to start the JobWorkflow of every
-// pending job. StartJob is idempotent, so jobs whose workflow exists are left
-// as they are; the cost is one Temporal call per pending job. serve runs it
-// periodically. It returns the counts and an error joining the store error,
-// if any, with the first failed start.
-func ReconcileJobWorkflows(ctx context.Context, jobs PendingJobs, wf JobStarter) (ReconcileResult, error) {
+// pending job that ledger does not hold (a nil ledger holds none). StartJob
+// is idempotent, so jobs whose workflow exists are left as they are; the
+// cost is one Temporal call per pending job not in the ledger — every
+// pending job at a process's first pass, then those whose start is in doubt
+// (StartLedger). serve runs it periodically, with the ledger its
+// workflows.Client fills. It returns the counts and an error joining the
+// store error, if any, with the first failed start.
+func ReconcileJobWorkflows(ctx context.Context, jobs PendingJobs, wf JobStarter, ledger *StartLedger) (ReconcileResult, error) {
 	var res ReconcileResult
 	var firstStartErr error
+	gen := ledger.beginPass()
 	err := jobs.EachPendingJob(ctx, func(jobID string, attrs temporalx.JobAttributes) {
+		if ledger.listed(jobID) {
+			res.Known++
+			return
+		}
 		res.Checked++
 		if err := wf.StartJob(ctx, jobID, attrs); err != nil {
 			res.Failed++
@@ -45,5 +54,6 @@ func ReconcileJobWorkflows(ctx context.Context, jobs PendingJobs, wf JobStarter)
 	if err != nil {
 		return res, errors.Join(fmt.Errorf("reconcile job workflows: %w", err), firstStartErr)
 	}
+	ledger.endPass(gen)
 	return res, firstStartErr
 }

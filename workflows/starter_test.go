@@ -22,6 +22,7 @@ type fakeStarter struct {
 	notified int
 	failFor  map[string]bool // job IDs whose start fails
 	hook     func(jobID string)
+	ledger   *workflows.StartLedger // confirms each start made, as workflows.Client does
 }
 
 var errStartRefused = errors.New("temporal: connection refused")
@@ -39,6 +40,7 @@ func (f *fakeStarter) StartJob(_ context.Context, jobID string, _ temporalx.JobA
 		return errStartRefused
 	}
 	f.started = append(f.started, jobID)
+	f.ledger.Confirm(jobID)
 	return nil
 }
 
