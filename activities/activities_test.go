@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,9 +54,10 @@ func submit(t testing.TB, st *store.Store, gpus int) *store.Job {
 // recordingSignaler stands in for the Temporal client at the signal boundary:
 // it records `wait-reason` signals and fails those of the jobs in fail.
 type recordingSignaler struct {
-	mu   sync.Mutex
-	sent map[string][]vocab.WaitReason // by workflow ID
-	fail map[string]error
+	mu     sync.Mutex
+	sent   map[string][]vocab.WaitReason // by workflow ID
+	placed map[string][]string           // `placed` signals' allocation IDs, by workflow ID
+	fail   map[string]error
 }
 
 func newSignaler() *recordingSignaler {
@@ -64,11 +67,18 @@ func newSignaler() *recordingSignaler {
 func (r *recordingSignaler) SignalWorkflow(_ context.Context, workflowID, runID, name string, arg any) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if name != temporalx.SignalWaitReason || runID != "" {
+	if (name != temporalx.SignalWaitReason && name != temporalx.SignalPlaced) || runID != "" {
 		return fmt.Errorf("unexpected signal %s to %s/%s", name, workflowID, runID)
 	}
 	if err := r.fail[workflowID]; err != nil {
 		return err
+	}
+	if name == temporalx.SignalPlaced {
+		if r.placed == nil {
+			r.placed = map[string][]string{}
+		}
+		r.placed[workflowID] = append(r.placed[workflowID], arg.(temporalx.PlacedSignal).AllocationID)
+		return nil
 	}
 	r.sent[workflowID] = append(r.sent[workflowID], arg.(temporalx.WaitReasonSignal).Reason)
 	return nil
@@ -229,4 +239,42 @@ func TestJobActivities(t *testing.T) {
 func isNonRetryable(err error, errType string) bool {
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.NonRetryable() && appErr.Type() == errType
+}
+
+// SignalPlacements signals each placement once; a closed or absent workflow
+// (NotFound) and a signal refused for good come back unclaimed, for the
+// scheduler to release; an error the server may get over fails the activity
+// (retryable); without a Temporal client it fails, not retryable.
+func TestSignalPlacements(t *testing.T) {
+	sig := newSignaler()
+	sig.fail[temporalx.JobWorkflowID("j-2")] = serviceerror.NewNotFound("workflow execution already completed")
+	sig.fail[temporalx.JobWorkflowID("j-3")] = serviceerror.NewInvalidArgument("signal payload too large")
+	a := &activities.Scheduler{Temporal: sig, SignalConcurrency: 2}
+	in := &activities.SignalPlacementsInput{CycleID: "c-1"}
+	for _, id := range []string{"j-1", "j-2", "j-3", "j-4"} {
+		in.Placements = append(in.Placements, activities.PlacedJob{JobID: id, AllocationID: "a-" + id, Pool: testPool, Node: "n1"})
+	}
+	res, err := a.SignalPlacements(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Signalled != 2 || len(res.Unclaimed) != 2 || res.Unclaimed[0].JobID != "j-2" || res.Unclaimed[0].AllocationID != "a-j-2" ||
+		res.Unclaimed[1].JobID != "j-3" || !strings.Contains(res.Unclaimed[1].Error, "too large") {
+		t.Fatalf("result %+v", res)
+	}
+	for _, id := range []string{"j-1", "j-4"} {
+		if got := sig.placed[temporalx.JobWorkflowID(id)]; !slices.Equal(got, []string{"a-" + id}) {
+			t.Fatalf("%s got placed %v", id, got)
+		}
+	}
+	sig.fail[temporalx.JobWorkflowID("j-4")] = serviceerror.NewUnavailable("frontend restarting")
+	if _, err := a.SignalPlacements(context.Background(), in); err == nil || isNonRetryable(err, activities.ErrTypeInvalidInput) {
+		t.Fatalf("unavailable server: %v, want a retryable error", err)
+	}
+	if _, err := (&activities.Scheduler{}).SignalPlacements(context.Background(), in); err == nil || !isNonRetryable(err, activities.ErrTypeInvalidInput) {
+		t.Fatalf("no Temporal client: %v, want a non-retryable error", err)
+	}
+	if _, err := a.SignalPlacements(context.Background(), &activities.SignalPlacementsInput{}); err == nil || !isNonRetryable(err, activities.ErrTypeInvalidInput) {
+		t.Fatalf("no cycle ID: %v, want a non-retryable error", err)
+	}
 }

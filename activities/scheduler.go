@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 	"github.com/gpugov/gpugov/store"
 )
 
-// defaultSignalConcurrency bounds the wait-reason signals in flight per cycle.
+// defaultSignalConcurrency bounds the wait-reason and placed signals in
+// flight per cycle.
 const defaultSignalConcurrency = 16
 
 // Scheduler holds the scheduling-cycle activity. It remembers, per shard, the
@@ -37,7 +40,8 @@ type Scheduler struct {
 	// CycleIntervalSeconds is the scheduler's timer period, copied into every
 	// cycle's snapshot (scheduling.Snapshot.CycleIntervalSeconds); 0: unknown.
 	CycleIntervalSeconds int64
-	// SignalConcurrency bounds the wait-reason signals in flight; 0 means 16.
+	// SignalConcurrency bounds the wait-reason and placed signals in
+	// flight; 0 means 16.
 	SignalConcurrency int
 
 	mu      sync.Mutex
@@ -282,31 +286,129 @@ func (a *Scheduler) signalReasons(ctx context.Context, changes []reasonChange) m
 	if a.Temporal == nil || len(changes) == 0 {
 		return nil
 	}
-	n := a.SignalConcurrency
-	if n <= 0 {
-		n = defaultSignalConcurrency
-	}
 	var mu sync.Mutex
 	failed := map[string]bool{}
-	sem := make(chan struct{}, n)
+	a.eachBounded(len(changes), func(i int) {
+		c := changes[i]
+		err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(c.jobID), "", temporalx.SignalWaitReason,
+			temporalx.WaitReasonSignal{Reason: c.reason})
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) {
+			mu.Lock()
+			failed[c.jobID] = true
+			mu.Unlock()
+		}
+	})
+	return failed
+}
+
+// eachBounded calls fn(0) … fn(n-1), SignalConcurrency (default 16) at a
+// time, and returns when all have returned.
+func (a *Scheduler) eachBounded(n int, fn func(i int)) {
+	limit := a.SignalConcurrency
+	if limit <= 0 {
+		limit = defaultSignalConcurrency
+	}
+	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
-	for _, c := range changes {
+	for i := range n {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(c.jobID), "", temporalx.SignalWaitReason,
-				temporalx.WaitReasonSignal{Reason: c.reason})
-			var nf *serviceerror.NotFound
-			if err != nil && !errors.As(err, &nf) {
-				mu.Lock()
-				failed[c.jobID] = true
-				mu.Unlock()
-			}
+			fn(i)
 		}()
 	}
 	wg.Wait()
-	return failed
+}
+
+// SignalPlacementsInput is a cycle's placements, to be signalled `placed`.
+type SignalPlacementsInput struct {
+	CycleID    string
+	Placements []PlacedJob
+}
+
+// UnclaimedPlacement is a placement whose job workflow could not be told:
+// it is closed or absent (NotFound), or the server refused the signal for
+// good (Error says why). The scheduler workflow releases it back to waiting.
+type UnclaimedPlacement struct {
+	JobID        string
+	AllocationID string
+	Error        string
+}
+
+// SignalPlacementsResult is what SignalPlacements did.
+type SignalPlacementsResult struct {
+	Signalled int // placements whose workflow took the signal
+	Unclaimed []UnclaimedPlacement
+}
+
+// SignalPlacements sends `placed` (temporalx.PlacedSignal) to each placed
+// job's workflow, SignalConcurrency at a time, as client signals: each is one
+// update of the job workflow's state on the server, where a
+// SignalExternalWorkflow command from the scheduler workflow cost two events
+// in the scheduler's history and a round of its workflow tasks per signal
+// (docs/design.md §3 step 3 "Place", §8 "Sustained load"). A job workflow
+// takes a repeated `placed` for the allocation it holds as a no-op, so the
+// activity's retry may signal again what its first attempt signalled. It
+// returns the placements whose workflow is closed or absent, or refused the
+// signal for good (InvalidArgument, FailedPrecondition, …), for the scheduler
+// to release; an error the server may get over (unavailable, deadline,
+// resource exhausted, an internal error, this activity's context) fails the
+// activity after every signal was tried, for Temporal to retry. Without a
+// Temporal client it fails, not retryable.
+func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsInput) (*SignalPlacementsResult, error) {
+	if in == nil || in.CycleID == "" {
+		return nil, invalidInput("signal placements: cycle ID is required")
+	}
+	if a.Temporal == nil {
+		return nil, invalidInput("signal placements: no Temporal client")
+	}
+	defer heartbeatWhile(ctx)()
+	var mu sync.Mutex
+	res := &SignalPlacementsResult{}
+	var retry error
+	a.eachBounded(len(in.Placements), func(i int) {
+		p := in.Placements[i]
+		err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
+			temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: in.CycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			res.Signalled++
+		case signalMayRecover(ctx, err):
+			if retry == nil {
+				retry = fmt.Errorf("signal placements of cycle %s: job %s: %w", in.CycleID, p.JobID, err)
+			}
+		default:
+			res.Unclaimed = append(res.Unclaimed, UnclaimedPlacement{JobID: p.JobID, AllocationID: p.AllocationID, Error: err.Error()})
+		}
+	})
+	if retry != nil {
+		return nil, retry
+	}
+	slices.SortFunc(res.Unclaimed, func(x, y UnclaimedPlacement) int { return strings.Compare(x.JobID, y.JobID) })
+	return res, nil
+}
+
+// signalMayRecover reports whether a failed signal may succeed when tried
+// again: the activity's own context ended, or the server answered
+// unavailable, deadline exceeded, resource exhausted, aborted or internal.
+func signalMayRecover(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var (
+		unavailable *serviceerror.Unavailable
+		deadline    *serviceerror.DeadlineExceeded
+		exhausted   *serviceerror.ResourceExhausted
+		aborted     *serviceerror.Aborted
+		internal    *serviceerror.Internal
+		canceled    *serviceerror.Canceled
+	)
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &exhausted) ||
+		errors.As(err, &aborted) || errors.As(err, &internal) || errors.As(err, &canceled)
 }
 
 // rememberReasons records the reasons signalled as of in.CycleID: this

@@ -25,6 +25,7 @@ var crashSteps = map[string]string{
 	"FinishRun":              "TestCrashAtEveryJobStep",
 	"CancelJob":              "TestCrashAtEveryJobStep",
 	"ReleasePlacement":       "TestCrashAtEveryJobStep",
+	"SignalPlacements":       "TestCrashAtEveryJobStep",
 	"Notify":                 "TestCrashAtEveryPreemptionStep",
 	"Checkpoint":             "TestCrashAtEveryPreemptionStep",
 	"Release":                "TestCrashAtEveryPreemptionStep",

@@ -138,7 +138,7 @@ func gpuChecks() []check {
 // TestCrashAtEveryJobStep drives one job through the scheduling cycle
 // and every step of its workflow with a SIGKILL after each step's effect:
 // LoadJob, RunCycle (placement committed, job not yet signalled),
-// MarkRunning, the executor's run, FinishRun. The job must end succeeded
+// SignalPlacements (before it signals), MarkRunning, the executor's run, FinishRun. The job must end succeeded
 // with one allocation, one run and nothing left charged. A second job is
 // cancelled while waiting with a SIGKILL after CancelJob; a third is
 // cancelled while its cycle's placement is committed and unsignalled, so
@@ -166,6 +166,15 @@ func TestCrashAtEveryJobStep(t *testing.T) {
 	took = r.crashAt("RunCycle", crashpoint.AfterEffect, "", crashTimeout, nil, nil)
 	add("RunCycle (placement)", took, append([]check{
 		{what: "one allocation", sql: `SELECT count(*) FROM allocations WHERE job_id = $1`, args: []any{jobID}, want: 1},
+	}, gpuChecks()...))
+
+	// SignalPlacements: the retried cycle replays its placement and the
+	// process dies as the signalling activity begins; the job must not run
+	// yet, and the next start signals it (the MarkRunning case below).
+	took = r.crashAt("SignalPlacements", crashpoint.Before, "", crashTimeout, nil, nil)
+	add("SignalPlacements (before its body)", took, append([]check{
+		{what: "one allocation", sql: `SELECT count(*) FROM allocations WHERE job_id = $1`, args: []any{jobID}, want: 1},
+		{what: "no run before the signal", sql: `SELECT count(*) FROM runs WHERE job_id = $1`, args: []any{jobID}, want: 0},
 	}, gpuChecks()...))
 
 	took = r.crashAt("MarkRunning", crashpoint.AfterEffect, temporalx.JobWorkflowID(jobID), crashTimeout, nil, nil)

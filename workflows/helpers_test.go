@@ -147,6 +147,9 @@ func newTestEnvWith(t *testing.T, deps activities.Deps, run any) *testEnv {
 		if deps.Waker == nil {
 			deps.Waker = env
 		}
+		if deps.Temporal == nil {
+			deps.Temporal = envSignaler{env}
+		}
 		workflows.RegisterServiceWorker(env, deps)
 		if run == nil {
 			workflows.RegisterSimExecutorWorker(env, fastExecutor(st))
@@ -198,6 +201,21 @@ func newWorkflowEnv(register func(*testEnv)) *testEnv {
 			return nil
 		}).Maybe()
 	return env
+}
+
+// envSignaler is the test environment as activities.Signaler: it records a
+// client signal sent by an activity (the scheduler's placed and wait-reason
+// signals) like a SignalExternalWorkflow command, failing as failSend says.
+type envSignaler struct{ *testEnv }
+
+func (e envSignaler) SignalWorkflow(_ context.Context, workflowID, _, name string, arg any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.failSend[workflowID]; err != nil {
+		return err
+	}
+	e.signals = append(e.signals, sentSignal{workflowID, name, arg})
+	return nil
 }
 
 // Wake records a scheduler wake-up asked for by an activity as a signal

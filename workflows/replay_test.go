@@ -51,6 +51,11 @@ var versionedHistories = []struct{ file, changeID string }{
 	// SchedulerWorkflow: the cycle that opened a preemption names its
 	// workflow per preemption (TestPreemptionOnDevServer).
 	{"scheduler-opened-preemption.json", "preemption-id-per-preemption"},
+	// SchedulerWorkflow: placements signalled by the SignalPlacements
+	// activity (TestEndToEndOnDevServer, TestPreemptionOnDevServer); the
+	// *-external-signals.json histories keep the SignalExternalWorkflow branch.
+	{"scheduler-continued-as-new.json", "placed-signals-by-activity"},
+	{"scheduler-opened-preemption.json", "placed-signals-by-activity"},
 }
 
 // TestReplayVersionedBranches replays the histories of versionedHistories

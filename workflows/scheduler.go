@@ -73,8 +73,10 @@ type SchedulerStatus struct {
 // SchedulerWorkflow is a shard's single writer of placements. It sleeps until
 // a `job-submitted`, `allocation-released` or `inventory-changed` signal or the
 // cycle interval; woken by a signal, it waits CoalesceMillis for the rest of a
-// burst; it then takes every signal queued (one cycle serves them all), runs the RunCycle activity, and signals `placed` to each placed job's
-// workflow; a placement whose workflow cannot be signalled (not started yet,
+// burst; it then takes every signal queued (one cycle serves them all), runs
+// the RunCycle activity, and signals `placed` to each placed job's workflow
+// (the SignalPlacements activity); a placement whose workflow cannot be
+// signalled (not started yet,
 // or closed) is released back to waiting; it starts a PreemptionWorkflow
 // for each preemption the cycle opened. After IterationsPerRun cycles, or
 // when the history grows long, it continues as new, carrying a pending wake-up
@@ -258,31 +260,74 @@ func (s *schedulerFlow) startPreemptions(ctx workflow.Context, ps []activities.S
 	awaitChildStarts(ctx, futs, "preemption workflow not started", "preemption", func(i int) string { return ps[i].PreemptionID })
 }
 
-// signalPlacements sends `placed` to every placed job's workflow at once, then
+// versionPlacedByActivity is the workflow.GetVersion change ID of scheduler
+// workflows that send the cycle's `placed` signals from the SignalPlacements
+// activity (version 1) instead of one SignalExternalWorkflow command each
+// (DefaultVersion), which cost the scheduler two history events and a round
+// of workflow tasks per placement: at 50 submissions/s a cycle's 600
+// placements took some 15 s to signal, during which the shard ran no cycle
+// (docs/design.md §8 "Sustained load"). It is asked for only by a cycle that
+// placed something.
+const versionPlacedByActivity = "placed-signals-by-activity"
+
+// signalPlacements tells every placed job's workflow of its placement, then
 // releases (back to waiting) each placement whose workflow could not be
 // signalled, so that no allocation is left without a workflow to run it.
+// Since versionPlacedByActivity the SignalPlacements activity sends the
+// signals; when it fails after its retries (Temporal unreachable for
+// minutes), the placements are signalled as before, by
+// SignalExternalWorkflow, which the server delivers however long it takes.
 func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, placed []activities.PlacedJob) {
+	if len(placed) == 0 {
+		return
+	}
+	if workflow.GetVersion(ctx, versionPlacedByActivity, workflow.DefaultVersion, 1) >= 1 {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 2 * time.Minute,
+			HeartbeatTimeout:    30 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{
+				InitialInterval:    time.Second,
+				BackoffCoefficient: 2,
+				MaximumInterval:    30 * time.Second,
+				MaximumAttempts:    5,
+			},
+		})
+		var res activities.SignalPlacementsResult
+		err := workflow.ExecuteActivity(actx, s.sched.SignalPlacements,
+			&activities.SignalPlacementsInput{CycleID: cycleID, Placements: placed}).Get(ctx, &res)
+		if err == nil {
+			for _, u := range res.Unclaimed {
+				s.releaseUnclaimed(ctx, u.JobID, u.AllocationID, u.Error)
+			}
+			return
+		}
+		workflow.GetLogger(ctx).Error("placements not signalled by activity; signalling them from the workflow",
+			"cycle", cycleID, "error", err)
+	}
 	futs := make([]workflow.Future, len(placed))
 	for i, p := range placed {
 		futs[i] = workflow.SignalExternalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
 			temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: cycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
 	}
+	for i, f := range futs {
+		if sigErr := f.Get(ctx, nil); sigErr != nil {
+			s.releaseUnclaimed(ctx, placed[i].JobID, placed[i].AllocationID, sigErr.Error())
+		}
+	}
+}
+
+// releaseUnclaimed releases (back to waiting, outcome requeued) a placement
+// whose job workflow could not be signalled; why is the signal's error.
+func (s *schedulerFlow) releaseUnclaimed(ctx workflow.Context, jobID, allocationID, why string) {
 	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 	})
-	for i, f := range futs {
-		sigErr := f.Get(ctx, nil)
-		if sigErr == nil {
-			continue
-		}
-		p := placed[i]
-		err := workflow.ExecuteActivity(rctx, s.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
-			JobID: p.JobID, AllocationID: p.AllocationID, Outcome: vocab.RunRequeued,
-			Detail: "job workflow could not be signalled: " + sigErr.Error(),
-		}).Get(ctx, nil)
-		if err != nil {
-			workflow.GetLogger(ctx).Error("unclaimed placement not released", "job", p.JobID, "allocation", p.AllocationID, "error", err)
-		}
+	err := workflow.ExecuteActivity(rctx, s.jobs.ReleasePlacement, &activities.ReleasePlacementInput{
+		JobID: jobID, AllocationID: allocationID, Outcome: vocab.RunRequeued,
+		Detail: "job workflow could not be signalled: " + why,
+	}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("unclaimed placement not released", "job", jobID, "allocation", allocationID, "error", err)
 	}
 }

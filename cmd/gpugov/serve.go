@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"crypto/tls"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -48,6 +51,7 @@ type serveOptions struct {
 	tlsCert, tlsKey   string
 	temporalUI        string
 	limits            api.Limits
+	pprofAddr         string
 }
 
 func init() {
@@ -114,6 +118,7 @@ killed, and serve logs a warning. Never set it outside crash tests.`,
 	f.DurationVar(&o.decisionRetention, "decision-retention", service.DefaultDecisionRetention,
 		"how long scheduling decisions are kept (each unfinished job keeps its latest wait decision)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) on this address, e.g. 127.0.0.1:6060, for profiling under load; unauthenticated, so keep it on loopback; off when empty")
 	f.StringVar(&o.tlsCert, "tls-cert", os.Getenv("GPUGOV_TLS_CERT"), "PEM certificate (chain) to serve HTTPS with, together with --tls-key (env GPUGOV_TLS_CERT)")
 	f.StringVar(&o.tlsKey, "tls-key", os.Getenv("GPUGOV_TLS_KEY"), "PEM private key of --tls-cert (env GPUGOV_TLS_KEY)")
 	f.StringVar(&o.temporalUI, "temporal-ui", cmp.Or(os.Getenv("GPUGOV_TEMPORAL_UI"), "http://127.0.0.1:8233"),
@@ -139,7 +144,35 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.pprofAddr != "" {
+		closeProfiles, err := serveProfiles(o.pprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer closeProfiles()
+	}
 	return service.Run(ctx, cfg)
+}
+
+// serveProfiles serves net/http/pprof's handlers under /debug/pprof/ on addr
+// (its own listener, never the API's, which needs a token) until the
+// returned function is called. An address that cannot be listened on is a
+// usage error.
+func serveProfiles(addr string, logger *slog.Logger) (func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, newUsageError("--pprof-addr: %v", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	logger.Warn("serving runtime profiles without authentication", "addr", l.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 // config validates the flags and reads the files they name; a bad flag or

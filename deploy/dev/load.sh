@@ -18,6 +18,7 @@
 #   GPUGOV_LOAD_RATE      submissions per second (default 50)
 #   GPUGOV_LOAD_DURATION  load window (default 5m)
 #   GPUGOV_LOAD_ARGS      more `gpugov load` flags, e.g. "--cancel-share 0.2 --format json"
+#   GPUGOV_LOAD_SERVE_ARGS more `gpugov serve` flags, e.g. "--pprof-addr 127.0.0.1:6093" to profile it
 #   GPUGOV_LOAD_KEEP=1    leave the stack running afterwards (stop: deploy/dev/load.sh stop)
 #
 # Usage: deploy/dev/load.sh [run|stop]   (from anywhere; run is the default)
@@ -87,8 +88,9 @@ token="load-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 tokens="$GPUGOV_STATE/tokens.yaml"
 ( umask 077; printf '%s: {name: gpugov-load, project: platform, role: operator}\n' "$token" >"$tokens" )
 
+# shellcheck disable=SC2086 # GPUGOV_LOAD_SERVE_ARGS is a list of flags
 nohup "$gpugov" serve --api-addr "$GPUGOV_API_ADDR" --database-url "$DATABASE_URL" --temporal-address "$TEMPORAL_ADDRESS" \
-  --tokens-file "$tokens" --inventory-file "$inventory" --sim-speed "$sim_speed" >"$GPUGOV_STATE/serve.log" 2>&1 &
+  --tokens-file "$tokens" --inventory-file "$inventory" --sim-speed "$sim_speed" ${GPUGOV_LOAD_SERVE_ARGS:-} >"$GPUGOV_STATE/serve.log" 2>&1 &
 echo $! >"$GPUGOV_STATE/serve.pid"
 serve_pid=$(cat "$GPUGOV_STATE/serve.pid")
 for i in $(seq 1 60); do
