@@ -32,13 +32,21 @@ func (s *Service) observationWindow() time.Duration {
 }
 
 // checkRetention refuses a sample retention shorter than the reclaim
-// observation window of the policy loaded at start: the
-// scan would then classify allocations by samples already deleted.
+// observation window of the policy loaded at start (CheckSampleRetention).
 func (s *Service) checkRetention() error {
-	if w := s.observationWindow(); s.cfg.GPUSampleRetention < w {
+	return CheckSampleRetention(s.cfg.GPUSampleRetention, s.currentPolicy())
+}
+
+// CheckSampleRetention refuses a GPU sample retention shorter than p's
+// reclaim observation window (policy reclaim.observation_window_s): the
+// reclaim scan would then classify allocations by samples already deleted.
+// serve checks it with the flags, so that the refusal is a usage error (exit
+// 2), and again at start. It returns an error naming --gpu-sample-retention.
+func CheckSampleRetention(retention time.Duration, p *policy.Policy) error {
+	if w := policy.Seconds(p.Reclaim.ObservationWindowSeconds); retention < w {
 		return fmt.Errorf("service: GPU sample retention %s (--gpu-sample-retention) is shorter than the reclaim "+
 			"observation window %s (policy reclaim.observation_window_s): the reclaim scan reads that "+
-			"much sample history; raise the retention to at least %s", s.cfg.GPUSampleRetention, w, w)
+			"much sample history; raise the retention to at least %s", retention, w, w)
 	}
 	return nil
 }

@@ -233,12 +233,16 @@ func (o *serveOptions) config(logger *slog.Logger) (service.Config, error) {
 			return cfg, usageError{err}
 		}
 	}
+	pol := policy.Default()
 	if o.policyFile != "" {
 		// Checked here for a usage error; the service loads it again to watch it.
-		if _, err := policy.Load(o.policyFile); err != nil {
+		if pol, err = policy.Load(o.policyFile); err != nil {
 			return cfg, usageError{err}
 		}
 		cfg.PolicyFile = o.policyFile
+	}
+	if err := service.CheckSampleRetention(o.sampleRetention, pol); err != nil {
+		return cfg, usageError{err}
 	}
 	return cfg, nil
 }

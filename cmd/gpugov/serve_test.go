@@ -60,22 +60,24 @@ func TestServeConfig(t *testing.T) {
 		t.Errorf("config %+v: want tokens, one pool, the policy file, 48h sample and 72h decision retention", cfg)
 	}
 	for name, mutate := range map[string]func(*serveOptions){
-		"cycle interval":     func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
-		"sim speed":          func(o *serveOptions) { o.simSpeed = 0 },
-		"workflow cache":     func(o *serveOptions) { o.workflowCache = 0 },
-		"reconcile":          func(o *serveOptions) { o.reconcileInterval = 0 },
-		"sample retention":   func(o *serveOptions) { o.sampleRetention = 0 },
-		"decision retention": func(o *serveOptions) { o.decisionRetention = -time.Hour },
-		"tokens file":        func(o *serveOptions) { o.tokensFile = "missing.yaml" },
-		"no tokens":          func(o *serveOptions) { o.tokensFile = "" }, // no deploy/ under cmd/gpugov
-		"inventory file":     func(o *serveOptions) { o.inventoryFile = devTokens },
-		"inventory format":   func(o *serveOptions) { o.inventoryFormat = "xml" },
-		"policy file":        func(o *serveOptions) { o.policyFile = devTokens },
-		"no policy file":     func(o *serveOptions) { o.policyFile = "missing.yaml" },
-		"TLS key alone":      func(o *serveOptions) { o.tlsKey = "key.pem" },
-		"TLS files missing":  func(o *serveOptions) { o.tlsCert, o.tlsKey = "/missing/cert.pem", "/missing/key.pem" },
-		"negative rate":      func(o *serveOptions) { o.limits.RatePerSecond = -1 },
-		"tiny header limit":  func(o *serveOptions) { o.limits.MaxHeaderBytes = 100 },
+		"cycle interval":   func(o *serveOptions) { o.cycleInterval = 100 * time.Millisecond },
+		"sim speed":        func(o *serveOptions) { o.simSpeed = 0 },
+		"workflow cache":   func(o *serveOptions) { o.workflowCache = 0 },
+		"reconcile":        func(o *serveOptions) { o.reconcileInterval = 0 },
+		"sample retention": func(o *serveOptions) { o.sampleRetention = 0 },
+		// Shorter than the policy file's reclaim observation window (40 s).
+		"sample retention below the observation window": func(o *serveOptions) { o.sampleRetention = 30 * time.Second },
+		"decision retention":                            func(o *serveOptions) { o.decisionRetention = -time.Hour },
+		"tokens file":                                   func(o *serveOptions) { o.tokensFile = "missing.yaml" },
+		"no tokens":                                     func(o *serveOptions) { o.tokensFile = "" }, // no deploy/ under cmd/gpugov
+		"inventory file":                                func(o *serveOptions) { o.inventoryFile = devTokens },
+		"inventory format":                              func(o *serveOptions) { o.inventoryFormat = "xml" },
+		"policy file":                                   func(o *serveOptions) { o.policyFile = devTokens },
+		"no policy file":                                func(o *serveOptions) { o.policyFile = "missing.yaml" },
+		"TLS key alone":                                 func(o *serveOptions) { o.tlsKey = "key.pem" },
+		"TLS files missing":                             func(o *serveOptions) { o.tlsCert, o.tlsKey = "/missing/cert.pem", "/missing/key.pem" },
+		"negative rate":                                 func(o *serveOptions) { o.limits.RatePerSecond = -1 },
+		"tiny header limit":                             func(o *serveOptions) { o.limits.MaxHeaderBytes = 100 },
 	} {
 		o := good
 		mutate(&o)
