@@ -2,6 +2,7 @@ package load
 
 import (
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -41,12 +42,16 @@ go_goroutines 42
 go_gc_heap_live_bytes 1.048576e+06
 go_memstats_heap_inuse_bytes 2097152
 go_memstats_heap_inuse_bytes_other{x="y"} 5
+gpugov_scheduling_cycle_duration_seconds_count{otel_scope_name="gpugov",shard="a b"} 3
+gpugov_scheduling_cycle_duration_seconds_count{otel_scope_name="gpugov",shard="c"} 4
+gpugov_scheduling_cycle_duration_seconds_sum{otel_scope_name="gpugov"} 0.35
 `
-	m, err := parseMetrics(strings.NewReader(text), heapMetrics)
+	m, err := parseMetrics(strings.NewReader(text), heapMetrics, metricCycleCount, metricCycleSum, "absent_optional")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m["go_goroutines"] != 42 || m["go_gc_heap_live_bytes"] != 1<<20 || m["go_memstats_heap_inuse_bytes"] != 2<<20 {
+	if m["go_goroutines"] != 42 || m["go_gc_heap_live_bytes"] != 1<<20 || m["go_memstats_heap_inuse_bytes"] != 2<<20 ||
+		m[metricCycleCount] != 7 || m[metricCycleSum] != 0.35 || m["absent_optional"] != 0 {
 		t.Fatalf("parseMetrics = %v", m)
 	}
 	if _, err := parseMetrics(strings.NewReader("go_goroutines 1\n"), heapMetrics); err == nil ||
@@ -170,5 +175,28 @@ func TestSettled(t *testing.T) {
 		if got := c.s.Settled(); got != c.want {
 			t.Errorf("%+v.Settled() = %v, want %v", c.s, got, c.want)
 		}
+	}
+}
+
+// The pipeline summary fits finished, pending and holding jobs over the
+// window's second half and averages the cycles over the whole window.
+func TestComputePipeline(t *testing.T) {
+	window := 4 * time.Minute
+	var samples []MemorySample
+	for i := 0; i <= 60; i++ { // every 5 s for 5 min: the drain's samples are left out
+		at := time.Duration(i) * 5 * time.Second
+		sec := at.Seconds()
+		samples = append(samples, MemorySample{At: at, Pipeline: PipelineSample{
+			Finished: int64(20 * sec), Pending: int64(100 + sec), Holding: 40,
+			Cycles: int64(i * 2), CycleSeconds: float64(i*2) * 0.05,
+		}})
+	}
+	ps := computePipeline(samples, window)
+	if ps.Samples != 25 || math.Abs(ps.FinishedPerSecond-20) > 0.01 || math.Abs(ps.PendingPerMinute-60) > 0.5 ||
+		math.Abs(ps.HoldingPerMinute) > 0.01 || ps.Cycles != 96 || math.Abs(ps.MeanCycleMillis-50) > 0.01 {
+		t.Fatalf("pipeline %+v", ps)
+	}
+	if ps := computePipeline(nil, window); ps != (PipelineSummary{}) {
+		t.Fatalf("no samples: %+v", ps)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,23 @@ type MemorySample struct {
 	// Load1 is the machine's 1-minute load average (/proc/loadavg), shared
 	// by every process on it.
 	Load1 float64 `json:"load1"`
+	// Pipeline is the job pipeline behind the API at the same moment.
+	Pipeline PipelineSample `json:"pipeline"`
+}
+
+// PipelineSample is the job pipeline at one sample: jobs of the run's
+// database by state group (store.JobStateCounts: every job, not only the
+// run's) and the scheduling cycles serve ran (its
+// gpugov_scheduling_cycle_duration_seconds histogram, summed over labels).
+// Zero when not read.
+type PipelineSample struct {
+	Finished int64 `json:"finished"` // succeeded, failed or cancelled
+	Pending  int64 `json:"pending"`  // submitted or waiting
+	Holding  int64 `json:"holding"`  // placed or running: holding an allocation
+	// Cycles is the number of scheduling cycles so far; CycleSeconds their
+	// total duration, in seconds.
+	Cycles       int64   `json:"cycles"`
+	CycleSeconds float64 `json:"cycle_seconds"`
 }
 
 // ReadRSS returns VmRSS of /proc/<pid>/status in bytes. It returns an error
@@ -81,10 +99,19 @@ func readLoad1() float64 {
 // (internal/telemetry registers the Go runtime collector that exports them).
 var heapMetrics = []string{"go_gc_heap_live_bytes", "go_memstats_heap_inuse_bytes", "go_goroutines"}
 
+// Cycle series of serve's /metrics a sample keeps when present (they appear
+// with the first cycle); summed over their labels.
+const (
+	metricCycleCount = "gpugov_scheduling_cycle_duration_seconds_count"
+	metricCycleSum   = "gpugov_scheduling_cycle_duration_seconds_sum"
+)
+
 // ReadHeap fetches url (serve's /metrics) and returns the values of the
 // unlabelled series go_gc_heap_live_bytes, go_memstats_heap_inuse_bytes and
-// go_goroutines. It returns an error for a failed fetch, a non-200 answer or
-// a missing series.
+// go_goroutines, and, once a cycle ran, the scheduling cycles' count and
+// total seconds (metricCycleCount, metricCycleSum, summed over labels). It
+// returns an error for a failed fetch, a non-200 answer or a missing heap
+// series.
 func ReadHeap(ctx context.Context, hc *http.Client, url string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -98,14 +125,15 @@ func ReadHeap(ctx context.Context, hc *http.Client, url string) (map[string]floa
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("read %s: status %d", url, resp.StatusCode)
 	}
-	return parseMetrics(resp.Body, heapMetrics)
+	return parseMetrics(resp.Body, heapMetrics, metricCycleCount, metricCycleSum)
 }
 
-// parseMetrics reads the Prometheus text exposition and returns the value of
-// each named unlabelled series; it returns an error naming a missing one.
-func parseMetrics(r io.Reader, names []string) (map[string]float64, error) {
+// parseMetrics reads the Prometheus text exposition and returns, for each
+// name of required and optional, the sum of its series' values (labelled or
+// not); it returns an error naming a missing required one.
+func parseMetrics(r io.Reader, required []string, optional ...string) (map[string]float64, error) {
 	want := map[string]bool{}
-	for _, n := range names {
+	for _, n := range append(slices.Clone(required), optional...) {
 		want[n] = true
 	}
 	out := map[string]float64{}
@@ -116,7 +144,8 @@ func parseMetrics(r io.Reader, names []string) (map[string]float64, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, value, ok := strings.Cut(line, " ")
+		series, value, ok := cutSeries(line)
+		name, _, _ := strings.Cut(series, "{")
 		if !ok || !want[name] {
 			continue
 		}
@@ -124,17 +153,28 @@ func parseMetrics(r io.Reader, names []string) (map[string]float64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metrics line %q: %w", line, err)
 		}
-		out[name] = v
+		out[name] += v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}
-	for _, n := range names {
+	for _, n := range required {
 		if _, ok := out[n]; !ok {
 			return nil, fmt.Errorf("metrics: no series %s", n)
 		}
 	}
 	return out, nil
+}
+
+// cutSeries splits an exposition line into its series (name and labels,
+// whose values may hold spaces) and the rest (value, timestamp).
+func cutSeries(line string) (series, rest string, ok bool) {
+	if i := strings.IndexByte(line, '}'); i >= 0 && strings.IndexByte(line, '{') < i {
+		rest, ok = strings.CutPrefix(line[i+1:], " ")
+		return line[:i+1], rest, ok && strings.TrimSpace(rest) != ""
+	}
+	series, rest, ok = strings.Cut(line, " ")
+	return series, rest, ok && strings.TrimSpace(rest) != ""
 }
 
 // Trend is the memory growth check over the second half of the load window.
@@ -155,6 +195,63 @@ type Trend struct {
 	// OK is true when both slopes are below the bound (or too few samples
 	// were taken to fit one: fewer than 3).
 	OK bool `json:"ok"`
+}
+
+// PipelineSummary is the job pipeline over the load window's second half
+// (the samples' PipelineSample), what says whether the scheduler and the job
+// workflows kept up with the submissions: least-squares rates, so that a
+// pipeline keeping up finishes about as many jobs per second as are accepted
+// (less those built to wait) with a flat backlog.
+type PipelineSummary struct {
+	Samples int `json:"samples"`
+	// FinishedPerSecond is the rate jobs ended at (succeeded, failed or
+	// cancelled), per second.
+	FinishedPerSecond float64 `json:"finished_per_s"`
+	// PendingPerMinute and HoldingPerMinute are the growth of the pending
+	// jobs (the backlog) and of those holding an allocation, per minute.
+	PendingPerMinute float64 `json:"pending_per_min"`
+	HoldingPerMinute float64 `json:"holding_per_min"`
+	// Cycles is the number of scheduling cycles over the whole window and
+	// MeanCycleMillis their mean duration, in milliseconds (0: none seen).
+	Cycles          int64   `json:"cycles"`
+	MeanCycleMillis float64 `json:"mean_cycle_ms"`
+}
+
+// computePipeline summarises the samples of [0, window]: rates over its
+// second half, cycles over all of it.
+func computePipeline(samples []MemorySample, window time.Duration) PipelineSummary {
+	var ps PipelineSummary
+	var xs, fin, pend, hold []float64
+	var first, last *MemorySample
+	for i := range samples {
+		s := &samples[i]
+		if s.At > window {
+			continue
+		}
+		if first == nil {
+			first = s
+		}
+		last = s
+		if s.At >= window/2 {
+			xs = append(xs, s.At.Seconds())
+			fin = append(fin, float64(s.Pipeline.Finished))
+			pend = append(pend, float64(s.Pipeline.Pending))
+			hold = append(hold, float64(s.Pipeline.Holding))
+		}
+	}
+	ps.Samples = len(xs)
+	if len(xs) >= 3 {
+		ps.FinishedPerSecond = slope(xs, fin)
+		ps.PendingPerMinute = 60 * slope(xs, pend)
+		ps.HoldingPerMinute = 60 * slope(xs, hold)
+	}
+	if first != nil {
+		ps.Cycles = last.Pipeline.Cycles - first.Pipeline.Cycles
+		if ps.Cycles > 0 {
+			ps.MeanCycleMillis = 1000 * (last.Pipeline.CycleSeconds - first.Pipeline.CycleSeconds) / float64(ps.Cycles)
+		}
+	}
+	return ps
 }
 
 // mib is bytes in MiB.

@@ -65,6 +65,8 @@ type Report struct {
 	// growth check over the window's second half.
 	Memory []MemorySample `json:"memory"`
 	Trend  Trend          `json:"trend"`
+	// Pipeline is how the scheduler and the job workflows kept up.
+	Pipeline PipelineSummary `json:"pipeline"`
 	// LoadAvgStart and LoadAvgEnd are the machine's 1-minute load averages.
 	LoadAvgStart float64 `json:"load_avg_start"`
 	LoadAvgEnd   float64 `json:"load_avg_end"`
@@ -188,7 +190,11 @@ func (r *Report) Render(w io.Writer) error {
 	if t.SecondMinuteRSSMiB > 0 {
 		fmt.Fprintf(&b, "; median RSS %.1f MiB in the second minute, %.1f MiB in the last", t.SecondMinuteRSSMiB, t.LastMinuteRSSMiB)
 	}
-	fmt.Fprintf(&b, ": %s\n\n", map[bool]string{true: "no growth trend", false: "GROWING"}[t.OK])
+	fmt.Fprintf(&b, ": %s\n", map[bool]string{true: "no growth trend", false: "GROWING"}[t.OK])
+	p := r.Pipeline
+	fmt.Fprintf(&b, "job pipeline over the window's second half (%d samples, least squares): %.1f jobs finished/s against %.1f accepted/s; "+
+		"backlog (submitted or waiting) %+.0f/min, holding an allocation (placed or running) %+.0f/min; %d scheduling cycles in the window, %.0f ms each on average\n\n",
+		p.Samples, p.FinishedPerSecond, c.Rate, p.PendingPerMinute, p.HoldingPerMinute, p.Cycles, p.MeanCycleMillis)
 
 	if r.Pass {
 		fmt.Fprintf(&b, "PASS: nothing lost, no 5xx\n")

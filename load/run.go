@@ -242,6 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Trend = computeTrend(rep.Memory, cfg.Duration, cfg.MaxGrowth)
+	rep.Pipeline = computePipeline(rep.Memory, cfg.Duration)
 	rep.decide(cfg.CheckTrend)
 	return rep, nil
 }
@@ -509,8 +510,10 @@ func (r *runner) sampleLoop(ctx context.Context) []MemorySample {
 			m, err := ReadHeap(ctx, hc, r.cfg.MetricsURL)
 			s.HeapLiveBytes, s.HeapInuseBytes = int64(m["go_gc_heap_live_bytes"]), int64(m["go_memstats_heap_inuse_bytes"])
 			s.Goroutines = int64(m["go_goroutines"])
+			s.Pipeline.Cycles, s.Pipeline.CycleSeconds = int64(m[metricCycleCount]), m[metricCycleSum]
 			errs = append(errs, err)
 		}
+		errs = append(errs, r.samplePipeline(ctx, &s.Pipeline))
 		if ctx.Err() != nil {
 			return out
 		}
@@ -518,8 +521,11 @@ func (r *runner) sampleLoop(ctx context.Context) []MemorySample {
 		r.mu.Lock()
 		accepted := len(r.accepted)
 		r.mu.Unlock()
-		line := fmt.Sprintf("load %6.1fs  accepted %6d  in flight %4d  rss %7.1f MiB  heap live %6.1f MiB  goroutines %5d  load1 %.2f",
-			s.At.Seconds(), accepted, r.active.Load(), mib(float64(s.RSSBytes)), mib(float64(s.HeapLiveBytes)), s.Goroutines, s.Load1)
+		p := s.Pipeline
+		line := fmt.Sprintf("load %6.1fs  accepted %6d  in flight %4d  rss %7.1f MiB  heap live %6.1f MiB  goroutines %5d  load1 %.2f"+
+			"  | finished %6d  pending %6d  holding %5d  cycles %5d",
+			s.At.Seconds(), accepted, r.active.Load(), mib(float64(s.RSSBytes)), mib(float64(s.HeapLiveBytes)), s.Goroutines, s.Load1,
+			p.Finished, p.Pending, p.Holding, p.Cycles)
 		if err := errors.Join(errs...); err != nil {
 			line += "  (sample: " + err.Error() + ")"
 		}
@@ -530,6 +536,25 @@ func (r *runner) sampleLoop(ctx context.Context) []MemorySample {
 		case <-tick.C:
 		}
 	}
+}
+
+// samplePipeline counts the database's jobs by state group into p.
+func (r *runner) samplePipeline(ctx context.Context, p *PipelineSample) error {
+	counts, err := r.cfg.Store.JobStateCounts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range counts {
+		switch {
+		case c.State.Final():
+			p.Finished += c.Count
+		case c.State.Pending():
+			p.Pending += c.Count
+		default:
+			p.Holding += c.Count
+		}
+	}
+	return nil
 }
 
 // sleepUntil sleeps until t and reports false when ctx ended first.

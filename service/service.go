@@ -268,7 +268,13 @@ func (s *Service) StartWorkers() error {
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds,
 	}
-	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{Interceptors: icpt})
+	// Pollers scale with the backlog (the SDK's poller autoscaling, up to
+	// 100 each): with the default two per kind, a burst of job workflow
+	// tasks waited on the pollers' round trips (docs/design.md §8 "Sustained
+	// load").
+	svc := worker.New(s.temporal, temporalx.ServiceTaskQueue, worker.Options{Interceptors: icpt,
+		WorkflowTaskPollerBehavior: worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{}),
+		ActivityTaskPollerBehavior: worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})})
 	workflows.RegisterServiceWorker(svc, deps)
 	// The scheduler's own queue (temporalx.SchedulerTaskQueue): its cycles
 	// never wait behind job workflow tasks.
@@ -277,7 +283,8 @@ func (s *Service) StartWorkers() error {
 	// Heartbeats at least every process.NoticeInterval: a preemption's or
 	// cancel's notice reaches a simulated run in ≤ 5 s, not the SDK's default
 	// 0.8 × heartbeat timeout (24 s), which the victim's loss would count.
-	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval, Interceptors: icpt})
+	sim := worker.New(s.temporal, temporalx.SimExecutorTaskQueue, worker.Options{MaxHeartbeatThrottleInterval: process.NoticeInterval, Interceptors: icpt,
+		ActivityTaskPollerBehavior: worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})})
 	workflows.RegisterSimExecutorWorker(sim, &executor.SimulatedExecutor{
 		Checkpoints: s.store, SpeedFactor: s.cfg.SimSpeed, HeartbeatInterval: s.cfg.SimHeartbeat,
 	})

@@ -732,3 +732,21 @@ func (s *Store) JobSettlements(ctx context.Context, ids []string) ([]JobSettleme
 	}
 	return out, nil
 }
+
+// JobStateCount is the number of jobs in one state.
+type JobStateCount struct {
+	State vocab.JobState `db:"state"`
+	Count int64          `db:"count"`
+}
+
+// JobStateCounts returns how many jobs are in each state that has any, in
+// state order, in one query (`gpugov load`'s pipeline progress: jobs
+// finished, pending and holding an allocation over time). Errors are wrapped
+// with "job state counts".
+func (s *Store) JobStateCounts(ctx context.Context) ([]JobStateCount, error) {
+	out, err := queryAll[JobStateCount](ctx, s.pool, `SELECT state, count(*) AS count FROM jobs GROUP BY state ORDER BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("store: job state counts: %w", err)
+	}
+	return out, nil
+}
