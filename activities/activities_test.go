@@ -278,3 +278,35 @@ func TestSignalPlacements(t *testing.T) {
 		t.Fatalf("no cycle ID: %v, want a non-retryable error", err)
 	}
 }
+
+// A cycle sends at most MaxReasonSignals wait-reason signals; the changes
+// beyond it are sent by the next cycles, each once.
+func TestRunCycleDefersReasonSignalsBeyondTheBound(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1, 1)
+	submit(t, st, 1) // placed
+	for range 3 {
+		submit(t, st, 1) // waiting: capacity_busy
+	}
+	sig := newSignaler()
+	sched := activities.NewScheduler(activities.Deps{Store: st, Temporal: sig})
+	sched.MaxReasonSignals = 2
+	prev := ""
+	var sent []int
+	for i := range 3 {
+		id := fmt.Sprintf("c%d", i+1)
+		res := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: id, PreviousCycleID: prev})
+		prev = id
+		n := 0
+		for _, rs := range sig.take() {
+			n += len(rs)
+		}
+		sent = append(sent, n)
+		if i == 0 && (res.ReasonChanges != 3 || res.ReasonSignalsDeferred != 1) {
+			t.Fatalf("cycle 1 %+v, want 3 changes, 1 deferred", res)
+		}
+	}
+	if !slices.Equal(sent, []int{2, 1, 0}) {
+		t.Fatalf("signals per cycle %v, want [2 1 0]", sent)
+	}
+}

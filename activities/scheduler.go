@@ -22,6 +22,17 @@ import (
 // flight per cycle.
 const defaultSignalConcurrency = 16
 
+// DefaultMaxReasonSignals is the most wait-reason signals one cycle sends:
+// each is a workflow task of the job's workflow (its wait-reason search
+// attribute, which the Temporal UI shows; the store, which the API reads,
+// has every reason at once), so a backlog whose reasons all change at once
+// — 7,000 jobs turning capacity_busy under the sustained-load test — is
+// signalled over several cycles instead of lengthening one cycle and
+// flooding the job task queue ahead of the placements (docs/design.md §1
+// "Wait reasons"). 256 a cycle is over 50 new waiting jobs a second at the
+// cycle pace a burst gives (one per 250 ms to a few seconds).
+const DefaultMaxReasonSignals = 256
+
 // Scheduler holds the scheduling-cycle activity. It remembers, per shard, the
 // wait reason last signalled to each waiting job, so that it signals only
 // transitions; that memory is valid only for the cycle it was built from and
@@ -43,6 +54,11 @@ type Scheduler struct {
 	// SignalConcurrency bounds the wait-reason and placed signals in
 	// flight; 0 means 16.
 	SignalConcurrency int
+	// MaxReasonSignals bounds the wait-reason signals one cycle sends; 0
+	// means DefaultMaxReasonSignals. The changes beyond it keep their
+	// earlier reason in the memory of what was signalled, so a later cycle
+	// sends them.
+	MaxReasonSignals int
 
 	mu      sync.Mutex
 	reasons map[string]*signalledReasons // by shard
@@ -110,7 +126,10 @@ type RunCycleResult struct {
 	// reason other than a closed workflow (they are signalled again next cycle).
 	ReasonChanges       int
 	ReasonSignalsFailed int
-	PlanMillis          int64 // time spent in scheduling.Plan, in milliseconds
+	// ReasonSignalsDeferred counts the changes beyond MaxReasonSignals,
+	// left to a later cycle.
+	ReasonSignalsDeferred int
+	PlanMillis            int64 // time spent in scheduling.Plan, in milliseconds
 }
 
 // CrashPointEffect reports whether the cycle placed or preempted anything
@@ -171,8 +190,23 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	}
 	changes := reasonChanges(prev, plan.Waiting)
 	res.ReasonChanges = len(changes)
+	limit := a.MaxReasonSignals
+	if limit <= 0 {
+		limit = DefaultMaxReasonSignals
+	}
+	var deferred []reasonChange
+	if len(changes) > limit {
+		changes, deferred = changes[:limit], changes[limit:]
+	}
 	failed := a.signalReasons(ctx, changes)
 	res.ReasonSignalsFailed = len(failed)
+	res.ReasonSignalsDeferred = len(deferred)
+	if len(deferred) > 0 && failed == nil {
+		failed = map[string]bool{}
+	}
+	for _, c := range deferred {
+		failed[c.jobID] = true // kept at the earlier reason: signalled by a later cycle
+	}
 	a.rememberReasons(in, plan.Waiting, prev, failed)
 	return res, ctx.Err()
 }
