@@ -242,32 +242,53 @@ func isNonRetryable(err error, errType string) bool {
 }
 
 // SignalPlacements signals each placement once; a closed or absent workflow
-// (NotFound) and a signal refused for good come back unclaimed, for the
-// scheduler to release; an error the server may get over fails the activity
-// (retryable); without a Temporal client it fails, not retryable.
+// (NotFound) and a signal refused for good are released back to waiting in
+// the store; an error the server may get over fails the activity (retryable);
+// without a Temporal client it fails, not retryable.
 func TestSignalPlacements(t *testing.T) {
-	sig := newSignaler()
-	sig.fail[temporalx.JobWorkflowID("j-2")] = serviceerror.NewNotFound("workflow execution already completed")
-	sig.fail[temporalx.JobWorkflowID("j-3")] = serviceerror.NewInvalidArgument("signal payload too large")
-	a := &activities.Scheduler{Temporal: sig, SignalConcurrency: 2}
-	in := &activities.SignalPlacementsInput{CycleID: "c-1"}
-	for _, id := range []string{"j-1", "j-2", "j-3", "j-4"} {
-		in.Placements = append(in.Placements, activities.PlacedJob{JobID: id, AllocationID: "a-" + id, Pool: testPool, Node: "n1"})
+	t.Parallel()
+	st := newStore(t, 1, 4)
+	var placements []activities.PlacedJob
+	for range 4 {
+		submit(t, st, 1)
 	}
+	sched := activities.NewScheduler(activities.Deps{Store: st})
+	c1 := runCycle(t, sched, &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+	if len(c1.Placements) != 4 {
+		t.Fatalf("cycle 1 placed %d, want 4", len(c1.Placements))
+	}
+	placements = c1.Placements
+	slices.SortFunc(placements, func(x, y activities.PlacedJob) int { return strings.Compare(x.JobID, y.JobID) })
+	sig := newSignaler()
+	gone, refused, ok := placements[1], placements[2], placements[3]
+	sig.fail[temporalx.JobWorkflowID(gone.JobID)] = serviceerror.NewNotFound("workflow not found")
+	sig.fail[temporalx.JobWorkflowID(refused.JobID)] = serviceerror.NewInvalidArgument("signal payload too large")
+	a := &activities.Scheduler{Store: st, Temporal: sig, SignalConcurrency: 2}
+	in := &activities.SignalPlacementsInput{CycleID: "c1", Placements: placements}
 	res, err := a.SignalPlacements(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Signalled != 2 || len(res.Unclaimed) != 2 || res.Unclaimed[0].JobID != "j-2" || res.Unclaimed[0].AllocationID != "a-j-2" ||
-		res.Unclaimed[1].JobID != "j-3" || !strings.Contains(res.Unclaimed[1].Error, "too large") {
+	if res.Signalled != 2 || len(res.Released) != 2 || !strings.Contains(res.Released[0].Error+res.Released[1].Error, "too large") {
 		t.Fatalf("result %+v", res)
 	}
-	for _, id := range []string{"j-1", "j-4"} {
-		if got := sig.placed[temporalx.JobWorkflowID(id)]; !slices.Equal(got, []string{"a-" + id}) {
-			t.Fatalf("%s got placed %v", id, got)
+	for _, p := range []activities.PlacedJob{placements[0], ok} {
+		if got := sig.placed[temporalx.JobWorkflowID(p.JobID)]; !slices.Equal(got, []string{p.AllocationID}) {
+			t.Fatalf("%s got placed %v", p.JobID, got)
 		}
 	}
-	sig.fail[temporalx.JobWorkflowID("j-4")] = serviceerror.NewUnavailable("frontend restarting")
+	for _, p := range []activities.PlacedJob{gone, refused} {
+		var state string
+		if err := st.Pool().QueryRow(context.Background(), `SELECT j.state FROM jobs j JOIN allocations a ON a.job_id = j.id
+			WHERE a.id = $1 AND a.released_at IS NOT NULL`, p.AllocationID).Scan(&state); err != nil || state != string(vocab.JobWaiting) {
+			t.Fatalf("%s: released allocation's job state %q (%v), want waiting", p.JobID, state, err)
+		}
+	}
+	// A retry releases nothing twice and signals again (a no-op for the job workflow).
+	if res, err := a.SignalPlacements(context.Background(), in); err != nil || len(res.Released) != 2 {
+		t.Fatalf("retried: %+v, %v", res, err)
+	}
+	sig.fail[temporalx.JobWorkflowID(ok.JobID)] = serviceerror.NewUnavailable("frontend restarting")
 	if _, err := a.SignalPlacements(context.Background(), in); err == nil || isNonRetryable(err, activities.ErrTypeInvalidInput) {
 		t.Fatalf("unavailable server: %v, want a retryable error", err)
 	}

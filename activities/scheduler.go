@@ -362,19 +362,21 @@ type SignalPlacementsInput struct {
 	Placements []PlacedJob
 }
 
-// UnclaimedPlacement is a placement whose job workflow could not be told:
-// it is closed or absent (NotFound), or the server refused the signal for
-// good (Error says why). The scheduler workflow releases it back to waiting.
-type UnclaimedPlacement struct {
+// ReleasedPlacement is a placement whose job workflow could not be told —
+// closed or absent (NotFound: most often a job whose workflow the background
+// starter has not started yet), or the server refused the signal for good —
+// and which SignalPlacements released back to waiting (outcome requeued):
+// the next cycle places the job again once its workflow runs.
+type ReleasedPlacement struct {
 	JobID        string
 	AllocationID string
-	Error        string
+	Error        string // the signal's error
 }
 
 // SignalPlacementsResult is what SignalPlacements did.
 type SignalPlacementsResult struct {
 	Signalled int // placements whose workflow took the signal
-	Unclaimed []UnclaimedPlacement
+	Released  []ReleasedPlacement
 }
 
 // SignalPlacements sends `placed` (temporalx.PlacedSignal) to each placed
@@ -382,15 +384,20 @@ type SignalPlacementsResult struct {
 // update of the job workflow's state on the server, where a
 // SignalExternalWorkflow command from the scheduler workflow cost two events
 // in the scheduler's history and a round of its workflow tasks per signal
-// (docs/design.md §3 step 3 "Place", §8 "Sustained load"). A job workflow
+// (docs/design.md §3 step 2 "Wait", §8 "Sustained load"). A job workflow
 // takes a repeated `placed` for the allocation it holds as a no-op, so the
-// activity's retry may signal again what its first attempt signalled. It
-// returns the placements whose workflow is closed or absent, or refused the
-// signal for good (InvalidArgument, FailedPrecondition, …), for the scheduler
-// to release; an error the server may get over (unavailable, deadline,
-// resource exhausted, an internal error, this activity's context) fails the
-// activity after every signal was tried, for Temporal to retry. Without a
-// Temporal client it fails, not retryable.
+// activity's retry may signal again what its first attempt signalled. The
+// placements whose workflow is closed or absent, or refused the signal for
+// good (InvalidArgument, FailedPrecondition, …), it releases back to waiting
+// in the store (store.ReleasePlacement, idempotent), here rather than one
+// ReleasePlacement activity each in the scheduler workflow: under load,
+// hundreds of a cycle's placements can belong to jobs whose workflow the
+// background starter has not started yet, and releasing them one activity
+// after another held the shard's next cycle for a minute. An error the server
+// may get over (unavailable, deadline, resource exhausted, an internal error,
+// this activity's context) or a failed release fails the activity after every
+// signal was tried, for Temporal to retry. Without a Temporal client it fails,
+// not retryable.
 func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsInput) (*SignalPlacementsResult, error) {
 	if in == nil || in.CycleID == "" {
 		return nil, invalidInput("signal placements: cycle ID is required")
@@ -406,24 +413,38 @@ func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsIn
 		p := in.Placements[i]
 		err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
 			temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: in.CycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
+		if err != nil && !signalMayRecover(ctx, err) {
+			err = a.releaseUnsignalled(ctx, p, err, &mu, res)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err == nil:
-			res.Signalled++
-		case signalMayRecover(ctx, err):
-			if retry == nil {
-				retry = fmt.Errorf("signal placements of cycle %s: job %s: %w", in.CycleID, p.JobID, err)
-			}
-		default:
-			res.Unclaimed = append(res.Unclaimed, UnclaimedPlacement{JobID: p.JobID, AllocationID: p.AllocationID, Error: err.Error()})
+		case retry == nil:
+			retry = fmt.Errorf("signal placements of cycle %s: job %s: %w", in.CycleID, p.JobID, err)
 		}
 	})
 	if retry != nil {
 		return nil, retry
 	}
-	slices.SortFunc(res.Unclaimed, func(x, y UnclaimedPlacement) int { return strings.Compare(x.JobID, y.JobID) })
+	res.Signalled = len(in.Placements) - len(res.Released)
+	slices.SortFunc(res.Released, func(x, y ReleasedPlacement) int { return strings.Compare(x.JobID, y.JobID) })
 	return res, nil
+}
+
+// releaseUnsignalled releases placement p, whose signal failed for good with
+// sigErr, back to waiting and records it in res (under mu); it returns the
+// store's error.
+func (a *Scheduler) releaseUnsignalled(ctx context.Context, p PlacedJob, sigErr error, mu *sync.Mutex, res *SignalPlacementsResult) error {
+	err := a.Store.ReleasePlacement(ctx, p.JobID, p.AllocationID, vocab.RunRequeued,
+		"job workflow could not be signalled: "+sigErr.Error(), clock(a.Now))
+	if err != nil {
+		return fmt.Errorf("release the unsignalled placement %s: %w", p.AllocationID, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	res.Released = append(res.Released, ReleasedPlacement{JobID: p.JobID, AllocationID: p.AllocationID, Error: sigErr.Error()})
+	return nil
 }
 
 // signalMayRecover reports whether a failed signal may succeed when tried

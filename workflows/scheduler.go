@@ -274,7 +274,7 @@ const versionPlacedByActivity = "placed-signals-by-activity"
 // releases (back to waiting) each placement whose workflow could not be
 // signalled, so that no allocation is left without a workflow to run it.
 // Since versionPlacedByActivity the SignalPlacements activity sends the
-// signals; when it fails after its retries (Temporal unreachable for
+// signals and releases what it could not signal; when it fails after its retries (Temporal unreachable for
 // minutes), the placements are signalled as before, by
 // SignalExternalWorkflow, which the server delivers however long it takes.
 func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, placed []activities.PlacedJob) {
@@ -292,13 +292,10 @@ func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, p
 				MaximumAttempts:    5,
 			},
 		})
-		var res activities.SignalPlacementsResult
+		// The activity releases the placements it could not signal itself.
 		err := workflow.ExecuteActivity(actx, s.sched.SignalPlacements,
-			&activities.SignalPlacementsInput{CycleID: cycleID, Placements: placed}).Get(ctx, &res)
+			&activities.SignalPlacementsInput{CycleID: cycleID, Placements: placed}).Get(ctx, nil)
 		if err == nil {
-			for _, u := range res.Unclaimed {
-				s.releaseUnclaimed(ctx, u.JobID, u.AllocationID, u.Error)
-			}
 			return
 		}
 		workflow.GetLogger(ctx).Error("placements not signalled by activity; signalling them from the workflow",
