@@ -231,7 +231,7 @@ func (a *Scheduler) policy(ctx context.Context) (*scheduling.Policy, error) {
 // holds for the snapshot's pending jobs (what the previous cycle stored and
 // signalled; scheduling.PendingJob.StoredReason), which the snapshot read
 // with the rest, so a cycle that rebuilds them costs no extra query
-// (docs/design.md §8, "The whole cycle").
+// (docs/design.md §8, "The whole cycle at scale").
 func (a *Scheduler) reasonsBefore(in *RunCycleInput, snap *scheduling.Snapshot) map[string]vocab.WaitReason {
 	a.mu.Lock()
 	r := a.reasons[in.Shard]

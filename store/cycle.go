@@ -114,6 +114,13 @@ type StartedPreemption struct {
 //     placement, job.wait_reason per wait transition whose reason changed to
 //     one that asks the submitter to act (vocab.WaitReason.NotifiesSubmitter).
 //
+// When the last LoadSnapshot of this Store was at now (the scheduler's
+// cycle), the waiting jobs whose stored explanation that load saw current
+// are neither read nor written, and the due ones are rewritten without a
+// read, so the cycle's cost follows what changed, not the number of
+// waiting jobs (applyWaits, pendingWaits; docs/design.md §8, "The whole
+// cycle at scale").
+//
 // It is idempotent by cycleID: when the cycle was already applied (a retried
 // activity), it changes nothing and returns the stored outcome with Replayed
 // set; two concurrent calls with one ID apply it once. Errors are wrapped with
@@ -127,7 +134,7 @@ func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.
 		return nil, fmt.Errorf("store: apply cycle %s: %w", cycleID, invalidf("result", "result is required"))
 	}
 	var out *CycleOutcome
-	memo := s.takeWaitMemo()
+	memo := s.takeWaitMemo(now)
 	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {
 		var err error
 		out, err = applyCycleTx(ctx, tx, cycleID, res, now, memo)
@@ -716,14 +723,15 @@ func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Exp
 // stable part (explanationDigest) changed or it is ExplanationRefreshFor
 // old (between half of this and this), so a
 // cycle's write cost follows what changed, not the number of waiting jobs
-// (issue "Beyond one machine", item 5; docs/design.md §3 "What a cycle
-// writes"). Its cycle_id, evaluated_at, rank and priority parts are then up
+// (issue "Beyond one machine", item 5; docs/design.md §1 "The why
+// record"). Its cycle_id, evaluated_at, rank and priority parts are then up
 // to this old; every cycle still evaluates every pending job, and a change
 // of reason, detail, re-evaluation condition or blocking job is written by
 // the cycle that sees it. 60 s: a `gpugov why` reader sees a rank and score
 // at most a minute old (Kueue refreshes its pending-workload positions on an
 // interval too), while with 10,000 waiting jobs and a cycle every 5 s a
-// cycle rewrites about a twelfth of them instead of all.
+// cycle rewrites about a ninth of them (the intervals average 45 s)
+// instead of all.
 const ExplanationRefresh = 60 * time.Second
 
 // explanationDigest is the SHA-256 of the stable part of w's explanation:
@@ -736,7 +744,7 @@ const ExplanationRefresh = 60 * time.Second
 // Every cycle computes it for every waiting job, so it hashes a compact
 // binary form (appendStable: each string length-prefixed, each number in
 // 8 bytes) built in buf, which it returns for reuse, instead of a JSON
-// document (docs/design.md §8, "The whole cycle"): a few hundred
+// document (docs/design.md §8, "The whole cycle at scale"): a few hundred
 // nanoseconds per job with no allocation but the digest.
 func explanationDigest(buf []byte, w *scheduling.WaitStatus) (digest, next []byte) {
 	buf = appendStable(buf[:0], w)
@@ -808,7 +816,7 @@ func ExplanationRefreshFor(jobID string) time.Duration {
 	half := ExplanationRefresh / 2
 	// The hash scales onto [0, half) in microseconds; taken modulo half in
 	// nanoseconds (30 s, above 2^32 ns) it spread the instants over only
-	// the first 4.3 s (docs/design.md §8, "The whole cycle").
+	// the first 4.3 s (docs/design.md §8, "The whole cycle at scale").
 	return half + time.Duration(uint64(h.Sum32())*uint64(half/time.Microsecond)>>32)*time.Microsecond
 }
 
@@ -836,7 +844,7 @@ func explanationCurrent(jobID string, stored []byte, explainedAt *time.Time, dig
 // and due by job ID so that concurrent cycles lock rows in the same order,
 // and returns the digests of both by job ID. Its cost per unchanged waiting
 // job is one digest and two map lookups; only the statuses returned are
-// copied (docs/design.md §8, "The whole cycle").
+// copied (docs/design.md §8, "The whole cycle at scale").
 func pendingWaits(all []scheduling.WaitStatus, placed map[string]bool, memo map[string]storedWait, at time.Time,
 	out *CycleOutcome) (ws, due []scheduling.WaitStatus, digests map[string][]byte) {
 	seen := map[string]struct{}{}

@@ -78,7 +78,7 @@ func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Sn
 	for i := range snap.Pending {
 		snap.Pending[i].StoredReason = l.waits[snap.Pending[i].ID].reason
 	}
-	s.setWaitMemo(l.waits)
+	s.setWaitMemo(now, l.waits)
 	return snap, nil
 }
 
@@ -200,31 +200,37 @@ func (m *storedWait) current(jobID string, digest []byte, at time.Time) bool {
 }
 
 // waitMemo hands the stored wait state a LoadSnapshot read to the next
-// ApplyCycle of the same Store (docs/design.md §8, "The whole cycle").
+// ApplyCycle of the same Store (docs/design.md §8, "The whole cycle at scale").
 type waitMemo struct {
 	mu    sync.Mutex
+	at    time.Time // the load's instant
 	byJob map[string]storedWait
 }
 
-// setWaitMemo keeps byJob for the next ApplyCycle.
-func (s *Store) setWaitMemo(byJob map[string]storedWait) {
+// setWaitMemo keeps byJob, read by a load at at, for the next ApplyCycle.
+func (s *Store) setWaitMemo(at time.Time, byJob map[string]storedWait) {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
-	s.waits.byJob = byJob
+	s.waits.at, s.waits.byJob = at, byJob
 }
 
-// takeWaitMemo returns the stored wait state the last LoadSnapshot read,
-// once: the next call returns nil until another load. An ApplyCycle uses it
+// takeWaitMemo returns the stored wait state the last LoadSnapshot read
+// when that load was at now (the cycle's instant: the scheduler loads and
+// applies a cycle at one instant), else nil; once: the next call returns
+// nil until another load. An ApplyCycle uses it
 // only to skip the waiting jobs whose explanation is current; what it shows
 // changed is read again under the cycle's transaction, so a state a
 // concurrent writer changed since the load is at worst written one cycle
 // late (that writer, placing or requeuing a job, clears the digest, which
 // the next load reads).
-func (s *Store) takeWaitMemo() map[string]storedWait {
+func (s *Store) takeWaitMemo(now time.Time) map[string]storedWait {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
 	m := s.waits.byJob
 	s.waits.byJob = nil
+	if !s.waits.at.Equal(now) {
+		return nil
+	}
 	return m
 }
 
