@@ -169,10 +169,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	began := time.Now()
 	plan := a.planner.Plan(snap, pol, now)
 	planMillis := time.Since(began).Milliseconds()
-	prev, err := a.reasonsBefore(ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
-	}
+	prev := a.reasonsBefore(in, snap)
 	out, err := a.Store.ApplyCycle(ctx, in.CycleID, plan, now)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
@@ -269,31 +266,24 @@ func (a *Scheduler) policy(ctx context.Context) (*scheduling.Policy, error) {
 
 // reasonsBefore returns the reasons signalled as of in.PreviousCycleID: the
 // remembered ones when this Scheduler ran that cycle, else those the store
-// holds for waiting jobs (what the previous cycle stored and signalled).
-func (a *Scheduler) reasonsBefore(ctx context.Context, in *RunCycleInput) (map[string]vocab.WaitReason, error) {
+// holds for the snapshot's pending jobs (what the previous cycle stored and
+// signalled; scheduling.PendingJob.StoredReason), which the snapshot read
+// with the rest, so a cycle that rebuilds them costs no extra query
+// (docs/design.md §8, "The whole cycle at scale").
+func (a *Scheduler) reasonsBefore(in *RunCycleInput, snap *scheduling.Snapshot) map[string]vocab.WaitReason {
 	a.mu.Lock()
 	r := a.reasons[in.Shard]
 	a.mu.Unlock()
 	if r != nil && in.PreviousCycleID != "" && r.cycleID == in.PreviousCycleID {
-		return r.byJob, nil
+		return r.byJob
 	}
-	byJob := map[string]vocab.WaitReason{}
-	after := ""
-	for {
-		page, next, err := a.Store.ListJobs(ctx, store.JobFilter{State: vocab.JobWaiting, Limit: store.MaxListLimit, AfterID: after})
-		if err != nil {
-			return nil, fmt.Errorf("read stored wait reasons: %w", err)
+	byJob := make(map[string]vocab.WaitReason, len(snap.Pending))
+	for i := range snap.Pending {
+		if p := &snap.Pending[i]; p.StoredReason != "" {
+			byJob[p.ID] = p.StoredReason
 		}
-		for _, j := range page {
-			if j.Reason != "" {
-				byJob[j.ID] = j.Reason
-			}
-		}
-		if next == "" {
-			return byJob, nil
-		}
-		after = next
 	}
+	return byJob
 }
 
 // reasonChange is one waiting job whose reason differs from the one signalled.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -113,6 +114,13 @@ type StartedPreemption struct {
 //     placement, job.wait_reason per wait transition whose reason changed to
 //     one that asks the submitter to act (vocab.WaitReason.NotifiesSubmitter).
 //
+// When the last LoadSnapshot of this Store was at now (the scheduler's
+// cycle), the waiting jobs whose stored explanation that load saw current
+// are neither read nor written, and the due ones are rewritten without a
+// read, so the cycle's cost follows what changed, not the number of
+// waiting jobs (applyWaits, pendingWaits; docs/design.md §8, "The whole
+// cycle at scale").
+//
 // It is idempotent by cycleID: when the cycle was already applied (a retried
 // activity), it changes nothing and returns the stored outcome with Replayed
 // set; two concurrent calls with one ID apply it once. Errors are wrapped with
@@ -126,9 +134,10 @@ func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.
 		return nil, fmt.Errorf("store: apply cycle %s: %w", cycleID, invalidf("result", "result is required"))
 	}
 	var out *CycleOutcome
+	memo := s.takeWaitMemo(now)
 	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {
 		var err error
-		out, err = applyCycleTx(ctx, tx, cycleID, res, now)
+		out, err = applyCycleTx(ctx, tx, cycleID, res, now, memo)
 		return err
 	})
 	if err != nil {
@@ -148,7 +157,8 @@ type cycleJob struct {
 	seq int64
 }
 
-func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
+func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *scheduling.Result, now time.Time,
+	memo map[string]storedWait) (*CycleOutcome, error) {
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO scheduling_cycles (id, at, policy_version) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
 		cycleID, now, res.PolicyVersion)
@@ -167,7 +177,7 @@ func applyCycleTx(ctx context.Context, tx pgx.Tx, cycleID string, res *schedulin
 		inPlacements[p.JobID] = true
 	}
 	var notes []noteRow
-	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, out, &notes); err != nil {
+	if err := applyWaits(ctx, tx, cycleID, res.Waiting, inPlacements, now, memo, out, &notes); err != nil {
 		return nil, err
 	}
 	jobs, err := lockCycleJobs(ctx, tx, res)
@@ -539,12 +549,16 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 // detail, re-evaluation condition and blocking job where only they differ.
 // The jobs update locks the rows it changes, and the events are written only
 // for rows it changed, so a job cancelled or placed concurrently gets no new
-// wait event. Every pending job's row is rewritten each cycle: its
-// explanation names the cycle and dates the next re-evaluation.
+// wait event. A job's row is rewritten only when what its explanation says
+// changed or the stored one is ExplanationRefreshFor old; with memo (the
+// stored wait state the cycle's snapshot read, pendingWaits) the jobs whose
+// explanation is current are not read either, so the cycle's cost follows
+// what changed, not the number of waiting jobs.
 func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.WaitStatus,
-	placed map[string]bool, now time.Time, out *CycleOutcome, notes *[]noteRow) error {
-	ws = pendingWaits(ws, placed, out)
-	if len(ws) == 0 {
+	placed map[string]bool, now time.Time, memo map[string]storedWait, out *CycleOutcome, notes *[]noteRow) error {
+	at := now.UTC()
+	ws, due, digests := pendingWaits(ws, placed, memo, at, out)
+	if len(ws) == 0 && len(due) == 0 {
 		return nil
 	}
 	ids := make([]string, len(ws))
@@ -582,7 +596,6 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	var updDigest [][]byte
 	expls := make([]string, len(ws)) // parallel to ws
 	transition, refresh, decide := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	at := now.UTC()
 	for i, w := range ws {
 		c := cur[w.JobID]
 		if !c.pending {
@@ -596,7 +609,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			refresh[w.JobID] = true
 			decide[w.JobID] = c.blocking != w.BlockingJobID // held back by another job now
 		}
-		digest := explanationDigest(&w)
+		digest := digests[w.JobID]
 		if !transition[w.JobID] && !refresh[w.JobID] && explanationCurrent(w.JobID, c.digest, c.explainedAt, digest, at) {
 			out.ExplanationsKept++
 			continue
@@ -605,6 +618,17 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		upd, updReason, updExpl = append(upd, w.JobID), append(updReason, string(w.Reason)), append(updExpl, expls[i])
 		updEarns, updDigest = append(updEarns, w.Reason.EarnsAging()), append(updDigest, digest)
 	}
+	// The due statuses: their explanation is rewritten only where the
+	// stored digest is still the one the snapshot read (guard), so a job a
+	// concurrent writer changed since is left to the next cycle.
+	guard := make([]bool, len(upd), len(upd)+len(due))
+	for i := range due {
+		w := &due[i]
+		upd, updReason = append(upd, w.JobID), append(updReason, string(w.Reason))
+		updExpl = append(updExpl, string(mustJSON(waitExplanation(cycleID, at, w))))
+		updEarns, updDigest = append(updEarns, w.Reason.EarnsAging()), append(updDigest, digests[w.JobID])
+		guard = append(guard, true)
+	}
 	changed := make(map[string]bool, len(upd))
 	err = forEachRow(ctx, tx, `
 		UPDATE jobs j SET state = 'waiting', reason = u.reason, explanation = u.expl::jsonb, updated_at = $4,
@@ -612,9 +636,11 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			accrued_aging_s = CASE WHEN u.earns THEN j.accrued_aging_s
 				ELSE j.accrued_aging_s + coalesce(greatest(0, extract(epoch FROM $4::timestamptz - j.aging_since))::float8, 0) END,
 			aging_since = CASE WHEN u.earns THEN coalesce(j.aging_since, $4::timestamptz) ELSE NULL END
-		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[], $6::bytea[]) AS u(id, reason, expl, earns, digest)
+		FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[], $6::bytea[], $7::bool[])
+			AS u(id, reason, expl, earns, digest, guard)
 		WHERE j.id = u.id AND j.state IN ('submitted', 'waiting')
-		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns, updDigest}, func(rows pgx.Rows) error {
+			AND (NOT u.guard OR j.explanation_digest = u.digest)
+		RETURNING j.id`, []any{upd, updReason, updExpl, now, updEarns, updDigest, guard}, func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
 		changed[id] = true
@@ -697,14 +723,15 @@ func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Exp
 // stable part (explanationDigest) changed or it is ExplanationRefreshFor
 // old (between half of this and this), so a
 // cycle's write cost follows what changed, not the number of waiting jobs
-// (issue "Beyond one machine", item 5; docs/design.md §3 "What a cycle
-// writes"). Its cycle_id, evaluated_at, rank and priority parts are then up
+// (issue "Beyond one machine", item 5; docs/design.md §1 "The why
+// record"). Its cycle_id, evaluated_at, rank and priority parts are then up
 // to this old; every cycle still evaluates every pending job, and a change
 // of reason, detail, re-evaluation condition or blocking job is written by
 // the cycle that sees it. 60 s: a `gpugov why` reader sees a rank and score
 // at most a minute old (Kueue refreshes its pending-workload positions on an
 // interval too), while with 10,000 waiting jobs and a cycle every 5 s a
-// cycle rewrites about a twelfth of them instead of all.
+// cycle rewrites about a ninth of them (the intervals average 45 s)
+// instead of all.
 const ExplanationRefresh = 60 * time.Second
 
 // explanationDigest is the SHA-256 of the stable part of w's explanation:
@@ -713,24 +740,69 @@ const ExplanationRefresh = 60 * time.Second
 // the next evaluation, the overtake target). Rank, priority, the next
 // evaluation's instant and the overtake's points move with every cycle and
 // are left out.
-func explanationDigest(w *scheduling.WaitStatus) []byte {
-	stable := struct {
-		Reason      vocab.WaitReason
-		Detail      string
-		ReEvaluate  string
-		Blocking    string
-		Suggestions []SuggestionJ
-		Releases    []ReleaseJ
-		NextKind    vocab.NextEvalKind
-		Ahead       string
-		Never       bool
-	}{Reason: w.Reason, Detail: w.Detail, ReEvaluate: w.ReEvaluate, Blocking: w.BlockingJobID,
-		Suggestions: suggestionsJ(w.Suggestions), Releases: releasesJ(w.Releases), NextKind: w.Next.Kind}
-	if o := w.Overtake; o != nil {
-		stable.Ahead, stable.Never = o.AheadJobID, o.Never
+//
+// Every cycle computes it for every waiting job, so it hashes a compact
+// binary form (appendStable: each string length-prefixed, each number in
+// 8 bytes) built in buf, which it returns for reuse, instead of a JSON
+// document (docs/design.md §8, "The whole cycle at scale"): a few hundred
+// nanoseconds per job with no allocation but the digest.
+func explanationDigest(buf []byte, w *scheduling.WaitStatus) (digest, next []byte) {
+	buf = appendStable(buf[:0], w)
+	sum := sha256.Sum256(buf)
+	return sum[:], buf
+}
+
+// digestVersion starts appendStable's encoding; it changes whenever the
+// encoding does, so that no two encodings can give one digest (a stored
+// digest of another encoding only makes the next cycle rewrite the
+// explanation).
+const digestVersion = 2
+
+// appendStable appends the binary form of w's stable part that
+// explanationDigest hashes.
+func appendStable(b []byte, w *scheduling.WaitStatus) []byte {
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
 	}
-	sum := sha256.Sum256(mustJSON(stable))
-	return sum[:]
+	num := func(n int64) { b = binary.LittleEndian.AppendUint64(b, uint64(n)) }
+	b = append(b, digestVersion)
+	str(string(w.Reason))
+	str(w.Detail)
+	str(w.ReEvaluate)
+	str(w.BlockingJobID)
+	num(int64(len(w.Suggestions)))
+	for _, g := range w.Suggestions {
+		str(g.Field)
+		str(g.Value)
+		if g.Now {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		num(int64(g.MatchingGPUs))
+		num(int64(g.FreeGPUs))
+		num(int64(g.Nodes))
+		str(g.Text)
+	}
+	num(int64(len(w.Releases)))
+	for _, r := range w.Releases {
+		str(r.JobID)
+		num(r.Milli)
+		num(r.ExpectedEnd.UnixNano())
+	}
+	str(string(w.Next.Kind))
+	switch o := w.Overtake; {
+	case o == nil:
+		b = append(b, 0)
+	case o.Never:
+		b = append(b, 2)
+		str(o.AheadJobID)
+	default:
+		b = append(b, 1)
+		str(o.AheadJobID)
+	}
+	return b
 }
 
 // ExplanationRefreshFor is the age at which job jobID's unchanged
@@ -742,7 +814,10 @@ func ExplanationRefreshFor(jobID string) time.Duration {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(jobID))
 	half := ExplanationRefresh / 2
-	return half + time.Duration(h.Sum32())%half
+	// The hash scales onto [0, half) in microseconds; taken modulo half in
+	// nanoseconds (30 s, above 2^32 ns) it spread the instants over only
+	// the first 4.3 s (docs/design.md §8, "The whole cycle at scale").
+	return half + time.Duration(uint64(h.Sum32())*uint64(half/time.Microsecond)>>32)*time.Microsecond
 }
 
 // explanationCurrent reports whether job jobID's stored explanation with
@@ -752,22 +827,59 @@ func explanationCurrent(jobID string, stored []byte, explainedAt *time.Time, dig
 	return explainedAt != nil && bytes.Equal(stored, digest) && at.Sub(*explainedAt) < ExplanationRefreshFor(jobID)
 }
 
-// pendingWaits drops the wait statuses of jobs the result also places and
-// all but the first status of a job, and sorts the rest by job ID so that
-// concurrent cycles lock rows in the same order.
-func pendingWaits(ws []scheduling.WaitStatus, placed map[string]bool, out *CycleOutcome) []scheduling.WaitStatus {
-	seen := make(map[string]bool, len(ws))
-	kept := make([]scheduling.WaitStatus, 0, len(ws))
-	for _, w := range ws {
-		if placed[w.JobID] || seen[w.JobID] {
+// pendingWaits sorts out a cycle's wait statuses by what memo (the stored
+// wait state LoadSnapshot read; nil: none) shows of their jobs:
+//
+//   - a status whose job the snapshot saw with its digest, explained less
+//     than ExplanationRefreshFor ago, changes nothing: it is counted in
+//     out.ExplanationsKept and dropped;
+//   - one whose job had its digest but an older explanation only needs its
+//     explanation rewritten: it is returned in due;
+//   - the others (the stable part changed, or the job was not in the
+//     snapshot) are returned in ws, to be compared with the stored state
+//     read again in the cycle's transaction.
+//
+// It drops the statuses of jobs the result also places and all but the
+// first status of a job among those it returns (out.StaleWaits), sorts ws
+// and due by job ID so that concurrent cycles lock rows in the same order,
+// and returns the digests of both by job ID. Its cost per unchanged waiting
+// job is one digest and two map lookups; only the statuses returned are
+// copied (docs/design.md §8, "The whole cycle at scale").
+func pendingWaits(all []scheduling.WaitStatus, placed map[string]bool, memo map[string]storedWait, at time.Time,
+	out *CycleOutcome) (ws, due []scheduling.WaitStatus, digests map[string][]byte) {
+	seen := map[string]struct{}{}
+	digests = map[string][]byte{}
+	var buf []byte
+	for i := range all {
+		w := &all[i]
+		if placed[w.JobID] {
 			out.StaleWaits++
 			continue
 		}
-		seen[w.JobID] = true
-		kept = append(kept, w)
+		var d []byte
+		d, buf = explanationDigest(buf, w)
+		m, inMemo := memo[w.JobID]
+		sameDigest := inMemo && m.hasDigest && m.digest == [32]byte(d)
+		if sameDigest && m.current(w.JobID, d, at) {
+			out.ExplanationsKept++
+			continue
+		}
+		if _, dup := seen[w.JobID]; dup {
+			out.StaleWaits++
+			continue
+		}
+		seen[w.JobID] = struct{}{}
+		digests[w.JobID] = d
+		if sameDigest && !m.explainedAt.IsZero() {
+			due = append(due, *w)
+		} else {
+			ws = append(ws, *w)
+		}
 	}
-	slices.SortFunc(kept, func(a, b scheduling.WaitStatus) int { return cmpString(a.JobID, b.JobID) })
-	return kept
+	byID := func(a, b scheduling.WaitStatus) int { return cmpString(a.JobID, b.JobID) }
+	slices.SortFunc(ws, byID)
+	slices.SortFunc(due, byID)
+	return ws, due, digests
 }
 
 // waitRows accumulates new wait events as column arrays.

@@ -86,3 +86,108 @@ func TestUnchangedWaitNotRewritten(t *testing.T) {
 	}
 	written(fmt.Sprintf("refresh-%d", refresh+10))
 }
+
+// TestExplanationRefreshForSpread checks that ExplanationRefreshFor spreads
+// job IDs over the whole of [ExplanationRefresh/2, ExplanationRefresh), not
+// its first seconds, so that explanations written in one cycle come due in
+// different later ones.
+func TestExplanationRefreshForSpread(t *testing.T) {
+	t.Parallel()
+	lo, hi := store.ExplanationRefresh, time.Duration(0)
+	for i := range 1000 {
+		d := store.ExplanationRefreshFor(fmt.Sprintf("j-%d", i))
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	half := store.ExplanationRefresh / 2
+	if lo < half || hi >= store.ExplanationRefresh || hi-lo < half*9/10 {
+		t.Fatalf("1,000 IDs spread over [%s, %s], want most of [%s, %s)", lo, hi, half, store.ExplanationRefresh)
+	}
+}
+
+// TestApplyCycleAfterSnapshot checks the path of a cycle applied after a
+// LoadSnapshot on the same Store (the scheduler's): the jobs whose
+// explanation the snapshot saw current are kept without being read, a
+// changed detail is refreshed, a due explanation is rewritten, and a due
+// explanation whose digest a concurrent writer cleared after the load is
+// left to the next cycle, which writes it. The snapshot carries each
+// pending job's stored reason.
+func TestApplyCycleAfterSnapshot(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := submit(t, s, "vision", "p", 8, 0), submit(t, s, "vision", "p", 8, 0)
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	cycle := func(sec int, detailB string) *store.CycleOutcome {
+		t.Helper()
+		snap, err := s.LoadSnapshot(ctx, at(sec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sec > 0 {
+			for _, p := range snap.Pending {
+				if p.StoredReason != vocab.ReasonCapacityBusy {
+					t.Fatalf("cycle at %d s: snapshot's stored reason of %s is %q", sec, p.ID, p.StoredReason)
+				}
+			}
+		}
+		res := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+			{JobID: a.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 of 4 free", Rank: 1},
+			{JobID: b.ID, Reason: vocab.ReasonCapacityBusy, Detail: detailB, Rank: 2}}}
+		out, err := s.ApplyCycle(ctx, fmt.Sprintf("snap-%d", sec), res, at(sec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	explainedAt := func(id string) time.Time {
+		t.Helper()
+		var ts time.Time
+		if err := s.Pool().QueryRow(ctx, `SELECT explained_at FROM jobs WHERE id = $1`, id).Scan(&ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts.UTC()
+	}
+	if out := cycle(0, "0 of 4 free"); out.WaitTransitions != 2 {
+		t.Fatalf("first cycle: %+v", out)
+	}
+	if out := cycle(5, "0 of 4 free"); out.ExplanationsKept != 2 || out.WaitRefreshes != 0 {
+		t.Fatalf("unchanged cycle: %+v, want both kept", out)
+	}
+	if out := cycle(10, "0 of 4 free, 1 draining"); out.ExplanationsKept != 1 || out.WaitRefreshes != 1 {
+		t.Fatalf("changed detail: %+v, want one kept, one refreshed", out)
+	}
+	// At 75 s both are due (written at 0 s and 10 s, more than
+	// ExplanationRefresh ago). A concurrent writer clears b's digest between
+	// the load and the apply.
+	snap, err := s.LoadSnapshot(ctx, at(75))
+	if err != nil || len(snap.Pending) != 2 {
+		t.Fatalf("load: %v", err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET explanation_digest = NULL WHERE id = $1`, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	res := &scheduling.Result{Waiting: []scheduling.WaitStatus{
+		{JobID: a.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 of 4 free", Rank: 1},
+		{JobID: b.ID, Reason: vocab.ReasonCapacityBusy, Detail: "0 of 4 free, 1 draining", Rank: 2}}}
+	if _, err := s.ApplyCycle(ctx, "snap-75", res, at(75)); err != nil {
+		t.Fatal(err)
+	}
+	if got := explainedAt(a.ID); !got.Equal(at(75)) {
+		t.Fatalf("a explained at %s, want the due rewrite at %s", got, at(75))
+	}
+	if got := explainedAt(b.ID); !got.Equal(at(10)) {
+		t.Fatalf("b explained at %s, want left at %s (its digest changed after the load)", got, at(10))
+	}
+	if out := cycle(80, "0 of 4 free, 1 draining"); out.ExplanationsKept != 1 {
+		t.Fatalf("next cycle: %+v, want a kept and b written", out)
+	}
+	if got := explainedAt(b.ID); !got.Equal(at(80)) {
+		t.Fatalf("b explained at %s, want %s", got, at(80))
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM wait_events WHERE job_id = ANY($1)`, []string{a.ID, b.ID}); n != 2 {
+		t.Fatalf("%d wait events, want 2 (one reason each throughout)", n)
+	}
+}

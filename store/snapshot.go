@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -74,6 +75,10 @@ func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Sn
 		return nil, fmt.Errorf("store: load snapshot: %w", err)
 	}
 	snap.Usage = s.usageAt(l.usage, snap.Running, now)
+	for i := range snap.Pending {
+		snap.Pending[i].StoredReason = l.waits[snap.Pending[i].ID].reason
+	}
+	s.setWaitMemo(now, l.waits)
 	return snap, nil
 }
 
@@ -173,6 +178,60 @@ type snapshotLoader struct {
 	queues  []scheduling.Queue
 	usage   []scheduling.ProjectUsage
 	missing []int64 // job_queue.seq of live jobs not in the cache
+	// waits is every pending job's stored wait state, by job ID.
+	waits map[string]storedWait
+}
+
+// storedWait is a pending job's stored wait state as a snapshot read it:
+// its reason (jobs.reason), and the digest (jobs.explanation_digest) and
+// instant (jobs.explained_at) of its stored explanation.
+type storedWait struct {
+	reason      vocab.WaitReason
+	hasDigest   bool
+	digest      [32]byte
+	explainedAt time.Time // zero: none
+}
+
+// current reports whether the stored explanation says what digest says and
+// is younger than ExplanationRefreshFor(jobID) at at (explanationCurrent).
+func (m *storedWait) current(jobID string, digest []byte, at time.Time) bool {
+	return m.hasDigest && !m.explainedAt.IsZero() &&
+		explanationCurrent(jobID, m.digest[:], &m.explainedAt, digest, at)
+}
+
+// waitMemo hands the stored wait state a LoadSnapshot read to the next
+// ApplyCycle of the same Store (docs/design.md §8, "The whole cycle at scale").
+type waitMemo struct {
+	mu    sync.Mutex
+	at    time.Time // the load's instant
+	byJob map[string]storedWait
+}
+
+// setWaitMemo keeps byJob, read by a load at at, for the next ApplyCycle.
+func (s *Store) setWaitMemo(at time.Time, byJob map[string]storedWait) {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	s.waits.at, s.waits.byJob = at, byJob
+}
+
+// takeWaitMemo returns the stored wait state the last LoadSnapshot read
+// when that load was at now (the cycle's instant: the scheduler loads and
+// applies a cycle at one instant), else nil; once: the next call returns
+// nil until another load. An ApplyCycle uses it
+// only to skip the waiting jobs whose explanation is current; what it shows
+// changed is read again under the cycle's transaction, so a state a
+// concurrent writer changed since the load is at worst written one cycle
+// late (that writer, placing or requeuing a job, clears the digest, which
+// the next load reads).
+func (s *Store) takeWaitMemo(now time.Time) map[string]storedWait {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	m := s.waits.byJob
+	s.waits.byJob = nil
+	if !s.waits.at.Equal(now) {
+		return nil
+	}
+	return m
 }
 
 // reset prepares the loader for one load, sizing its slices from the previous
@@ -188,7 +247,7 @@ func (l *snapshotLoader) reset() {
 		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
 		runningSeq: make([]int64, 0, n.running), pendingSeq: make([]int64, 0, n.pending),
 		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: make([]*jobStatic, 0, n.pending),
-		pendingCheckpoint: make([][]byte, 0, n.pending)}
+		pendingCheckpoint: make([][]byte, 0, n.pending), waits: make(map[string]storedWait, n.pending)}
 	c.generation++
 	if c.jobs == nil {
 		c.jobs = map[int64]*jobStatic{}
@@ -268,6 +327,12 @@ func (l *snapshotLoader) queries() []rowQuery {
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
 			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
+		// The pending jobs' stored wait state: their reasons for the
+		// scheduler's signals (PendingJob.StoredReason) and the digests of
+		// their explanations for the next ApplyCycle (takeWaitMemo).
+		rowQuery{sql: `
+			SELECT id, coalesce(reason, ''), explanation_digest, coalesce(explained_at, '-infinity')
+			FROM jobs WHERE state IN ('submitted', 'waiting')`, fn: l.scanWait},
 		// Drills (for_job_id NULL) serve no pending job.
 		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
 			WHERE ended_at IS NULL AND for_job_id IS NOT NULL ORDER BY victim_job_id`,
@@ -318,6 +383,25 @@ func (l *snapshotLoader) queries() []rowQuery {
 			return err
 		}},
 	)
+}
+
+func (l *snapshotLoader) scanWait(rows pgx.Rows) error {
+	var id string
+	var w storedWait
+	var digest []byte
+	var at pgtype.Timestamptz
+	if err := rows.Scan(&id, &w.reason, &digest, &at); err != nil {
+		return err
+	}
+	if len(digest) == len(w.digest) {
+		w.hasDigest = true
+		copy(w.digest[:], digest)
+	}
+	if at.InfinityModifier == pgtype.Finite {
+		w.explainedAt = at.Time
+	}
+	l.waits[id] = w
+	return nil
 }
 
 func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {

@@ -79,6 +79,7 @@ type Store struct {
 	// means scheduling.DefaultEvidenceWindowSeconds.
 	evidenceWindowNS atomic.Int64
 	cache            snapshotCache   // what LoadSnapshot reuses between calls
+	waits            waitMemo        // the stored wait state the last LoadSnapshot read, for the next ApplyCycle
 	tracer           pgx.QueryTracer // set on the pool's connections at Open
 }
 

@@ -193,6 +193,11 @@ type PendingJob struct {
 	RecentPreemptions []time.Time
 	Recovery          RecoveryEvidence
 	Protected         bool
+	// StoredReason is the wait reason the store holds for the job (the one
+	// the previous cycle stored; "" when none). Plan ignores it; the
+	// scheduling-cycle activity compares this cycle's reasons with it when
+	// it does not remember the previous cycle's, to signal only changes.
+	StoredReason vocab.WaitReason
 }
 
 // GPUShare is a slice of one GPU held by an allocation.
