@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
 	"github.com/gpugov/gpugov/replay"
 )
@@ -22,19 +23,20 @@ import (
 // TestReplicaKilledMidReplay runs two `gpugov serve` replicas, started at
 // the same moment, on one database and one Temporal dev server, behind a
 // round-robin TCP balancer (the API of either serves each connection),
-// replays the contended replay's first contendedPods pods through them
-// (TestContendedReplay's input: make run's pool, policy and speed, so that
-// the scheduler preempts), and SIGKILLs one replica while a preemption is
-// in progress — the replica running that preemption's pending activity
-// when Temporal names one. The other replica goes on alone. Nothing may be
-// lost (docs/design.md §10 "Several replicas"): every job ends or waits
-// with a reason; no GPU is granted beyond 1000 milli-GPU at any sample and
-// the usage table agrees with the allocations; every preemption finishes,
-// released (the victim's allocation released after a saved checkpoint,
-// its resume verified or not) or aborted with an abort outcome; one JobWorkflow
-// per job, one PreemptionWorkflow per preemption, one scheduler, reclaim
-// scan and notification dispatcher; and the two starts wrote the start
-// policy once.
+// replays the contended replay's window through them (make run's input, as
+// TestContendedReplay: its pool, policy and speed, so that the scheduler
+// preempts; all of the window's pods, so that a preemption comes early
+// enough to be interrupted), and SIGKILLs one replica as soon as a
+// preemption is in progress: the replica running that preemption's pending
+// activity when Temporal names one, else the one running the victim's run.
+// The other replica goes on alone. Nothing may be lost (docs/design.md §10
+// "Several replicas"): every job ends or waits with a reason; no GPU is
+// granted beyond 1000 milli-GPU at any sample and the usage table agrees
+// with the allocations; every preemption finishes: the victim released only
+// after a saved checkpoint (its resume verified or not), or aborted with an
+// abort outcome, or ended by the victim; one JobWorkflow per job, one
+// PreemptionWorkflow per preemption, one scheduler, reclaim scan and
+// notification dispatcher; and the two starts wrote the start policy once.
 func TestReplicaKilledMidReplay(t *testing.T) {
 	requireTemporal(t)
 	began := time.Now()
@@ -58,7 +60,7 @@ func TestReplicaKilledMidReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subs, err := replay.Build(selected[:contendedPods], replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,
+	subs, err := replay.Build(selected, replay.BuildOptions{From: replay.ContendedFrom, Speed: replay.ContendedSpeed,
 		Recovery: replay.DefaultRecovery(), MaxRunSeconds: replay.ContendedMaxRunS})
 	if err != nil {
 		t.Fatal(err)
@@ -81,20 +83,14 @@ func TestReplicaKilledMidReplay(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 
-	// The kill: while a preemption is in progress (notified, not ended),
-	// or at the last submission's time when none is.
-	inProgress := `SELECT count(*) FROM preemptions WHERE kind = 'preemption' AND state = 'in_progress' AND notified_at IS NOT NULL`
+	// The kill: as soon as a preemption is in progress, or at the last
+	// submission's time when none was by then.
+	inProgress := `SELECT count(*) FROM preemptions WHERE kind = 'preemption' AND state = 'in_progress'`
 	last := subs[n-1].SubmitAt
 	for time.Since(replayStart) < last && r.queryInt(inProgress) == 0 {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
-	// Then, for up to 15 s, until a replica runs a pending activity of a
-	// preemption (its steps: notify, checkpoint, release, …).
-	victim, interrupted, preempting := replicaToKill(t, r, replicas)
-	for wait := time.Now().Add(15 * time.Second); !preempting && time.Now().Before(wait); {
-		time.Sleep(time.Second)
-		victim, interrupted, preempting = replicaToKill(t, r, replicas)
-	}
+	victim, interrupted := replicaToKill(t, r, replicas)
 	var openAtKill []string
 	rows, err := r.db.Query(context.Background(), `SELECT id FROM preemptions WHERE state = 'in_progress'`)
 	if err != nil {
@@ -112,8 +108,7 @@ func TestReplicaKilledMidReplay(t *testing.T) {
 		"(%d notified, %d saved); %s's pending activities: %s",
 		time.Since(replayStart).Seconds(), r.queryInt(`SELECT count(*) FROM jobs`), n,
 		r.queryInt(`SELECT count(*) FROM jobs WHERE state = 'running'`), r.queryInt(`SELECT count(*) FROM jobs WHERE state = 'placed'`),
-		r.queryInt(`SELECT count(*) FROM preemptions WHERE kind = 'preemption' AND state = 'in_progress'`), r.queryInt(inProgress),
-		r.queryInt(`SELECT count(*) FROM preemptions WHERE kind = 'preemption' AND state = 'in_progress' AND saved_at IS NOT NULL`),
+		r.queryInt(inProgress), r.queryInt(inProgress+` AND notified_at IS NOT NULL`), r.queryInt(inProgress+` AND saved_at IS NOT NULL`),
 		victim.name, interrupted)
 	r.killProcess(victim)
 	t.Logf("SIGKILLed %s: %s", victim.name, atKill)
@@ -148,9 +143,11 @@ func TestReplicaKilledMidReplay(t *testing.T) {
 		t.Errorf("no preemption: the replay did not exercise preemptions")
 	}
 	_, preemptions := verify(t, r, []check{
-		{what: "released without a saved checkpoint or with the victim's allocation held", sql: `
+		{what: "victims released by a preemption without a saved checkpoint", sql: `
+			SELECT count(*) FROM preemptions WHERE released_at IS NOT NULL AND outcome IS DISTINCT FROM 'victim_ended' AND saved_at IS NULL`},
+		{what: "preemptions released whose victim still holds the allocation", sql: `
 			SELECT count(*) FROM preemptions p JOIN allocations a ON a.id = p.allocation_id
-			WHERE p.state = 'released' AND (p.saved_at IS NULL OR a.released_at IS NULL)`},
+			WHERE p.state = 'released' AND a.released_at IS NULL`},
 		{what: "aborted without an abort outcome", sql: `
 			SELECT count(*) FROM preemptions WHERE state = 'aborted'
 			AND outcome IS DISTINCT FROM 'aborted_no_checkpoint' AND outcome IS DISTINCT FROM 'aborted_ineligible'
@@ -226,19 +223,33 @@ func freeAddr(t *testing.T) string {
 
 // replicaToKill picks the replica to SIGKILL: the one whose worker runs a
 // pending activity of an open PreemptionWorkflow, else the one running the
-// most pending activities of open workflows (Temporal's last worker
-// identity, "pid@host@", names the process), else the second. It also
-// returns that replica's pending activities by type and why it was picked,
-// and whether it runs a preemption's activity.
-func replicaToKill(t *testing.T, r *crashRig, replicas []*serveProcess) (*serveProcess, string, bool) {
+// run (ExecutorRun) of a victim of a preemption in progress, else the one
+// running the most pending activities of open workflows (Temporal's last
+// worker identity, "pid@host@", names the process), else the second. It
+// also returns that replica's pending activities by type and why it was
+// picked.
+func replicaToKill(t *testing.T, r *crashRig, replicas []*serveProcess) (*serveProcess, string) {
 	t.Helper()
 	ctx := context.Background()
 	byPID := map[int]*serveProcess{}
 	for _, p := range replicas {
 		byPID[p.cmd.Process.Pid] = p
 	}
+	victims := map[string]bool{}
+	rows, err := r.db.Query(ctx, `SELECT victim_job_id FROM preemptions WHERE state = 'in_progress'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		victims[temporalx.JobWorkflowID(id)] = true
+	}
+	rows.Close()
 	pending := map[*serveProcess]map[string]int{}
-	var preempting *serveProcess
+	var preempting, running *serveProcess
 	resp, err := r.dev.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Query: "ExecutionStatus = 'Running'", PageSize: 1000})
 	if err != nil {
@@ -260,23 +271,25 @@ func replicaToKill(t *testing.T, r *crashRig, replicas []*serveProcess) (*serveP
 				pending[p] = map[string]int{}
 			}
 			pending[p][a.GetActivityType().GetName()]++
-			if info.GetType().GetName() == "PreemptionWorkflow" && preempting == nil {
+			switch {
+			case info.GetType().GetName() == "PreemptionWorkflow" && preempting == nil:
 				preempting = p
+			case victims[ex.GetWorkflowId()] && running == nil:
+				running = p
 			}
 		}
 	}
-	pick := preempting
+	pick, why := preempting, "it ran a pending activity of a PreemptionWorkflow"
 	if pick == nil {
-		pick = replicas[1]
+		pick, why = running, "it ran the run of a preemption's victim"
+	}
+	if pick == nil {
+		pick, why = replicas[1], "it ran the most pending activities"
 		for _, p := range replicas {
 			if total(pending[p]) > total(pending[pick]) {
 				pick = p
 			}
 		}
-	}
-	why := "it ran a pending activity of a PreemptionWorkflow"
-	if preempting == nil {
-		why = "no PreemptionWorkflow had a pending activity; it ran the most pending activities"
 	}
 	var parts []string
 	for name, k := range pending[pick] {
@@ -286,7 +299,7 @@ func replicaToKill(t *testing.T, r *crashRig, replicas []*serveProcess) (*serveP
 	if len(parts) == 0 {
 		parts = []string{"none"}
 	}
-	return pick, strings.Join(parts, ", ") + " (" + why + ")", preempting != nil
+	return pick, strings.Join(parts, ", ") + " (" + why + ")"
 }
 
 // total is the sum of m's counts.
