@@ -257,11 +257,11 @@ func replicaToKill(t *testing.T, r *crashRig, replicas []*serveProcess) (*serveP
 	}
 	for _, info := range resp.GetExecutions() {
 		ex := info.GetExecution()
-		d, err := r.dev.Client.DescribeWorkflowExecution(ctx, ex.GetWorkflowId(), ex.GetRunId())
-		if err != nil {
+		d, err := r.dev.Client.DescribeWorkflow(ctx, ex.GetWorkflowId(), ex.GetRunId())
+		if err != nil || d.RawResponse == nil {
 			continue // closed meanwhile
 		}
-		for _, a := range d.GetPendingActivities() {
+		for _, a := range d.RawResponse.GetPendingActivities() {
 			pid, _ := strconv.Atoi(strings.SplitN(a.GetLastWorkerIdentity(), "@", 2)[0])
 			p := byPID[pid]
 			if p == nil {
