@@ -56,7 +56,7 @@ func TestTwoReplicasStartAndReconcileAtOnce(t *testing.T) {
 		})
 		wg.Go(func() {
 			for range 3 {
-				if _, err := workflows.ReconcileJobWorkflows(ctx, jobs, wf); err != nil {
+				if _, err := workflows.ReconcileJobWorkflows(ctx, jobs, wf, wf.Ledger()); err != nil {
 					t.Error(err)
 				}
 			}
@@ -79,7 +79,7 @@ func TestTwoReplicasStartAndReconcileAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := workflows.ReconcileJobWorkflows(ctx, jobs, wf); err != nil {
+	if _, err := workflows.ReconcileJobWorkflows(ctx, jobs, wf, wf.Ledger()); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
