@@ -97,9 +97,17 @@ type crashRig struct {
 	simSpd    float64
 	logs      *logBuffer // every serve process's output, one after the other
 
-	proc   *exec.Cmd
-	exited chan struct{}
-	starts int
+	proc    *serveProcess   // the serve on apiAddr (start, kill, stop)
+	running []*serveProcess // every serve process not yet stopped or killed, proc included
+	starts  int
+}
+
+// serveProcess is one `gpugov serve` process of a rig.
+type serveProcess struct {
+	name    string // "serve 3", "replica b", for the log
+	apiAddr string
+	cmd     *exec.Cmd
+	exited  chan struct{}
 }
 
 // crashRigOptions configure newCrashRig.
@@ -181,9 +189,20 @@ func (r *crashRig) start(point, workflow string) {
 		r.t.Fatal("crash rig: serve already running")
 	}
 	r.starts++
-	fmt.Fprintf(r.logs, "=== serve start %d, crash point %q (workflow %q)\n", r.starts, point, workflow)
+	p := r.spawn(fmt.Sprintf("serve start %d", r.starts), r.apiAddr, point, workflow)
+	r.proc = p
+	r.waitReady(p)
+}
+
+// spawn starts a serve process on apiAddr with crash point point ("" for
+// none, limited to the workflows whose ID starts with workflow) without
+// waiting for it to be ready: several replicas on the rig's database and
+// dev server start so at once (waitReady then waits for each).
+func (r *crashRig) spawn(name, apiAddr, point, workflow string) *serveProcess {
+	r.t.Helper()
+	fmt.Fprintf(r.logs, "=== %s on %s, crash point %q (workflow %q)\n", name, apiAddr, point, workflow)
 	cmd := exec.Command(r.bin, "serve", "--database-url", r.serveDB, "--temporal-address", r.dev.HostPort,
-		"--api-addr", r.apiAddr, "--tokens-file", filepath.Join(r.dir, "tokens.yaml"),
+		"--api-addr", apiAddr, "--tokens-file", filepath.Join(r.dir, "tokens.yaml"),
 		"--inventory-file", r.inventory, "--policy", filepath.Join(r.dir, "policy.yaml"),
 		"--cycle-interval", "1s", "--reconcile-interval", "2s", "--sim-speed", strconv.FormatFloat(r.simSpd, 'g', -1, 64),
 		"--log-level", "info")
@@ -207,10 +226,18 @@ func (r *crashRig) start(point, workflow string) {
 		_ = f.Close() // only now: a closed writer would break serve's stdout pipe
 		close(exited)
 	}()
-	r.proc, r.exited = cmd, exited
+	p := &serveProcess{name: name, apiAddr: apiAddr, cmd: cmd, exited: exited}
+	r.running = append(r.running, p)
+	return p
+}
+
+// waitReady waits until p's /readyz answers 200, failing the test when p
+// exits first or is not ready within 90 s.
+func (r *crashRig) waitReady(p *serveProcess) {
+	r.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		resp, err := http.Get("http://" + r.apiAddr + "/readyz")
+		resp, err := http.Get("http://" + p.apiAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -218,12 +245,12 @@ func (r *crashRig) start(point, workflow string) {
 			}
 		}
 		select {
-		case <-exited:
-			r.t.Fatalf("serve exited before it was ready:\n%s", r.logs.tail(4000))
+		case <-p.exited:
+			r.t.Fatalf("%s exited before it was ready:\n%s", p.name, r.logs.tail(4000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("serve not ready within 90 s:\n%s", r.logs.tail(4000))
+			r.t.Fatalf("%s not ready within 90 s:\n%s", p.name, r.logs.tail(4000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -235,25 +262,43 @@ func (r *crashRig) kill() {
 	if r.proc == nil {
 		return
 	}
-	_ = r.proc.Process.Signal(syscall.SIGKILL)
-	<-r.exited
-	fmt.Fprintf(r.logs, "=== serve %d killed (SIGKILL)\n", r.starts)
+	r.killProcess(r.proc)
 	r.proc = nil
 }
 
-// stop ends the serve process gracefully (SIGTERM), or kills it after 15 s.
+// killProcess SIGKILLs p and waits for it to be gone.
+func (r *crashRig) killProcess(p *serveProcess) {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	fmt.Fprintf(r.logs, "=== %s killed (SIGKILL)\n", p.name)
+	r.forget(p)
+}
+
+// stop ends every serve process of the rig gracefully (SIGTERM), or kills
+// it after 15 s.
 func (r *crashRig) stop() {
-	if r.proc == nil {
-		return
-	}
-	_ = r.proc.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(15 * time.Second):
-		_ = r.proc.Process.Signal(syscall.SIGKILL)
-		<-r.exited
+	for len(r.running) > 0 {
+		p := r.running[0]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.exited
+		}
+		r.forget(p)
 	}
 	r.proc = nil
+}
+
+// forget drops p from the running processes.
+func (r *crashRig) forget(p *serveProcess) {
+	for i, q := range r.running {
+		if q == p {
+			r.running = append(r.running[:i], r.running[i+1:]...)
+			return
+		}
+	}
 }
 
 // markers is the crash points' marker directory.

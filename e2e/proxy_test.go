@@ -5,29 +5,40 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // tcpProxy forwards TCP connections from a local port to a target, and can
 // cut them: Down closes every forwarded connection and makes new ones close
-// at once (as a database that went away), Up forwards again.
+// at once (as a database that went away), Up forwards again. With several
+// targets (startBalancer) it is a load balancer in front of serve
+// replicas: each new connection goes to the next target in turn, or to the
+// one after when that one refuses (a replica that was killed).
 type tcpProxy struct {
-	target string
-	l      net.Listener
+	target  string   // the first target
+	targets []string // every target, in turn
+	l       net.Listener
 
 	mu    sync.Mutex
 	down  bool
+	next  int // the target of the next connection
 	conns map[net.Conn]bool
 }
 
 // startProxy listens on a free local port, forwarding to target; it stops
 // when the test ends.
-func startProxy(t testing.TB, target string) *tcpProxy {
+func startProxy(t testing.TB, target string) *tcpProxy { return startBalancer(t, target) }
+
+// startBalancer listens on a free local port, forwarding each connection
+// to the targets in turn, skipping those that refuse; it stops when the
+// test ends.
+func startBalancer(t testing.TB, targets ...string) *tcpProxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{target: target, l: l, conns: map[net.Conn]bool{}}
+	p := &tcpProxy{target: targets[0], targets: targets, l: l, conns: map[net.Conn]bool{}}
 	go p.acceptLoop()
 	t.Cleanup(func() {
 		_ = l.Close()
@@ -49,7 +60,8 @@ func (p *tcpProxy) acceptLoop() {
 	}
 }
 
-// forward pipes c to a new connection to the target, unless the proxy is down.
+// forward pipes c to a new connection to the next target that accepts one
+// (in turn), unless the proxy is down.
 func (p *tcpProxy) forward(c net.Conn) {
 	p.mu.Lock()
 	if p.down {
@@ -57,8 +69,16 @@ func (p *tcpProxy) forward(c net.Conn) {
 		_ = c.Close()
 		return
 	}
+	first := p.next
+	p.next = (p.next + 1) % len(p.targets)
 	p.mu.Unlock()
-	up, err := net.Dial("tcp", p.target)
+	var up net.Conn
+	var err error
+	for i := range p.targets {
+		if up, err = net.DialTimeout("tcp", p.targets[(first+i)%len(p.targets)], 2*time.Second); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		_ = c.Close()
 		return

@@ -22,8 +22,11 @@ import (
 // workflow's first step before the drill pass starts the workflow again.
 const unstartedDrillAge = time.Minute
 
-// drillLoop runs drillPass every DrillInterval until ctx ends; failures
-// are logged and retried at the next pass.
+// drillLoop runs lockedDrillPass every DrillInterval until ctx ends,
+// after putting the active policy version in force (refreshPolicy: a
+// replica whose worker runs no scheduling cycle for a while still follows
+// a switch within a pass, for the drill choice and its other readers of
+// the policy in force); failures are logged and retried at the next pass.
 func (s *Service) drillLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.DrillInterval)
@@ -34,21 +37,47 @@ func (s *Service) drillLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.drillPass(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if err := s.refreshPolicy(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("policy in force not refreshed", "err", err)
+		}
+		if _, err := s.lockedDrillPass(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("drill pass failed", "err", err)
 		}
 	}
 }
 
+// lockedDrillPass runs drillPass under the store's drill-pass lock
+// (store.LockDrillPass), which one replica holds at a time: the choice
+// reads the drills and preemptions in progress and the drills of the day,
+// then records its own, and two replicas choosing at once would each
+// drill a pool (or a job) the other was drilling (docs/design.md §10
+// "Several replicas"). ran is false when another replica's pass held the
+// lock: this pass is skipped, the other one does its work.
+func (s *Service) lockedDrillPass(ctx context.Context, now time.Time) (ran bool, err error) {
+	return s.store.TryWithLock(ctx, store.LockDrillPass, func(ctx context.Context) error {
+		return s.drillPass(ctx, now)
+	})
+}
+
+// startDrillWorkflow starts drill d's workflow: s.startDrill when set
+// (tests), else workflows.Client.StartDrill.
+func (s *Service) startDrillWorkflow(ctx context.Context, preemptionID, jobID, allocationID, runID string) error {
+	if s.startDrill != nil {
+		return s.startDrill(ctx, preemptionID, jobID, allocationID, runID)
+	}
+	return s.workflows.StartDrill(ctx, preemptionID, jobID, allocationID, runID)
+}
+
 // drillPass restarts unstarted drills and starts the automatic ones due
-// at now. It returns the first error.
+// at now. It returns the first error. Callers hold the drill-pass lock
+// (lockedDrillPass).
 func (s *Service) drillPass(ctx context.Context, now time.Time) error {
 	late, err := s.store.UnstartedDrills(ctx, now.Add(-unstartedDrillAge))
 	if err != nil {
 		return err
 	}
 	for _, d := range late {
-		if err := s.workflows.StartDrill(ctx, d.PreemptionID, d.JobID, d.AllocationID, d.RunID); err != nil {
+		if err := s.startDrillWorkflow(ctx, d.PreemptionID, d.JobID, d.AllocationID, d.RunID); err != nil {
 			return err
 		}
 		s.cfg.Logger.Info("drill workflow started again", "drill", d.PreemptionID, "job", d.JobID)
@@ -64,7 +93,7 @@ func (s *Service) drillPass(ctx context.Context, now time.Time) error {
 			s.cfg.Logger.Info("automatic drill not started", "job", c.JobID, "err", err)
 			continue
 		}
-		if err := s.workflows.StartDrill(ctx, d.PreemptionID, d.JobID, d.AllocationID, d.RunID); err != nil {
+		if err := s.startDrillWorkflow(ctx, d.PreemptionID, d.JobID, d.AllocationID, d.RunID); err != nil {
 			return fmt.Errorf("start drill %s: %w", d.PreemptionID, err)
 		}
 		s.cfg.Logger.Info("automatic drill started", "drill", d.PreemptionID, "job", d.JobID, "pool", d.Pool, "profile", c.Profile)

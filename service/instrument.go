@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/activities"
-	"github.com/gpugov/gpugov/internal/accounting"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/telemetry"
-	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -44,14 +42,6 @@ type instrumentedStore struct {
 	labels     map[string]jobLabels // pending jobs of the last snapshot, by ID
 	recorded   map[string]bool      // run IDs whose wait was recorded
 	order      []string             // recorded, oldest first, to bound the map
-	lastWaits  map[string]waitState // the last applied cycle's waits, by job ID; nil before the first
-}
-
-// waitState is what opens a new wait event when it changes between cycles:
-// the reason (accounting.WaitChanged, the rule store.applyWaits applies; a
-// changed detail refreshes the open event and is no transition).
-type waitState struct {
-	reason vocab.WaitReason
 }
 
 var _ activities.Store = (*instrumentedStore)(nil)
@@ -120,50 +110,21 @@ func (s *instrumentedStore) recordCycle(ctx context.Context, out *store.CycleOut
 		waiting[telemetry.WaitingKey{Queue: labels[w.JobID].queue, Reason: string(w.Reason)}]++
 	}
 	s.metrics.SetWaiting(waiting)
-	s.metrics.AddWaitTransitions(ctx, s.waitTransitions(out, res))
+	s.metrics.AddWaitTransitions(ctx, waitTransitions(out))
 }
 
-// waitTransitions counts the cycle's wait-reason transitions by new reason.
-// store.CycleOutcome gives only their total (WaitTransitions), so they are
-// counted here the way the store opens wait events: a job waiting with a
-// reason other than in the previous cycle, or not waiting then
-// (new, requeued). Jobs placed by the cycle are not waiting; jobs whose
-// placement conflicted keep their previous wait. The first cycle of the
-// process has no previous cycle: its counts are kept only when their total
-// matches the store's, and are otherwise dropped (nil) rather than counting
-// every waiting job.
-func (s *instrumentedStore) waitTransitions(out *store.CycleOutcome, res *scheduling.Result) map[string]int64 {
-	placed := make(map[string]bool, len(out.Placed))
-	for _, p := range out.Placed {
-		placed[p.JobID] = true
-	}
-	s.mu.Lock()
-	prev := s.lastWaits
-	s.mu.Unlock()
-	cur := make(map[string]waitState, len(res.Waiting))
-	byReason := map[string]int64{}
-	total := 0
-	for _, w := range res.Waiting {
-		if _, dup := cur[w.JobID]; dup || placed[w.JobID] {
-			continue
-		}
-		st := waitState{reason: w.Reason}
-		cur[w.JobID] = st
-		if was, ok := prev[w.JobID]; accounting.WaitChanged(ok, was.reason, st.reason) {
-			byReason[string(st.reason)]++
-			total++
-		}
-	}
-	for _, c := range out.Conflicts {
-		if was, ok := prev[c.JobID]; ok {
-			cur[c.JobID] = was
-		}
-	}
-	s.mu.Lock()
-	s.lastWaits = cur
-	s.mu.Unlock()
-	if prev == nil && total != out.WaitTransitions {
+// waitTransitions is the cycle's wait-reason transitions by new reason,
+// as the store counted them when it opened the wait events
+// (store.CycleOutcome.WaitTransitionsByReason): from the stored waits, so
+// that the counts are right whichever replica's worker ran the previous
+// cycle (docs/design.md §10 "Several replicas").
+func waitTransitions(out *store.CycleOutcome) map[string]int64 {
+	if len(out.WaitTransitionsByReason) == 0 {
 		return nil
+	}
+	byReason := make(map[string]int64, len(out.WaitTransitionsByReason))
+	for r, n := range out.WaitTransitionsByReason {
+		byReason[r] = int64(n)
 	}
 	return byReason
 }

@@ -138,38 +138,51 @@ func TestInstrumentedStore(t *testing.T) {
 	}
 }
 
-// TestWaitTransitions counts transitions the way the store opens wait events:
-// by new reason, for a changed reason (not a changed detail) or a job not waiting before;
-// placed jobs are skipped, conflicted jobs keep their wait, and a first cycle
-// whose total disagrees with the store's is not counted.
-func TestWaitTransitions(t *testing.T) {
-	is := newInstrumentedStore(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	wait := func(job string, r vocab.WaitReason, detail string) scheduling.WaitStatus {
-		return scheduling.WaitStatus{JobID: job, Reason: r, Detail: detail}
+// TestWaitTransitionsAcrossReplicas: the wait-reason transitions are the
+// store's, whichever replica's instrumented store applies a cycle. Two
+// replicas on one database alternate cycles of one waiting job (A: a new
+// wait, B: the same reason, A: a new reason, B: the same new reason, with a
+// new detail): exactly two transitions are counted, one per reason — a
+// replica comparing with the last cycle it ran itself would count B's
+// second cycle again.
+func TestWaitTransitionsAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	st, url := storetest.NewStore(t, storetest.Fixture{Pools: []scheduling.Pool{storetest.Pool("p", vocab.StageObserve, 1, 1)}})
+	other := storetest.OpenStore(t, url, storetest.Fixture{})
+	if _, err := EnsureDefaultQueues(ctx, st); err != nil {
+		t.Fatal(err)
 	}
+	j, _, err := st.CreateJob(ctx, &store.NewJob{Project: "p1", Queue: "standard", Tier: vocab.TierStandard,
+		Request: scheduling.ResourceRequest{GPUs: 4, Pool: "p"}, RunSeconds: 10, SubmitTime: time.Now().Add(-time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, err := telemetry.Setup(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	replicas := []*instrumentedStore{newInstrumentedStore(st, tel.Metrics, nil, discard), newInstrumentedStore(other, tel.Metrics, nil, discard)}
 	capacity, quota := vocab.ReasonNoMatchingCapacity, vocab.ReasonQuotaExhausted
-	first := &scheduling.Result{Waiting: []scheduling.WaitStatus{
-		wait("a", capacity, "0 free"), wait("b", quota, ""), wait("e", capacity, "0 free")}}
-	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 1}, first); got != nil {
-		t.Errorf("first cycle, store total 1 of 3 waiting: %v, want nothing counted", got)
+	for i, r := range []struct {
+		reason vocab.WaitReason
+		detail string
+		want   int // transitions the store counts
+	}{{capacity, "0 free", 1}, {capacity, "0 free", 0}, {quota, "over quota", 1}, {quota, "over quota by 2", 0}} {
+		is := replicas[i%2]
+		res := &scheduling.Result{Waiting: []scheduling.WaitStatus{{JobID: j.ID, Reason: r.reason, Detail: r.detail}}}
+		out, err := is.ApplyCycle(ctx, "c"+strconv.Itoa(i), res, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.WaitTransitions != r.want {
+			t.Errorf("cycle %d: store counted %d transitions, want %d", i, out.WaitTransitions, r.want)
+		}
 	}
-	is.lastWaits = nil // the process's first cycle again
-	if got := is.waitTransitions(&store.CycleOutcome{WaitTransitions: 3}, first); got[string(capacity)] != 2 || got[string(quota)] != 1 {
-		t.Errorf("first cycle, store total 3: %v, want 2 × %s and 1 × %s", got, capacity, quota)
-	}
-	second := &scheduling.Result{Waiting: []scheduling.WaitStatus{
-		wait("a", capacity, "1 free"), // detail changed: the same wait goes on
-		wait("b", quota, ""),          // unchanged
-		wait("c", quota, ""),          // new
-		wait("d", capacity, "placed"), // placed by the same cycle
-		wait("f", capacity, ""),       // new
-	}} // e was planned for placement, which conflicted: it still waits as before
-	out := &store.CycleOutcome{Placed: []store.PlacedJob{{JobID: "d"}}, Conflicts: []store.Conflict{{JobID: "e"}}}
-	if got := is.waitTransitions(out, second); len(got) != 2 || got[string(capacity)] != 1 || got[string(quota)] != 1 {
-		t.Errorf("second cycle: %v, want c's and f's arrivals, not a's new detail", got)
-	}
-	third := &scheduling.Result{Waiting: []scheduling.WaitStatus{wait("e", capacity, "0 free"), wait("d", capacity, "requeued")}}
-	if got := is.waitTransitions(&store.CycleOutcome{}, third); len(got) != 1 || got[string(capacity)] != 1 {
-		t.Errorf("third cycle: %v, want only d (requeued after its placement), not e", got)
+	for _, reason := range []vocab.WaitReason{capacity, quota} {
+		if v := metricValue(t, tel, `gpugov_wait_reason_transitions_total\{.*reason="`+string(reason)+`"\}`); v != 1 {
+			t.Errorf("transitions to %s = %v, want 1", reason, v)
+		}
 	}
 }

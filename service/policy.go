@@ -104,7 +104,10 @@ func (s *Service) schedulingPolicy(ctx context.Context) (*scheduling.Policy, err
 // the effects are audited with PolicyActor and a reason naming the hash.
 // It reads only the active hash unless that differs from the policy in
 // force. It holds policyMu, as applyPolicy does, so it never applies a
-// version a concurrent reload superseded. An error (a store error, an
+// version a concurrent reload superseded, and, when the hash changed, the
+// store's policy lock (store.LockPolicy) while it reads and applies the
+// version, so that replicas seeing the same switch write its effects one
+// after the other. An error (a store error, an
 // active body that does not decode to its hash) leaves the policy in force
 // as it was, so the next cycle tries again.
 func (s *Service) refreshPolicy(ctx context.Context) error {
@@ -114,13 +117,26 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cur := s.inForce.Load()
-	if cur != nil && cur.hash == hash {
+	if cur := s.inForce.Load(); cur != nil && cur.hash == hash {
 		return nil
 	}
+	// The effects are written under the policy lock, as every replica
+	// whose cycle or loop sees the switch applies them (docs/design.md §10
+	// "Several replicas"); the version is read again under it.
+	return s.store.WithLock(ctx, store.LockPolicy, s.refreshLocked)
+}
+
+// refreshLocked is refreshPolicy's switch, under policyMu and the policy
+// lock: it loads the active version and, when it is not the policy in
+// force, applies it.
+func (s *Service) refreshLocked(ctx context.Context) error {
+	cur := s.inForce.Load()
 	v, err := s.store.ActivePolicyVersion(ctx)
 	if err != nil {
 		return err
+	}
+	if cur != nil && cur.hash == v.Hash {
+		return nil
 	}
 	p, err := policy.FromCanonical(v.Body)
 	if err != nil {
@@ -151,7 +167,10 @@ func (s *Service) refreshPolicy(ctx context.Context) error {
 // (store.ActivatePolicy) — from this same file's (or default) policy, that
 // version is kept and applied: the file was not edited since, and a
 // restart must not undo the changes; a file that differs from the version
-// they were derived from supersedes them (docs/design.md §4).
+// they were derived from supersedes them (docs/design.md §4). It holds
+// policyMu and the store's policy lock (store.LockPolicy) throughout, so
+// that replicas starting together apply their start policy one after the
+// other, each deciding on what the previous one left.
 func (s *Service) applyStartPolicy(ctx context.Context) error {
 	reason := "default policy (no policy file)"
 	switch {
@@ -161,26 +180,29 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 		reason = "policy of the service's configuration (no policy file)"
 	}
 	p := s.filePolicy()
-	active, err := s.store.ActivePolicyVersion(ctx)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return fmt.Errorf("service: %w", err)
-	case active.Hash != p.Hash() && active.BaseHash == p.Hash():
-		derived, err := policy.FromCanonical(active.Body)
-		if err != nil || derived.Hash() != active.Hash {
-			return fmt.Errorf("service: active policy version %s cannot be decoded: %v", active.Hash, err)
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	// Replicas starting together apply one after the other, each reading
+	// the active version its predecessor left (docs/design.md §10
+	// "Several replicas").
+	err := s.store.WithLock(ctx, store.LockPolicy, func(ctx context.Context) error {
+		active, err := s.store.ActivePolicyVersion(ctx)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		case active.Hash != p.Hash() && active.BaseHash == p.Hash():
+			derived, err := policy.FromCanonical(active.Body)
+			if err != nil || derived.Hash() != active.Hash {
+				return fmt.Errorf("active policy version %s cannot be decoded: %v", active.Hash, err)
+			}
+			derived.KeepUnhashed(p)
+			// Already active, with its lineage: only its effects are applied.
+			return s.applyEffectsLocked(ctx, derived, reason+"; kept the version "+active.Hash+" derived from it through the API", StageSourceStart)
 		}
-		derived.KeepUnhashed(p)
-		// Already active, with its lineage: only its effects are applied.
-		s.policyMu.Lock()
-		defer s.policyMu.Unlock()
-		if err := s.applyEffectsLocked(ctx, derived, reason+"; kept the version "+active.Hash+" derived from it through the API", StageSourceStart); err != nil {
-			return fmt.Errorf("service: %w", err)
-		}
-		return nil
-	}
-	if err := s.applyPolicy(ctx, p, reason, StageSourceStart); err != nil {
+		return s.applyPolicyLocked(ctx, p, reason, StageSourceStart)
+	})
+	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	return nil
@@ -191,10 +213,19 @@ func (s *Service) applyStartPolicy(ctx context.Context) error {
 // then ActivatePolicyVersion, which audits the switch and makes it a file
 // version (its own base) — and applies what it sets (applyEffectsLocked),
 // auditing each real change with PolicyActor and reason. It holds policyMu
-// (see refreshPolicy). It returns the first store error.
+// (see refreshPolicy) and the store's policy lock (store.LockPolicy: a
+// replica's reload never interleaves with another replica's writes of a
+// policy). It returns the first store error.
 func (s *Service) applyPolicy(ctx context.Context, p *policy.Policy, reason, source string) error {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
+	return s.store.WithLock(ctx, store.LockPolicy, func(ctx context.Context) error {
+		return s.applyPolicyLocked(ctx, p, reason, source)
+	})
+}
+
+// applyPolicyLocked is applyPolicy under policyMu and the policy lock.
+func (s *Service) applyPolicyLocked(ctx context.Context, p *policy.Policy, reason, source string) error {
 	hash := p.Hash()
 	if err := s.store.SavePolicyVersion(ctx, hash, p.Canonical()); err != nil {
 		return fmt.Errorf("policy version: %w", err)

@@ -57,14 +57,23 @@ func CheckSampleRetention(retention time.Duration, p *policy.Policy) error {
 // now − max(retention, observation window): a policy file reloaded with
 // a longer window than the retention keeps the samples the scan reads (and
 // says so in the log). Each pass logs how many rows it deleted; failures are
-// logged and retried at the next pass.
+// logged and retried at the next pass. A pass runs under the store's
+// retention lock (store.LockRetention): with several replicas one prunes
+// while the others skip their pass, rather than deleting the same batches
+// at once (docs/design.md §10 "Several replicas").
 func (s *Service) retentionLoop(ctx context.Context) {
 	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.RetentionInterval)
 	defer t.Stop()
 	for {
-		s.pruneGPUSamples(ctx, time.Now())
-		s.pruneDecisions(ctx, time.Now())
+		_, err := s.store.TryWithLock(ctx, store.LockRetention, func(ctx context.Context) error {
+			s.pruneGPUSamples(ctx, time.Now())
+			s.pruneDecisions(ctx, time.Now())
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("retention pass not run", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -64,6 +64,9 @@ type Service struct {
 	// refreshLoaded, when set (tests only), runs in refreshPolicy between
 	// loading the changed active version and making it the policy in force.
 	refreshLoaded func()
+	// startDrill, when set (tests only), starts a drill's workflow instead
+	// of workflows.Client.StartDrill.
+	startDrill func(ctx context.Context, preemptionID, jobID, allocationID, runID string) error
 
 	mu      sync.Mutex
 	workers []worker.Worker // nil while stopped (StopWorkers)

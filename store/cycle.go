@@ -43,6 +43,11 @@ type CycleOutcome struct {
 	// WaitTransitions counts the wait events opened (the reason changed, or
 	// the job had no open event).
 	WaitTransitions int `json:"wait_transitions"`
+	// WaitTransitionsByReason splits WaitTransitions by the new reason (the
+	// gpugov_wait_reason_transitions_total metric's counts, taken from the
+	// stored waits rather than from a process's memory of the previous
+	// cycle, which another replica may have run); nil when there were none.
+	WaitTransitionsByReason map[string]int `json:"wait_transitions_by_reason,omitempty"`
 	// WaitRefreshes counts open wait events whose detail, re-evaluation
 	// condition or blocking job the cycle rewrote in place (same reason).
 	WaitRefreshes int `json:"wait_refreshes"`
@@ -673,6 +678,12 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		}
 	}
 	out.WaitTransitions, out.WaitRefreshes = len(tr.jobIDs), len(rf.jobIDs)
+	for _, r := range tr.reasons {
+		if out.WaitTransitionsByReason == nil {
+			out.WaitTransitionsByReason = map[string]int{}
+		}
+		out.WaitTransitionsByReason[r]++
+	}
 	if err := recordNotYetEvaluated(ctx, tx, tr.jobIDs, now); err != nil {
 		return err
 	}
