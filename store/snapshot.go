@@ -639,7 +639,7 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 	snap.Pools = clonePools(l.cache.inventory)
 	if l.shardPools != nil {
 		// The cached inventory is every pool's (keyed by inventory_version,
-		// which a shard change does not move); the shard's are kept.
+		// which a shard change moves too); the shard's are kept.
 		snap.Pools = slices.DeleteFunc(snap.Pools, func(p scheduling.Pool) bool { return !l.shardPools[p.Name] })
 		snap.Quotas = slices.DeleteFunc(snap.Quotas, func(q scheduling.Quota) bool { return !l.shardPools[q.Pool] })
 	}
