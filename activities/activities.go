@@ -114,8 +114,12 @@ type Deps struct {
 	// means 1 s.
 	PollInterval time.Duration
 	// SchedulerWorkflowID is the scheduler told about GPUs a preemption or
-	// reclaim released; "" means the default shard's.
+	// reclaim released; "" means the default shard's, or, with ShardOf,
+	// the released job's pool's shard.
 	SchedulerWorkflowID string
+	// ShardOf, when set (and SchedulerWorkflowID is ""), names the
+	// scheduler shard of a pool (docs/design.md §4 "Scheduler shards").
+	ShardOf func(pool string) string
 	// Metrics records final preemption outcomes and reclaims
 	// (*telemetry.GovernanceMetrics); nil records nothing.
 	Metrics GovernanceRecorder
