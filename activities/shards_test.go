@@ -37,7 +37,7 @@ func (b *barrierStore) LoadShardSnapshot(ctx context.Context, shard string, now 
 func TestRunCycleShardsInParallel(t *testing.T) {
 	t.Parallel()
 	st, _ := storetest.NewStore(t, storetest.Fixture{
-		Pools: []scheduling.Pool{storetest.Pool("p1", vocab.StageObserve, 1, 2), storetest.Pool("p2", vocab.StageObserve, 1, 2)},
+		Pools:  []scheduling.Pool{storetest.Pool("p1", vocab.StageObserve, 1, 2), storetest.Pool("p2", vocab.StageObserve, 1, 2)},
 		Queues: []scheduling.Queue{storetest.TrainQueue},
 	})
 	ctx := context.Background()

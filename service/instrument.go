@@ -38,10 +38,10 @@ type instrumentedStore struct {
 	afterCommit func(context.Context, *store.CycleOutcome) error
 	log         *slog.Logger
 
-	mu         sync.Mutex
-	cycles     map[string]cycleMark // by shard
-	recorded   map[string]bool      // run IDs whose wait was recorded
-	order      []string             // recorded, oldest first, to bound the map
+	mu       sync.Mutex
+	cycles   map[string]cycleMark // by shard
+	recorded map[string]bool      // run IDs whose wait was recorded
+	order    []string             // recorded, oldest first, to bound the map
 }
 
 var _ activities.Store = (*instrumentedStore)(nil)

@@ -383,7 +383,7 @@ func (l *snapshotLoader) queries() []rowQuery {
 			FROM allocations a
 			LEFT JOIN job_queue q ON q.job_id = a.job_id
 			LEFT JOIN runs r ON r.id = a.run_id
-			WHERE a.released_at IS NULL`+shardPred("a.pool", 1), args: shardArgs(), fn: l.scanAllocation},
+			WHERE a.released_at IS NULL` + shardPred("a.pool", 1), args: shardArgs(), fn: l.scanAllocation},
 		// Preempted runs of the jobs holding GPUs (the anti-thrash gate) and
 		// of the pending ones (a job at the limit may not borrow).
 		rowQuery{sql: `
@@ -401,14 +401,14 @@ func (l *snapshotLoader) queries() []rowQuery {
 		rowQuery{sql: `
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
-			FROM job_queue WHERE state IN ('submitted', 'waiting')`+shardPred("req_pool", 1)+` ORDER BY submit_time, job_id`,
+			FROM job_queue WHERE state IN ('submitted', 'waiting')` + shardPred("req_pool", 1) + ` ORDER BY submit_time, job_id`,
 			args: shardArgs(), fn: l.scanPending},
 		// The pending jobs' stored wait state: their reasons for the
 		// scheduler's signals (PendingJob.StoredReason) and the digests of
 		// their explanations for the next ApplyCycle (takeWaitMemo).
 		rowQuery{sql: `
 			SELECT id, coalesce(reason, ''), explanation_digest, coalesce(explained_at, '-infinity')
-			FROM jobs WHERE state IN ('submitted', 'waiting')`+shardPred("request->>'pool'", 1), args: shardArgs(), fn: l.scanWait},
+			FROM jobs WHERE state IN ('submitted', 'waiting')` + shardPred("request->>'pool'", 1), args: shardArgs(), fn: l.scanWait},
 		// Drills (for_job_id NULL) serve no pending job.
 		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
 			WHERE ended_at IS NULL AND for_job_id IS NOT NULL ORDER BY victim_job_id`,
