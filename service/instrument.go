@@ -64,6 +64,17 @@ func newInstrumentedStore(st *store.Store, m *telemetry.Metrics, afterCommit fun
 	return &instrumentedStore{Store: st, metrics: m, afterCommit: afterCommit, log: log, recorded: map[string]bool{}}
 }
 
+// LoadSnapshot is LoadShardSnapshot of every pool (shard ""), instrumented
+// (the embedded Store's would not be).
+func (s *instrumentedStore) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
+	return s.LoadShardSnapshot(ctx, "", now)
+}
+
+// ApplyCycle is ApplyShardCycle of every pool (shard ""), instrumented.
+func (s *instrumentedStore) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error) {
+	return s.ApplyShardCycle(ctx, "", cycleID, res, now)
+}
+
 // LoadShardSnapshot loads the shard's snapshot and notes the cycle's start
 // and the labels of its pending jobs.
 func (s *instrumentedStore) LoadShardSnapshot(ctx context.Context, shard string, now time.Time) (*scheduling.Snapshot, error) {
