@@ -324,8 +324,9 @@ func (s *Service) StopWorkers() {
 // (policy.Policy.ShardNames: "default" and each shard `shards:` names), or
 // finds it running (StartScheduler's use-existing start); the first error
 // stops it. serve calls it at start, when a policy becomes the policy in
-// force, and at each reconcile pass, so a shard a policy change adds gets
-// its scheduler even when the first start failed. A shard a policy drops
+// force, and at each reconcile pass (after assigning the pools created
+// since, store.SetPoolShards), so a shard a policy change adds gets its
+// scheduler even when the first start failed. A shard a policy drops
 // keeps its scheduler, whose cycles then load no pool (docs/design.md §4
 // "Scheduler shards").
 func (s *Service) startSchedulers(ctx context.Context, p *policy.Policy) error {
@@ -438,6 +439,12 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 		}
 		if n, err := workflows.ReconcileExperimentWorkflows(ctx, s.temporal, s.store.HoldingExperimentIDs); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile experiment workflows", "holding", n, "err", err)
+		}
+		// A pool created since the policy was applied joins its shard.
+		if moved, err := s.store.SetPoolShards(ctx, s.currentPolicy().PoolShards()); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("pool shards", "err", err)
+		} else if len(moved) > 0 {
+			s.cfg.Logger.Info("pool shards changed", "pools", moved)
 		}
 		if err := s.startSchedulers(ctx, s.currentPolicy()); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("start shard schedulers", "err", err)

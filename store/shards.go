@@ -17,14 +17,33 @@ const DefaultShard = "default"
 // every pools row (FOR UPDATE, in name order): it waits for the cycles
 // applying on those pools (ApplyShardCycle's FOR SHARE), and a cycle of the
 // old shard applied after it commits leaves the moved pool alone. A pool
-// byPool names that does not exist is ignored (it joins its shard when the
-// next SetPoolShards after its creation runs). It returns the pools whose
+// byPool names that does not exist is ignored (it joins its shard at the
+// next SetPoolShards after its creation: serve calls it at each reconcile
+// pass). A call that would change nothing reads the pools without locking
+// them. It returns the pools whose
 // shard changed, as "pool: old -> new", sorted. Repeating the call changes
 // nothing. Errors are wrapped with "set pool shards" (docs/design.md §4
 // "Scheduler shards").
 func (s *Store) SetPoolShards(ctx context.Context, byPool map[string]string) ([]string, error) {
+	// Most calls (each reconcile pass) change nothing: read first, without
+	// a lock, and take the locks only for a change.
+	cur, err := s.PoolShards(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: set pool shards: %w", err)
+	}
+	same := true
+	for pool, shard := range cur {
+		want := byPool[pool]
+		if want == "" {
+			want = DefaultShard
+		}
+		same = same && want == shard
+	}
+	if same {
+		return nil, nil
+	}
 	var changed []string
-	err := s.inTx(ctx, "set pool shards", func(tx pgx.Tx) error {
+	err = s.inTx(ctx, "set pool shards", func(tx pgx.Tx) error {
 		changed = nil
 		rows, err := tx.Query(ctx, `SELECT name, scheduler_shard FROM pools ORDER BY name FOR UPDATE`)
 		if err != nil {

@@ -96,8 +96,12 @@ func TestShardsCycleInParallel(t *testing.T) {
 	if placed["a"] != 4 || placed["b"] != 4 {
 		t.Fatalf("placed %v, want 4 per pool (4 GPUs each)", placed)
 	}
-	if n := queryInt(t, s, `SELECT count(*) FROM gpu_usage WHERE used_milli > 1000`); n != 0 {
-		t.Fatalf("%d GPUs over-allocated", n)
+	if n := queryInt(t, s, `SELECT count(*) FROM (SELECT u FROM allocations a, unnest(a.gpu_uuids) u
+		WHERE a.released_at IS NULL GROUP BY u HAVING count(*) > 1) x`); n != 0 {
+		t.Fatalf("%d GPUs held by two allocations", n)
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM allocations WHERE released_at IS NULL`); n != 8 {
+		t.Fatalf("%d allocations, want 8 (every GPU once)", n)
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM jobs WHERE state = 'waiting' AND reason IS NOT NULL`); n != 4 {
 		t.Fatalf("%d waiting jobs with a reason, want 4 (2 per pool)", n)
@@ -170,6 +174,9 @@ func TestShardMoveLosesNothing(t *testing.T) {
 		if p.Pool != "b" {
 			t.Fatalf("sb placed in %s", p.Pool)
 		}
+	}
+	if changed, err := s.SetPoolShards(ctx, map[string]string{"a": "sa", "b": "sb"}); err != nil || changed != nil {
+		t.Fatalf("repeated move: %v %v, want no change", changed, err)
 	}
 	// Without shards every pool is in "default", and LoadSnapshot still
 	// loads every pool.
