@@ -190,3 +190,39 @@ func TestShardMoveLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestShardMoveWaitsForApply: a move waits for a cycle applying on the pool
+// (ApplyShardCycle's FOR SHARE on its shard's pools rows, held here by hand
+// the way that transaction holds it) and commits after it.
+func TestShardMoveWaitsForApply(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a", 1, 1))
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT name FROM pools WHERE scheduler_shard = 'default' ORDER BY name FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SetPoolShards(ctx, map[string]string{"a": "sa"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the move committed during the apply (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.PoolShards(ctx); err != nil || m["a"] != "sa" {
+		t.Fatalf("after the apply: %v %v", m, err)
+	}
+}
