@@ -14,6 +14,7 @@ import (
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/store"
 	"github.com/gpugov/gpugov/store/storetest"
 	"github.com/gpugov/gpugov/workflows"
 )
@@ -87,5 +88,13 @@ func TestPolicyShardsStartSchedulersAndMovePools(t *testing.T) {
 	}
 	if got := shards(); got["b"] != "other" || s.shardOf("b") != "other" {
 		t.Fatalf("after the move: pools %v", got)
+	}
+}
+
+// TestDefaultShardNamesAgree: the store's column default, the policy's and
+// the workflows' name of the default shard are one name.
+func TestDefaultShardNamesAgree(t *testing.T) {
+	if store.DefaultShard != temporalx.DefaultShard || policy.DefaultShard != temporalx.DefaultShard {
+		t.Fatalf("default shards %q (store), %q (policy), %q (temporalx)", store.DefaultShard, policy.DefaultShard, temporalx.DefaultShard)
 	}
 }
