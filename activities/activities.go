@@ -37,8 +37,10 @@ const (
 // "would preempt" proposals, naming the victims' runs) does not compile as
 // one, rather than having that step skipped.
 type Store interface {
-	LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error)
-	ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error)
+	// LoadShardSnapshot and ApplyShardCycle load and apply one scheduler
+	// shard's pools (docs/design.md §4 "Scheduler shards").
+	LoadShardSnapshot(ctx context.Context, shard string, now time.Time) (*scheduling.Snapshot, error)
+	ApplyShardCycle(ctx context.Context, shard, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error)
 	ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, string, error)
 	GetJob(ctx context.Context, id string) (*store.Job, error)
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
@@ -112,8 +114,12 @@ type Deps struct {
 	// means 1 s.
 	PollInterval time.Duration
 	// SchedulerWorkflowID is the scheduler told about GPUs a preemption or
-	// reclaim released; "" means the default shard's.
+	// reclaim released; "" means the default shard's, or, with ShardOf,
+	// the released job's pool's shard.
 	SchedulerWorkflowID string
+	// ShardOf, when set (and SchedulerWorkflowID is ""), names the
+	// scheduler shard of a pool (docs/design.md §4 "Scheduler shards").
+	ShardOf func(pool string) string
 	// Metrics records final preemption outcomes and reclaims
 	// (*telemetry.GovernanceMetrics); nil records nothing.
 	Metrics GovernanceRecorder

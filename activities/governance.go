@@ -140,11 +140,19 @@ func (d *Deps) poll() time.Duration {
 	return d.PollInterval
 }
 
-func (d *Deps) schedulerID() string {
-	if d.SchedulerWorkflowID == "" {
-		return temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
+// schedulerID is the scheduler to tell about jobID's released GPUs:
+// SchedulerWorkflowID, else the job's pool's shard's (ShardOf; the job is
+// read for its pool), else the default shard's.
+func (d *Deps) schedulerID(ctx context.Context, jobID string) string {
+	if d.SchedulerWorkflowID != "" {
+		return d.SchedulerWorkflowID
 	}
-	return d.SchedulerWorkflowID
+	if d.ShardOf != nil && d.Store != nil {
+		if j, err := d.Store.GetJob(ctx, jobID); err == nil {
+			return temporalx.SchedulerWorkflowID(d.ShardOf(j.Request.Pool))
+		}
+	}
+	return temporalx.SchedulerWorkflowID(temporalx.DefaultShard)
 }
 
 // signal sends a signal, if a client is configured. A workflow that is
@@ -164,7 +172,7 @@ func (d *Deps) signal(ctx context.Context, workflowID, name string, arg any) err
 // tellScheduler wakes the scheduler after GPUs were released; a failure is
 // not an error (its timer cycle finds the free GPUs anyway).
 func (d *Deps) tellScheduler(ctx context.Context, jobID, allocationID string, outcome vocab.RunOutcome) {
-	_ = d.signal(ctx, d.schedulerID(), temporalx.SignalAllocationReleased,
+	_ = d.signal(ctx, d.schedulerID(ctx, jobID), temporalx.SignalAllocationReleased,
 		temporalx.AllocationReleasedSignal{JobID: jobID, AllocationID: allocationID, Outcome: string(outcome)})
 }
 

@@ -62,9 +62,26 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	reasons map[string]*signalledReasons // by shard
-	// planner plans every cycle, reusing its capacity index while the
-	// snapshot's InventoryVersion (the store's inventory_version) stays.
-	planner scheduling.Planner
+	// planners plan every cycle, one per shard, each reusing its capacity
+	// index while the snapshot's InventoryVersion (the store's
+	// inventory_version, which a pool's move between shards moves) stays:
+	// shards' snapshots hold different pools at one version.
+	planners map[string]*scheduling.Planner
+}
+
+// plannerOf returns the shard's planner, created on first use.
+func (a *Scheduler) plannerOf(shard string) *scheduling.Planner {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.planners == nil {
+		a.planners = map[string]*scheduling.Planner{}
+	}
+	p := a.planners[shard]
+	if p == nil {
+		p = &scheduling.Planner{}
+		a.planners[shard] = p
+	}
+	return p
 }
 
 // signalledReasons is the wait reason last signalled to each job, as of a cycle.
@@ -160,17 +177,17 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: policy: %w", in.CycleID, err)
 	}
-	snap, err := a.Store.LoadSnapshot(ctx, now)
+	snap, err := a.Store.LoadShardSnapshot(ctx, shardOf(in), now)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
 	a.addGovernance(snap)
 	snap.CycleIntervalSeconds = float64(a.CycleIntervalSeconds)
 	began := time.Now()
-	plan := a.planner.Plan(snap, pol, now)
+	plan := a.plannerOf(shardOf(in)).Plan(snap, pol, now)
 	planMillis := time.Since(began).Milliseconds()
 	prev := a.reasonsBefore(in, snap)
-	out, err := a.Store.ApplyCycle(ctx, in.CycleID, plan, now)
+	out, err := a.Store.ApplyShardCycle(ctx, shardOf(in), in.CycleID, plan, now)
 	if err != nil {
 		return nil, fmt.Errorf("cycle %s: %w", in.CycleID, err)
 	}
@@ -206,6 +223,14 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	}
 	a.rememberReasons(in, plan.Waiting, prev, failed)
 	return res, ctx.Err()
+}
+
+// shardOf is the cycle's shard: in.Shard, or temporalx.DefaultShard.
+func shardOf(in *RunCycleInput) string {
+	if in.Shard == "" {
+		return temporalx.DefaultShard
+	}
+	return in.Shard
 }
 
 // cycleResult copies the store's outcome into the activity result.

@@ -29,22 +29,29 @@ const recordedRunsCap = 4096
 //     (waiting_since) to the start of its run, by queue and tier.
 //
 // One scheduler per shard runs its cycles one after another, so the cycle
-// start and job labels of the last LoadSnapshot belong to the ApplyCycle
-// that follows.
+// start and job labels of a shard's last LoadShardSnapshot belong to the
+// shard's ApplyShardCycle that follows; shards run in parallel, so both are
+// kept per shard.
 type instrumentedStore struct {
 	*store.Store
 	metrics     *telemetry.Metrics
 	afterCommit func(context.Context, *store.CycleOutcome) error
 	log         *slog.Logger
 
-	mu         sync.Mutex
-	cycleStart time.Time
-	labels     map[string]jobLabels // pending jobs of the last snapshot, by ID
-	recorded   map[string]bool      // run IDs whose wait was recorded
-	order      []string             // recorded, oldest first, to bound the map
+	mu       sync.Mutex
+	cycles   map[string]cycleMark // by shard
+	recorded map[string]bool      // run IDs whose wait was recorded
+	order    []string             // recorded, oldest first, to bound the map
 }
 
 var _ activities.Store = (*instrumentedStore)(nil)
+
+// cycleMark is a shard's last load: its start and the labels of its
+// pending jobs, by ID.
+type cycleMark struct {
+	start  time.Time
+	labels map[string]jobLabels
+}
 
 // jobLabels are the metric labels of a job.
 type jobLabels struct {
@@ -57,11 +64,22 @@ func newInstrumentedStore(st *store.Store, m *telemetry.Metrics, afterCommit fun
 	return &instrumentedStore{Store: st, metrics: m, afterCommit: afterCommit, log: log, recorded: map[string]bool{}}
 }
 
-// LoadSnapshot loads the snapshot and notes the cycle's start and the labels
-// of its pending jobs.
+// LoadSnapshot is LoadShardSnapshot of every pool (shard ""), instrumented
+// (the embedded Store's would not be).
 func (s *instrumentedStore) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
+	return s.LoadShardSnapshot(ctx, "", now)
+}
+
+// ApplyCycle is ApplyShardCycle of every pool (shard ""), instrumented.
+func (s *instrumentedStore) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error) {
+	return s.ApplyShardCycle(ctx, "", cycleID, res, now)
+}
+
+// LoadShardSnapshot loads the shard's snapshot and notes the cycle's start
+// and the labels of its pending jobs.
+func (s *instrumentedStore) LoadShardSnapshot(ctx context.Context, shard string, now time.Time) (*scheduling.Snapshot, error) {
 	began := time.Now()
-	snap, err := s.Store.LoadSnapshot(ctx, now)
+	snap, err := s.Store.LoadShardSnapshot(ctx, shard, now)
 	if err != nil {
 		return nil, err
 	}
@@ -70,20 +88,25 @@ func (s *instrumentedStore) LoadSnapshot(ctx context.Context, now time.Time) (*s
 		labels[p.ID] = jobLabels{queue: p.Queue, tier: p.Tier.String()}
 	}
 	s.mu.Lock()
-	s.cycleStart, s.labels = began, labels
+	if s.cycles == nil {
+		s.cycles = map[string]cycleMark{}
+	}
+	s.cycles[shard] = cycleMark{start: began, labels: labels}
 	s.mu.Unlock()
 	return snap, nil
 }
 
-// ApplyCycle applies the cycle, records its metrics unless it was a replay,
-// and then runs the AfterCycleCommit hook, whose error it returns.
-func (s *instrumentedStore) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*store.CycleOutcome, error) {
-	out, err := s.Store.ApplyCycle(ctx, cycleID, res, now)
+// ApplyShardCycle applies the shard's cycle, records its metrics unless it
+// was a replay, and then runs the AfterCycleCommit hook, whose error it
+// returns.
+func (s *instrumentedStore) ApplyShardCycle(ctx context.Context, shard, cycleID string, res *scheduling.Result,
+	now time.Time) (*store.CycleOutcome, error) {
+	out, err := s.Store.ApplyShardCycle(ctx, shard, cycleID, res, now)
 	if err != nil {
 		return nil, err
 	}
 	if !out.Replayed {
-		s.recordCycle(ctx, out, res)
+		s.recordCycle(ctx, shard, out, res)
 	}
 	if s.afterCommit != nil {
 		if err := s.afterCommit(ctx, out); err != nil {
@@ -95,9 +118,9 @@ func (s *instrumentedStore) ApplyCycle(ctx context.Context, cycleID string, res 
 
 // recordCycle records a freshly applied cycle's duration, placements and
 // waiting counts.
-func (s *instrumentedStore) recordCycle(ctx context.Context, out *store.CycleOutcome, res *scheduling.Result) {
+func (s *instrumentedStore) recordCycle(ctx context.Context, shard string, out *store.CycleOutcome, res *scheduling.Result) {
 	s.mu.Lock()
-	start, labels := s.cycleStart, s.labels
+	start, labels := s.cycles[shard].start, s.cycles[shard].labels
 	s.mu.Unlock()
 	if !start.IsZero() {
 		s.metrics.RecordCycle(ctx, time.Since(start))

@@ -59,15 +59,16 @@ func (s *Service) currentPolicy() *policy.Policy {
 // (policy.Hash: canonical JSON and SHA-256) and its scheduling view
 // (policy.Scheduling, whose Version is that hash).
 type policyInForce struct {
-	p     *policy.Policy
-	hash  string
-	sched *scheduling.Policy
+	p          *policy.Policy
+	hash       string
+	sched      *scheduling.Policy
+	poolShards map[string]string // policy.Policy.PoolShards
 }
 
 // newPolicyInForce computes p's hash and scheduling view once.
 func newPolicyInForce(p *policy.Policy) *policyInForce {
 	sp := p.Scheduling()
-	return &policyInForce{p: p, hash: sp.Version, sched: sp}
+	return &policyInForce{p: p, hash: sp.Version, sched: sp, poolShards: p.PoolShards()}
 }
 
 // filePolicy is the policy the file (or Config.Policy, or the default)
@@ -289,9 +290,25 @@ func (s *Service) applyEffectsLocked(ctx context.Context, p *policy.Policy, reas
 	if err != nil {
 		return fmt.Errorf("pool stages: %w", err)
 	}
+	// Each pool's scheduler shard (docs/design.md §4 "Scheduler shards"):
+	// committed before the new shard's scheduler starts, and waiting for
+	// the cycles applying on the moved pools, so no cycle of the old shard
+	// touches a moved pool after this.
+	moved, err := s.store.SetPoolShards(ctx, p.PoolShards())
+	if err != nil {
+		return fmt.Errorf("pool shards: %w", err)
+	}
 	f := newPolicyInForce(p)
 	s.inForce.Store(f)
-	s.cfg.Logger.Info("policy applied", "hash", f.hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk)
+	s.cfg.Logger.Info("policy applied", "hash", f.hash, "reason", reason, "pools_changed", pools, "low_risk_changed", lowRisk,
+		"pool_shards_changed", moved)
+	if s.temporal != nil {
+		// A shard the policy adds gets its scheduler now (the reconcile
+		// pass retries a failed start).
+		if err := s.startSchedulers(ctx, p); err != nil {
+			s.cfg.Logger.Warn("start shard schedulers", "err", err)
+		}
+	}
 	return nil
 }
 

@@ -150,7 +150,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.StartWorkers(); err != nil {
 		return err
 	}
-	if _, err := workflows.StartScheduler(ctx, s.temporal, s.schedulerInput()); err != nil {
+	if err := s.startSchedulers(ctx, s.currentPolicy()); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	if err := s.startReclaimScan(ctx); err != nil {
@@ -245,6 +245,8 @@ func (s *Service) connectTemporal(ctx context.Context) error {
 	s.workflows = workflows.NewClient(c, workflows.ClientOptions{
 		JobInput:         workflows.JobInput{Executor: workflows.ExecutorSimulated},
 		SearchAttributes: true,
+		ShardOf:          s.shardOf,
+		Shards:           s.shardNames,
 	})
 	return nil
 }
@@ -269,7 +271,7 @@ func (s *Service) StartWorkers() error {
 	deps := activities.Deps{
 		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
-		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds,
+		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds, ShardOf: s.shardOf,
 	}
 	// Pollers scale with the backlog (the SDK's poller autoscaling, up to
 	// 100 each): with the default two per kind, a burst of job workflow
@@ -317,6 +319,39 @@ func (s *Service) StopWorkers() {
 		w.Stop()
 	}
 }
+
+// startSchedulers starts the SchedulerWorkflow of every shard of p
+// (policy.Policy.ShardNames: "default" and each shard `shards:` names), or
+// finds it running (StartScheduler's use-existing start); the first error
+// stops it. serve calls it at start, when a policy becomes the policy in
+// force, and at each reconcile pass (after assigning the pools created
+// since, store.SetPoolShards), so a shard a policy change adds gets its
+// scheduler even when the first start failed. A shard a policy drops
+// keeps its scheduler, whose cycles then load no pool (docs/design.md §4
+// "Scheduler shards").
+func (s *Service) startSchedulers(ctx context.Context, p *policy.Policy) error {
+	for _, shard := range p.ShardNames() {
+		in := s.schedulerInput()
+		in.Shard = shard
+		if _, err := workflows.StartScheduler(ctx, s.temporal, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardOf is the scheduler shard of pool under the policy in force.
+func (s *Service) shardOf(pool string) string {
+	if f := s.inForce.Load(); f != nil {
+		if shard := f.poolShards[pool]; shard != "" {
+			return shard
+		}
+	}
+	return temporalx.DefaultShard
+}
+
+// shardNames are the shards of the policy in force.
+func (s *Service) shardNames() []string { return s.currentPolicy().ShardNames() }
 
 // schedulerInput is the scheduler workflow's input from the config.
 func (s *Service) schedulerInput() *workflows.SchedulerInput {
@@ -404,6 +439,15 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 		}
 		if n, err := workflows.ReconcileExperimentWorkflows(ctx, s.temporal, s.store.HoldingExperimentIDs); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("reconcile experiment workflows", "holding", n, "err", err)
+		}
+		// A pool created since the policy was applied joins its shard.
+		if moved, err := s.store.SetPoolShards(ctx, s.currentPolicy().PoolShards()); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("pool shards", "err", err)
+		} else if len(moved) > 0 {
+			s.cfg.Logger.Info("pool shards changed", "pools", moved)
+		}
+		if err := s.startSchedulers(ctx, s.currentPolicy()); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("start shard schedulers", "err", err)
 		}
 	}
 }

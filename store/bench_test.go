@@ -24,7 +24,14 @@ import (
 // /proc, at the kernel's clock-tick resolution): on a shared, loaded machine
 // wall time includes waiting for a core, and the two CPU figures show what a
 // load costs by itself.
-func BenchmarkLoadSnapshot(b *testing.B) {
+func BenchmarkLoadSnapshot(b *testing.B) { benchLoadSnapshot(b, "") }
+
+// BenchmarkLoadShardSnapshot is BenchmarkLoadSnapshot as the scheduler of
+// the shard "default" loads it (LoadShardSnapshot) when that shard holds
+// every pool: the cost of the shard filter without `shards:`.
+func BenchmarkLoadShardSnapshot(b *testing.B) { benchLoadSnapshot(b, store.DefaultShard) }
+
+func benchLoadSnapshot(b *testing.B, shard string) {
 	seeder, url := newStore(b)
 	ctx := context.Background()
 	seedLargeSnapshot(b, seeder)
@@ -40,13 +47,13 @@ func BenchmarkLoadSnapshot(b *testing.B) {
 	}
 	now := t0.Add(time.Hour)
 	var snap *scheduling.Snapshot
-	if snap, err = s.LoadSnapshot(ctx, now); err != nil { // warm the statement cache
+	if snap, err = s.LoadShardSnapshot(ctx, shard, now); err != nil { // warm the statement cache
 		b.Fatal(err)
 	}
 	client0, server0 := processCPU(b, 0), processCPU(b, backend)
 	b.ResetTimer()
 	for b.Loop() {
-		if snap, err = s.LoadSnapshot(ctx, now); err != nil {
+		if snap, err = s.LoadShardSnapshot(ctx, shard, now); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -30,6 +30,10 @@ type CycleOutcome struct {
 	// Replayed is true when the cycle had already been applied: nothing was
 	// changed and the stored outcome was returned.
 	Replayed bool `json:"-"`
+	// OutOfShard counts the placements, proposals and wait statuses
+	// ApplyShardCycle left out because their pool was no longer in the
+	// cycle's shard (a pool moved while the cycle planned).
+	OutOfShard int `json:"out_of_shard,omitempty"`
 	// Placed lists the placements granted, in the result's order.
 	Placed []PlacedJob `json:"placed"`
 	// Conflicts lists the placements refused because the stored state no
@@ -132,6 +136,19 @@ type StartedPreemption struct {
 // "apply cycle <id>"; on error nothing is stored. An empty cycleID or a nil
 // res gives an error matching ErrInvalid.
 func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
+	return s.ApplyShardCycle(ctx, "", cycleID, res, now)
+}
+
+// ApplyShardCycle is ApplyCycle for a cycle of scheduler shard shard, planned
+// on LoadShardSnapshot(shard): it takes that shard's wait memo, and, first in
+// its transaction, locks the shard's pools rows (FOR SHARE, in name order:
+// SetPoolShards' FOR UPDATE waits for it, and it for SetPoolShards) and
+// leaves out every placement, preemption proposal and wait status of a job
+// whose pool is not, at that instant, in the shard (CycleOutcome.OutOfShard):
+// a cycle planned before its pool moved to another shard touches nothing of
+// that pool once the move committed (docs/design.md §4 "Scheduler shards").
+// "" is ApplyCycle (every pool, no check).
+func (s *Store) ApplyShardCycle(ctx context.Context, shard, cycleID string, res *scheduling.Result, now time.Time) (*CycleOutcome, error) {
 	if cycleID == "" {
 		return nil, fmt.Errorf("store: apply cycle: %w", invalidf("cycle_id", "cycle ID is required"))
 	}
@@ -139,10 +156,20 @@ func (s *Store) ApplyCycle(ctx context.Context, cycleID string, res *scheduling.
 		return nil, fmt.Errorf("store: apply cycle %s: %w", cycleID, invalidf("result", "result is required"))
 	}
 	var out *CycleOutcome
-	memo := s.takeWaitMemo(now)
+	memo := s.takeWaitMemo(shard, now)
 	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {
+		r, dropped := res, 0
+		if shard != "" {
+			var err error
+			if r, dropped, err = shardResultTx(ctx, tx, shard, res); err != nil {
+				return err
+			}
+		}
 		var err error
-		out, err = applyCycleTx(ctx, tx, cycleID, res, now, memo)
+		out, err = applyCycleTx(ctx, tx, cycleID, r, now, memo)
+		if err == nil && !out.Replayed {
+			out.OutOfShard = dropped
+		}
 		return err
 	})
 	if err != nil {
@@ -1030,4 +1057,44 @@ func insertAudits(ctx context.Context, tx pgx.Tx, es []AuditEntry) error {
 		return fmt.Errorf("insert audit entries: %w", err)
 	}
 	return nil
+}
+
+// shardResultTx locks the shard's pools rows and returns res without the
+// placements, proposals and wait statuses of jobs outside them, and how many
+// it left out (ApplyShardCycle).
+func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling.Result) (*scheduling.Result, int, error) {
+	pools := map[string]bool{}
+	err := forEachRow(ctx, tx, `SELECT name FROM pools WHERE scheduler_shard = $1 ORDER BY name FOR SHARE`, []any{shard},
+		func(rows pgx.Rows) error {
+			var name string
+			err := rows.Scan(&name)
+			pools[name] = true
+			return err
+		})
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock shard %s pools: %w", shard, err)
+	}
+	ids := make([]string, len(res.Waiting))
+	for i, w := range res.Waiting {
+		ids[i] = w.JobID
+	}
+	poolOf := make(map[string]string, len(ids))
+	if len(ids) > 0 {
+		err = forEachRow(ctx, tx, `SELECT id, coalesce(request->>'pool', '') FROM jobs WHERE id = ANY($1)`, []any{ids},
+			func(rows pgx.Rows) error {
+				var id, pool string
+				err := rows.Scan(&id, &pool)
+				poolOf[id] = pool
+				return err
+			})
+		if err != nil {
+			return nil, 0, fmt.Errorf("pools of waiting jobs: %w", err)
+		}
+	}
+	out := *res
+	n := len(res.Placements) + len(res.Preemptions) + len(res.Waiting)
+	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
+	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
+	out.Waiting = slices.DeleteFunc(slices.Clone(res.Waiting), func(w scheduling.WaitStatus) bool { return !pools[poolOf[w.JobID]] })
+	return &out, n - len(out.Placements) - len(out.Preemptions) - len(out.Waiting), nil
 }

@@ -27,6 +27,7 @@ func ReportExplainQueries(from, tail, now time.Time) []ExplainQuery {
 // LockSnapshotCache takes the lock LoadSnapshot holds for a whole load, as
 // a scheduler's load in progress does, and returns its unlock.
 func (s *Store) LockSnapshotCache() func() {
-	s.cache.mu.Lock()
-	return s.cache.mu.Unlock
+	c := s.caches.of("")
+	c.mu.Lock()
+	return c.mu.Unlock
 }

@@ -54,12 +54,27 @@ import (
 // label or GPU row, so a scheduling.Planner may reuse its capacity index
 // while it stays. Errors are wrapped with "load snapshot".
 func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Snapshot, error) {
-	s.cache.mu.Lock()
-	defer s.cache.mu.Unlock()
-	l := &snapshotLoader{cache: &s.cache}
+	return s.LoadShardSnapshot(ctx, "", now)
+}
+
+// LoadShardSnapshot is LoadSnapshot restricted to the pools of scheduler
+// shard shard (pools.scheduler_shard, SetPoolShards), read in the same
+// transaction as the rest: their inventory, active allocations, running and
+// pending jobs (by the job's pool) and quotas; queues, recovery evidence and
+// project usage stay global, as fair share is (docs/design.md §3 step 2,
+// "Scheduler shards"). "" means every pool (LoadSnapshot). Each shard has
+// a cache and a wait memo of its own, so loads of different shards run in
+// parallel and hand their memo only to their own shard's ApplyShardCycle;
+// loads of one shard are serialised.
+func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Time) (*scheduling.Snapshot, error) {
+	cache := s.caches.of(shard)
+	cache.mu.Lock()
+	defer cache.mu.Unlock()
+	l := &snapshotLoader{cache: cache}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			l.reset()
+			l.shard = shard
 			l.simSpeed = s.simulatedRunSpeed()
 			l.now, l.evidenceFrom = now, now.Add(-s.evidenceWindow())
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
@@ -78,8 +93,30 @@ func (s *Store) LoadSnapshot(ctx context.Context, now time.Time) (*scheduling.Sn
 	for i := range snap.Pending {
 		snap.Pending[i].StoredReason = l.waits[snap.Pending[i].ID].reason
 	}
-	s.setWaitMemo(now, l.waits)
+	s.setWaitMemo(shard, now, l.waits)
 	return snap, nil
+}
+
+// snapshotCaches holds one snapshotCache per scheduler shard ("" for
+// LoadSnapshot's every pool).
+type snapshotCaches struct {
+	mu      sync.Mutex
+	byShard map[string]*snapshotCache
+}
+
+// of returns the shard's cache, created on first use.
+func (c *snapshotCaches) of(shard string) *snapshotCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byShard == nil {
+		c.byShard = map[string]*snapshotCache{}
+	}
+	sc := c.byShard[shard]
+	if sc == nil {
+		sc = &snapshotCache{}
+		c.byShard[shard] = sc
+	}
+	return sc
 }
 
 // snapshotCache is what LoadSnapshot keeps between calls; guarded by mu,
@@ -146,6 +183,10 @@ func (st *jobStatic) realRunSeconds(simSpeed float64) int64 {
 // each select list and its Scan in the same order.
 type snapshotLoader struct {
 	cache *snapshotCache
+	// shard is the scheduler shard loaded; "" means every pool.
+	shard string
+	// shardPools is the set of the shard's pools (nil when shard is "").
+	shardPools map[string]bool
 	// simSpeed is Store.simulatedRunSpeed at the load (≥ 1).
 	simSpeed float64
 	// now is the load's instant; evidenceFrom the start of the evidence
@@ -199,19 +240,29 @@ func (m *storedWait) current(jobID string, digest []byte, at time.Time) bool {
 		explanationCurrent(jobID, m.digest[:], &m.explainedAt, digest, at)
 }
 
-// waitMemo hands the stored wait state a LoadSnapshot read to the next
-// ApplyCycle of the same Store (docs/design.md §8, "The whole cycle at scale").
+// waitMemo hands the stored wait state a shard's LoadShardSnapshot read to
+// the next ApplyShardCycle of the same shard and Store (docs/design.md §8,
+// "The whole cycle at scale"); shards never see each other's.
 type waitMemo struct {
-	mu    sync.Mutex
+	mu      sync.Mutex
+	byShard map[string]waitMemoEntry
+}
+
+// waitMemoEntry is one shard's memo.
+type waitMemoEntry struct {
 	at    time.Time // the load's instant
 	byJob map[string]storedWait
 }
 
-// setWaitMemo keeps byJob, read by a load at at, for the next ApplyCycle.
-func (s *Store) setWaitMemo(at time.Time, byJob map[string]storedWait) {
+// setWaitMemo keeps byJob, read by a load of shard at at, for the shard's
+// next ApplyShardCycle.
+func (s *Store) setWaitMemo(shard string, at time.Time, byJob map[string]storedWait) {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
-	s.waits.at, s.waits.byJob = at, byJob
+	if s.waits.byShard == nil {
+		s.waits.byShard = map[string]waitMemoEntry{}
+	}
+	s.waits.byShard[shard] = waitMemoEntry{at: at, byJob: byJob}
 }
 
 // takeWaitMemo returns the stored wait state the last LoadSnapshot read
@@ -223,15 +274,15 @@ func (s *Store) setWaitMemo(at time.Time, byJob map[string]storedWait) {
 // concurrent writer changed since the load is at worst written one cycle
 // late (that writer, placing or requeuing a job, clears the digest, which
 // the next load reads).
-func (s *Store) takeWaitMemo(now time.Time) map[string]storedWait {
+func (s *Store) takeWaitMemo(shard string, now time.Time) map[string]storedWait {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
-	m := s.waits.byJob
-	s.waits.byJob = nil
-	if !s.waits.at.Equal(now) {
+	e, ok := s.waits.byShard[shard]
+	delete(s.waits.byShard, shard)
+	if !ok || !e.at.Equal(now) {
 		return nil
 	}
-	return m
+	return e.byJob
 }
 
 // reset prepares the loader for one load, sizing its slices from the previous
@@ -239,7 +290,7 @@ func (s *Store) takeWaitMemo(now time.Time) map[string]storedWait {
 func (l *snapshotLoader) reset() {
 	c := l.cache
 	n := c.lastCounts
-	*l = snapshotLoader{cache: c, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
+	*l = snapshotLoader{cache: c, shard: l.shard, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
 		evidence: map[string][2]int{},
 		noticeAt: map[string]time.Time{}, released: map[string]time.Time{},
 		allocs:  make([]scheduling.Allocation, 0, n.allocs),
@@ -294,6 +345,34 @@ func (l *snapshotLoader) queries() []rowQuery {
 		q.args = []any{l.cache.inventoryVersion}
 		qs = append(qs, q)
 	}
+	// shardPred restricts a pool column to the shard's pools; it uses the
+	// query's next parameter (shardArgs). Nothing when every pool is loaded.
+	// When the shard holds every pool (no `shards:`, the one scheduler),
+	// the uncorrelated NOT EXISTS, evaluated once per query, is true and the
+	// per-row test is never made.
+	shardPred := func(col string, n int) string {
+		if l.shard == "" {
+			return ""
+		}
+		return fmt.Sprintf(` AND (NOT EXISTS (SELECT 1 FROM pools WHERE scheduler_shard <> $%[2]d)
+			OR %[1]s IN (SELECT name FROM pools WHERE scheduler_shard = $%[2]d))`, col, n)
+	}
+	shardArgs := func(args ...any) []any {
+		if l.shard == "" {
+			return args
+		}
+		return append(args, l.shard)
+	}
+	if l.shard != "" {
+		l.shardPools = map[string]bool{}
+		qs = append(qs, rowQuery{sql: `SELECT name FROM pools WHERE scheduler_shard = $1`, args: []any{l.shard},
+			fn: func(rows pgx.Rows) error {
+				var name string
+				err := rows.Scan(&name)
+				l.shardPools[name] = true
+				return err
+			}})
+	}
 	return append(qs,
 		// One row per active allocation, with its job's queue row when the
 		// job is placed or running (the two always go together through this
@@ -308,7 +387,7 @@ func (l *snapshotLoader) queries() []rowQuery {
 			FROM allocations a
 			LEFT JOIN job_queue q ON q.job_id = a.job_id
 			LEFT JOIN runs r ON r.id = a.run_id
-			WHERE a.released_at IS NULL`, fn: l.scanAllocation},
+			WHERE a.released_at IS NULL` + shardPred("a.pool", 1), args: shardArgs(), fn: l.scanAllocation},
 		// Preempted runs of the jobs holding GPUs (the anti-thrash gate) and
 		// of the pending ones (a job at the limit may not borrow).
 		rowQuery{sql: `
@@ -326,13 +405,14 @@ func (l *snapshotLoader) queries() []rowQuery {
 		rowQuery{sql: `
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
 				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
-			FROM job_queue WHERE state IN ('submitted', 'waiting') ORDER BY submit_time, job_id`, fn: l.scanPending},
+			FROM job_queue WHERE state IN ('submitted', 'waiting')` + shardPred("req_pool", 1) + ` ORDER BY submit_time, job_id`,
+			args: shardArgs(), fn: l.scanPending},
 		// The pending jobs' stored wait state: their reasons for the
 		// scheduler's signals (PendingJob.StoredReason) and the digests of
 		// their explanations for the next ApplyCycle (takeWaitMemo).
 		rowQuery{sql: `
 			SELECT id, coalesce(reason, ''), explanation_digest, coalesce(explained_at, '-infinity')
-			FROM jobs WHERE state IN ('submitted', 'waiting')`, fn: l.scanWait},
+			FROM jobs WHERE state IN ('submitted', 'waiting')` + shardPred("request->>'pool'", 1), args: shardArgs(), fn: l.scanWait},
 		// Drills (for_job_id NULL) serve no pending job.
 		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
 			WHERE ended_at IS NULL AND for_job_id IS NOT NULL ORDER BY victim_job_id`,
@@ -561,6 +641,12 @@ func (l *snapshotLoader) assemble() (*scheduling.Snapshot, error) {
 		l.cache.inventory, l.cache.inventoryVersion = l.inv.pools(), l.version
 	}
 	snap.Pools = clonePools(l.cache.inventory)
+	if l.shardPools != nil {
+		// The cached inventory is every pool's (keyed by inventory_version,
+		// which a shard change moves too); the shard's are kept.
+		snap.Pools = slices.DeleteFunc(snap.Pools, func(p scheduling.Pool) bool { return !l.shardPools[p.Name] })
+		snap.Quotas = slices.DeleteFunc(snap.Quotas, func(q scheduling.Quota) bool { return !l.shardPools[q.Pool] })
+	}
 	snap.InventoryVersion = l.version // the version snap.Pools was read at (scheduling.Planner)
 
 	for i := range l.running {

@@ -78,8 +78,8 @@ type Store struct {
 	// recovery profile's resumes, in nanoseconds (SetEvidenceWindow); 0
 	// means scheduling.DefaultEvidenceWindowSeconds.
 	evidenceWindowNS atomic.Int64
-	cache            snapshotCache   // what LoadSnapshot reuses between calls
-	waits            waitMemo        // the stored wait state the last LoadSnapshot read, for the next ApplyCycle
+	caches           snapshotCaches  // what LoadSnapshot reuses between calls, per scheduler shard
+	waits            waitMemo        // the stored wait state each shard's last LoadSnapshot read, for its next ApplyCycle
 	tracer           pgx.QueryTracer // set on the pool's connections at Open
 }
 

@@ -65,6 +65,15 @@ type ClientOptions struct {
 	// SchedulerWorkflowID is the scheduler NotifySubmitted signals; "" means
 	// the default shard's, "scheduler/default".
 	SchedulerWorkflowID string
+	// ShardOf, when set, names the scheduler shard of a pool (the policy in
+	// force's, policy.Policy.PoolShards, "default" for a pool it leaves
+	// out): StartJob gives each job workflow its pool's scheduler
+	// ("scheduler/<shard>") unless the JobInput template names one.
+	ShardOf func(pool string) string
+	// Shards, when set, lists the shards whose schedulers NotifySubmitted
+	// wakes (the submission's pool is not known there; each wake is
+	// coalesced per scheduler); nil wakes SchedulerWorkflowID only.
+	Shards func() []string
 	// SearchAttributes makes StartJob attach GpugovQueue, GpugovTier,
 	// GpugovPool and GpugovJobState; they must be registered on the namespace
 	// (temporalx.RegisterSearchAttributes), or the start fails.
@@ -98,6 +107,13 @@ func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.Job
 	}
 	in := t.opts.JobInput
 	in.JobID = jobID
+	if in.SchedulerWorkflowID == "" && t.opts.ShardOf != nil {
+		// The job's releases wake its own pool's shard (docs/design.md §4
+		// "Scheduler shards"); the ID is fixed at start, so after a move
+		// they wake the old shard, whose cycles leave the pool alone, and
+		// the new shard's timer cycle serves them.
+		in.SchedulerWorkflowID = temporalx.SchedulerWorkflowID(t.opts.ShardOf(attrs.Pool))
+	}
 	if attrs.Process {
 		in.Executor = ExecutorNode
 	}
@@ -134,7 +150,13 @@ func (t *Client) CancelJob(ctx context.Context, jobID, actor, reason string) err
 // scheduler is started by serve (StartScheduler), not here, because its input
 // belongs to serve's config. It always returns nil.
 func (t *Client) NotifySubmitted(_ context.Context, _ string) error {
-	t.waker.Wake(t.opts.SchedulerWorkflowID, temporalx.SignalJobSubmitted)
+	if t.opts.Shards == nil {
+		t.waker.Wake(t.opts.SchedulerWorkflowID, temporalx.SignalJobSubmitted)
+		return nil
+	}
+	for _, shard := range t.opts.Shards() {
+		t.waker.Wake(temporalx.SchedulerWorkflowID(shard), temporalx.SignalJobSubmitted)
+	}
 	return nil
 }
 

@@ -56,6 +56,9 @@ var versionedHistories = []struct{ file, changeID string }{
 	// *-external-signals.json histories keep the SignalExternalWorkflow branch.
 	{"scheduler-continued-as-new.json", "placed-signals-by-activity"},
 	{"scheduler-opened-preemption.json", "placed-signals-by-activity"},
+	// SchedulerWorkflow of a shard other than "default", beside another
+	// shard's (TestShardsOnDevServer).
+	{"scheduler-shard-s2.json", "placed-signals-by-activity"},
 }
 
 // TestReplayVersionedBranches replays the histories of versionedHistories

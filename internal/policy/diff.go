@@ -80,10 +80,13 @@ func Diff(a, b *Policy) []GroupDiff {
 // (Canonical) to the variable group its fields belong to; "" (version, the
 // file format) is no group. Diff refines queues: see queueFieldGroups.
 var TopLevelGroups = map[string]vocab.PolicyGroup{
-	"version":            "",
-	"tier_base":          vocab.PolicyOrdering,
-	"reservation":        vocab.PolicyOrdering,
-	"placement":          vocab.PolicyOrdering,
+	"version":     "",
+	"tier_base":   vocab.PolicyOrdering,
+	"reservation": vocab.PolicyOrdering,
+	"placement":   vocab.PolicyOrdering,
+	// Shards split the cycle (docs/design.md §4 "Scheduler shards"): which
+	// pools are planned together, so the order jobs are served in.
+	"shards":             vocab.PolicyOrdering,
 	"aging":              vocab.PolicyAging,
 	"fair_share":         vocab.PolicyFairShare,
 	"preemption":         vocab.PolicyPreemption,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -367,6 +368,7 @@ func (d *decoder) decodeRoot(root *yaml.Node, p *Policy) {
 		"queues":             d.queues(&p.Queues),
 		"quotas":             d.quotas(&p.Quotas),
 		"pools":              d.pools(&p.Pools),
+		"shards":             d.shards(&p.Shards),
 		"protection_windows": d.windows(&p.ProtectionWindows),
 		"reclaim":            d.reclaim(&p.Reclaim),
 		"notifications":      d.notifications(&p.Notifications),
@@ -588,6 +590,39 @@ func (d *decoder) pools(dst *map[string]Pool) fieldFunc {
 				d.required(v, at, "stage")
 			}
 			out[k.Value] = pl
+		})
+		*dst = out
+	}
+}
+
+var shardName = regexp.MustCompile(ShardNamePattern)
+
+// shards decodes `shards:`, shard name → its pools: a name that is not a
+// shard name (ShardNamePattern) is a problem at the shard, a pool listed
+// twice (in one shard or two) at its second mention, naming the first.
+func (d *decoder) shards(dst *map[string][]string) fieldFunc {
+	return func(n *yaml.Node, path string) {
+		out := map[string][]string{}
+		seen := map[string]string{} // pool → the field that first listed it
+		d.entries(n, path, func(k, v *yaml.Node, at string) {
+			if !shardName.MatchString(k.Value) {
+				d.fail(k, at, "%q is not a shard name: want lower-case letters, digits, '-' or '_' (%s)", k.Value, ShardNamePattern)
+			}
+			var pools []string
+			d.list(v, at, func(c *yaml.Node, cat string) {
+				var pool string
+				d.name(&pool)(c, cat)
+				if pool == "" {
+					return
+				}
+				if first, ok := seen[pool]; ok {
+					d.fail(c, cat, "pool %q is already in a shard (%s): a pool is in one shard only", pool, first)
+					return
+				}
+				seen[pool] = cat
+				pools = append(pools, pool)
+			})
+			out[k.Value] = pools
 		})
 		*dst = out
 	}

@@ -73,6 +73,14 @@ type Policy struct {
 	// the stage stored for it (observe when created); the simulator's pool,
 	// when not listed, runs in the automate stage.
 	Pools map[string]Pool `json:"pools"`
+	// Shards are the scheduler shards other than "default", by name, each
+	// with the pools it schedules (docs/design.md §4 "Scheduler shards"):
+	// each shard runs its own SchedulerWorkflow ("scheduler/<shard>") whose
+	// cycles load and apply only its pools, in parallel with the other
+	// shards'. A pool no shard lists belongs to "default"; absent, every pool
+	// is in "default" (one scheduler, the behaviour before the field). A pool
+	// may be in one shard only; shard names are ShardNamePattern.
+	Shards map[string][]string `json:"shards,omitempty"`
 	// ProtectionWindows are times during which jobs of the named queues (all
 	// when none are named) are neither preempted nor reclaimed.
 	ProtectionWindows []Window `json:"protection_windows"`
@@ -620,3 +628,39 @@ func ptr[T any](v T) *T { return &v }
 
 // LowRisk reports whether the policy lists queue as low-risk.
 func (p *Policy) LowRisk(queue string) bool { return slices.Contains(p.LowRiskQueues(), queue) }
+
+// DefaultShard is the scheduler shard of every pool Policy.Shards leaves
+// out (temporalx.DefaultShard).
+const DefaultShard = "default"
+
+// ShardNamePattern is what a shard name must match: it becomes part of a
+// workflow ID ("scheduler/<shard>") and of each cycle's ID.
+const ShardNamePattern = `^[a-z0-9][a-z0-9_-]{0,62}$`
+
+// PoolShards returns the shard of each pool Shards lists, by pool; a pool
+// it leaves out is in DefaultShard. nil when Shards is empty.
+func (p *Policy) PoolShards() map[string]string {
+	if len(p.Shards) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for shard, pools := range p.Shards {
+		for _, pool := range pools {
+			out[pool] = shard
+		}
+	}
+	return out
+}
+
+// ShardNames returns the scheduler shards the policy runs, sorted:
+// DefaultShard and every shard Shards names.
+func (p *Policy) ShardNames() []string {
+	out := []string{DefaultShard}
+	for shard := range p.Shards {
+		if shard != DefaultShard {
+			out = append(out, shard)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -5,7 +5,8 @@ import (
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
-// DefaultShard is the scheduler shard that covers every pool (one shard by default).
+// DefaultShard is the scheduler shard of every pool the policy's `shards:`
+// leaves out, so of every pool without it (docs/design.md §4 "Scheduler shards").
 const DefaultShard = "default"
 
 // SchedulerWorkflowID returns the workflow ID of a shard's scheduler: "scheduler/<shard>".
