@@ -52,8 +52,14 @@ const (
 	DefaultPool        = "load"
 	DefaultMaxInFlight = 4096
 	// DefaultDrain bounds the wait, after the load window, for every accepted
-	// job to settle (final, or waiting with a reason).
-	DefaultDrain          = 3 * time.Minute
+	// job to settle (final, or waiting with a reason); the wait ends as soon
+	// as all have. When the job pipeline behind the API runs slower than the
+	// submissions (on the 2-core development machine about 18 jobs/s against
+	// 50, docs/design.md §8 "Sustained load"), the window leaves a backlog
+	// that drains at that rate: 3,100 jobs waiting or holding an allocation
+	// at the end of a 5-minute window took about 3 minutes. Ten minutes
+	// covers a backlog of about 10,000 at that rate.
+	DefaultDrain          = 10 * time.Minute
 	DefaultSampleInterval = 5 * time.Second
 	// DefaultMaxGrowth is the bound on the RSS and live-heap slopes over the
 	// second half of the window, in MiB per minute (Trend).
