@@ -25,6 +25,30 @@ type GovernanceStore interface {
 	GetReclaim(ctx context.Context, id string) (*store.Reclaim, error)
 }
 
+// NoLossReason says why a preemption has no effective run loss and never
+// will: the victim's run ended by itself before the release (victim_ended),
+// the preemption was aborted before it (aborted_no_checkpoint,
+// aborted_ineligible: the victim kept running), or it was only proposed
+// (would_preempt). It is "" when a loss was measured or may still be, so the
+// CLI, the replay report and the console print "none: <reason>" rather than
+// a loss "not measured yet" or "—".
+func (p Preemption) NoLossReason() string {
+	if p.EffectiveLossGPUSeconds != nil {
+		return ""
+	}
+	switch vocab.PreemptionOutcome(p.Outcome) {
+	case vocab.PreemptionVictimEnded:
+		return "the victim's run ended by itself before the release"
+	case vocab.PreemptionAbortedNoCkpt, vocab.PreemptionAbortedIneligible:
+		if p.ReleasedAt == nil {
+			return "aborted before the release; the victim kept running"
+		}
+	case vocab.PreemptionWouldPreempt:
+		return "proposed only (observe stage): nothing was preempted"
+	}
+	return ""
+}
+
 // Preemption is one preemption record (GET /v1/preemptions/{id}): its kind
 // (a preemption, or a resume drill with its actor); the trigger job, its
 // queue and the plan's reason (a drill's reason is who asked and why); the victim and its run; the

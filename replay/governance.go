@@ -249,7 +249,9 @@ func (res *Result) renderPreemptions(ew *errWriter, temporalUI string) {
 		ew.printf("    %s  %s (%s) for %s (%s), %g GPUs: %s\n", p.ID, res.podOf(p.VictimJobID), p.VictimQueue,
 			res.podOf(p.ForJobID), p.ForQueue, p.GPUs, cmp.Or(p.Outcome, p.State))
 		loss := "effective loss not measured yet"
-		if p.EffectiveLossGPUSeconds != nil {
+		if why := p.NoLossReason(); why != "" {
+			loss = "no loss: " + why
+		} else if p.EffectiveLossGPUSeconds != nil {
 			loss = fmt.Sprintf("effective loss %.1f GPU-s = lost %s + save/restore %s + recompute %s", *p.EffectiveLossGPUSeconds,
 				optSecs(p.LostSeconds), optSecs(p.SaveRestoreSeconds), optSecs(p.RecomputeSeconds))
 		}

@@ -112,8 +112,12 @@ func printPreemptions(w io.Writer, l *api.PreemptionList) error {
 		if p.Kind == "drill" {
 			forJob = "(drill)"
 		}
+		loss := floatOrDash(p.EffectiveLossGPUSeconds)
+		if p.NoLossReason() != "" {
+			loss = "none"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g\t%.0f\t%s\t%s\n", p.ID, p.State, dash(p.Outcome), forJob, p.VictimJobID,
-			p.GPUs, p.EstimatedLossGPUSeconds, floatOrDash(p.EffectiveLossGPUSeconds), boolOrDash(p.ResumedCorrectly))
+			p.GPUs, p.EstimatedLossGPUSeconds, loss, boolOrDash(p.ResumedCorrectly))
 	}
 	return tw.Flush()
 }
@@ -140,9 +144,13 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	row("Resume verified", boolOrDash(p.ResumeVerified)+" (started at the saved step and progressed past it)")
 	row("Back at notice step", timeOrDash(p.PassedAt)+stepText(p.StepAtNotice))
 	row("Victim outcome", victimOutcome(p))
-	row("Loss", fmt.Sprintf("%s GPU-s = %g GPU(s) × (lost %s + save/restore %s + recompute %s) s; estimated %.0f",
-		floatOrDash(p.EffectiveLossGPUSeconds), p.GPUs, floatOrDash(p.LostSeconds), floatOrDash(p.SaveRestoreSeconds),
-		floatOrDash(p.RecomputeSeconds), p.EstimatedLossGPUSeconds))
+	if why := p.NoLossReason(); why != "" {
+		row("Loss", fmt.Sprintf("none: %s; estimated %.0f GPU-s before", why, p.EstimatedLossGPUSeconds))
+	} else {
+		row("Loss", fmt.Sprintf("%s GPU-s = %g GPU(s) × (lost %s + save/restore %s + recompute %s) s; estimated %.0f",
+			floatOrDash(p.EffectiveLossGPUSeconds), p.GPUs, floatOrDash(p.LostSeconds), floatOrDash(p.SaveRestoreSeconds),
+			floatOrDash(p.RecomputeSeconds), p.EstimatedLossGPUSeconds))
+	}
 	for _, f := range p.Failures {
 		row("Failure", f)
 	}
@@ -159,6 +167,9 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 // whether its output was affected, or that it has not ended.
 func victimOutcome(p *api.Preemption) string {
 	if p.FinalState == "" {
+		if why := p.NoLossReason(); why != "" && p.ReleasedAt == nil {
+			return "- (" + why + ")"
+		}
 		if p.ReleasedAt == nil {
 			return "- (nothing was released)"
 		}

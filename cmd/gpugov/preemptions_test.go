@@ -241,3 +241,25 @@ func TestPreemptionsCommand(t *testing.T) {
 		}
 	}
 }
+
+// A preemption whose victim ended by itself says it cost nothing, in the
+// list and in the record, instead of a loss "not measured yet".
+func TestPrintPreemptionVictimEnded(t *testing.T) {
+	p := api.Preemption{ID: "p-1", Kind: "preemption", State: "released", Outcome: "victim_ended", ForJobID: "j-1",
+		VictimJobID: "j-2", GPUs: 1, EstimatedLossGPUSeconds: 12.7}
+	var one, list strings.Builder
+	if err := printPreemption(&one, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := printPreemptions(&list, &api.PreemptionList{Preemptions: []api.Preemption{p}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"none: the victim's run ended by itself before the release", "- (the victim's run ended by itself"} {
+		if !strings.Contains(one.String(), want) {
+			t.Errorf("record lacks %q:\n%s", want, one.String())
+		}
+	}
+	if !strings.Contains(list.String(), " none ") {
+		t.Errorf("list shows no \"none\" loss:\n%s", list.String())
+	}
+}
