@@ -11,7 +11,9 @@
 # reads, lists, queue reports and cancels for 5 minutes, waits for every job
 # to settle, checks each accepted job's row, workflow and final state or wait
 # reason, and prints the report (latency per kind, memory over time and its
-# trend). About 7 minutes in all. Exit status: the load's (1 when anything was
+# trend, the job pipeline). 10 to 20 minutes in all on a 2-core machine: the
+# window, a drain of up to 10 minutes while the backlog the pipeline could not
+# keep up with settles, and a check of every workflow. Exit status: the load's (1 when anything was
 # lost, an answer was a 5xx, or serve's memory grew).
 #
 # Settings (environment):
