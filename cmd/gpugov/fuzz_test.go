@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -90,6 +91,24 @@ func checkFileRejection(t *testing.T, err error) {
 	t.Fatalf("rejection names no field or line: %q", msg)
 }
 
+// aliasBomb is a YAML document of levels anchors, each a list of nine
+// aliases of the one before: 9^levels values once expanded.
+func aliasBomb(levels int) string {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [", i, i)
+		for j := range 9 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	return b.String()
+}
+
 // TestReadJobSpecYAMLProblems holds what FuzzJobSpecYAML's seeds found:
 // YAML that JSON cannot carry was a usage error naming neither field nor
 // line ("json: unsupported value: NaN"), and a merge key must still merge.
@@ -101,12 +120,18 @@ func TestReadJobSpecYAMLProblems(t *testing.T) {
 		{"queue: standard\nqueue: batch\n", "submit: -:2: queue: repeated key"},
 		{"a: &x [*x]\n", "submit: -:1: a[0][0]"}, // … a[0] 17 times: aliases nested more than 16 deep
 		{"? [a, b]\n: c\n", "submit: -:1: key a list is not a string"},
+		// 8 levels of 9 aliases expand to 9^8 = 43 million values: refused
+		// once 65,536 are built, not after gigabytes (found by the newcomer check).
+		{aliasBomb(8), "submit: -:"},
 	} {
 		_, err := readJobSpec(strings.NewReader(c.yaml), "-")
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%q: err = %v, want a usage error starting %q", c.yaml, err, c.want)
 		}
+	}
+	if _, err := readJobSpec(strings.NewReader(aliasBomb(8)), "-"); err == nil || !strings.Contains(err.Error(), "expands to more than 65536 values") {
+		t.Errorf("alias bomb: err %v, want the expansion bound named", err)
 	}
 	spec, err := readJobSpec(strings.NewReader("base: &b {gpus: 2, pool: p}\n"), "-")
 	if err == nil || spec != nil || !strings.Contains(err.Error(), "base") {

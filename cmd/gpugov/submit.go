@@ -131,7 +131,7 @@ func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return nil, newUsageError("%s: %s holds more than one YAML document; submit one job per file", command, path)
 	}
-	doc, bad := jsonValue(root.Content[0], "", 0)
+	doc, bad := (&yamlToJSON{}).value(root.Content[0], "", 0)
 	if bad != nil {
 		return nil, newUsageError("%s: %s:%d: %s", command, path, bad.line, bad.text())
 	}
@@ -152,6 +152,18 @@ var yamlLineRef = regexp.MustCompile(`line [0-9]+`)
 // alias inside the anchor it names) would never end.
 const maxAliasDepth = 16
 
+// maxYAMLValues bounds how many values (mappings, sequences and scalars,
+// counted each time an alias expands them) a job spec may hold: a few
+// lines of nested anchors can otherwise expand to billions ("billion
+// laughs"), which the body limit (checked on the expanded JSON) would only
+// catch after the CLI spent gigabytes building it. A real job spec holds
+// well under a thousand.
+const maxYAMLValues = 1 << 16
+
+// yamlToJSON converts a job spec's YAML nodes into a JSON document, counting
+// the values it builds against maxYAMLValues.
+type yamlToJSON struct{ values int }
+
 // yamlProblem is a value of a YAML document that JSON cannot carry.
 type yamlProblem struct {
 	line  int
@@ -166,17 +178,21 @@ func (p *yamlProblem) text() string {
 	return p.field + ": " + p.msg
 }
 
-// jsonValue converts YAML node n at path (dotted, as the API names fields)
+// value converts YAML node n at path (dotted, as the API names fields)
 // into a value encoding/json writes as the same document, or the first
 // problem: a key that is not a string, a repeated key, a number that is
-// not finite, aliases nested deeper than maxAliasDepth.
-func jsonValue(n *yaml.Node, path string, aliases int) (any, *yamlProblem) {
+// not finite, aliases nested deeper than maxAliasDepth, a document that
+// expands to more than maxYAMLValues values.
+func (c *yamlToJSON) value(n *yaml.Node, path string, aliases int) (any, *yamlProblem) {
+	if c.values++; c.values > maxYAMLValues {
+		return nil, &yamlProblem{n.Line, path, fmt.Sprintf("the document expands to more than %d values (aliases repeat what they name)", maxYAMLValues)}
+	}
 	switch n.Kind {
 	case yaml.AliasNode:
 		if aliases >= maxAliasDepth || n.Alias == nil {
 			return nil, &yamlProblem{n.Line, path, fmt.Sprintf("aliases nested more than %d deep (or an alias inside its own anchor)", maxAliasDepth)}
 		}
-		return jsonValue(n.Alias, path, aliases+1)
+		return c.value(n.Alias, path, aliases+1)
 	case yaml.MappingNode:
 		out := make(map[string]any, len(n.Content)/2)
 		// Merge keys (<<: *base) first, so that the mapping's own keys
@@ -185,7 +201,7 @@ func jsonValue(n *yaml.Node, path string, aliases int) (any, *yamlProblem) {
 			if n.Content[i].Tag != "!!merge" {
 				continue
 			}
-			val, bad := jsonValue(n.Content[i+1], path, aliases)
+			val, bad := c.value(n.Content[i+1], path, aliases)
 			if bad != nil {
 				return nil, bad
 			}
@@ -209,7 +225,7 @@ func jsonValue(n *yaml.Node, path string, aliases int) (any, *yamlProblem) {
 				return nil, &yamlProblem{k.Line, at, "repeated key"}
 			}
 			own[k.Value] = true
-			val, bad := jsonValue(v, at, aliases)
+			val, bad := c.value(v, at, aliases)
 			if bad != nil {
 				return nil, bad
 			}
@@ -218,8 +234,8 @@ func jsonValue(n *yaml.Node, path string, aliases int) (any, *yamlProblem) {
 		return out, nil
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
-		for i, c := range n.Content {
-			val, bad := jsonValue(c, fmt.Sprintf("%s[%d]", path, i), aliases)
+		for i, item := range n.Content {
+			val, bad := c.value(item, fmt.Sprintf("%s[%d]", path, i), aliases)
 			if bad != nil {
 				return nil, bad
 			}
