@@ -101,7 +101,7 @@ func writeError(c *gin.Context, err error) {
 }
 
 // storeError maps an error from the store to an API error:
-//   - store.ErrNotFound: 404; store.ErrConflict: 409;
+//   - store.ErrNotFound: 404 naming what was not found; store.ErrConflict: 409;
 //   - store.ErrInvalid (a *store.ValidationError): 422 invalid naming the
 //     field — the store refused the input before writing anything;
 //   - the store could not be reached (unreachable): 503 store_unavailable,
@@ -114,7 +114,9 @@ func storeError(err error) *Error {
 	var invalidInput *store.ValidationError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return newError(http.StatusNotFound, CodeNotFound, "", "job not found")
+		// The store's message names what was looked for ("get job j-1:
+		// not found", "reclaim r-2: not found"), without its package prefix.
+		return newError(http.StatusNotFound, CodeNotFound, "", "%s", strings.TrimPrefix(err.Error(), "store: "))
 	case errors.Is(err, store.ErrConflict):
 		return newError(http.StatusConflict, CodeConflict, "", "%s", conflictMessage(err))
 	case errors.As(err, &invalidInput):

@@ -88,6 +88,9 @@ func TestStoreErrorClassification(t *testing.T) {
 		if got.Status == http.StatusInternalServerError && got.Body.Message != "internal error" {
 			t.Errorf("%s: message %q shows the cause", tc.name, got.Body.Message)
 		}
+		if tc.code == CodeNotFound && got.Body.Message != "get job j-1: not found" {
+			t.Errorf("%s: message %q, want it to name what was not found", tc.name, got.Body.Message)
+		}
 		if tc.code == CodeInvalid && got.Body.Field != "outcome" {
 			t.Errorf("%s: field %q, want outcome", tc.name, got.Body.Field)
 		}

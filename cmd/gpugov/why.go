@@ -167,7 +167,15 @@ func describeNextEvaluation(e *api.Explanation) string {
 	if n == nil {
 		return ""
 	}
-	when := fmt.Sprintf("%s (in %s)", formatClock(n.At), formatDuration(n.At.Sub(clientNow())))
+	left := n.At.Sub(clientNow())
+	if left < -time.Second {
+		// A waiting job's explanation is rewritten only when it changes or
+		// is 30–60 s old (docs/design.md §1 "The why record"), so its next
+		// timer cycle can lie in the past while cycles go on.
+		return fmt.Sprintf("%s (%s ago; the job is re-evaluated at every cycle, and an unchanged explanation is rewritten within a minute)",
+			formatClock(n.At), formatDuration(-left))
+	}
+	when := fmt.Sprintf("%s (in %s)", formatClock(n.At), formatDuration(left))
 	switch vocab.NextEvalKind(n.Kind) {
 	case vocab.NextEvalTimer:
 		return when + ", the next timer cycle; nothing known changes the outcome before it"
