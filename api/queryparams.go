@@ -1,0 +1,100 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+)
+
+// routeQueryParams is, for every route the OpenAPI document describes
+// ("METHOD gin-full-path", the key of routeAccess), the query parameters it
+// declares: the one list of what each route reads, so that checkQuery can
+// refuse what no route reads instead of ignoring it (a report asked for
+// `?window=1h` answered 200 over the default window). Built from
+// OpenAPIDocument at start; a route it does not describe takes none.
+var routeQueryParams = mustRouteQueryParams(OpenAPIDocument)
+
+// openAPIPathParam matches an OpenAPI path template's parameter ({id}).
+var openAPIPathParam = regexp.MustCompile(`\{([^}]+)\}`)
+
+// mustRouteQueryParams reads doc's paths and their operations' query
+// parameters (path-level ones included); it panics on a document that does
+// not parse, which the embedded one's test rules out.
+func mustRouteQueryParams(doc []byte) map[string][]string {
+	type param struct {
+		Name string `json:"name"`
+		In   string `json:"in"`
+	}
+	var d struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		panic(fmt.Sprintf("api: openapi.json: %v", err))
+	}
+	out := map[string][]string{}
+	for path, item := range d.Paths {
+		ginPath := openAPIPathParam.ReplaceAllString(path, ":$1")
+		var shared []param
+		if raw, ok := item["parameters"]; ok {
+			if err := json.Unmarshal(raw, &shared); err != nil {
+				panic(fmt.Sprintf("api: openapi.json %s parameters: %v", path, err))
+			}
+		}
+		for method, raw := range item {
+			if method == "parameters" {
+				continue
+			}
+			var op struct {
+				Parameters []param `json:"parameters"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				panic(fmt.Sprintf("api: openapi.json %s %s: %v", method, path, err))
+			}
+			var names []string
+			for _, p := range append(slices.Clone(shared), op.Parameters...) {
+				if p.In == "query" {
+					names = append(names, p.Name)
+				}
+			}
+			sort.Strings(names)
+			out[strings.ToUpper(method)+" "+ginPath] = names
+		}
+	}
+	return out
+}
+
+// checkQuery answers 400 naming a query parameter the route does not take
+// (routeQueryParams) or one given more than once, before the handler reads
+// any: either would otherwise be ignored silently (a repeated `limit` used
+// its first value).
+func checkQuery(c *gin.Context) {
+	allowed := routeQueryParams[routeKey(c)]
+	q := c.Request.URL.Query()
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !slices.Contains(allowed, k) {
+			takes := "no query parameters"
+			if len(allowed) > 0 {
+				takes = "only " + strings.Join(allowed, ", ")
+			}
+			writeError(c, newError(http.StatusBadRequest, CodeMalformed, k, "unknown query parameter %q: %s %s takes %s",
+				k, c.Request.Method, c.FullPath(), takes))
+			return
+		}
+		if len(q[k]) > 1 {
+			writeError(c, newError(http.StatusBadRequest, CodeMalformed, k, "query parameter %q is given %d times; give it once", k, len(q[k])))
+			return
+		}
+	}
+	c.Next()
+}

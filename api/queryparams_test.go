@@ -1,0 +1,39 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// A query parameter the route does not declare, or one given twice, is a 400
+// naming it; the declared ones pass (the OpenAPI document is the list).
+func TestUnknownAndRepeatedQueryParameters(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, c := range []struct {
+		path, field, says string
+	}{
+		{"/v1/reports/queues?window=abc", "window", "takes only from, group_by, project, to, wait_histogram"},
+		{"/v1/jobs?bogus=1", "bogus", `unknown query parameter "bogus"`},
+		{"/v1/jobs?limit=1&limit=abc", "limit", "given 2 times"},
+		{"/v1/queues?state=waiting", "state", "takes no query parameters"},
+	} {
+		r := e.do(http.MethodGet, c.path, tokOps, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", c.path, r.status)
+			continue
+		}
+		if b := r.apiError(t); b.Field != c.field || !strings.Contains(b.Message, c.says) {
+			t.Errorf("%s: field %q message %q, want field %q saying %q", c.path, b.Field, b.Message, c.field, c.says)
+		}
+	}
+	for _, path := range []string{"/v1/jobs?state=waiting&limit=5", "/v1/reports/queues?group_by=queue", "/v1/queues"} {
+		if r := e.do(http.MethodGet, path, tokOps, nil); r.status != http.StatusOK {
+			t.Errorf("%s: %d, want 200: %s", path, r.status, r.body)
+		}
+	}
+	if len(routeQueryParams) < len(routeAccess)/2 {
+		t.Fatalf("routeQueryParams has %d routes of %d: the OpenAPI document was not read", len(routeQueryParams), len(routeAccess))
+	}
+}
