@@ -135,7 +135,7 @@ func newJob(spec *JobSpec, p Principal, q scheduling.Queue, key string) *store.N
 			TotalSteps:                spec.Recovery.TotalSteps,
 		},
 		Protected: spec.Protected, Held: spec.Hold, Command: spec.Command, Env: spec.Env,
-		RunSeconds: spec.RunSeconds, IdempotencyKey: key,
+		RunSeconds: spec.RunSeconds, IdempotencyKey: key, Submitter: p.Name,
 	}
 	for _, pr := range spec.Prerequisites {
 		nj.Prerequisites = append(nj.Prerequisites, scheduling.Prerequisite{Name: pr.Name, Ready: pr.Ready, Message: pr.Message})

@@ -285,7 +285,7 @@ func TestHoldReleaseCancelAreAudited(t *testing.T) {
 		trail = append(trail, a.Actor+":"+a.Action+":"+a.Reason)
 	}
 	want := []string{
-		"vision:submit:submitted to queue train",
+		"alice:submit:submitted to queue train", // the token's name, as for every later action
 		"alice:hold:dataset refresh",
 		"olga:release_hold:released through the API",
 		"alice:cancel:wrong data",

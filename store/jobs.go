@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,11 @@ type NewJob struct {
 	Env            map[string]string
 	RunSeconds     float64
 	IdempotencyKey string
-	SubmitTime     time.Time
+	// Submitter is the actor the job's "submit" audit entry names: the API
+	// token's name, as every later action on the job is; "" means the
+	// project (bulk imports and replays).
+	Submitter  string
+	SubmitTime time.Time
 }
 
 // Job is a stored job.
@@ -342,7 +347,7 @@ func (s *Store) CreateJob(ctx context.Context, nj *NewJob) (*Job, bool, error) {
 		}
 		created = tag.RowsAffected() == 1
 		if created {
-			err = appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: nj.Project, Action: "submit", Subject: id,
+			err = appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: cmp.Or(nj.Submitter, nj.Project), Action: "submit", Subject: id,
 				Reason: "submitted to queue " + nj.Queue,
 				Evidence: map[string]any{"queue": nj.Queue, "tier": nj.Tier.String(), "pool": nj.Request.Pool,
 					"gpus": nj.Request.GPUs, "gpu_milli": nj.Request.GPUMilli, "idempotency_key": nj.IdempotencyKey}})
@@ -658,7 +663,7 @@ func (s *Store) CreateJobs(ctx context.Context, njs []*NewJob) ([]string, error)
 				ids[i] = existing[[2]string{nj.Project, nj.IdempotencyKey}]
 				continue
 			}
-			audits = append(audits, AuditEntry{At: now, Actor: nj.Project, Action: "submit", Subject: ids[i],
+			audits = append(audits, AuditEntry{At: now, Actor: cmp.Or(nj.Submitter, nj.Project), Action: "submit", Subject: ids[i],
 				Reason: "submitted to queue " + nj.Queue, Evidence: map[string]any{"queue": nj.Queue,
 					"tier": nj.Tier.String(), "pool": nj.Request.Pool, "gpus": nj.Request.GPUs, "bulk": true}})
 		}
