@@ -390,12 +390,17 @@ const experimentHeartbeatEvery = 10 * time.Second
 // step's 10 min, sized for measuring a long window; a scheduling cycle's
 // 2 min, during which no other cycle of the shard runs).
 func heartbeatWhile(ctx context.Context) (stop func()) {
+	return heartbeatEvery(ctx, experimentHeartbeatEvery)
+}
+
+// heartbeatEvery is heartbeatWhile at period every.
+func heartbeatEvery(ctx context.Context, every time.Duration) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(experimentHeartbeatEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

@@ -22,6 +22,13 @@ import (
 // flight per cycle.
 const defaultSignalConcurrency = 16
 
+// CycleHeartbeatEvery is how often the scheduler's activities (RunCycle,
+// SignalPlacements) heartbeat: the scheduler workflow gives them a 15 s
+// heartbeat timeout, so that a cycle lost with its worker is retried after
+// 15 s, not 30 s (the job steps' heartbeat timeout), during which the
+// shard runs no cycle; the SDK sends heartbeats at most every 0.8 × 15 s.
+const CycleHeartbeatEvery = 5 * time.Second
+
 // DefaultMaxReasonSignals is the most wait-reason signals one cycle sends:
 // each is a workflow task of the job's workflow (its wait-reason search
 // attribute, which the Temporal UI shows; the store, which the API reads,
@@ -168,7 +175,7 @@ func (a *Scheduler) RunCycle(ctx context.Context, in *RunCycleInput) (*RunCycleR
 	if in == nil || in.CycleID == "" {
 		return nil, invalidInput("run cycle: cycle ID is required")
 	}
-	defer heartbeatWhile(ctx)()
+	defer heartbeatEvery(ctx, CycleHeartbeatEvery)()
 	now := clock(a.Now)
 	// The policy first: a policy version switched since the last cycle
 	// writes what it sets (quotas, queues, pool stages) to the store when it
@@ -420,7 +427,7 @@ func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsIn
 	if a.Temporal == nil {
 		return nil, invalidInput("signal placements: no Temporal client")
 	}
-	defer heartbeatWhile(ctx)()
+	defer heartbeatEvery(ctx, CycleHeartbeatEvery)()
 	var mu sync.Mutex
 	res := &SignalPlacementsResult{}
 	var retry error

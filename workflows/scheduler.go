@@ -24,6 +24,9 @@ const (
 	// maxHistoryEvents continues a scheduler run as new early when a burst of
 	// placements made its history long (Temporal warns at 10,240 events).
 	maxHistoryEvents = 8000
+	// cycleHeartbeatTimeout is the heartbeat timeout of RunCycle and
+	// SignalPlacements, which heartbeat every activities.CycleHeartbeatEvery.
+	cycleHeartbeatTimeout = 15 * time.Second
 )
 
 // SchedulerInput starts (or continues) a shard's SchedulerWorkflow.
@@ -191,11 +194,13 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 2 * time.Minute,
-		// The cycle heartbeats (activities.heartbeatWhile): a cycle whose
-		// worker died is retried after 30 s, not 2 min, during which no
-		// other cycle of the shard would run. Activity options are not
-		// among the commands a replay compares.
-		HeartbeatTimeout: 30 * time.Second,
+		// The cycle heartbeats (activities.CycleHeartbeatEvery): a cycle
+		// whose worker died is retried after 15 s, not 2 min, during which
+		// no other cycle of the shard would run — and before a job step
+		// lost with the same worker (30 s), so that a crash does not let the
+		// steps of running jobs overtake the next cycle's decisions.
+		// Activity options are not among the commands a replay compares.
+		HeartbeatTimeout: cycleHeartbeatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
 			BackoffCoefficient: 2,
@@ -284,7 +289,7 @@ func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, p
 	if workflow.GetVersion(ctx, versionPlacedByActivity, workflow.DefaultVersion, 1) >= 1 {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			StartToCloseTimeout: 2 * time.Minute,
-			HeartbeatTimeout:    30 * time.Second,
+			HeartbeatTimeout:    cycleHeartbeatTimeout,
 			RetryPolicy: &temporal.RetryPolicy{
 				InitialInterval:    time.Second,
 				BackoffCoefficient: 2,
