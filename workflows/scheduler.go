@@ -192,22 +192,7 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	if cycleID == "" {
 		cycleID = fmt.Sprintf("%s/%s/%d", s.next.Shard, workflow.GetInfo(ctx).WorkflowExecution.RunID, iteration)
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
-		// The cycle heartbeats (activities.CycleHeartbeatEvery): a cycle
-		// whose worker died is retried after 15 s, not 2 min, during which
-		// no other cycle of the shard would run — and before a job step
-		// lost with the same worker (30 s), so that a crash does not let the
-		// steps of running jobs overtake the next cycle's decisions.
-		// Activity options are not among the commands a replay compares.
-		HeartbeatTimeout: cycleHeartbeatTimeout,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:    time.Second,
-			BackoffCoefficient: 2,
-			MaximumInterval:    30 * time.Second,
-			MaximumAttempts:    5,
-		},
-	})
+	actx := cycleActivityContext(ctx)
 	var res activities.RunCycleResult
 	err := workflow.ExecuteActivity(actx, s.sched.RunCycle, &activities.RunCycleInput{
 		Shard: s.next.Shard, CycleID: cycleID, PreviousCycleID: s.next.PreviousCycleID,
@@ -224,6 +209,27 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 	s.status.LastPlacements, s.status.LastWaiting = len(res.Placements), res.Waiting
 	s.signalPlacements(ctx, cycleID, res.Placements)
 	s.startPreemptions(ctx, res.Preemptions)
+}
+
+// cycleActivityContext gives the scheduler's own activities (RunCycle,
+// SignalPlacements) their options: 2 min start-to-close, 5 attempts 1–30 s
+// apart, and a heartbeat timeout (activities.CycleHeartbeatEvery) after
+// which an attempt whose worker died is retried — 15 s, not 2 min, during
+// which no other cycle of the shard would run, and before a job step lost
+// with the same worker (30 s), so that a crash does not let the steps of
+// running jobs overtake the next cycle's decisions. Activity options are not
+// among the commands a replay compares.
+func cycleActivityContext(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    cycleHeartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    5,
+		},
+	})
 }
 
 // versionPreemptionIDPerPreemption is the workflow.GetVersion change ID of
@@ -287,16 +293,7 @@ func (s *schedulerFlow) signalPlacements(ctx workflow.Context, cycleID string, p
 		return
 	}
 	if workflow.GetVersion(ctx, versionPlacedByActivity, workflow.DefaultVersion, 1) >= 1 {
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: 2 * time.Minute,
-			HeartbeatTimeout:    cycleHeartbeatTimeout,
-			RetryPolicy: &temporal.RetryPolicy{
-				InitialInterval:    time.Second,
-				BackoffCoefficient: 2,
-				MaximumInterval:    30 * time.Second,
-				MaximumAttempts:    5,
-			},
-		})
+		actx := cycleActivityContext(ctx)
 		// The activity releases the placements it could not signal itself.
 		err := workflow.ExecuteActivity(actx, s.sched.SignalPlacements,
 			&activities.SignalPlacementsInput{CycleID: cycleID, Placements: placed}).Get(ctx, nil)
