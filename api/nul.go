@@ -3,7 +3,9 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,12 +27,7 @@ func rejectNUL(c *gin.Context) {
 		}
 	}
 	q := c.Request.URL.Query()
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if strings.IndexByte(k, 0) >= 0 {
 			writeError(c, newError(http.StatusBadRequest, CodeMalformed, "", "a query parameter name contains a NUL character"))
 			return

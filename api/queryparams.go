@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -76,12 +77,7 @@ func mustRouteQueryParams(doc []byte) map[string][]string {
 func checkQuery(c *gin.Context) {
 	allowed := routeQueryParams[routeKey(c)]
 	q := c.Request.URL.Query()
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if !slices.Contains(allowed, k) {
 			takes := "no query parameters"
 			if len(allowed) > 0 {
