@@ -115,34 +115,30 @@ func (a *Reclaims) addRunReports(ctx context.Context, evs []*governance.Evidence
 	var mu sync.Mutex
 	unread := 0
 	var steps []store.RunStep
-	sem := make(chan struct{}, heartbeatConcurrency)
-	var wg sync.WaitGroup
+	var long []*governance.Evidence // runs older than the window, still going
 	for _, ev := range evs {
-		if ev.RunID == "" || ev.RunEndedAt != nil || now.Sub(ev.RunStartedAt) <= window {
-			continue
+		if ev.RunID != "" && ev.RunEndedAt == nil && now.Sub(ev.RunStartedAt) > window {
+			long = append(long, ev)
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			rep, ok, err := a.d.runReport(ctx, ev.JobID)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				unread++
-			case ok:
-				if rep.HasHeartbeat {
-					at := rep.HeartbeatAt
-					ev.LastHeartbeatAt = &at
-				}
-				if rep.HasStep {
-					steps = append(steps, store.RunStep{RunID: ev.RunID, Step: rep.Step})
-				}
-			}
-		}()
 	}
-	wg.Wait()
+	eachConcurrently(heartbeatConcurrency, len(long), func(i int) {
+		ev := long[i]
+		rep, ok, err := a.d.runReport(ctx, ev.JobID)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			unread++
+		case ok:
+			if rep.HasHeartbeat {
+				at := rep.HeartbeatAt
+				ev.LastHeartbeatAt = &at
+			}
+			if rep.HasStep {
+				steps = append(steps, store.RunStep{RunID: ev.RunID, Step: rep.Step})
+			}
+		}
+	})
 	progress, err := a.d.Store.ObserveRunSteps(ctx, steps, now)
 	if err != nil {
 		return unread, err

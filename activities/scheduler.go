@@ -365,6 +365,12 @@ func (a *Scheduler) eachBounded(n int, fn func(i int)) {
 	if limit <= 0 {
 		limit = defaultSignalConcurrency
 	}
+	eachConcurrently(limit, n, fn)
+}
+
+// eachConcurrently calls fn(0) … fn(n-1) in goroutines, at most limit at a
+// time (limit ≥ 1), and returns when all have returned.
+func eachConcurrently(limit, n int, fn func(i int)) {
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	for i := range n {
