@@ -95,7 +95,7 @@ func TestTrendFlatAndGrowing(t *testing.T) {
 		}
 		return 130 + float64(int(m*12)%3)
 	}, func(float64) float64 { return 30 })
-	tr := computeTrend(flat, window, 4)
+	tr := computeTrend(flat, window, 0, 4, 8)
 	if !tr.OK || tr.Samples < 25 || tr.RSSSlopeMiBPerMin > 1 || tr.RSSSlopeMiBPerMin < -1 {
 		t.Fatalf("flat second half: %+v, want OK with a slope near 0", tr)
 	}
@@ -103,9 +103,66 @@ func TestTrendFlatAndGrowing(t *testing.T) {
 		t.Errorf("medians %+v", tr)
 	}
 	growing := samplesOf(window, func(m float64) float64 { return 100 }, func(m float64) float64 { return 20 + 5*m })
-	tr = computeTrend(growing, window, 4)
-	if tr.OK || tr.HeapSlopeMiBPerMin < 4.9 || tr.HeapSlopeMiBPerMin > 5.1 {
+	tr = computeTrend(growing, window, 0, 4, 8)
+	if tr.OK || tr.Mode != "flat" || tr.HeapSlopeMiBPerMin < 4.9 || tr.HeapSlopeMiBPerMin > 5.1 {
 		t.Fatalf("heap growing 5 MiB/min: %+v, want not OK with slope 5", tr)
+	}
+}
+
+// backlogSamples is samplesOf over window plus a drain to window+drain:
+// the backlog grows 1,500 jobs/min in the window and falls to 400 by the
+// end of the drain; heap(t, pending) gives the live heap in MiB, RSS is
+// twice it.
+func backlogSamples(window, drain time.Duration, heap func(min float64, pending int64) float64) []MemorySample {
+	var out []MemorySample
+	for at := time.Duration(0); at <= window+drain; at += 5 * time.Second {
+		pending := int64(1500 * at.Minutes())
+		if at > window {
+			pending = max(400, int64(1500*window.Minutes())-int64(3000*(at-window).Minutes()))
+		}
+		h := heap(at.Minutes(), pending)
+		out = append(out, MemorySample{At: at, RSSBytes: int64(2 * h * (1 << 20)), HeapLiveBytes: int64(h * (1 << 20)),
+			Pipeline: PipelineSample{Pending: pending}})
+	}
+	return out
+}
+
+func TestTrendBacklogMode(t *testing.T) {
+	window, drain := 5*time.Minute, 4*time.Minute
+	settled := window + 2*time.Minute + 30*time.Second // the backlog is back at 400 by then
+	// 6 KiB of live heap (12 of RSS) per pending job, given back as the
+	// backlog drains: RSS grows 17.6 MiB/min over the second half, far above
+	// the flat bound, and the run passes.
+	held := func(_ float64, pending int64) float64 { return 20 + 6*float64(pending)/1024 }
+	tr := computeTrend(backlogSamples(window, drain, held), window, settled, 4, 16)
+	if !tr.OK || tr.Mode != "backlog" || tr.RSSSlopeMiBPerMin < 4 || tr.FitSamples < 60 {
+		t.Fatalf("memory held per pending job and given back: %+v, want OK in backlog mode", tr)
+	}
+	if tr.BacklogPerMin < 1490 || tr.BacklogPerMin > 1510 || tr.HeapPerPendingKiB < 5.9 || tr.HeapPerPendingKiB > 6.1 ||
+		tr.RSSPerPendingKiB < 11.9 || tr.RSSPerPendingKiB > 12.1 || tr.AfterDrainPending != 400 || tr.PeakPending != 7500 ||
+		tr.HeapUnexplainedMiBPerMin > 0.01 || tr.HeapUnexplainedMiBPerMin < -0.01 {
+		t.Errorf("backlog figures %+v: want 1,500 jobs/min, 6 KiB heap and 12 KiB RSS per pending job, no unexplained growth, 400 pending after the drain", tr)
+	}
+	// A leak: the same, plus 3 KiB per job ever submitted or finished
+	// (1,500 a minute), never given back: 4.4 MiB/min of heap, 8.8 of RSS.
+	leak := func(m float64, pending int64) float64 { return held(m, pending) + 1500*3*m/1024 }
+	tr = computeTrend(backlogSamples(window, drain, leak), window, settled, 4, 16)
+	if tr.OK || tr.HeapUnexplainedMiBPerMin < 4.3 || tr.HeapUnexplainedMiBPerMin > 4.5 || tr.HeapPerPendingKiB > 6.1 {
+		t.Fatalf("a leak of 3 KiB per job: %+v, want not OK with 4.4 MiB/min unexplained and still 6 KiB per pending job", tr)
+	}
+	// Too much per pending job: 10 KiB of heap, 20 of RSS.
+	fat := func(_ float64, pending int64) float64 { return 20 + 10*float64(pending)/1024 }
+	if tr = computeTrend(backlogSamples(window, drain, fat), window, settled, 4, 16); tr.OK || tr.RSSPerPendingKiB < 19.9 {
+		t.Fatalf("20 KiB of RSS per pending job: %+v, want not OK", tr)
+	}
+	// Only the window sampled: the backlog rises with time, so the fit
+	// cannot tell them apart and a growing run cannot pass.
+	if tr = computeTrend(backlogSamples(window, 0, held), window, 0, 4, 16); tr.OK || tr.FitSamples != 0 {
+		t.Fatalf("no drain sampled: %+v, want not OK without a fit", tr)
+	}
+	r := &Report{Accepted: 1, Trend: tr}
+	if r.decide(true); r.Pass || !strings.Contains(strings.Join(r.Failures, ""), "no drain was sampled") {
+		t.Errorf("no fit: failures %v", r.Failures)
 	}
 }
 

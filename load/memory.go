@@ -177,25 +177,87 @@ func cutSeries(line string) (series, rest string, ok bool) {
 	return series, rest, ok && strings.TrimSpace(rest) != ""
 }
 
-// Trend is the memory growth check over the second half of the load window.
+// Trend is the memory growth check of a load run (docs/design.md §8
+// "Sustained load"). It has two modes, chosen by the backlog (pending jobs:
+// submitted or waiting) over the window's second half:
+//
+//   - flat: the backlog grew by less than MinBacklogGrowthPerMin. Serve's
+//     memory must then be flat too: the least-squares slopes of RSS and of
+//     the live heap against time over the second half stay below
+//     MaxSlopeMiBPerMin.
+//   - backlog: the pipeline behind the API finished fewer jobs than were
+//     accepted, so the backlog grew, and serve holds something for each
+//     pending job (its row in the scheduler's snapshot cache, its cached job
+//     workflow). Memory that follows the backlog is not a leak if it is
+//     bounded per pending job and given back as the backlog drains. The
+//     samples from the window's half to the end of sampling (the drain and
+//     AfterDrain after it included), where the backlog rises and then falls
+//     while time only rises, are fitted by least squares to
+//     memory = a + k·pending + b·minutes, for RSS and for the live heap. The
+//     check passes when both b (growth the backlog does not explain, MiB per
+//     minute) stay below MaxSlopeMiBPerMin and both k (KiB per pending job)
+//     below MaxPerPendingKiB. A leak of L KiB per submitted job shows in b
+//     as L × the submission rate: 1.4 KiB at 50 jobs/s reaches the 4 MiB/min
+//     bound, the same sensitivity as the flat mode's.
 type Trend struct {
 	// Samples is the number of samples in the second half.
 	Samples int `json:"samples"`
 	// RSSSlopeMiBPerMin and HeapSlopeMiBPerMin are the least-squares slopes
-	// of RSS and of the live heap over the second half, in MiB per minute.
+	// of RSS and of the live heap against time over the second half, in MiB
+	// per minute.
 	RSSSlopeMiBPerMin  float64 `json:"rss_slope_mib_per_min"`
 	HeapSlopeMiBPerMin float64 `json:"heap_slope_mib_per_min"`
-	// MaxSlopeMiBPerMin is the bound both slopes must stay below (Config.MaxGrowth).
+	// MaxSlopeMiBPerMin is the bound of the flat mode's slopes and of the
+	// backlog mode's unexplained growth (Config.MaxGrowth).
 	MaxSlopeMiBPerMin float64 `json:"max_slope_mib_per_min"`
 	// SecondMinuteRSSMiB and LastMinuteRSSMiB are the median RSS of the load
 	// window's second minute and of its last minute, in MiB (0 when the
 	// window is shorter than two minutes).
 	SecondMinuteRSSMiB float64 `json:"second_minute_rss_mib"`
 	LastMinuteRSSMiB   float64 `json:"last_minute_rss_mib"`
-	// OK is true when both slopes are below the bound (or too few samples
-	// were taken to fit one: fewer than 3).
+
+	// BacklogPerMin is the least-squares growth of the pending jobs over
+	// the second half, in jobs per minute.
+	BacklogPerMin float64 `json:"backlog_per_min"`
+	// Mode is "flat" or "backlog" (BacklogPerMin ≥ MinBacklogGrowthPerMin).
+	Mode string `json:"mode"`
+	// FitSamples is the number of samples of the backlog mode's fit (0 in
+	// flat mode, or when the fit was singular: the backlog moved in step
+	// with time, e.g. no drain was sampled).
+	FitSamples int `json:"fit_samples"`
+	// RSSPerPendingKiB and HeapPerPendingKiB are the fit's k, in KiB per
+	// pending job; RSSUnexplainedMiBPerMin and HeapUnexplainedMiBPerMin its
+	// b, in MiB per minute.
+	RSSPerPendingKiB         float64 `json:"rss_per_pending_kib"`
+	HeapPerPendingKiB        float64 `json:"heap_per_pending_kib"`
+	RSSUnexplainedMiBPerMin  float64 `json:"rss_unexplained_mib_per_min"`
+	HeapUnexplainedMiBPerMin float64 `json:"heap_unexplained_mib_per_min"`
+	// MaxPerPendingKiB is the bound of k (Config.MaxPerPendingKiB).
+	MaxPerPendingKiB float64 `json:"max_per_pending_kib"`
+	// PeakPending is the largest backlog sampled. SecondMinuteHeapMiB is
+	// the median live heap of the window's second minute; AfterDrainHeapMiB
+	// the lowest live heap sampled once every job had settled (0: no such
+	// sample), with AfterDrainPending jobs still pending then (those built
+	// to wait for good); in MiB. They are reported, not checked.
+	PeakPending         int64   `json:"peak_pending"`
+	SecondMinuteHeapMiB float64 `json:"second_minute_heap_mib"`
+	AfterDrainHeapMiB   float64 `json:"after_drain_heap_mib"`
+	AfterDrainPending   int64   `json:"after_drain_pending"`
+	// OK is true when the mode's check passes (or too few samples were
+	// taken to fit a slope: fewer than 3).
 	OK bool `json:"ok"`
 }
+
+// Bounds of Trend's backlog mode (docs/design.md §8 "Sustained load").
+const (
+	// MinBacklogGrowthPerMin is the backlog growth, in jobs per minute,
+	// from which Trend judges memory per pending job (one job a second).
+	MinBacklogGrowthPerMin = 60.0
+	// DefaultMaxPerPendingKiB bounds serve's RSS and live heap per pending
+	// job, in KiB: 100,000 pending jobs within 1.6 GiB of RSS. The
+	// backlog-mode fit of the run of 2026-12-03 measured it (design §8).
+	DefaultMaxPerPendingKiB = 16.0
+)
 
 // PipelineSummary is the job pipeline over the load window's second half
 // (the samples' PipelineSample), what says whether the scheduler and the job
@@ -257,29 +319,105 @@ func computePipeline(samples []MemorySample, window time.Duration) PipelineSumma
 // mib is bytes in MiB.
 func mib(b float64) float64 { return b / (1 << 20) }
 
-// computeTrend fits RSS and live heap against time over the samples of the
-// second half of [0, window] and checks the slopes against maxSlope (MiB/min).
-func computeTrend(samples []MemorySample, window time.Duration, maxSlope float64) Trend {
-	tr := Trend{MaxSlopeMiBPerMin: maxSlope}
-	var xs, rss, heap []float64
+// computeTrend checks the samples of a run whose window is window (Trend's
+// modes) against maxSlope (MiB/min) and maxPerPending (KiB per pending
+// job). settledAt is the time since the start at which every accepted job
+// had settled (0: never); the samples from then on are the after-drain ones.
+func computeTrend(samples []MemorySample, window, settledAt time.Duration, maxSlope, maxPerPending float64) Trend {
+	tr := Trend{MaxSlopeMiBPerMin: maxSlope, MaxPerPendingKiB: maxPerPending, Mode: "flat"}
+	var xs, rss, heap, pend []float64
 	for _, s := range samples {
+		tr.PeakPending = max(tr.PeakPending, s.Pipeline.Pending)
 		if s.At >= window/2 && s.At <= window {
 			xs = append(xs, s.At.Minutes())
 			rss = append(rss, mib(float64(s.RSSBytes)))
 			heap = append(heap, mib(float64(s.HeapLiveBytes)))
+			pend = append(pend, float64(s.Pipeline.Pending))
 		}
 	}
 	tr.Samples = len(xs)
 	if len(xs) >= 3 {
 		tr.RSSSlopeMiBPerMin = slope(xs, rss)
 		tr.HeapSlopeMiBPerMin = slope(xs, heap)
+		tr.BacklogPerMin = slope(xs, pend)
 	}
-	tr.OK = tr.RSSSlopeMiBPerMin < maxSlope && tr.HeapSlopeMiBPerMin < maxSlope
 	if window >= 2*time.Minute {
 		tr.SecondMinuteRSSMiB = medianRSS(samples, time.Minute, 2*time.Minute)
 		tr.LastMinuteRSSMiB = medianRSS(samples, window-time.Minute, window)
+		var h []float64
+		for _, s := range samples {
+			if s.At >= time.Minute && s.At < 2*time.Minute {
+				h = append(h, mib(float64(s.HeapLiveBytes)))
+			}
+		}
+		tr.SecondMinuteHeapMiB = median(h)
 	}
+	if settledAt > 0 {
+		for _, s := range samples {
+			if h := mib(float64(s.HeapLiveBytes)); s.At >= settledAt && h > 0 && (tr.AfterDrainHeapMiB == 0 || h < tr.AfterDrainHeapMiB) {
+				tr.AfterDrainHeapMiB, tr.AfterDrainPending = h, s.Pipeline.Pending
+			}
+		}
+	}
+	tr.OK = tr.RSSSlopeMiBPerMin < maxSlope && tr.HeapSlopeMiBPerMin < maxSlope
+	if tr.BacklogPerMin < MinBacklogGrowthPerMin {
+		return tr
+	}
+	tr.Mode, tr.OK = "backlog", false
+	var ts, ps, rs, hs []float64
+	for _, s := range samples {
+		if s.At >= window/2 {
+			ts = append(ts, s.At.Minutes())
+			ps = append(ps, float64(s.Pipeline.Pending))
+			rs = append(rs, mib(float64(s.RSSBytes)))
+			hs = append(hs, mib(float64(s.HeapLiveBytes)))
+		}
+	}
+	kr, br, okR := fitBacklog(ps, ts, rs)
+	kh, bh, okH := fitBacklog(ps, ts, hs)
+	if !okR || !okH {
+		return tr
+	}
+	tr.FitSamples = len(ts)
+	tr.RSSPerPendingKiB, tr.RSSUnexplainedMiBPerMin = 1024*kr, br
+	tr.HeapPerPendingKiB, tr.HeapUnexplainedMiBPerMin = 1024*kh, bh
+	tr.OK = br < maxSlope && bh < maxSlope && tr.RSSPerPendingKiB <= maxPerPending && tr.HeapPerPendingKiB <= maxPerPending
 	return tr
+}
+
+// fitBacklog fits ys = a + k·ps + b·ts by ordinary least squares and
+// returns k and b; ok is false for fewer than 4 points or when ps and ts are
+// (nearly) collinear, so that k and b cannot be told apart. The normal
+// equations are solved on centred data (Cramer's rule on the 2×2 system).
+func fitBacklog(ps, ts, ys []float64) (k, b float64, ok bool) {
+	n := len(ys)
+	if n < 4 || len(ps) != n || len(ts) != n {
+		return 0, 0, false
+	}
+	mean := func(v []float64) float64 {
+		var s float64
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(n)
+	}
+	mp, mt, my := mean(ps), mean(ts), mean(ys)
+	var spp, stt, spt, spy, sty float64
+	for i := range ys {
+		p, t, y := ps[i]-mp, ts[i]-mt, ys[i]-my
+		spp += p * p
+		stt += t * t
+		spt += p * t
+		spy += p * y
+		sty += t * y
+	}
+	det := spp*stt - spt*spt
+	// Collinear when the correlation of ps and ts is above 0.999:
+	// det/(spp·stt) = 1 − r².
+	if spp == 0 || stt == 0 || det <= 0.002*spp*stt {
+		return 0, 0, false
+	}
+	return (spy*stt - sty*spt) / det, (sty*spp - spy*spt) / det, true
 }
 
 // slope is the least-squares slope of ys against xs (len ≥ 2, xs not all equal; 0 otherwise).

@@ -24,13 +24,18 @@ type ConfigSummary struct {
 	Pool        string  `json:"pool"`
 	Projects    int     `json:"projects"`
 	MaxGrowth   float64 `json:"max_growth_mib_per_min"`
-	MaxInFlight int     `json:"max_in_flight"`
+	// MaxPerPendingKiB is Config.MaxPerPendingKiB, in KiB per pending job;
+	// AfterDrain is Config.AfterDrain.
+	MaxPerPendingKiB float64       `json:"max_per_pending_kib"`
+	AfterDrain       time.Duration `json:"after_drain_ns"`
+	MaxInFlight      int           `json:"max_in_flight"`
 }
 
 func (c Config) summary() ConfigSummary {
 	return ConfigSummary{Rate: c.Rate, Duration: c.Duration.String(), GetRate: c.GetRate, WhyRate: c.WhyRate,
 		ListRate: c.ListRate, ReportRate: c.ReportRate, CancelShare: c.CancelShare, WaitShare: c.WaitShare,
-		RunSeconds: c.RunSeconds, Pool: c.Pool, Projects: c.Projects, MaxGrowth: c.MaxGrowth, MaxInFlight: c.MaxInFlight}
+		RunSeconds: c.RunSeconds, Pool: c.Pool, Projects: c.Projects, MaxGrowth: c.MaxGrowth,
+		MaxPerPendingKiB: c.MaxPerPendingKiB, AfterDrain: c.AfterDrain, MaxInFlight: c.MaxInFlight}
 }
 
 // Report is the outcome of a load run.
@@ -125,9 +130,19 @@ func (r *Report) decide(checkTrend bool) {
 	if r.Accepted == 0 {
 		add("no submission was accepted")
 	}
-	if checkTrend && !r.Trend.OK {
-		add("memory grows over the window's second half: RSS %+.2f MiB/min, live heap %+.2f MiB/min (bound %.1f)",
-			r.Trend.RSSSlopeMiBPerMin, r.Trend.HeapSlopeMiBPerMin, r.Trend.MaxSlopeMiBPerMin)
+	if t := r.Trend; checkTrend && !t.OK {
+		switch {
+		case t.Mode == "backlog" && t.FitSamples == 0:
+			add("the backlog grew %+.0f jobs/min and memory %+.2f MiB/min (RSS), but no drain was sampled to tell growth per pending job from a leak",
+				t.BacklogPerMin, t.RSSSlopeMiBPerMin)
+		case t.Mode == "backlog":
+			add("memory beyond what the backlog explains: %+.2f MiB/min of RSS and %+.2f of live heap (bound %.1f), "+
+				"%.1f KiB of RSS and %.1f of live heap per pending job (bound %.1f)",
+				t.RSSUnexplainedMiBPerMin, t.HeapUnexplainedMiBPerMin, t.MaxSlopeMiBPerMin, t.RSSPerPendingKiB, t.HeapPerPendingKiB, t.MaxPerPendingKiB)
+		default:
+			add("memory grows over the window's second half: RSS %+.2f MiB/min, live heap %+.2f MiB/min (bound %.1f)",
+				t.RSSSlopeMiBPerMin, t.HeapSlopeMiBPerMin, t.MaxSlopeMiBPerMin)
+		}
 	}
 	r.Pass = len(r.Failures) == 0
 }
@@ -190,7 +205,19 @@ func (r *Report) Render(w io.Writer) error {
 	if t.SecondMinuteRSSMiB > 0 {
 		fmt.Fprintf(&b, "; median RSS %.1f MiB in the second minute, %.1f MiB in the last", t.SecondMinuteRSSMiB, t.LastMinuteRSSMiB)
 	}
-	fmt.Fprintf(&b, ": %s\n", map[bool]string{true: "no growth trend", false: "GROWING"}[t.OK])
+	verdict := map[bool]string{true: "no growth trend", false: "GROWING"}[t.OK]
+	if t.Mode == "backlog" {
+		fmt.Fprintf(&b, ";\n  the backlog grew %+.0f jobs/min (peak %d pending), so memory is fitted against backlog and time over %d samples "+
+			"(the window's second half, the drain and %s after it): %.1f KiB of RSS and %.1f KiB of live heap per pending job (bound %.1f), "+
+			"%+.2f MiB/min of RSS and %+.2f MiB/min of live heap the backlog does not explain (bound %.1f);\n"+
+			"  live heap %.1f MiB in the second minute, %.1f MiB after the drain with %d jobs pending",
+			t.BacklogPerMin, t.PeakPending, t.FitSamples, c.AfterDrain, t.RSSPerPendingKiB, t.HeapPerPendingKiB, t.MaxPerPendingKiB,
+			t.RSSUnexplainedMiBPerMin, t.HeapUnexplainedMiBPerMin, t.MaxSlopeMiBPerMin, t.SecondMinuteHeapMiB, t.AfterDrainHeapMiB, t.AfterDrainPending)
+		if t.OK {
+			verdict = "memory follows the backlog within its bound and no growth trend beyond it"
+		}
+	}
+	fmt.Fprintf(&b, ": %s\n", verdict)
 	p := r.Pipeline
 	fmt.Fprintf(&b, "job pipeline over the window's second half (%d samples, least squares): %.1f jobs finished/s against %.1f accepted/s; "+
 		"backlog (submitted or waiting) %+.0f/min, holding an allocation (placed or running) %+.0f/min; %d scheduling cycles in the window, %.0f ms each on average\n\n",

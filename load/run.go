@@ -64,6 +64,10 @@ const (
 	// DefaultMaxGrowth is the bound on the RSS and live-heap slopes over the
 	// second half of the window, in MiB per minute (Trend).
 	DefaultMaxGrowth = 4.0
+	// DefaultAfterDrain is how long sampling goes on once every accepted
+	// job has settled, so that Trend sees the memory given back (six
+	// samples at the default interval, and time for a GC).
+	DefaultAfterDrain = 30 * time.Second
 	// DefaultVerifyConcurrency bounds DescribeWorkflow calls in flight.
 	DefaultVerifyConcurrency = 16
 )
@@ -101,8 +105,13 @@ type Config struct {
 	// MetricsURL is serve's /metrics for heap samples ("": none).
 	MetricsURL     string
 	SampleInterval time.Duration
-	// MaxGrowth is the bound of Trend, in MiB per minute.
-	MaxGrowth float64
+	// MaxGrowth is the bound of Trend's slopes, in MiB per minute;
+	// MaxPerPendingKiB that of its growth per pending job, in KiB.
+	MaxGrowth        float64
+	MaxPerPendingKiB float64
+	// AfterDrain is how long memory is still sampled once every accepted
+	// job has settled (Trend's after-drain heap).
+	AfterDrain time.Duration
 	// CheckTrend makes a breached memory trend fail the run (a short test
 	// run is too short for a trend and leaves it false).
 	CheckTrend        bool
@@ -127,6 +136,10 @@ func (c Config) withDefaults() Config {
 	def(&c.ReportRate, DefaultReportRate)
 	def(&c.RunSeconds, DefaultRunSeconds)
 	def(&c.MaxGrowth, DefaultMaxGrowth)
+	def(&c.MaxPerPendingKiB, DefaultMaxPerPendingKiB)
+	if c.AfterDrain <= 0 {
+		c.AfterDrain = DefaultAfterDrain
+	}
 	if c.CancelShare < 0 {
 		c.CancelShare = DefaultCancelShare
 	}
@@ -237,6 +250,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	drainStart := time.Now()
 	settled, err := r.drain(ctx, ids)
 	rep.Drain = time.Since(drainStart)
+	var settledAt time.Duration
+	if err == nil && allSettled(ids, settled) {
+		settledAt = time.Since(r.start)
+		fmt.Fprintf(cfg.Progress, "load: every accepted job settled; sampling serve's memory %s more\n", cfg.AfterDrain)
+		sleepUntil(ctx, time.Now().Add(cfg.AfterDrain))
+	}
 	stopSampling()
 	rep.Memory = <-sampled
 	rep.LoadAvgEnd = readLoad1()
@@ -247,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.verify(ctx, ids, settled, rep); err != nil {
 		return nil, err
 	}
-	rep.Trend = computeTrend(rep.Memory, cfg.Duration, cfg.MaxGrowth)
+	rep.Trend = computeTrend(rep.Memory, cfg.Duration, settledAt, cfg.MaxGrowth, cfg.MaxPerPendingKiB)
 	rep.Pipeline = computePipeline(rep.Memory, cfg.Duration)
 	rep.decide(cfg.CheckTrend)
 	return rep, nil

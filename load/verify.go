@@ -53,13 +53,7 @@ func (r *runner) drain(ctx context.Context, ids []string) (map[string]store.JobS
 		if err != nil {
 			return nil, err
 		}
-		unsettled, byState := 0, map[string]int{}
-		for _, id := range ids {
-			if row, ok := rows[id]; !ok || !row.Settled() {
-				unsettled++
-				byState[string(row.State)]++
-			}
-		}
+		unsettled, byState := unsettledOf(ids, rows)
 		if unsettled == 0 || !time.Now().Before(deadline) {
 			return rows, nil
 		}
@@ -68,6 +62,25 @@ func (r *runner) drain(ctx context.Context, ids []string) (map[string]store.JobS
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// unsettledOf counts the ids whose row is missing or not settled, and those
+// by state ("" for a missing row).
+func unsettledOf(ids []string, rows map[string]store.JobSettlement) (int, map[string]int) {
+	n, byState := 0, map[string]int{}
+	for _, id := range ids {
+		if row, ok := rows[id]; !ok || !row.Settled() {
+			n++
+			byState[string(row.State)]++
+		}
+	}
+	return n, byState
+}
+
+// allSettled reports whether every id has a settled row.
+func allSettled(ids []string, rows map[string]store.JobSettlement) bool {
+	n, _ := unsettledOf(ids, rows)
+	return n == 0
 }
 
 // verify checks every accepted job: its row exists and is settled, its

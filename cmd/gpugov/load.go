@@ -45,8 +45,11 @@ window it waits up to --drain for every accepted job to be final or waiting
 with a reason, then reads each one's row from --database-url and its workflow
 from Temporal (DescribeWorkflow job/<id>), and prints the report: per request
 kind the rate, the answers by status and p50/p99/max latency; lost jobs;
-memory over time and its trend (least-squares slope over the window's second
-half against --max-growth MiB/min). It exits 1 when anything was lost, any
+memory over time and its trend: the least-squares slopes over the window's
+second half against --max-growth MiB/min or, when the backlog grew (the
+pipeline finished fewer jobs than were accepted), the growth per pending job
+against --max-per-pending-kib and the live heap after the drain (sampled
+--after-drain once every job settled) against the second minute's. It exits 1 when anything was lost, any
 answer was a 5xx or unanswered, or memory grew; 2 for bad flags.
 
 The token must be an operator's or an admin's (the load submits for several
@@ -76,6 +79,8 @@ projects and cancels their jobs). Use it only against a stack of its own:
 	fl.StringVar(&cfg.MetricsURL, "metrics-url", "", "serve's /metrics for heap samples (default: --api + /metrics; \"none\" for none)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", load.DefaultSampleInterval, "time between memory samples")
 	fl.Float64Var(&cfg.MaxGrowth, "max-growth", load.DefaultMaxGrowth, "bound on RSS and live-heap growth over the window's second half, MiB per minute")
+	fl.Float64Var(&cfg.MaxPerPendingKiB, "max-per-pending-kib", load.DefaultMaxPerPendingKiB, "when the backlog grows: bound on RSS and live-heap growth per pending job, KiB")
+	fl.DurationVar(&cfg.AfterDrain, "after-drain", load.DefaultAfterDrain, "once every job settled, how long serve's memory is still sampled")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the job mix and the request targets")
 	fl.StringVar(&format, "format", "table", "report format: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -95,6 +100,8 @@ projects and cancels their jobs). Use it only against a stack of its own:
 			return newUsageError("--cancel-delay, --drain, --sample-interval, --projects and --max-in-flight must be > 0")
 		case !(cfg.MaxGrowth > 0):
 			return newUsageError("--max-growth must be > 0, got %g", cfg.MaxGrowth)
+		case !(cfg.MaxPerPendingKiB > 0) || cfg.AfterDrain <= 0:
+			return newUsageError("--max-per-pending-kib and --after-drain must be > 0")
 		}
 		client, err := connect(newClient, "")
 		if err != nil {
