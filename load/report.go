@@ -57,7 +57,11 @@ type Report struct {
 	// those Temporal has no job/<id> workflow for; Unsettled those neither
 	// final nor waiting with a reason after the drain; WorkflowMismatch those
 	// whose workflow failed or disagrees with the row. Each must be empty.
-	MissingRows      []string `json:"missing_rows"`
+	MissingRows []string `json:"missing_rows"`
+	// BacklogLeft is the accepted jobs still pending at the end of the
+	// drain other than those built to wait for good (0: the backlog
+	// drained); they are settled (waiting with a reason), not a failure.
+	BacklogLeft      int      `json:"backlog_left"`
 	MissingWorkflows []string `json:"missing_workflows"`
 	Unsettled        []string `json:"unsettled"`
 	WorkflowMismatch []string `json:"workflow_mismatch"`
@@ -179,6 +183,9 @@ func (r *Report) Render(w io.Writer) error {
 
 	fmt.Fprintf(&b, "accepted %d (%d of them 202), settled after a drain of %s; checked in %s:\n",
 		r.Accepted, r.Deferred, r.Drain.Round(time.Second), r.VerifyTime.Round(time.Second))
+	if r.BacklogLeft > 0 {
+		fmt.Fprintf(&b, "  the backlog had not drained at the bound: %d jobs still waiting with their reasons (not counting those built to wait)\n", r.BacklogLeft)
+	}
 	fmt.Fprintf(&b, "  lost: %d (no row %d, no workflow %d); unsettled %d; workflow mismatches %d\n",
 		r.Lost(), len(r.MissingRows), len(r.MissingWorkflows), len(r.Unsettled), len(r.WorkflowMismatch))
 	fmt.Fprintf(&b, "  job states: %s\n", counts(r.States))

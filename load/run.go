@@ -251,9 +251,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	settled, err := r.drain(ctx, ids)
 	rep.Drain = time.Since(drainStart)
 	var settledAt time.Duration
-	if err == nil && allSettled(ids, settled) {
+	rep.BacklogLeft = r.backlogLeft
+	if err == nil && allSettled(ids, settled) && r.backlogLeft == 0 {
 		settledAt = time.Since(r.start)
-		fmt.Fprintf(cfg.Progress, "load: every accepted job settled; sampling serve's memory %s more\n", cfg.AfterDrain)
+		fmt.Fprintf(cfg.Progress, "load: every accepted job settled and the backlog drained; sampling serve's memory %s more\n", cfg.AfterDrain)
 		sleepUntil(ctx, time.Now().Add(cfg.AfterDrain))
 	}
 	stopSampling()
@@ -314,7 +315,11 @@ type runner struct {
 
 	mu       sync.Mutex
 	accepted []string // job IDs answered 201 or 202, in answer order
-	abort    error    // set by a 401/403: the token cannot run the load
+	// waitsForGood holds the accepted job IDs built to wait for good
+	// (WaitShare); backlogLeft is set by drain.
+	waitsForGood map[string]bool
+	backlogLeft  int
+	abort        error // set by a 401/403: the token cannot run the load
 }
 
 // stream is one kind's constant-rate arrivals.
@@ -424,7 +429,7 @@ func (r *runner) stream(ctx context.Context, st stream, end time.Time) {
 // submit posts one job of the mix; an accepted one is remembered and, with
 // probability CancelShare, cancelled after a delay drawn from [0, CancelDelay).
 func (r *runner) submit(ctx context.Context, rng *rand.Rand) (int, bool, error) {
-	spec := r.jobSpec(rng)
+	spec, waits := r.jobSpec(rng)
 	job, code, err := r.cfg.Client.Submit(ctx, spec, "")
 	if err != nil {
 		if code == http.StatusUnauthorized || code == http.StatusForbidden {
@@ -437,6 +442,12 @@ func (r *runner) submit(ctx context.Context, rng *rand.Rand) (int, bool, error) 
 	}
 	r.mu.Lock()
 	r.accepted = append(r.accepted, job.ID)
+	if waits {
+		if r.waitsForGood == nil {
+			r.waitsForGood = map[string]bool{}
+		}
+		r.waitsForGood[job.ID] = true
+	}
 	r.mu.Unlock()
 	if rng.Float64() < r.cfg.CancelShare {
 		delay := time.Duration(rng.Int64N(int64(r.cfg.CancelDelay)))
@@ -471,9 +482,9 @@ func (r *runner) scheduleCancel(ctx context.Context, id string, due time.Time) {
 // jobSpec draws one job of the mix: a tier queue and a project uniformly; 1
 // GPU (half of them a 500 milli-GPU share); run_seconds RunSeconds. A
 // WaitShare of them waits for good, a third each held, asking for
-// UnknownModel, or with a prerequisite not ready.
-func (r *runner) jobSpec(rng *rand.Rand) *api.JobSpec {
-	spec := &api.JobSpec{
+// UnknownModel, or with a prerequisite not ready (waitsForGood true).
+func (r *runner) jobSpec(rng *rand.Rand) (spec *api.JobSpec, waitsForGood bool) {
+	spec = &api.JobSpec{
 		Project:    fmt.Sprintf("load-%02d", rng.IntN(r.cfg.Projects)),
 		Queue:      queues[rng.IntN(len(queues))],
 		Resources:  api.ResourceSpec{Pool: r.cfg.Pool, GPUs: 1},
@@ -491,8 +502,9 @@ func (r *runner) jobSpec(rng *rand.Rand) *api.JobSpec {
 		default:
 			spec.Prerequisites = []api.PrerequisiteSpec{{Name: "dataset", Ready: false, Message: "gpugov load: never ready"}}
 		}
+		waitsForGood = true
 	}
-	return spec
+	return spec, waitsForGood
 }
 
 func (r *runner) setAbort(err error) {

@@ -45,7 +45,11 @@ func (r *runner) settlements(ctx context.Context, ids []string) (map[string]stor
 }
 
 // drain waits, up to Drain, until every accepted job is settled (its row is
-// final, or pending with a wait reason) and returns the last look.
+// final, or pending with a wait reason) and the backlog has drained (no
+// accepted job pending but those built to wait for good), and returns the
+// last look; r.backlogLeft is then the pending jobs not built to wait. A
+// backlog left at the bound is reported, not a failure: a pending job with
+// its reason is settled.
 func (r *runner) drain(ctx context.Context, ids []string) (map[string]store.JobSettlement, error) {
 	deadline := time.Now().Add(r.cfg.Drain)
 	for {
@@ -54,10 +58,12 @@ func (r *runner) drain(ctx context.Context, ids []string) (map[string]store.JobS
 			return nil, err
 		}
 		unsettled, byState := unsettledOf(ids, rows)
-		if unsettled == 0 || !time.Now().Before(deadline) {
+		r.backlogLeft = r.backlogOf(ids, rows)
+		if (unsettled == 0 && r.backlogLeft == 0) || !time.Now().Before(deadline) {
 			return rows, nil
 		}
-		fmt.Fprintf(r.cfg.Progress, "load: %d of %d accepted jobs not settled yet (%s)\n", unsettled, len(ids), counts(byState))
+		fmt.Fprintf(r.cfg.Progress, "load: %d of %d accepted jobs not settled yet (%s); backlog %d pending (not counting those built to wait)\n",
+			unsettled, len(ids), counts(byState), r.backlogLeft)
 		if !sleepUntil(ctx, time.Now().Add(drainPoll)) {
 			return nil, ctx.Err()
 		}
@@ -75,6 +81,20 @@ func unsettledOf(ids []string, rows map[string]store.JobSettlement) (int, map[st
 		}
 	}
 	return n, byState
+}
+
+// backlogOf counts the ids whose row is pending and that were not built to
+// wait for good (r.waitsForGood).
+func (r *runner) backlogOf(ids []string, rows map[string]store.JobSettlement) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if row, ok := rows[id]; ok && row.State.Pending() && !r.waitsForGood[id] {
+			n++
+		}
+	}
+	return n
 }
 
 // allSettled reports whether every id has a settled row.
