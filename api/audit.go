@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpugov/gpugov/internal/policy"
+	"github.com/gpugov/gpugov/internal/vocab"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -137,7 +138,8 @@ func (s *Server) listAudit(c *gin.Context) {
 }
 
 // auditFilter reads and checks GET /v1/audit's query parameters: 422
-// naming the field for a filter too long, a time not in RFC 3339 or an
+// naming the field for a filter too long, an action not in
+// vocab.AuditActions, a time not in RFC 3339 or an
 // until not after since, or a limit outside 1..store.MaxListLimit; 400
 // naming cursor for a cursor that no next_cursor gave.
 func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
@@ -164,6 +166,10 @@ func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "until", "until %s is not after since %s",
 			f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
+	}
+	if f.Action != "" && !vocab.ValidAuditAction(f.Action) {
+		return f, newError(http.StatusUnprocessableEntity, CodeInvalid, "action", "unknown action %q (want one of %s)",
+			f.Action, strings.Join(vocab.AuditActions, ", "))
 	}
 	n, apiErr := countParam(c, "limit")
 	if apiErr != nil {

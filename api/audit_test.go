@@ -288,6 +288,7 @@ func TestAuditRoute(t *testing.T) {
 		"?cursor=abc":                          "cursor",
 		"?cursor=-3":                           "cursor",
 		"?subject=" + strings.Repeat("x", 257): "subject",
+		"?action=bogus":                        "action",
 	} {
 		_, res := list(q, tokOps)
 		want := http.StatusUnprocessableEntity
@@ -297,6 +298,9 @@ func TestAuditRoute(t *testing.T) {
 		if res.status != want || res.apiError(t).Field != field {
 			t.Errorf("%s: %d %s, want %d naming %s", q, res.status, res.body, want, field)
 		}
+	}
+	if _, res := list("?action=bogus", tokOps); !strings.Contains(res.apiError(t).Message, "reclaim_dispute, reclaim_dispute_reject") {
+		t.Errorf("an unknown action does not list the actions: %s", res.body)
 	}
 	if after := e.counts(); after["audit_log"] != before["audit_log"] {
 		t.Fatal("reading the audit log changed it")

@@ -109,6 +109,17 @@ func (s *Server) notifyScheduler(ctx context.Context, jobID string) {
 	}
 }
 
+// unknownQueue is the 422 naming field `queue` for a queue name that is not
+// among the configured queues qs, listing them.
+func unknownQueue(name string, qs []scheduling.Queue) *Error {
+	known := make([]string, len(qs))
+	for i, q := range qs {
+		known[i] = q.Name
+	}
+	return newError(http.StatusUnprocessableEntity, CodeInvalid, "queue", "unknown queue %q (want one of %s; GET /v1/queues lists them)",
+		name, strings.Join(known, ", "))
+}
+
 // findQueue returns the named queue and whether it exists.
 func findQueue(qs []scheduling.Queue, name string) (scheduling.Queue, bool) {
 	for _, q := range qs {
@@ -377,7 +388,9 @@ func (s *Server) answerJob(ctx context.Context, c *gin.Context, id string, statu
 }
 
 // listJobs handles GET /v1/jobs?project=&queue=&state=&reason=&limit=&cursor=.
-// A submitter's listing is always limited to its own project.
+// A submitter's listing is always limited to its own project. A queue that is
+// not configured is a 422 naming `queue` (as an unknown state is); a project
+// with no jobs is an empty list.
 func (s *Server) listJobs(c *gin.Context) {
 	f, apiErr := jobFilter(c, principal(c))
 	if apiErr != nil {
@@ -386,6 +399,17 @@ func (s *Server) listJobs(c *gin.Context) {
 	}
 	ctx, cancel := s.storeCtx(c)
 	defer cancel()
+	if f.Queue != "" {
+		queues, err := s.store.ListQueues(ctx)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if _, known := findQueue(queues, f.Queue); !known {
+			writeError(c, unknownQueue(f.Queue, queues))
+			return
+		}
+	}
 	jobs, next, err := s.store.ListJobs(ctx, f)
 	if err != nil {
 		writeError(c, err)

@@ -410,6 +410,7 @@ func TestListJobsPaginates(t *testing.T) {
 		{"limit=1001", 422, "limit"},
 		{"limit=ten", 400, "limit"},
 		{"state=sleeping", 422, "state"},
+		{"queue=bogus", 422, "queue"},
 		{"reason=bored", 422, "reason"},
 		{"cursor=garbage", 400, "cursor"},
 		{"cursor=" + strings.ToLower(ids[0]), 400, "cursor"},
@@ -419,6 +420,9 @@ func TestListJobsPaginates(t *testing.T) {
 		if r.status != tc.status || r.apiError(t).Field != tc.field {
 			t.Errorf("%s: %d %s", tc.query, r.status, r.body)
 		}
+	}
+	if e := env.do(http.MethodGet, "/v1/jobs?queue=bogus", tokAlice, nil).apiError(t); !strings.Contains(e.Message, "train") || !strings.Contains(e.Message, "GET /v1/queues") {
+		t.Errorf("unknown queue does not list the queues: %q", e.Message)
 	}
 	var none JobList
 	env.do(http.MethodGet, "/v1/jobs?reason=capacity_busy", tokAlice, nil).decode(t, &none)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -73,24 +74,32 @@ func mustRouteQueryParams(doc []byte) map[string][]string {
 // checkQuery answers 400 naming a query parameter the route does not take
 // (routeQueryParams) or one given more than once, before the handler reads
 // any: either would otherwise be ignored silently (a repeated `limit` used
-// its first value).
+// its first value). CheckQueryParams is the check.
 func checkQuery(c *gin.Context) {
-	allowed := routeQueryParams[routeKey(c)]
-	q := c.Request.URL.Query()
+	if err := CheckQueryParams(c.Request.URL.Query(), c.Request.Method+" "+c.FullPath(), routeQueryParams[routeKey(c)]); err != nil {
+		writeError(c, err)
+		return
+	}
+	c.Next()
+}
+
+// CheckQueryParams returns the 400 (code malformed) naming the first query
+// parameter of q, in name order, that allowed lacks or that q gives more
+// than once; route ("GET /v1/jobs") is what takes allowed, for the message.
+// nil when every parameter is allowed and given once. The API's routes
+// (checkQuery) and the console's pages use it alike.
+func CheckQueryParams(q url.Values, route string, allowed []string) *Error {
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if !slices.Contains(allowed, k) {
 			takes := "no query parameters"
 			if len(allowed) > 0 {
-				takes = "only " + strings.Join(allowed, ", ")
+				takes = "only " + strings.Join(slices.Sorted(slices.Values(allowed)), ", ")
 			}
-			writeError(c, newError(http.StatusBadRequest, CodeMalformed, k, "unknown query parameter %q: %s %s takes %s",
-				k, c.Request.Method, c.FullPath(), takes))
-			return
+			return newError(http.StatusBadRequest, CodeMalformed, k, "unknown query parameter %q: %s takes %s", k, route, takes)
 		}
 		if len(q[k]) > 1 {
-			writeError(c, newError(http.StatusBadRequest, CodeMalformed, k, "query parameter %q is given %d times; give it once", k, len(q[k])))
-			return
+			return newError(http.StatusBadRequest, CodeMalformed, k, "query parameter %q is given %d times; give it once", k, len(q[k]))
 		}
 	}
-	c.Next()
+	return nil
 }

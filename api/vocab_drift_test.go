@@ -162,6 +162,7 @@ func TestVocabularyMatchesOpenAPI(t *testing.T) {
 		{prop("PoolStageChange", "outcome"), names(vocab.StageChangeOutcomes)},
 		{prop("StageChange", "outcome"), withEmpty(names(vocab.StageChangeOutcomes))},
 		{prop("PoolReadiness", "stage"), names(vocab.AutomationStages)},
+		{param("/v1/audit", "action"), vocab.AuditActions},
 	}
 	for _, tc := range cases {
 		where := strings.Join(tc.path, " / ")

@@ -99,6 +99,9 @@ func TestGovernanceActionsAudited(t *testing.T) {
 	byAction := map[string][]store.AuditEntry{}
 	for _, e := range entries {
 		byAction[e.Action] = append(byAction[e.Action], e)
+		if !vocab.ValidAuditAction(e.Action) {
+			t.Errorf("action %q is not in vocab.AuditActions (GET /v1/audit?action= would refuse it)", e.Action)
+		}
 	}
 	for action, keys := range map[string][]string{
 		store.AuditActivatePolicy: {"previous"},

@@ -509,6 +509,13 @@ func lockJob(ctx context.Context, tx pgx.Tx, id string) (state vocab.JobState, h
 	return state, held, cancelRequested, err
 }
 
+// finishedConflict is the ErrConflict of cancelling, holding or releasing
+// (verb: "cancelled", "held", "released") a job in a final state, naming the
+// state in the one wording all three share (the API's 409 message, CLI exit 2).
+func finishedConflict(state vocab.JobState, verb string) error {
+	return fmt.Errorf("job is %s, a final state: it cannot be %s: %w", state, verb, ErrConflict)
+}
+
 // SetHold holds (held=true) or releases a job's hold, auditing who and why
 // (actions "hold" and "release_hold"). Holding a job that is already held (or
 // releasing one that is not) changes and audits nothing, so retries are safe.
@@ -522,7 +529,11 @@ func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, rea
 			return err
 		}
 		if state.Final() {
-			return fmt.Errorf("job is %s: %w", state, ErrConflict)
+			verb := "held"
+			if !held {
+				verb = "released"
+			}
+			return finishedConflict(state, verb)
 		}
 		// A hold keeps a pending job from being placed (Slurm's scontrol
 		// hold); a placed or running job has its GPUs already, so a hold
@@ -564,7 +575,7 @@ func (s *Store) CancelJob(ctx context.Context, jobID, actor, reason string) erro
 		case state == vocab.JobCancelled || (cancelRequested && !state.Final()):
 			return nil
 		case state.Final():
-			return fmt.Errorf("job already %s: %w", state, ErrConflict)
+			return finishedConflict(state, "cancelled")
 		case state.Pending():
 			if _, err := tx.Exec(ctx, `
 				UPDATE jobs SET state = 'cancelled', reason = NULL, updated_at = $2 WHERE id = $1`, jobID, now); err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,23 +126,57 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/sign-in", c.signInForm)
 	m.HandleFunc("POST /ui/sign-in", c.signIn)
 	m.HandleFunc("POST /ui/sign-out", c.withSession(c.signOut))
-	m.HandleFunc("GET /ui/overview", c.withSession(c.overview))
-	m.HandleFunc("GET /ui/queue", c.withSession(c.queuePage))
-	m.HandleFunc("GET /ui/jobs", c.withSession(c.jobsPage))
-	m.HandleFunc("GET /ui/jobs/{id}", c.withSession(c.jobPage))
+	m.HandleFunc("GET /ui/overview", c.withSession(c.withQuery(c.overview, windowParams...)))
+	m.HandleFunc("GET /ui/queue", c.withSession(c.withQuery(c.queuePage, queueParams...)))
+	m.HandleFunc("GET /ui/jobs", c.withSession(c.withQuery(c.jobsPage, jobsFilters...)))
+	m.HandleFunc("GET /ui/jobs/{id}", c.withSession(c.withQuery(c.jobPage, "done")))
 	m.HandleFunc("POST /ui/jobs/{id}/{action}", c.withSession(c.jobAction))
 	m.HandleFunc("POST /ui/jobs/{id}/prerequisites/{name}", c.withSession(c.prerequisiteAction))
-	m.HandleFunc("GET /ui/preemptions", c.withSession(c.preemptionsPage))
-	m.HandleFunc("GET /ui/preemptions/{id}", c.withSession(c.preemptionPage))
-	m.HandleFunc("GET /ui/reclaims", c.withSession(c.reclaimsPage))
+	m.HandleFunc("GET /ui/preemptions", c.withSession(c.withQuery(c.preemptionsPage, preemptionsFilters...)))
+	m.HandleFunc("GET /ui/preemptions/{id}", c.withSession(c.withQuery(c.preemptionPage)))
+	m.HandleFunc("GET /ui/reclaims", c.withSession(c.withQuery(c.reclaimsPage, append(slices.Clone(reclaimsFilters), "done")...)))
 	m.HandleFunc("POST /ui/reclaims/{id}/{action}", c.withSession(c.reclaimAction))
-	m.HandleFunc("GET /ui/experiments", c.withSession(c.experimentsPage))
-	m.HandleFunc("GET /ui/experiments/{id}", c.withSession(c.experimentPage))
-	m.HandleFunc("GET /ui/policies", c.withSession(c.policiesPage))
+	m.HandleFunc("GET /ui/experiments", c.withSession(c.withQuery(c.experimentsPage)))
+	m.HandleFunc("GET /ui/experiments/{id}", c.withSession(c.withQuery(c.experimentPage)))
+	m.HandleFunc("GET /ui/policies", c.withSession(c.withQuery(c.policiesPage, "diff")))
 	m.HandleFunc("GET /ui/fragment/{list}", c.withSession(c.fragment))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, nil, http.StatusNotFound, "no page "+r.URL.Path)
 	})
+}
+
+// The query parameters the pages read (doc.go's URL scheme); the list pages
+// pass their filters on to the API's list routes.
+var (
+	windowParams       = []string{"window", "from", "to"}
+	queueParams        = append(slices.Clone(windowParams), "tier", "before", "after")
+	jobsFilters        = []string{"state", "queue", "project", "reason"}
+	preemptionsFilters = []string{"state", "outcome", "kind", "pool", "job"}
+	reclaimsFilters    = []string{"class", "mode", "state", "pool", "project"}
+)
+
+// withQuery runs h only when the request's query parameters are among
+// allowed, each given once; otherwise it answers the 400 page naming the
+// parameter, by the API's own check (api.CheckQueryParams), so a page's
+// `?limit=abc` is refused as the API refuses it instead of ignored.
+func (c *Console) withQuery(h func(http.ResponseWriter, *http.Request, *session), allowed ...string) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		if c.queryRefused(w, r, s, allowed...) {
+			return
+		}
+		h(w, r, s)
+	}
+}
+
+// queryRefused renders the 400 page of api.CheckQueryParams and reports
+// true when r's query parameters are not among allowed or one is repeated.
+func (c *Console) queryRefused(w http.ResponseWriter, r *http.Request, s *session, allowed ...string) bool {
+	err := api.CheckQueryParams(r.URL.Query(), r.Method+" "+r.URL.Path, allowed)
+	if err == nil {
+		return false
+	}
+	c.errorPageField(w, r, s, err.Status, err.Body.Message, err.Body.Field)
+	return true
 }
 
 // apiFailure is a non-2xx answer of the API: its status and error object.

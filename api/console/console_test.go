@@ -471,6 +471,27 @@ func TestJobPageTenancy(t *testing.T) {
 	list := alice.get("/ui/jobs")
 	mustContain(t, "alice's jobs", list, `data-job="`+f.waiting.ID+`"`, `data-refresh="/ui/fragment/jobs?"`)
 	mustNotContain(t, "alice's jobs", list, f.bobs.ID)
+	// A query parameter a page does not read, or one given twice, is the
+	// API's own 400 naming it (api.CheckQueryParams), not ignored; a filter
+	// it passes on is checked by the API (422 naming it).
+	for path, field := range map[string]string{
+		"/ui/jobs?limit=abc": "limit", "/ui/fragment/jobs?limit=abc": "limit", "/ui/jobs?state=waiting&state=placed": "state",
+		"/ui/overview?tier=standard": "tier", "/ui/jobs/" + f.waiting.ID + "?x=1": "x", "/ui/fragment/waiting-jobs?state=waiting": "state",
+	} {
+		a := alice.get(path)
+		if a.status != http.StatusBadRequest || !strings.Contains(a.body, `data-testid="error-field">`+field+`<`) {
+			t.Errorf("%s: %d, want 400 naming %s:\n%s", path, a.status, field, a.body)
+		}
+	}
+	mustContain(t, "unknown page parameter", alice.get("/ui/jobs?limit=abc"), "GET /ui/jobs takes only project, queue, reason, state")
+	if a := alice.get("/ui/jobs?queue=bogus"); a.status != http.StatusUnprocessableEntity || !strings.Contains(a.body, `data-testid="error-field">queue<`) {
+		t.Errorf("/ui/jobs?queue=bogus: %d, want the API's 422 naming queue", a.status)
+	}
+	for _, ok := range []string{"/ui/jobs?state=waiting&queue=train", "/ui/jobs/" + f.waiting.ID + "?done=hold", "/ui/reclaims?done=keep", "/ui/queue?window=1h&tier=standard"} {
+		if a := alice.get(ok); a.status != http.StatusOK {
+			t.Errorf("%s: %d, want 200", ok, a.status)
+		}
+	}
 }
 
 // TestJobActions: hold and release through the console are applied (and

@@ -41,6 +41,11 @@
 //	GET  /ui/fragment/{list}?…                  the list's HTML fragment for polling: waiting-jobs, jobs, preemptions, reclaims
 //	GET  /ui/static/{file}                      console.css, refresh.js
 //
+// A GET page takes only the query parameters shown (a job page also done=,
+// the reclaims page done= and its filters class, mode, state, pool, project);
+// any other, or one given twice, is a 400 page naming it (api.CheckQueryParams,
+// the API routes' own check; docs/design.md "Bounds of outside input").
+//
 // Stable data-testid attributes (for browser tests; the lists' sections
 // also have id waiting-jobs, jobs, preemptions, reclaims):
 //

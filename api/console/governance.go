@@ -28,7 +28,7 @@ type preemptionsData struct {
 }
 
 func (c *Console) preemptionsList(r *http.Request, s *session) (preemptionsData, error) {
-	q := listFilters(r, "state", "outcome", "kind", "pool", "job")
+	q := listFilters(r, preemptionsFilters...)
 	var l api.PreemptionList
 	err := c.call(r, s, http.MethodGet, "/v1/preemptions", q, nil, &l)
 	return preemptionsData{Preemptions: l.Preemptions, Query: q.Encode()}, err
@@ -120,7 +120,7 @@ type reclaimsData struct {
 }
 
 func (c *Console) reclaimsList(r *http.Request, s *session) (reclaimsData, error) {
-	q := listFilters(r, "class", "mode", "state", "pool", "project")
+	q := listFilters(r, reclaimsFilters...)
 	d := reclaimsData{Query: q.Encode(), Links: map[string]string{}}
 	err := c.call(r, s, http.MethodGet, "/v1/reclaims", q, nil, &d.Report)
 	for _, rc := range d.Report.Reclaims {

@@ -420,12 +420,7 @@ func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 func (c *Console) jobsList(r *http.Request, s *session) (jobsData, error) {
-	q := url.Values{}
-	for _, k := range []string{"state", "queue", "project", "reason"} {
-		if v := r.URL.Query().Get(k); v != "" {
-			q.Set(k, v)
-		}
-	}
+	q := listFilters(r, jobsFilters...)
 	enc := q.Encode()
 	jobs, tr, err := c.listJobs(r, s, q)
 	return jobsData{Jobs: jobs, Truncated: tr, State: r.URL.Query().Get("state"), Query: enc}, err
@@ -621,13 +616,26 @@ func (c *Console) prerequisiteAction(w http.ResponseWriter, r *http.Request, s *
 	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done=prerequisite", http.StatusSeeOther)
 }
 
+// fragmentParams are the query parameters of each list's fragment: its
+// page's filters.
+var fragmentParams = map[string][]string{"waiting-jobs": nil, "jobs": jobsFilters, "preemptions": preemptionsFilters, "reclaims": reclaimsFilters}
+
 // fragment serves GET /ui/fragment/{list}: the list's table alone, for
 // refresh.js.
 func (c *Console) fragment(w http.ResponseWriter, r *http.Request, s *session) {
+	list := r.PathValue("list")
+	allowed, ok := fragmentParams[list]
+	if !ok {
+		c.errorPage(w, r, s, http.StatusNotFound, "no fragment "+strconv.Quote(list))
+		return
+	}
+	if c.queryRefused(w, r, s, allowed...) {
+		return
+	}
 	var name string
 	var d any
 	var err error
-	switch list := r.PathValue("list"); list {
+	switch list {
 	case "waiting-jobs":
 		name = "waiting-jobs"
 		d, err = c.waitingJobs(r, s)
@@ -637,12 +645,9 @@ func (c *Console) fragment(w http.ResponseWriter, r *http.Request, s *session) {
 	case "preemptions":
 		name = "preemptions-table"
 		d, err = c.preemptionsList(r, s)
-	case "reclaims":
+	default: // reclaims
 		name = "reclaims-table"
 		d, err = c.reclaimsList(r, s)
-	default:
-		c.errorPage(w, r, s, http.StatusNotFound, "no fragment "+strconv.Quote(list))
-		return
 	}
 	if err != nil {
 		c.failed(w, r, s, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // This file holds `gpugov audit` (GET /v1/audit), `gpugov complete`
@@ -38,6 +39,9 @@ reason (why) and evidence (docs/design.md §3 "The audit" lists the actions and
 their evidence keys). --since and --until take an RFC 3339 time or a duration
 before now (24h, 90m). One page per call: pass the printed --cursor for the next.
 
+--action takes one of the actions docs/design.md's table lists (vocab.AuditActions);
+any other is refused naming --action with the list.
+
 Exit codes: 0 done, 2 bad flags or a request the API refused (e.g. 403 for a
 submitter token), 1 server or network failure.`,
 		Args: cobra.NoArgs,
@@ -50,6 +54,9 @@ submitter token), 1 server or network failure.`,
 	cmd.Flags().StringVar(&until, "until", "", "entries before this time: RFC 3339, or a duration before now")
 	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "the next page: the cursor the previous page printed")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if o.Action != "" && !vocab.ValidAuditAction(o.Action) {
+			return newUsageError("--action %q: not an audit action; want one of %s", o.Action, strings.Join(vocab.AuditActions, ", "))
+		}
 		client, err := l.client()
 		if err != nil {
 			return err

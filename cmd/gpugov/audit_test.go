@@ -195,3 +195,17 @@ func TestEvidenceText(t *testing.T) {
 		t.Fatalf("long evidence %d runes", len(r))
 	}
 }
+
+// TestAuditUnknownActionIsUsageError: an --action that is not an audit
+// action is a usage error (exit 2) naming --action and listing the actions
+// from vocab.AuditActions, before any request (it printed "no audit entries"
+// and exited 0).
+func TestAuditUnknownActionIsUsageError(t *testing.T) {
+	defer resetFlags(rootCmd)
+	env := &cliEnv{url: "http://127.0.0.1:1"}
+	_, _, err := env.run(t, "audit", "--action", "bogus")
+	if err == nil || !isUsage(err) || !strings.Contains(err.Error(), "--action") ||
+		!strings.Contains(err.Error(), strings.Join(vocab.AuditActions, ", ")) {
+		t.Fatalf("audit --action bogus: %v, want a usage error naming --action with the actions", err)
+	}
+}

@@ -142,3 +142,22 @@ func TestReadJobSpecYAMLProblems(t *testing.T) {
 		t.Errorf("merge key: spec %+v, err %v; want gpus 4 (own key wins) and pool p (merged)", spec, err)
 	}
 }
+
+// TestReadJobSpecSyntaxErrorLine: a YAML syntax error names the line it is
+// on. yaml.v3 names one line early for its parser's problems (a key
+// indented one space too few, an unclosed flow list), its scanner's
+// right (a tab, a missing ':'); yamlnode.Syntax corrects the former.
+func TestReadJobSpecSyntaxErrorLine(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"queue: train\nresources:\n  gpus: 2\n gpu_memory_mib: 1\n", "submit: -: yaml: line 4: did not find expected key"},
+		{"queue: train\nresources:\n  gpus: 2\n  gpu_models: [A100\nrun_seconds: 5\n", "submit: -: yaml: line 4: did not find expected ',' or ']'"},
+		{"queue: train\nresources\n  gpus: 2\n", "submit: -: yaml: line 2: could not find expected ':'"},
+		{"queue: train\n\tresources: 1\n", "submit: -: yaml: line 2: found a tab character that violates indentation"},
+	} {
+		_, err := readJobSpec(strings.NewReader(c.yaml), "-")
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || err.Error() != c.want {
+			t.Errorf("%q: err = %v, want a usage error %q", c.yaml, err, c.want)
+		}
+	}
+}

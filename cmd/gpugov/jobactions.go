@@ -42,7 +42,9 @@ func jobActionCmd(verb, short, long string, act func(*apiclient.Client, context.
 		Short: short,
 		Long: long + `
 Exit codes: 0 done, 2 bad arguments or a request the API refused (e.g. 409 for
-a job in a state that does not allow it), 1 server or network failure.`,
+a job in a state that does not allow it: for a finished job cancel, hold and
+release all say "job is STATE, a final state: it cannot be …"), 1 server or
+network failure.`,
 		Args: cobra.ExactArgs(1),
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())

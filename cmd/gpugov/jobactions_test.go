@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -57,5 +60,45 @@ func TestHoldReleaseCancelCommands(t *testing.T) {
 		if _, _, err := env.run(t, args...); !errors.As(err, &ue) {
 			t.Errorf("gpugov %v: error %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestActionsOnAFinishedJob: cancel, hold and release of a job that
+// succeeded are refused alike, the API's 409: exit code 2, and a message
+// that names the job's state.
+func TestActionsOnAFinishedJob(t *testing.T) {
+	env := newCLIEnv(t)
+	ctx := context.Background()
+	env.addA100Pool(t, "", "GPU-aaaa", "GPU-bbbb")
+	id := env.submitCLI(t, jobYAML)
+	start := time.Now().UTC().Truncate(time.Second)
+	placed, err := env.store.ApplyCycle(ctx, "c-run", &scheduling.Result{PolicyVersion: "test", At: start,
+		Placements: []scheduling.Placement{{JobID: id, Pool: "a100-east", Node: "node-1", Rank: 1,
+			GPUs: []scheduling.GPUShare{{UUID: "GPU-aaaa", Milli: 1000}, {UUID: "GPU-bbbb", Milli: 1000}}}}}, start)
+	if err != nil || len(placed.Placed) != 1 {
+		t.Fatalf("placement: %+v, %v", placed, err)
+	}
+	runID, err := env.store.MarkRunning(ctx, id, placed.Placed[0].AllocationID, 0, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.store.FinishRun(ctx, id, runID, vocab.RunSucceeded, "exit 0", start.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, c := range []struct{ verb, done string }{{"cancel", "cancelled"}, {"hold", "held"}, {"release", "released"}} {
+		_, _, err := env.run(t, c.verb, id)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("gpugov %s of a succeeded job: %v, want a usage error (exit 2)", c.verb, err)
+		}
+		msg, ok := strings.CutSuffix(err.Error(), " "+c.done)
+		if !ok {
+			t.Errorf("gpugov %s: %q does not end with %q", c.verb, err, c.done)
+		}
+		msgs = append(msgs, msg)
+	}
+	if !strings.Contains(msgs[0], "job is succeeded") || msgs[0] != msgs[1] || msgs[1] != msgs[2] {
+		t.Errorf("refusals differ or do not name the state:\n%s", strings.Join(msgs, "\n"))
 	}
 }

@@ -26,8 +26,8 @@ func init() {
 		Long: `Print the queue service report over a window, computed by the server from its
 records with the definitions of internal/queuereport (the project design's queue service
 metrics): per group, wait P50/P95/P99 (submit → first start, and after a requeue),
-the longest continuous wait, jobs over the queue's wait objective, cancellation while
-waiting, delivered vs target service share, time per wait reason and starvation signals,
+the longest continuous wait, jobs over the queue's wait objective, the jobs cancelled
+(CANCELLED) and the cancellation rate while waiting, delivered vs target service share, time per wait reason and starvation signals,
 then the starving jobs, then the jobs stuck, needing action: still waiting in a reason that
 earns no aging (held, environment_not_ready, pool_unavailable, no_matching_capacity), with
 their owner and the action, then each pool's main problem in one line.

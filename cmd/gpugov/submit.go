@@ -118,10 +118,11 @@ func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		if yamlLineRef.MatchString(err.Error()) { // yaml.v3's "yaml: line 3: …"
-			return nil, newUsageError("%s: %s: %w", command, path, err)
+		se := yamlnode.Syntax(err)
+		if yamlLineRef.MatchString(se.Msg) { // yaml.v3's "yaml: line 3: …"
+			return nil, newUsageError("%s: %s: %w", command, path, se)
 		}
-		return nil, newUsageError("%s: %s:%d: %w", command, path, yamlnode.SyntaxLine(err), err)
+		return nil, newUsageError("%s: %s:%d: %w", command, path, se.Line, se)
 	}
 	if len(root.Content) == 0 || root.Content[0].Tag == "!!null" {
 		return nil, newUsageError("%s: %s is empty", command, path)

@@ -259,6 +259,9 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil || !strings.Contains(out, id) || !strings.Contains(out, "capacity_busy") {
 		t.Fatalf("get (list): %v\n%s", err, out)
 	}
+	if _, _, err = env.run(t, "get", "--queue", "bogus"); err == nil || !isUsage(err) || !strings.Contains(err.Error(), "queue") {
+		t.Fatalf("get --queue bogus: %v, want a usage error (exit 2) naming queue", err)
+	}
 	out, _, err = env.run(t, "queues")
 	if err != nil || !strings.Contains(out, "train") || !strings.Contains(out, "standard") {
 		t.Fatalf("queues: %v\n%s", err, out)

@@ -132,7 +132,8 @@ func parseSpec(name string, data []byte) (*Spec, *specDecoder) {
 	s := &Spec{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		d.fail(yamlnode.SyntaxLine(err), "", "%s", err.Error())
+		se := yamlnode.Syntax(err)
+		d.fail(se.Line, "", "%s", se.Msg)
 		return nil, d
 	}
 	root := &doc

@@ -54,7 +54,8 @@ func Load(path string) (*Policy, error) {
 func Parse(name string, data []byte) (*Policy, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{File: name, Problems: []Problem{{Line: yamlnode.SyntaxLine(err), Message: err.Error()}}}
+		se := yamlnode.Syntax(err)
+		return nil, &Error{File: name, Problems: []Problem{{Line: se.Line, Message: se.Msg}}}
 	}
 	d := &decoder{at: map[string]*yaml.Node{}}
 	p := Default()

@@ -3,6 +3,8 @@ package queuereport
 import (
 	"bytes"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -178,6 +180,18 @@ func TestRenderReport(t *testing.T) {
 	}
 	if !strings.Contains(lines[head+5], "total") {
 		t.Errorf("last row %q, want the total", lines[head+5])
+	}
+	// The cancelled jobs (Group.Cancelled, which the JSON report carries)
+	// have their column, the total's cell the total's count.
+	r := mustCompute(t, f.Input, f.Options)
+	heads := strings.Fields(lines[head])
+	col := slices.Index(heads, "CANCELLED")
+	if col < 0 || r.Total.Cancelled == 0 {
+		t.Fatalf("no CANCELLED column (%d cancelled in all):\n%s", r.Total.Cancelled, lines[head])
+	}
+	// The total's key cells are empty: count the columns from the right.
+	if got := strings.Fields(lines[head+5]); len(got) < len(heads)-col || got[len(got)-(len(heads)-col)] != strconv.Itoa(r.Total.Cancelled) {
+		t.Errorf("total's CANCELLED %v, want %d:\n%s\n%s", got, r.Total.Cancelled, lines[head], lines[head+5])
 	}
 }
 

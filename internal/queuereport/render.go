@@ -43,17 +43,17 @@ func RenderReport(w io.Writer, r Report) error {
 // renderGroups writes the main table: one row per group, the total last.
 func renderGroups(ew *errWriter, groupBy []string, rows []Group) {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	writeRow(tw, append(keyHeads(groupBy), "JOBS", "STARTED", "WAIT_P50", "WAIT_P95", "WAIT_P99", "WAIT_MAX",
+	writeRow(tw, append(keyHeads(groupBy), "JOBS", "STARTED", "CANCELLED", "WAIT_P50", "WAIT_P95", "WAIT_P99", "WAIT_MAX",
 		"REQUEUES", "REQUEUE_P95", "LONGEST", "WAITING", "OVER_OBJ", "CANCEL_RATE", "GPU_H", "SHARE", "TARGET", "STARVING"))
 	for _, g := range rows {
-		writeRow(tw, append(keyCells(groupBy, g.Key), itoa(g.Jobs), itoa(g.Started),
+		writeRow(tw, append(keyCells(groupBy, g.Key), itoa(g.Jobs), itoa(g.Started), itoa(g.Cancelled),
 			dur(g.WaitP50S), dur(g.WaitP95S), dur(g.WaitP99S), dur(g.WaitMaxS),
 			itoa(g.RequeueStarts), dur(g.RequeueWaitP95S), longest(g), itoa(g.StillWaiting),
 			itoa(g.JobsOverObjective), pct(g.CancellationRate), hours(g.GPUSeconds),
 			pct(g.ServiceShare), pct(g.TargetShare), itoa(g.StarvingJobs)))
 	}
 	ew.err = firstErr(ew.err, tw.Flush())
-	ew.printf("(LONGEST + : still waiting at the end; SHARE: of the pool's GPU-seconds when grouped by pool)\n")
+	ew.printf("(CANCELLED: jobs cancelled in the window, waiting or not; LONGEST + : still waiting at the end; SHARE: of the pool's GPU-seconds when grouped by pool)\n")
 }
 
 // renderQueuePoolShares writes each queue group's delivered share of the pools'

@@ -1,7 +1,7 @@
 // Package yamlnode holds the yaml.v3 node-walking helpers that the policy
 // loader (internal/policy) and the experiment spec parser
 // (internal/experiment) share: following aliases, naming a node's value for
-// messages, field paths, the line of a syntax error, and walking mappings,
+// messages, field paths, the line of a syntax error (Syntax), and walking mappings,
 // lists and scalars while reporting each bad node with its path.
 package yamlnode
 
@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,14 +48,45 @@ func Render(file string, problems []Problem) string {
 // msg is the whole message ("want a mapping, got a list").
 type Report func(n *yaml.Node, path, msg string)
 
-// SyntaxLine extracts the line yaml.v3 names in a syntax error
-// ("yaml: line 3: …"), or 1 when it names none.
-func SyntaxLine(err error) int {
-	var line int
-	if i := strings.Index(err.Error(), "line "); i >= 0 {
-		fmt.Sscanf(err.Error()[i:], "line %d", &line)
+// SyntaxError is a YAML syntax error of yaml.v3 with the line it is on.
+type SyntaxError struct {
+	Line int    // 1-based; 1 when yaml.v3 names none
+	Msg  string // yaml.v3's message ("yaml: line 4: did not find expected key"), its line corrected
+}
+
+func (e *SyntaxError) Error() string { return e.Msg }
+
+// yamlLine is the line yaml.v3 names in a syntax error: "yaml: line 3: …".
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): `)
+
+// parserProblems are the problems yaml.v3's parser (rather than its
+// scanner) reports. For those it names the line counted from 0, one before
+// the line meant (v3.0.1's (*parser).fail adds 1 for scanner errors only):
+// a mapping key indented one space too few on line 4 is "line 3: did not
+// find expected key".
+var parserProblems = []string{
+	"did not find expected <stream-start>", "did not find expected <document start>", "did not find expected node content",
+	"did not find expected key", "did not find expected '-' indicator", "did not find expected ',' or ']'",
+	"did not find expected ',' or '}'", "found undefined tag handle", "found duplicate %YAML directive",
+	"found duplicate %TAG directive", "found incompatible YAML document",
+}
+
+// Syntax is err, a syntax error of yaml.v3's Unmarshal or Decode, with its
+// line: the one yaml.v3 names, plus 1 for a parser problem (parserProblems),
+// whose message is rewritten to name it too; 1 when it names none (control
+// characters, bad UTF-8, a problem on the first line).
+func Syntax(err error) *SyntaxError {
+	msg := err.Error()
+	m := yamlLine.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return &SyntaxError{Line: 1, Msg: msg}
 	}
-	return max(line, 1)
+	line, _ := strconv.Atoi(msg[m[2]:m[3]])
+	if slices.Contains(parserProblems, msg[m[1]:]) {
+		line++
+		msg = msg[:m[2]] + strconv.Itoa(line) + msg[m[3]:]
+	}
+	return &SyntaxError{Line: max(line, 1), Msg: msg}
 }
 
 // Deref follows alias nodes to the node they name.

@@ -36,15 +36,16 @@ func Parse(name string, data []byte) (*Inventory, error) {
 // yamlLine finds the line number yaml.v3 puts in its syntax errors.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxError rewrites "yaml: line 5: msg" as "NAME:5: msg"; an error
-// yaml.v3 gives without a line (control characters, bad UTF-8) is put at
-// the line yamlnode.SyntaxLine finds (1 when none), as the policy loader
-// does, so that every problem names NAME:LINE.
+// syntaxError rewrites "yaml: line 5: msg" as "NAME:5: msg", with the line
+// yamlnode.Syntax corrects; an error yaml.v3 gives without a line (control
+// characters, bad UTF-8) is put at line 1, as the policy loader does, so
+// that every problem names NAME:LINE.
 func syntaxError(name string, err error) error {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+	se := yamlnode.Syntax(err)
+	if m := yamlLine.FindStringSubmatch(se.Msg); m != nil {
 		return fmt.Errorf("%s:%s: %s", name, m[1], m[2])
 	}
-	return fmt.Errorf("%s:%d: %w", name, yamlnode.SyntaxLine(err), err)
+	return fmt.Errorf("%s:%d: %w", name, se.Line, se)
 }
 
 // parser walks the YAML node tree, collecting problems with their line numbers.
