@@ -264,6 +264,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Accepted, rep.Deferred = len(ids), int(r.deferred.Load())
+	// Read the rows again: jobs went on ending while memory was sampled
+	// (or, when the bound ended the drain, while the backlog drained), and
+	// a stale pending row against a completed workflow costs the check
+	// describeRetries looks.
+	if settled, err = r.settlements(ctx, ids); err != nil {
+		return nil, err
+	}
 	if err := r.verify(ctx, ids, settled, rep); err != nil {
 		return nil, err
 	}
