@@ -148,9 +148,24 @@ func (s *Store) FinishRun(ctx context.Context, jobID, runID string, outcome voca
 
 // setJobAfterRelease moves a job whose allocation was released to the state
 // of outcome: requeued → waiting (waiting_since=at, accrued aging kept, its
-// eligible stretch started at at: accounting.AgingClock.Start).
+// eligible stretch started at at: accounting.AgingClock.Start), except that
+// a job with a cancel requested is cancelled instead of requeued. That cancel
+// was asked for while the job was placed; its workflow, which would have
+// taken it, may never have heard of it (a placement released because the
+// workflow did not exist yet to be signalled, a reclaimed placement), and a
+// waiting job with a cancel requested is a conflict to every cycle that
+// places it, so it would wait for good without a reason.
 func setJobAfterRelease(ctx context.Context, tx pgx.Tx, jobID string, outcome vocab.RunOutcome, at time.Time) error {
 	var err error
+	if outcome == vocab.RunRequeued {
+		var cancelRequested bool
+		if err := tx.QueryRow(ctx, `SELECT cancel_requested FROM jobs WHERE id = $1`, jobID).Scan(&cancelRequested); err != nil {
+			return fmt.Errorf("set job state after release: %w", err)
+		}
+		if cancelRequested {
+			outcome = vocab.RunCancelled
+		}
+	}
 	if outcome == vocab.RunRequeued {
 		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET state = 'waiting', waiting_since = $2, aging_since = $2, reason = NULL, explanation = NULL, explanation_digest = NULL, updated_at = $2

@@ -619,6 +619,50 @@ func TestCancelAndHold(t *testing.T) {
 	}
 }
 
+// TestRequeueOfCancelRequestedJobCancels: a job cancelled while placed has
+// only a cancel requested; when its placement is then released as requeued
+// (SignalPlacements found no workflow to signal yet, so the workflow never
+// heard of the cancel either), the job is cancelled, not put back to wait:
+// waiting with a cancel requested, every cycle that placed it was refused
+// ("job has a cancel requested") and it waited for good without a reason
+// (found by `make load`, 2026-12-03).
+func TestRequeueOfCancelRequestedJobCancels(t *testing.T) {
+	t.Parallel()
+	pool := testPool("p", 1, 1)
+	s := newStoreWith(t, pool)
+	ctx := context.Background()
+	j := submit(t, s, "x", "p", 1, 0)
+	out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{
+		Placements: []scheduling.Placement{place(j.ID, "p", pool.Nodes[0].Name, 1000, pool.Nodes[0].GPUs[0].UUID)}}, t0)
+	if err != nil || len(out.Placed) != 1 {
+		t.Fatalf("place: %+v %v", out, err)
+	}
+	if err := s.CancelJob(ctx, j.ID, "load", "a share is cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleasePlacement(ctx, j.ID, out.Placed[0].AllocationID, vocab.RunRequeued,
+		"job workflow could not be signalled", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.GetJob(ctx, j.ID)
+	if got.State != vocab.JobCancelled {
+		t.Fatalf("requeue of a job with a cancel requested: state %s, want cancelled", got.State)
+	}
+	// A requeue without a cancel requested still waits.
+	k := submit(t, s, "x", "p", 1, 0)
+	out, err = s.ApplyCycle(ctx, "c2", &scheduling.Result{
+		Placements: []scheduling.Placement{place(k.ID, "p", pool.Nodes[0].Name, 1000, pool.Nodes[0].GPUs[0].UUID)}}, t0.Add(2*time.Second))
+	if err != nil || len(out.Placed) != 1 {
+		t.Fatalf("place the second job: %+v %v", out, err)
+	}
+	if err := s.ReleasePlacement(ctx, k.ID, out.Placed[0].AllocationID, vocab.RunRequeued, "", t0.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetJob(ctx, k.ID); got.State != vocab.JobWaiting {
+		t.Fatalf("plain requeue: state %s, want waiting", got.State)
+	}
+}
+
 func TestListJobsFiltersAndPages(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
