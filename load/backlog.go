@@ -246,9 +246,13 @@ func (r *BacklogReport) Render(w io.Writer) error {
 		BacklogBatch, r.InsertStartAt.Round(time.Second), r.InsertTime.Round(time.Millisecond),
 		float64(r.Jobs)/max(r.InsertTime.Seconds(), 1e-9), r.Hold)
 	fmt.Fprintf(&b, "What this measures: serve holding a backlog of pending rows that its scheduler cycles over, whose workflows its reconciler\n"+
-		"starts one after another (one Temporal call each). By the end Temporal counts %d JobWorkflows started since the insert, of %d\n"+
-		"jobs stored: the rest of the pending jobs had no workflow yet, so this is not the memory of %d running job workflows.\n\n",
-		r.WorkflowsCounted, r.Jobs, r.Jobs)
+		"starts one after another (one Temporal call each). By the end Temporal counts %d JobWorkflows started since the insert, of %d jobs stored",
+		r.WorkflowsCounted, r.Jobs)
+	if r.WorkflowsCounted >= int64(r.Jobs) {
+		b.WriteString(":\nevery stored job had its workflow by the end.\n\n")
+	} else {
+		fmt.Fprintf(&b, ":\nthe other pending jobs had no workflow yet, so this is not the memory of %d job workflows waiting.\n\n", r.Jobs)
+	}
 	fmt.Fprintf(&b, "serve's memory: baseline (median before the insert) RSS %.1f MiB, live heap %.1f MiB; after: peak RSS %.1f MiB, peak live heap %.1f MiB; "+
 		"at the end RSS %.1f MiB, live heap %.1f MiB\n",
 		mib(float64(r.BaselineRSSBytes)), mib(float64(r.BaselineHeapLiveBytes)), mib(float64(r.PeakRSSBytes)), mib(float64(r.PeakHeapLiveBytes)),
