@@ -281,13 +281,7 @@ func RunBurst(ctx context.Context, bc BurstConfig) (*BurstReport, error) {
 		rep.LastSeenAt = lastSeen.Sub(r.start)
 	}
 	rep.SettledAt = settledAt.Sub(r.start)
-	rep.AllSettled = true
-	for _, id := range ids {
-		if row, ok := settled[id]; !ok || !row.Settled() {
-			rep.AllSettled = false
-			break
-		}
-	}
+	rep.AllSettled = allSettled(ids, settled)
 
 	// The final check of every job (Run's), then one row and one workflow each.
 	var check Report
