@@ -187,7 +187,7 @@ func (r *runner) backlogJobs(n int, label string, queues []scheduling.Queue) ([]
 	p := api.Principal{Name: BacklogSubmitter, Project: "platform", Role: vocab.RoleOperator}
 	out := make([]*store.NewJob, n)
 	for i := range out {
-		spec := r.jobSpec(rand.New(rand.NewPCG(r.cfg.Seed, uint64(i))))
+		spec, _ := r.jobSpec(rand.New(rand.NewPCG(r.cfg.Seed, uint64(i))))
 		spec.Env = map[string]string{RunLabel: label}
 		q, ok := byName[spec.Queue]
 		if errs := api.ValidateJobSpec(spec, func(string) bool { return ok }); len(errs) > 0 {
