@@ -4,7 +4,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export TEMPORAL_BIN ?= $(CURDIR)/bin/temporal
 GO_TEST_FLAGS ?= -count=1 -timeout 60m
 
-.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool chromium staticcheck bench bench-throughput fuzz stop clean demo-governance load
+.PHONY: run run-cluster test test-unit lint build temporal temporal-server postgres promtool chromium staticcheck bench bench-throughput fuzz stop clean demo-governance load load-burst load-backlog
 
 ## run: the main job — local Temporal dev server + PostgreSQL, migrate, import a
 ## contended 6-GPU pool cut from the Alibaba nodes, start gpugov serve and replay the
@@ -105,6 +105,20 @@ demo-governance: temporal
 ## report (latency per kind, serve's memory over time). About 7 minutes.
 load: temporal
 	deploy/dev/load.sh
+
+## load-burst: on the same isolated stack, 10,000 submissions as fast as the API
+## takes them (GPUGOV_LOAD_JOBS; GPUGOV_LOAD_FLOOR_RATE: the floor/s of
+## bench-throughput), then durability at answer time, the time until every
+## workflow started and all settled against the floor's prediction, nothing lost
+## or duplicated (docs/design.md §8 "Bursts and backlogs").
+load-burst: temporal
+	GPUGOV_LOAD_MODE=burst deploy/dev/load.sh
+
+## load-backlog: on the same isolated stack, 100,000 pending jobs (GPUGOV_LOAD_JOBS)
+## stored through the store while serve runs; serve's RSS, live heap and cycles
+## sampled for 3 minutes (GPUGOV_LOAD_HOLD).
+load-backlog: temporal
+	GPUGOV_LOAD_MODE=backlog deploy/dev/load.sh
 
 ## stop: stop what `make run` started.
 stop:

@@ -130,6 +130,14 @@ func findQueue(qs []scheduling.Queue, name string) (scheduling.Queue, bool) {
 	return scheduling.Queue{}, false
 }
 
+// NewStoreJob is the store submission POST /v1/jobs commits for spec
+// (validated by ValidateJobSpec) from principal p into queue q, without an
+// idempotency key: `gpugov load --backlog` stores its jobs with it through
+// store.CreateJobs, so that its rows are those the API would write.
+func NewStoreJob(spec *JobSpec, p Principal, q scheduling.Queue) *store.NewJob {
+	return newJob(spec, p, q, "")
+}
+
 // newJob converts a validated spec into the store's submission. The tier is
 // the queue's; the project defaults to the token's.
 func newJob(spec *JobSpec, p Principal, q scheduling.Queue, key string) *store.NewJob {

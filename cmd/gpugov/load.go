@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -25,6 +26,8 @@ func init() {
 		databaseURL string
 		temporal    string
 		format      string
+		burst       load.BurstConfig
+		backlog     load.BacklogConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "load",
@@ -54,7 +57,26 @@ answer was a 5xx or unanswered, or memory grew; 2 for bad flags.
 
 The token must be an operator's or an admin's (the load submits for several
 projects and cancels their jobs). Use it only against a stack of its own:
-` + "`make load`" + ` starts one.`,
+` + "`make load`" + ` starts one.
+
+--burst N replaces the streams (rates, --duration, cancels) by N submissions
+of the same mix sent as fast as the API takes them, --burst-concurrency in
+flight (a 429 is sent again after 200 ms). Right after the last answer it
+reads every accepted job's row in one query; then it polls Temporal until
+every accepted job's workflow started and the store until all settled,
+against the drain time N ÷ --floor-rate predicts (the floor/s of ` + "`make bench-throughput`" + `);
+then the final check, and one row and one workflow per job. It exits 1 when a
+row was missing at answer time, a job was lost or duplicated, an answer was a
+5xx, unanswered or another 4xx than 429, or not every workflow started within
+max(2 × predicted, 60 s) of the first submission. --drain defaults to
+max(10m, 3 × predicted) there.
+
+--backlog N stores N pending jobs of the mix straight through the store
+(the API's conversion, store.CreateJobs, 10,000 a transaction) while serve
+runs, after 15 s of baseline samples, and samples serve's memory, the pending
+count and the scheduling cycles for --backlog-hold while the scheduler cycles
+over them and the reconciler starts their workflows. It exits 1 only when the
+rows did not all land or serve's memory could not be read.`,
 		Args: cobra.NoArgs,
 	}
 	newClient := apiclient.AddFlags(cmd.Flags())
@@ -83,6 +105,11 @@ projects and cancels their jobs). Use it only against a stack of its own:
 	fl.DurationVar(&cfg.AfterDrain, "after-drain", load.DefaultAfterDrain, "once every job settled, how long serve's memory is still sampled")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the job mix and the request targets")
 	fl.StringVar(&format, "format", "table", "report format: table or json")
+	fl.IntVar(&burst.Jobs, "burst", 0, "instead of the streams: this many submissions as fast as the API takes them (0: none)")
+	fl.IntVar(&burst.Concurrency, "burst-concurrency", load.DefaultBurstConcurrency, "submissions in flight during --burst")
+	fl.Float64Var(&burst.FloorRate, "floor-rate", load.DefaultFloorRate, "floor lifecycles per second the --burst drain prediction divides by (make bench-throughput's floor/s)")
+	fl.IntVar(&backlog.Jobs, "backlog", 0, "instead of the streams: store this many pending jobs through the store and sample serve (0: none)")
+	fl.DurationVar(&backlog.Hold, "backlog-hold", load.DefaultBacklogHold, "how long --backlog samples serve after storing the jobs")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkFormat(format, "table", "json"); err != nil {
 			return err
@@ -102,6 +129,16 @@ projects and cancels their jobs). Use it only against a stack of its own:
 			return newUsageError("--max-growth must be > 0, got %g", cfg.MaxGrowth)
 		case !(cfg.MaxPerPendingKiB > 0) || cfg.AfterDrain <= 0:
 			return newUsageError("--max-per-pending-kib and --after-drain must be > 0")
+		case burst.Jobs < 0 || backlog.Jobs < 0:
+			return newUsageError("--burst and --backlog must not be negative")
+		case burst.Jobs > 0 && backlog.Jobs > 0:
+			return newUsageError("--burst and --backlog are separate runs: give one")
+		case burst.Concurrency <= 0:
+			return newUsageError("--burst-concurrency must be > 0, got %d", burst.Concurrency)
+		case !(burst.FloorRate > 0):
+			return newUsageError("--floor-rate must be > 0, got %g", burst.FloorRate)
+		case backlog.Hold <= 0:
+			return newUsageError("--backlog-hold must be > 0, got %s", backlog.Hold)
 		}
 		client, err := connect(newClient, "")
 		if err != nil {
@@ -129,6 +166,41 @@ projects and cancels their jobs). Use it only against a stack of its own:
 		cfg.Store, cfg.Temporal = st, tc
 		cfg.CheckTrend = true
 		cfg.Progress = cmd.ErrOrStderr()
+		var rendered interface{ Render(io.Writer) error }
+		pass := false
+		switch {
+		case burst.Jobs > 0:
+			if !cmd.Flags().Changed("drain") {
+				cfg.Drain = 0 // RunBurst's max(DefaultDrain, 3 × predicted)
+			}
+			burst.Config = cfg
+			rep, err := load.RunBurst(ctx, burst)
+			if err != nil {
+				return apiFailure(err)
+			}
+			rendered, pass = rep, rep.Pass
+		case backlog.Jobs > 0:
+			backlog.Config = cfg
+			rep, err := load.RunBacklog(ctx, backlog)
+			if err != nil {
+				return apiFailure(err)
+			}
+			rendered, pass = rep, rep.Pass
+		}
+		if rendered != nil {
+			if format == "json" {
+				err = printJSON(cmd.OutOrStdout(), rendered)
+			} else {
+				err = rendered.Render(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return err
+			}
+			if !pass {
+				return errLoadFailed
+			}
+			return nil
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "load: %g submissions/s for %s against %s; a progress line every %s\n",
 			cfg.Rate, cfg.Duration, client.BaseURL(), cfg.SampleInterval.Round(time.Millisecond))
 		rep, err := load.Run(ctx, cfg)

@@ -22,6 +22,12 @@ func TestLoadRejectsBadFlags(t *testing.T) {
 		{[]string{"--drain", "0s"}, "--drain"},
 		{[]string{"--max-growth", "0"}, "--max-growth"},
 		{[]string{"--format", "xml"}, "xml"},
+		{[]string{"--burst", "-1"}, "--burst"},
+		{[]string{"--backlog", "-5"}, "--backlog"},
+		{[]string{"--burst", "10", "--backlog", "10"}, "--burst and --backlog"},
+		{[]string{"--burst", "10", "--burst-concurrency", "0"}, "--burst-concurrency"},
+		{[]string{"--burst", "10", "--floor-rate", "0"}, "--floor-rate"},
+		{[]string{"--backlog", "10", "--backlog-hold", "0s"}, "--backlog-hold"},
 	} {
 		_, _, err := runGpugov(context.Background(), append([]string{"load", "--api", "http://127.0.0.1:1"}, c.args...)...)
 		if err == nil || !isUsage(err) || !strings.Contains(err.Error(), c.want) {

@@ -16,7 +16,27 @@
 # keep up with settles, and a check of every workflow. Exit status: the load's (1 when anything was
 # lost, an answer was a 5xx, or serve's memory grew).
 #
+# Bursts and backlogs (docs/design.md §8 "Bursts and backlogs"), on the same stack:
+#   GPUGOV_LOAD_MODE=burst   (`make load-burst`) `gpugov load --burst N`: N submissions
+#       (GPUGOV_LOAD_JOBS, default 10000) as fast as the API takes them, 64 in flight;
+#       every 201's row read right after the last answer; the time until every workflow
+#       started and until all settled against N ÷ GPUGOV_LOAD_FLOOR_RATE (default
+#       load.DefaultFloorRate: pass your machine's `make bench-throughput` floor/s);
+#       exit 1 when a row is missing, a job lost or duplicated, any 5xx, or not every
+#       workflow started within max(2 × predicted, 60 s). serve runs with
+#       --rate-limit/--rate-burst 100000 so that the token bucket (200/s) does not set
+#       the pace (a 429 would be sent again anyway).
+#   GPUGOV_LOAD_MODE=backlog (`make load-backlog`) `gpugov load --backlog N`: N pending
+#       jobs (GPUGOV_LOAD_JOBS, default 100000) stored through store.CreateJobs while
+#       serve runs, after 15 s of baseline samples; serve's RSS, live heap, the pending
+#       count and the cycles sampled for GPUGOV_LOAD_HOLD (default 3m) while the
+#       scheduler cycles over them and the reconciler starts their workflows.
+#
 # Settings (environment):
+#   GPUGOV_LOAD_MODE      sustained (default), burst or backlog (above)
+#   GPUGOV_LOAD_JOBS      burst or backlog size (defaults 10000 and 100000)
+#   GPUGOV_LOAD_FLOOR_RATE floor lifecycles/s of the burst's prediction (default: gpugov load's)
+#   GPUGOV_LOAD_HOLD      backlog sampling after the insert (default 3m)
 #   GPUGOV_LOAD_RATE      submissions per second (default 50)
 #   GPUGOV_LOAD_DURATION  load window (default 5m)
 #   GPUGOV_LOAD_ARGS      more `gpugov load` flags, e.g. "--cancel-share 0.2 --format json"
@@ -61,6 +81,20 @@ stop_all() { for name in serve temporal; do stop_one "$name"; done; }
 if [ "${1:-run}" = stop ]; then stop_all; exit 0; fi
 [ "${1:-run}" = run ] || { echo "usage: $0 [run|stop]" >&2; exit 2; }
 
+mode="${GPUGOV_LOAD_MODE:-sustained}"
+serve_limits=()
+case "$mode" in
+  sustained)
+    mode_args=(--rate "${GPUGOV_LOAD_RATE:-50}" --duration "${GPUGOV_LOAD_DURATION:-5m}") ;;
+  burst)
+    mode_args=(--burst "${GPUGOV_LOAD_JOBS:-10000}")
+    if [ -n "${GPUGOV_LOAD_FLOOR_RATE:-}" ]; then mode_args+=(--floor-rate "$GPUGOV_LOAD_FLOOR_RATE"); fi
+    serve_limits=(--rate-limit 100000 --rate-burst 100000) ;;
+  backlog)
+    mode_args=(--backlog "${GPUGOV_LOAD_JOBS:-100000}" --backlog-hold "${GPUGOV_LOAD_HOLD:-3m}") ;;
+  *) echo "GPUGOV_LOAD_MODE must be sustained, burst or backlog, got $mode" >&2; exit 2 ;;
+esac
+
 trap 'if [ "${GPUGOV_LOAD_KEEP:-}" != 1 ]; then stop_all; fi' EXIT
 log "starting an isolated stack (database $load_db, Temporal $TEMPORAL_ADDRESS, API $api, state $GPUGOV_STATE)"
 stop_all # what an earlier run left
@@ -92,7 +126,7 @@ tokens="$GPUGOV_STATE/tokens.yaml"
 
 # shellcheck disable=SC2086 # GPUGOV_LOAD_SERVE_ARGS is a list of flags
 nohup "$gpugov" serve --api-addr "$GPUGOV_API_ADDR" --database-url "$DATABASE_URL" --temporal-address "$TEMPORAL_ADDRESS" \
-  --tokens-file "$tokens" --inventory-file "$inventory" --sim-speed "$sim_speed" ${GPUGOV_LOAD_SERVE_ARGS:-} >"$GPUGOV_STATE/serve.log" 2>&1 &
+  --tokens-file "$tokens" --inventory-file "$inventory" --sim-speed "$sim_speed" "${serve_limits[@]}" ${GPUGOV_LOAD_SERVE_ARGS:-} >"$GPUGOV_STATE/serve.log" 2>&1 &
 echo $! >"$GPUGOV_STATE/serve.pid"
 serve_pid=$(cat "$GPUGOV_STATE/serve.pid")
 for i in $(seq 1 60); do
@@ -104,12 +138,12 @@ for i in $(seq 1 60); do
   fi
   sleep 1
 done
-log "gpugov serve up (pid $serve_pid, log $GPUGOV_STATE/serve.log); machine load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+log "gpugov serve up (pid $serve_pid, log $GPUGOV_STATE/serve.log); mode $mode; machine load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 status=0
 # shellcheck disable=SC2086 # GPUGOV_LOAD_ARGS is a list of flags
 "$gpugov" load --api "$api" --token "$token" --database-url "$DATABASE_URL" --temporal-address "$TEMPORAL_ADDRESS" \
-  --serve-pid "$serve_pid" --rate "${GPUGOV_LOAD_RATE:-50}" --duration "${GPUGOV_LOAD_DURATION:-5m}" ${GPUGOV_LOAD_ARGS:-} || status=$?
+  --serve-pid "$serve_pid" "${mode_args[@]}" ${GPUGOV_LOAD_ARGS:-} || status=$?
 if ! kill -0 "$serve_pid" 2>/dev/null; then
   log "gpugov serve is gone; the end of $GPUGOV_STATE/serve.log:"; tail -20 "$GPUGOV_STATE/serve.log" >&2; status=1
 fi
