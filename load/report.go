@@ -215,11 +215,16 @@ func (r *Report) Render(w io.Writer) error {
 	verdict := map[bool]string{true: "no growth trend", false: "GROWING"}[t.OK]
 	if t.Mode == "backlog" {
 		fmt.Fprintf(&b, ";\n  the backlog grew %+.0f jobs/min (peak %d pending), so memory is fitted against backlog and time over %d samples "+
-			"(the window's second half, the drain and %s after it): %.1f KiB of RSS and %.1f KiB of live heap per pending job (bound %.1f), "+
+			"(the window's second half, the drain and up to %s after it): %.1f KiB of RSS and %.1f KiB of live heap per pending job (bound %.1f), "+
 			"%+.2f MiB/min of RSS and %+.2f MiB/min of live heap the backlog does not explain (bound %.1f);\n"+
-			"  live heap %.1f MiB in the second minute, %.1f MiB after the drain with %d jobs pending",
+			"  live heap %.1f MiB in the second minute",
 			t.BacklogPerMin, t.PeakPending, t.FitSamples, c.AfterDrain, t.RSSPerPendingKiB, t.HeapPerPendingKiB, t.MaxPerPendingKiB,
-			t.RSSUnexplainedMiBPerMin, t.HeapUnexplainedMiBPerMin, t.MaxSlopeMiBPerMin, t.SecondMinuteHeapMiB, t.AfterDrainHeapMiB, t.AfterDrainPending)
+			t.RSSUnexplainedMiBPerMin, t.HeapUnexplainedMiBPerMin, t.MaxSlopeMiBPerMin, t.SecondMinuteHeapMiB)
+		if t.AfterDrainHeapMiB > 0 {
+			fmt.Fprintf(&b, ", %.1f MiB after the drain with %d jobs pending", t.AfterDrainHeapMiB, t.AfterDrainPending)
+		} else {
+			fmt.Fprintf(&b, ", none sampled after the drain (the backlog had not drained)")
+		}
 		if t.OK {
 			verdict = "memory follows the backlog within its bound and no growth trend beyond it"
 		}
