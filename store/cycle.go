@@ -1061,7 +1061,8 @@ func insertAudits(ctx context.Context, tx pgx.Tx, es []AuditEntry) error {
 
 // shardResultTx locks the shard's pools rows and returns res without the
 // placements, proposals and wait statuses of jobs outside them, and how many
-// it left out (ApplyShardCycle).
+// it left out (ApplyShardCycle). A job whose pool has no pools row is the
+// default shard's (LoadShardSnapshot's rule): its wait status is kept there.
 func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling.Result) (*scheduling.Result, int, error) {
 	pools := map[string]bool{}
 	err := forEachRow(ctx, tx, `SELECT name FROM pools WHERE scheduler_shard = $1 ORDER BY name FOR SHARE`, []any{shard},
@@ -1073,6 +1074,20 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 		})
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock shard %s pools: %w", shard, err)
+	}
+	// A pool with no pools row is in DefaultShard (LoadShardSnapshot's rule):
+	// its jobs' wait statuses (pool_unavailable) are the default shard's.
+	known := map[string]bool{}
+	if shard == DefaultShard {
+		err = forEachRow(ctx, tx, `SELECT name FROM pools`, nil, func(rows pgx.Rows) error {
+			var name string
+			err := rows.Scan(&name)
+			known[name] = true
+			return err
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("read pools: %w", err)
+		}
 	}
 	ids := make([]string, len(res.Waiting))
 	for i, w := range res.Waiting {
@@ -1095,6 +1110,9 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 	n := len(res.Placements) + len(res.Preemptions) + len(res.Waiting)
 	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
 	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
-	out.Waiting = slices.DeleteFunc(slices.Clone(res.Waiting), func(w scheduling.WaitStatus) bool { return !pools[poolOf[w.JobID]] })
+	out.Waiting = slices.DeleteFunc(slices.Clone(res.Waiting), func(w scheduling.WaitStatus) bool {
+		pool := poolOf[w.JobID]
+		return !pools[pool] && !(shard == DefaultShard && !known[pool])
+	})
 	return &out, n - len(out.Placements) - len(out.Preemptions) - len(out.Waiting), nil
 }

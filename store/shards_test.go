@@ -226,3 +226,47 @@ func TestShardMoveWaitsForApply(t *testing.T) {
 		t.Fatalf("after the apply: %v %v", m, err)
 	}
 }
+
+// TestUnknownPoolJobsAreTheDefaultShards: a job asking for a pool no
+// inventory has is in the default shard, whether the default shard holds
+// every pool (no `shards:`) or none: its cycle loads it and records its
+// pool_unavailable wait, and no other shard loads it. Before, the default
+// shard's cycle planned the wait and ApplyShardCycle then dropped it (the
+// pool has no pools row, so it was in no shard's set): the job stayed
+// submitted with no reason (found by a newcomer, 2026-12-03).
+func TestUnknownPoolJobsAreTheDefaultShards(t *testing.T) {
+	t.Parallel()
+	s := newStoreWith(t, testPool("a", 1, 1))
+	ctx := context.Background()
+	j := submit(t, s, "p", "nopool", 1, 0)
+	reasonOf := func() string {
+		t.Helper()
+		got, err := s.GetJob(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(got.Reason)
+	}
+	// Every pool in the default shard (the fast path of the shard filter).
+	snap, out := shardCycle(t, s, &scheduling.Planner{}, store.DefaultShard, "default/1", t0, nil)
+	if snap == nil || out == nil || len(snap.Pending) != 1 || out.OutOfShard != 0 {
+		t.Fatalf("default shard holding every pool: snapshot %+v outcome %+v, want the job loaded and its wait kept", snap, out)
+	}
+	if r := reasonOf(); r != "pool_unavailable" {
+		t.Fatalf("reason %q after the default shard's cycle, want pool_unavailable", r)
+	}
+	// Pool a moves to shard sa: the job stays the default shard's.
+	if _, err := s.SetPoolShards(ctx, map[string]string{"a": "sa"}); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := shardCycle(t, s, &scheduling.Planner{}, "sa", "sa/1", t0.Add(time.Minute), nil); snap == nil || len(snap.Pending) != 0 {
+		t.Fatalf("shard sa loaded %+v, want no job of an unknown pool", snap)
+	}
+	snap, out = shardCycle(t, s, &scheduling.Planner{}, store.DefaultShard, "default/2", t0.Add(2*time.Minute), nil)
+	if snap == nil || out == nil || len(snap.Pending) != 1 || out.OutOfShard != 0 {
+		t.Fatalf("default shard holding no pool: snapshot %+v outcome %+v, want the job loaded and its wait kept", snap, out)
+	}
+	if r := reasonOf(); r != "pool_unavailable" {
+		t.Fatalf("reason %q after the second default cycle, want pool_unavailable", r)
+	}
+}

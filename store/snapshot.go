@@ -347,15 +347,19 @@ func (l *snapshotLoader) queries() []rowQuery {
 	}
 	// shardPred restricts a pool column to the shard's pools; it uses the
 	// query's next parameter (shardArgs). Nothing when every pool is loaded.
-	// When the shard holds every pool (no `shards:`, the one scheduler),
-	// the uncorrelated NOT EXISTS, evaluated once per query, is true and the
-	// per-row test is never made.
+	// A pool with no pools row (a job asking for a pool no inventory has,
+	// which waits with pool_unavailable) is in DefaultShard, as serve's
+	// shardOf and the job workflow's scheduler say; shardResultTx applies
+	// the same rule. When the default shard holds every pool (no `shards:`,
+	// the one scheduler), the uncorrelated NOT EXISTS, evaluated once per
+	// query, is true and the per-row tests are never made.
 	shardPred := func(col string, n int) string {
 		if l.shard == "" {
 			return ""
 		}
-		return fmt.Sprintf(` AND (NOT EXISTS (SELECT 1 FROM pools WHERE scheduler_shard <> $%[2]d)
-			OR %[1]s IN (SELECT name FROM pools WHERE scheduler_shard = $%[2]d))`, col, n)
+		return fmt.Sprintf(` AND (($%[2]d = '`+DefaultShard+`' AND NOT EXISTS (SELECT 1 FROM pools WHERE scheduler_shard <> $%[2]d))
+			OR %[1]s IN (SELECT name FROM pools WHERE scheduler_shard = $%[2]d)
+			OR ($%[2]d = '`+DefaultShard+`' AND NOT EXISTS (SELECT 1 FROM pools p WHERE p.name = %[1]s)))`, col, n)
 	}
 	shardArgs := func(args ...any) []any {
 		if l.shard == "" {

@@ -45,14 +45,17 @@ ready).
 It samples serve's memory every --sample-interval: RSS from
 /proc/<--serve-pid>/status and the Go heap from serve's /metrics. After the
 window it waits up to --drain for every accepted job to be final or waiting
-with a reason, then reads each one's row from --database-url and its workflow
+with a reason and for the backlog to drain (no job pending but those built to
+wait), samples --after-drain more, then reads each one's row from --database-url and its workflow
 from Temporal (DescribeWorkflow job/<id>), and prints the report: per request
 kind the rate, the answers by status and p50/p99/max latency; lost jobs;
-memory over time and its trend: the least-squares slopes over the window's
-second half against --max-growth MiB/min or, when the backlog grew (the
-pipeline finished fewer jobs than were accepted), the growth per pending job
-against --max-per-pending-kib and the live heap after the drain (sampled
---after-drain once every job settled) against the second minute's. It exits 1 when anything was lost, any
+memory over time and its trend: with a flat backlog, the least-squares slopes
+of RSS and live heap over the window's second half against --max-growth
+MiB/min; when the backlog grew (the pipeline finished fewer jobs than were
+accepted), a least-squares fit of memory against backlog and time over the
+second half, the drain and what follows it, whose memory per pending job must
+stay below --max-per-pending-kib and whose growth the backlog does not explain
+below --max-growth (docs/design.md §8 "Sustained load"). It exits 1 when anything was lost, any
 answer was a 5xx or unanswered, or memory grew; 2 for bad flags.
 
 The token must be an operator's or an admin's (the load submits for several
