@@ -27,6 +27,15 @@ const (
 	// cycleHeartbeatTimeout is the heartbeat timeout of RunCycle and
 	// SignalPlacements, which heartbeat every activities.CycleHeartbeatEvery.
 	cycleHeartbeatTimeout = 15 * time.Second
+	// cycleStartToClose bounds one attempt of RunCycle or SignalPlacements.
+	// The heartbeat timeout, not this, is what catches a dead worker, so it
+	// only has to cover the longest live cycle: the first after 100,000
+	// submissions at once evaluates every one of them (48–71 s in
+	// BenchmarkRunCycleAtScale's first-ms on the 2-core machine, more beside
+	// a busy Temporal server), and with 2 min it timed out and was retried
+	// from the start, again and again, placing nothing (`make load-backlog`,
+	// docs/design.md §8 "Bursts and backlogs").
+	cycleStartToClose = 10 * time.Minute
 )
 
 // SchedulerInput starts (or continues) a shard's SchedulerWorkflow.
@@ -212,16 +221,16 @@ func (s *schedulerFlow) cycle(ctx workflow.Context, iteration int) {
 }
 
 // cycleActivityContext gives the scheduler's own activities (RunCycle,
-// SignalPlacements) their options: 2 min start-to-close, 5 attempts 1–30 s
+// SignalPlacements) their options: cycleStartToClose, 5 attempts 1–30 s
 // apart, and a heartbeat timeout (activities.CycleHeartbeatEvery) after
-// which an attempt whose worker died is retried — 15 s, not 2 min, during
-// which no other cycle of the shard would run, and before a job step lost
-// with the same worker (30 s), so that a crash does not let the steps of
-// running jobs overtake the next cycle's decisions. Activity options are not
-// among the commands a replay compares.
+// which an attempt whose worker died is retried — 15 s, during which no
+// other cycle of the shard would run, and before a job step lost with the
+// same worker (30 s), so that a crash does not let the steps of running jobs
+// overtake the next cycle's decisions. Activity options are not among the
+// commands a replay compares.
 func cycleActivityContext(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
+		StartToCloseTimeout: cycleStartToClose,
 		HeartbeatTimeout:    cycleHeartbeatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
