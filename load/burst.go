@@ -399,41 +399,25 @@ func (r *runner) awaitStarts(ctx context.Context, ids []string, deadline time.Ti
 			still    []string
 			firstErr error
 		)
-		work := make(chan string)
-		var wg sync.WaitGroup
-		for range r.cfg.VerifyConcurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for id := range work {
-					d, err := r.cfg.Temporal.DescribeWorkflow(ctx, temporalx.JobWorkflowID(id), "")
-					var nf *serviceerror.NotFound
-					mu.Lock()
-					switch {
-					case errors.As(err, &nf):
-						still = append(still, id)
-					case err != nil:
-						still = append(still, id)
-						if firstErr == nil {
-							firstErr = fmt.Errorf("load: describe workflow of job %s: %w", id, err)
-						}
-					default:
-						if st := d.RawResponse.GetWorkflowExecutionInfo().GetStartTime().AsTime(); st.After(lastStart) {
-							lastStart = st
-						}
-					}
-					mu.Unlock()
+		r.eachID(ctx, unseen, func(id string) {
+			d, err := r.cfg.Temporal.DescribeWorkflow(ctx, temporalx.JobWorkflowID(id), "")
+			var nf *serviceerror.NotFound
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.As(err, &nf):
+				still = append(still, id)
+			case err != nil:
+				still = append(still, id)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("load: describe workflow of job %s: %w", id, err)
 				}
-			}()
-		}
-		for _, id := range unseen {
-			select {
-			case work <- id:
-			case <-ctx.Done():
+			default:
+				if st := d.RawResponse.GetWorkflowExecutionInfo().GetStartTime().AsTime(); st.After(lastStart) {
+					lastStart = st
+				}
 			}
-		}
-		close(work)
-		wg.Wait()
+		})
 		if firstErr == nil {
 			firstErr = ctx.Err()
 		}

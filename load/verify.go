@@ -151,44 +151,53 @@ func (r *runner) describeAll(ctx context.Context, ids []string, rows map[string]
 		mismatched []string
 		firstErr   error
 	)
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range r.cfg.VerifyConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range work {
-				st, problem, err := r.describeOne(ctx, id, rows[id])
-				mu.Lock()
-				switch {
-				case err != nil:
-					if firstErr == nil {
-						firstErr = err
-					}
-				case st == "":
-					missing = append(missing, id)
-				default:
-					statuses[st]++
-					if problem != "" {
-						mismatched = append(mismatched, id+": "+problem)
-					}
-				}
-				mu.Unlock()
+	r.eachID(ctx, ids, func(id string) {
+		st, problem, err := r.describeOne(ctx, id, rows[id])
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			if firstErr == nil {
+				firstErr = err
 			}
-		}()
-	}
-	for _, id := range ids {
-		select {
-		case work <- id:
-		case <-ctx.Done():
+		case st == "":
+			missing = append(missing, id)
+		default:
+			statuses[st]++
+			if problem != "" {
+				mismatched = append(mismatched, id+": "+problem)
+			}
 		}
-	}
-	close(work)
-	wg.Wait()
+	})
 	if firstErr == nil {
 		firstErr = ctx.Err()
 	}
 	return statuses, missing, mismatched, firstErr
+}
+
+// eachID calls fn for every id, VerifyConcurrency calls at a time, and
+// returns when all calls returned; once ctx ends the ids not yet handed out
+// are skipped. fn must do its own locking.
+func (r *runner) eachID(ctx context.Context, ids []string, fn func(id string)) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range r.cfg.VerifyConcurrency {
+		wg.Go(func() {
+			for id := range work {
+				fn(id)
+			}
+		})
+	}
+feed:
+	for _, id := range ids {
+		select {
+		case work <- id:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // describeOne returns the status of job id's workflow ("" when Temporal has
