@@ -519,15 +519,7 @@ func (r *BurstReport) decide() {
 	if n := len(r.MissingAtAnswer); n > 0 {
 		add("%d accepted jobs had no row right after the last answer (not durable at answer time): %s", n, head(r.MissingAtAnswer))
 	}
-	if n := len(r.MissingRows); n > 0 {
-		add("%d accepted jobs have no row: %s", n, head(r.MissingRows))
-	}
-	if n := len(r.MissingWorkflows); n > 0 {
-		add("%d accepted jobs have no workflow: %s", n, head(r.MissingWorkflows))
-	}
-	if n := len(r.WorkflowMismatch); n > 0 {
-		add("%d workflows failed or disagree with their job: %s", n, head(r.WorkflowMismatch))
-	}
+	addLossFindings(add, r.MissingRows, r.MissingWorkflows, r.WorkflowMismatch)
 	if n := len(r.ExtraRows); n > 0 {
 		add("%d rows carry the run's label but were not answered 2xx (duplicated or unacknowledged): %s", n, head(r.ExtraRows))
 	}

@@ -102,17 +102,9 @@ func (r *Report) ServerErrors() int {
 func (r *Report) decide(checkTrend bool) {
 	r.Failures = nil
 	add := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
-	if n := len(r.MissingRows); n > 0 {
-		add("%d accepted jobs have no row: %s", n, head(r.MissingRows))
-	}
-	if n := len(r.MissingWorkflows); n > 0 {
-		add("%d accepted jobs have no workflow: %s", n, head(r.MissingWorkflows))
-	}
+	addLossFindings(add, r.MissingRows, r.MissingWorkflows, r.WorkflowMismatch)
 	if n := len(r.Unsettled); n > 0 {
 		add("%d accepted jobs are neither final nor waiting with a reason: %s", n, head(r.Unsettled))
-	}
-	if n := len(r.WorkflowMismatch); n > 0 {
-		add("%d workflows failed or disagree with their job: %s", n, head(r.WorkflowMismatch))
 	}
 	for _, k := range r.Kinds {
 		if k.ServerErr > 0 {
@@ -149,6 +141,21 @@ func (r *Report) decide(checkTrend bool) {
 		}
 	}
 	r.Pass = len(r.Failures) == 0
+}
+
+// addLossFindings adds the final check's findings shared by the sustained
+// and the burst reports: accepted jobs without a row or a workflow, and
+// workflows that failed or disagree with their job.
+func addLossFindings(add func(format string, args ...any), missingRows, missingWorkflows, mismatch []string) {
+	if n := len(missingRows); n > 0 {
+		add("%d accepted jobs have no row: %s", n, head(missingRows))
+	}
+	if n := len(missingWorkflows); n > 0 {
+		add("%d accepted jobs have no workflow: %s", n, head(missingWorkflows))
+	}
+	if n := len(mismatch); n > 0 {
+		add("%d workflows failed or disagree with their job: %s", n, head(mismatch))
+	}
 }
 
 // head lists the first three items and how many more.
