@@ -447,15 +447,7 @@ func (r *runner) submit(ctx context.Context, rng *rand.Rand) (int, bool, error) 
 	if code == http.StatusAccepted {
 		r.deferred.Add(1)
 	}
-	r.mu.Lock()
-	r.accepted = append(r.accepted, job.ID)
-	if waits {
-		if r.waitsForGood == nil {
-			r.waitsForGood = map[string]bool{}
-		}
-		r.waitsForGood[job.ID] = true
-	}
-	r.mu.Unlock()
+	r.accept(job.ID, waits)
 	if rng.Float64() < r.cfg.CancelShare {
 		delay := time.Duration(rng.Int64N(int64(r.cfg.CancelDelay)))
 		r.scheduleCancel(ctx, job.ID, time.Now().Add(delay))
