@@ -344,15 +344,9 @@ func computeTrend(samples []MemorySample, window, settledAt time.Duration, maxSl
 		tr.BacklogPerMin = slope(xs, pend)
 	}
 	if window >= 2*time.Minute {
-		tr.SecondMinuteRSSMiB = medianRSS(samples, time.Minute, 2*time.Minute)
-		tr.LastMinuteRSSMiB = medianRSS(samples, window-time.Minute, window)
-		var h []float64
-		for _, s := range samples {
-			if s.At >= time.Minute && s.At < 2*time.Minute {
-				h = append(h, mib(float64(s.HeapLiveBytes)))
-			}
-		}
-		tr.SecondMinuteHeapMiB = median(h)
+		tr.SecondMinuteRSSMiB = medianMiB(samples, time.Minute, 2*time.Minute, rssOf)
+		tr.LastMinuteRSSMiB = medianMiB(samples, window-time.Minute, window, rssOf)
+		tr.SecondMinuteHeapMiB = medianMiB(samples, time.Minute, 2*time.Minute, heapOf)
 	}
 	if settledAt > 0 {
 		for _, s := range samples {
@@ -439,12 +433,16 @@ func slope(xs, ys []float64) float64 {
 	return (n*sxy - sx*sy) / d
 }
 
-// medianRSS is the median RSS in MiB of the samples taken in [from, to).
-func medianRSS(samples []MemorySample, from, to time.Duration) float64 {
+// rssOf and heapOf pick a sample's RSS and live heap, in bytes.
+func rssOf(s MemorySample) int64  { return s.RSSBytes }
+func heapOf(s MemorySample) int64 { return s.HeapLiveBytes }
+
+// medianMiB is the median of of(sample) in MiB over the samples taken in [from, to).
+func medianMiB(samples []MemorySample, from, to time.Duration, of func(MemorySample) int64) float64 {
 	var v []float64
 	for _, s := range samples {
 		if s.At >= from && s.At < to {
-			v = append(v, mib(float64(s.RSSBytes)))
+			v = append(v, mib(float64(of(s))))
 		}
 	}
 	return median(v)
