@@ -239,7 +239,7 @@ func (res *Result) renderPreemptions(ew *errWriter, temporalUI string) {
 	for _, k := range slices.Sorted(maps.Keys(outcomes)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, outcomes[k]))
 	}
-	ew.printf(" (%s); effective run loss %.0f GPU-s in all (lost work since the last checkpoint + save/restore + recompute, × GPUs)\n",
+	ew.printf(" (%s); effective run loss %.1f GPU-s in all (lost work since the last checkpoint + save/restore + recompute, × GPUs)\n",
 		strings.Join(parts, ", "), lossGPUs)
 	for i, p := range g.Preemptions {
 		if i == 8 {
