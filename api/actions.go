@@ -99,7 +99,7 @@ func (s *Server) setPrerequisite(c *gin.Context) {
 		return
 	}
 	s.wakeAfterAction(c, job.ID, changed)
-	s.answerJob(ctx, c, job.ID, http.StatusOK, "")
+	s.answerJob(c, job.ID, http.StatusOK, "")
 }
 
 // amendJob handles PATCH /v1/jobs/:id (the job's project, an operator or an
@@ -139,7 +139,7 @@ func (s *Server) amendJob(c *gin.Context) {
 		return
 	}
 	s.wakeAfterAction(c, job.ID, changed)
-	s.answerJob(ctx, c, job.ID, http.StatusOK, "")
+	s.answerJob(c, job.ID, http.StatusOK, "")
 }
 
 // loadActionJob loads the :id job for an action: an agent may act on any

@@ -40,6 +40,9 @@ type recordingWorkflows struct {
 	// startHook, when set, runs at the start of every StartJob, outside the
 	// lock (a test blocks a start there to hold it in flight).
 	startHook func(jobID string)
+	// cancelHook, when set, runs at the start of every CancelJob, outside
+	// the lock (a test makes the signal slow there).
+	cancelHook func(jobID string)
 }
 
 func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs temporalx.JobAttributes) error {
@@ -60,6 +63,12 @@ func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs tem
 }
 
 func (w *recordingWorkflows) CancelJob(_ context.Context, jobID, _, _ string) error {
+	w.mu.Lock()
+	hook := w.cancelHook
+	w.mu.Unlock()
+	if hook != nil {
+		hook(jobID)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cancelErr != nil {

@@ -334,7 +334,7 @@ func (s *Server) cancelJob(c *gin.Context) {
 		s.log.Warn("api: cancel stored, workflow not signalled", "job", job.ID, "err", err)
 		status, note = http.StatusAccepted, noteCancelDeferred
 	}
-	s.answerJob(ctx, c, job.ID, status, note)
+	s.answerJob(c, job.ID, status, note)
 }
 
 // holdJob handles POST /v1/jobs/:id/hold (owner or operator).
@@ -367,7 +367,7 @@ func (s *Server) setHold(c *gin.Context, held bool) {
 	wctx, wcancel := s.workflowCtx(c)
 	defer wcancel()
 	s.notifyScheduler(wctx, job.ID)
-	s.answerJob(ctx, c, job.ID, http.StatusOK, "")
+	s.answerJob(c, job.ID, http.StatusOK, "")
 }
 
 // actionReason is the audit reason: the caller's, or a default naming the API.
@@ -378,8 +378,14 @@ func actionReason(req ActionRequest, verb string) string {
 	return verb + " through the API"
 }
 
-// answerJob re-reads the job after a change and answers with it.
-func (s *Server) answerJob(ctx context.Context, c *gin.Context, id string, status int, note string) {
+// answerJob re-reads the job after a change and answers with it, under a
+// store deadline of its own: the caller's may already be spent by the
+// Temporal call in between (a signal can take seconds on a loaded server;
+// `make load` saw cancels answered 503 "get job: context deadline exceeded"
+// after the cancel itself was stored, docs/design.md §8 "Sustained load").
+func (s *Server) answerJob(c *gin.Context, id string, status int, note string) {
+	ctx, cancel := s.storeCtx(c)
+	defer cancel()
 	job, err := s.store.GetJob(ctx, id)
 	if err != nil {
 		writeError(c, err)

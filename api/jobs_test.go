@@ -311,6 +311,29 @@ func TestCancelAcceptedWhenWorkflowSignalFails(t *testing.T) {
 	}
 }
 
+// TestCancelAnsweredAfterSlowSignal checks that a cancel whose workflow
+// signal outlasts the request's store deadline is still answered 200 with the
+// stored job: the answer's re-read has a deadline of its own (`make load` saw
+// 503 "get job: context deadline exceeded" for cancels already stored).
+func TestCancelAnsweredAfterSlowSignal(t *testing.T) {
+	t.Parallel()
+	const storeTimeout = 300 * time.Millisecond
+	env := newTestEnv(t, WithStoreTimeout(storeTimeout))
+	j := env.mustSubmit(tokAlice, validSpec())
+	env.wf.mu.Lock()
+	env.wf.cancelHook = func(string) { time.Sleep(2 * storeTimeout) }
+	env.wf.mu.Unlock()
+	r := env.do(http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", tokAlice, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var got Job
+	r.decode(t, &got)
+	if got.State != "cancelled" {
+		t.Fatalf("job %+v", got)
+	}
+}
+
 // TestStoreUnreachableGives503 checks that with PostgreSQL unreachable every
 // call that needs it answers 503 store_unavailable, never a 2xx, and that no
 // workflow is started for an unpersisted submission.

@@ -170,7 +170,9 @@ func (s *Server) drillJob(c *gin.Context) {
 		s.log.Warn("api: drill recorded, workflow not started", "drill", d.PreemptionID, "job", d.JobID, "err", err)
 		status, note = http.StatusAccepted, noteDrillDeferred
 	}
-	rec, err := rs.GetPreemption(ctx, d.PreemptionID)
+	rctx, rcancel := s.storeCtx(c) // the signal may have spent ctx's deadline (see answerJob)
+	defer rcancel()
+	rec, err := rs.GetPreemption(rctx, d.PreemptionID)
 	if err != nil {
 		writeError(c, err)
 		return
