@@ -438,9 +438,10 @@ type SignalPlacementsResult struct {
 // signal for good (InvalidArgument, FailedPrecondition, …), it releases back
 // to waiting in the store (store.ReleasePlacement, idempotent), here rather than one
 // ReleasePlacement activity each in the scheduler workflow: under load,
-// hundreds of a cycle's placements can belong to jobs whose workflow the
-// background starter has not started yet, and releasing them one activity
-// after another held the shard's next cycle for a minute. An error the server
+// hundreds of a cycle's placements belonged to jobs whose workflow the
+// background starter had not started yet, and, before they were started so,
+// releasing them one activity after another held the shard's next cycle for
+// a minute. An error the server
 // may get over (unavailable, deadline, resource exhausted, an internal error,
 // this activity's context), a failed read of the job or a failed release
 // fails the activity after every signal was tried, for Temporal to retry.
