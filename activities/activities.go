@@ -78,6 +78,15 @@ type Signaler interface {
 	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
 }
 
+// JobSignalStarter sends a signal to a job's JobWorkflow, starting the
+// workflow with it when it was never started, with the options and input of
+// every start of a job's workflow; a closed workflow is not started again
+// (an error matching temporalx.ErrJobWorkflowClosed).
+// *workflows.Client implements it (SignalWithStartJob).
+type JobSignalStarter interface {
+	SignalWithStartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes, signal string, arg any) error
+}
+
 // PolicySource returns the policy version a scheduling cycle applies.
 type PolicySource func(ctx context.Context) (*scheduling.Policy, error)
 
@@ -91,6 +100,11 @@ type Deps struct {
 	// and to the scheduler (allocation-released); nil sends none (job
 	// workflows then keep the reason they started with).
 	Temporal Signaler
+	// JobStarter, when set, lets SignalPlacements start the workflow of a
+	// placed job that has none yet, with its `placed` signal, instead of
+	// releasing the placement (docs/design.md §3 step 2 "Wait"); serve
+	// passes its workflows.Client. nil releases such placements.
+	JobStarter JobSignalStarter
 	// Policy gives each cycle's policy, the preemption grace period and the
 	// no-checkpoint rule; nil means scheduling.DefaultPolicy.
 	Policy PolicySource

@@ -300,6 +300,99 @@ func TestSignalPlacements(t *testing.T) {
 	}
 }
 
+// recordingStarter stands in for workflows.Client's SignalWithStartJob: it
+// records the `placed` signal-with-starts by job and answers those of the
+// jobs in fail with their error.
+type recordingStarter struct {
+	mu      sync.Mutex
+	started map[string]temporalx.PlacedSignal
+	attrs   map[string]temporalx.JobAttributes
+	fail    map[string]error
+}
+
+func (r *recordingStarter) SignalWithStartJob(_ context.Context, jobID string, attrs temporalx.JobAttributes, signal string, arg any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if signal != temporalx.SignalPlaced {
+		return fmt.Errorf("unexpected signal-with-start %s of %s", signal, jobID)
+	}
+	if err := r.fail[jobID]; err != nil {
+		return err
+	}
+	r.started[jobID], r.attrs[jobID] = arg.(temporalx.PlacedSignal), attrs
+	return nil
+}
+
+// SignalPlacements starts, by signal-with-start with the job's workflow
+// attributes, the workflow of a placed job that has none (NotFound) and
+// counts it in Started; a closed workflow (the starter's
+// ErrJobWorkflowClosed) and a job whose cancel was requested are released;
+// a starter the server may get over fails the activity, retryable, and
+// releases nothing.
+func TestSignalPlacementsStartsAbsentWorkflows(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1, 4)
+	for range 4 {
+		submit(t, st, 1)
+	}
+	c1 := runCycle(t, activities.NewScheduler(activities.Deps{Store: st}), &activities.RunCycleInput{Shard: "default", CycleID: "c1"})
+	if len(c1.Placements) != 4 {
+		t.Fatalf("cycle 1 placed %d, want 4", len(c1.Placements))
+	}
+	ps := c1.Placements
+	slices.SortFunc(ps, func(x, y activities.PlacedJob) int { return strings.Compare(x.JobID, y.JobID) })
+	signalled, absent, closed, cancelled := ps[0], ps[1], ps[2], ps[3]
+	if err := st.CancelJob(context.Background(), cancelled.JobID, "alice", "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	sig := newSignaler()
+	for _, p := range []activities.PlacedJob{absent, closed, cancelled} {
+		sig.fail[temporalx.JobWorkflowID(p.JobID)] = serviceerror.NewNotFound("workflow not found")
+	}
+	starter := &recordingStarter{started: map[string]temporalx.PlacedSignal{}, attrs: map[string]temporalx.JobAttributes{},
+		fail: map[string]error{closed.JobID: fmt.Errorf("signal-with-start: %w", temporalx.ErrJobWorkflowClosed)}}
+	a := activities.NewScheduler(activities.Deps{Store: st, Temporal: sig, JobStarter: starter})
+	in := &activities.SignalPlacementsInput{CycleID: "c1", Placements: ps}
+	res, err := a.SignalPlacements(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Signalled != 2 || res.Started != 1 || len(res.Released) != 2 {
+		t.Fatalf("result %+v, want 2 signalled of which 1 started, 2 released", res)
+	}
+	got, ok := starter.started[absent.JobID]
+	if !ok || got.AllocationID != absent.AllocationID || got.CycleID != "c1" || got.Node != absent.Node || len(starter.started) != 1 {
+		t.Fatalf("started %+v, want only %s with its placement", starter.started, absent.JobID)
+	}
+	if at := starter.attrs[absent.JobID]; at.Queue != "train" || at.Pool != testPool || at.State != string(vocab.JobPlaced) || at.Tier != "standard" {
+		t.Fatalf("start attributes %+v, want the stored job's", at)
+	}
+	if !slices.Equal(sig.placed[temporalx.JobWorkflowID(signalled.JobID)], []string{signalled.AllocationID}) {
+		t.Fatalf("the running workflow got %v", sig.placed)
+	}
+	if res.Released[0].JobID != closed.JobID || !strings.Contains(res.Released[0].Error, "closed") || res.Released[1].JobID != cancelled.JobID {
+		t.Fatalf("released %+v, want the closed job's (named closed) and the cancelled one's", res.Released)
+	}
+	for id, want := range map[string]vocab.JobState{absent.JobID: vocab.JobPlaced, closed.JobID: vocab.JobWaiting, cancelled.JobID: vocab.JobCancelled} {
+		if j, err := st.GetJob(context.Background(), id); err != nil || j.State != want {
+			t.Fatalf("%s stored %v (%v), want %s", id, j, err, want)
+		}
+	}
+	// A retry sends the absent job's placement by signal-with-start again
+	// (the fake keeps its signal failing NotFound; a real workflow would take
+	// it as a repeated `placed`); nothing is released twice.
+	if res, err := a.SignalPlacements(context.Background(), in); err != nil || res.Started != 1 || len(res.Released) != 2 {
+		t.Fatalf("retried: %+v, %v", res, err)
+	}
+	starter.fail[absent.JobID] = serviceerror.NewUnavailable("frontend restarting")
+	if _, err := a.SignalPlacements(context.Background(), in); err == nil || isNonRetryable(err, activities.ErrTypeInvalidInput) {
+		t.Fatalf("unavailable starter: %v, want a retryable error", err)
+	}
+	if j, err := st.GetJob(context.Background(), absent.JobID); err != nil || j.State != vocab.JobPlaced {
+		t.Fatalf("after a failed start the job is %v (%v), want still placed", j, err)
+	}
+}
+
 // A cycle sends at most MaxReasonSignals wait-reason signals; the changes
 // beyond it are sent by the next cycles, each once.
 func TestRunCycleDefersReasonSignalsBeyondTheBound(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
@@ -48,8 +49,12 @@ const DefaultMaxReasonSignals = 256
 // previous cycle, or this process restarted.
 type Scheduler struct {
 	Store    Store
-	Temporal Signaler     // nil: wait-reason signals are not sent
-	Policy   PolicySource // nil: scheduling.DefaultPolicy
+	Temporal Signaler // nil: wait-reason signals are not sent
+	// JobStarter starts, with its `placed` signal, the workflow of a placed
+	// job that has none yet (SignalPlacements); nil: such placements are
+	// released.
+	JobStarter JobSignalStarter
+	Policy     PolicySource // nil: scheduling.DefaultPolicy
 	// Governance gives the policy in force (a policy.Watcher's Current);
 	// its protection windows go into every cycle's snapshot and its project
 	// weights set the snapshot's fair shares. nil: neither applies.
@@ -99,8 +104,8 @@ type signalledReasons struct {
 
 // NewScheduler returns the scheduler activities on d's dependencies.
 func NewScheduler(d Deps) *Scheduler {
-	return &Scheduler{Store: d.Store, Temporal: d.Temporal, Policy: d.Policy, Now: d.Now, Governance: d.Governance,
-		CycleIntervalSeconds: d.CycleIntervalSeconds}
+	return &Scheduler{Store: d.Store, Temporal: d.Temporal, JobStarter: d.JobStarter, Policy: d.Policy, Now: d.Now,
+		Governance: d.Governance, CycleIntervalSeconds: d.CycleIntervalSeconds}
 }
 
 // RunCycleInput identifies one scheduling cycle.
@@ -391,10 +396,11 @@ type SignalPlacementsInput struct {
 }
 
 // ReleasedPlacement is a placement whose job workflow could not be told —
-// closed or absent (NotFound: most often a job whose workflow the background
-// starter has not started yet), or the server refused the signal for good —
-// and which SignalPlacements released back to waiting (outcome requeued):
-// the next cycle places the job again once its workflow runs.
+// closed, absent and not startable (no JobStarter, or the job no longer
+// placed, or its cancel requested, in the store), or the server refused the
+// signal for good — and which SignalPlacements released back to waiting
+// (outcome requeued; cancelled when a cancel was requested): the next cycle
+// places the job again.
 type ReleasedPlacement struct {
 	JobID        string
 	AllocationID string
@@ -404,7 +410,12 @@ type ReleasedPlacement struct {
 // SignalPlacementsResult is what SignalPlacements did.
 type SignalPlacementsResult struct {
 	Signalled int // placements whose workflow took the signal
-	Released  []ReleasedPlacement
+	// Started counts those of Signalled whose workflow was absent when
+	// signalled and was started with the signal (Scheduler.JobStarter's
+	// signal-with-start) — or had been started meanwhile by the background
+	// starter or the reconciler, which the answer does not tell apart.
+	Started  int
+	Released []ReleasedPlacement
 }
 
 // SignalPlacements sends `placed` (temporalx.PlacedSignal) to each placed
@@ -414,18 +425,28 @@ type SignalPlacementsResult struct {
 // in the scheduler's history and a round of its workflow tasks per signal
 // (docs/design.md §3 step 2 "Wait", §8 "Sustained load"). A job workflow
 // takes a repeated `placed` for the allocation it holds as a no-op, so the
-// activity's retry may signal again what its first attempt signalled. The
-// placements whose workflow is closed or absent, or refused the signal for
-// good (InvalidArgument, FailedPrecondition, …), it releases back to waiting
-// in the store (store.ReleasePlacement, idempotent), here rather than one
+// activity's retry may signal again what its first attempt signalled. A
+// signal answered NotFound — the workflow is absent or closed — is sent
+// again by signal-with-start (JobStarter) when the store still has the job
+// placed without a cancel requested: a workflow never started (under a
+// backlog, the jobs first in priority order whose workflow the background
+// starter or the reconciler has not reached yet) is started with its
+// placement, where releasing it had the next cycle choose the same jobs
+// again (docs/design.md §8 "Bursts and backlogs"); a closed one is not
+// started again (its ID-reuse policy rejects the start). The placements
+// whose workflow is closed, or absent and not started so, or refused the
+// signal for good (InvalidArgument, FailedPrecondition, …), it releases back
+// to waiting in the store (store.ReleasePlacement, idempotent), here rather than one
 // ReleasePlacement activity each in the scheduler workflow: under load,
-// hundreds of a cycle's placements can belong to jobs whose workflow the
-// background starter has not started yet, and releasing them one activity
-// after another held the shard's next cycle for a minute. An error the server
+// hundreds of a cycle's placements belonged to jobs whose workflow the
+// background starter had not started yet, and, before they were started so,
+// releasing them one activity after another held the shard's next cycle for
+// a minute. An error the server
 // may get over (unavailable, deadline, resource exhausted, an internal error,
-// this activity's context) or a failed release fails the activity after every
-// signal was tried, for Temporal to retry. Without a Temporal client it fails,
-// not retryable.
+// this activity's context), a failed read of the job or a failed release
+// fails the activity after every signal was tried, for Temporal to retry.
+// Without a Temporal client it fails, not retryable. When it started or
+// released any, it logs the counts.
 func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsInput) (*SignalPlacementsResult, error) {
 	if in == nil || in.CycleID == "" {
 		return nil, invalidInput("signal placements: cycle ID is required")
@@ -439,15 +460,33 @@ func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsIn
 	var retry error
 	a.eachBounded(len(in.Placements), func(i int) {
 		p := in.Placements[i]
-		err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced,
-			temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: in.CycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs})
-		if err != nil && !signalMayRecover(ctx, err) {
+		sig := temporalx.PlacedSignal{AllocationID: p.AllocationID, CycleID: in.CycleID, Pool: p.Pool, Node: p.Node, GPUs: p.GPUs}
+		err := a.Temporal.SignalWorkflow(ctx, temporalx.JobWorkflowID(p.JobID), "", temporalx.SignalPlaced, sig)
+		started := false
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			var startErr error
+			started, startErr = a.startUnsignalled(ctx, p, sig)
+			switch {
+			case started:
+				err = nil
+			case startErr != nil:
+				// A closed workflow (temporalx.ErrJobWorkflowClosed) is
+				// released below with this reason; a failed read of the job
+				// is retried; the server's answer as for the signal.
+				err = startErr
+			}
+		}
+		if err != nil && !signalMayRecover(ctx, err) && !errors.Is(err, errStoreRead) {
 			err = a.releaseUnsignalled(ctx, p, err, &mu, res)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err == nil:
+			if started {
+				res.Started++
+			}
 		case retry == nil:
 			retry = fmt.Errorf("signal placements of cycle %s: job %s: %w", in.CycleID, p.JobID, err)
 		}
@@ -457,7 +496,44 @@ func (a *Scheduler) SignalPlacements(ctx context.Context, in *SignalPlacementsIn
 	}
 	res.Signalled = len(in.Placements) - len(res.Released)
 	slices.SortFunc(res.Released, func(x, y ReleasedPlacement) int { return strings.Compare(x.JobID, y.JobID) })
+	if (res.Started > 0 || len(res.Released) > 0) && activity.IsActivity(ctx) {
+		activity.GetLogger(ctx).Info("placements signalled", "cycle", in.CycleID, "signalled", res.Signalled,
+			"started", res.Started, "released", len(res.Released))
+	}
 	return res, nil
+}
+
+// errStoreRead marks startUnsignalled's failure to read the job: the
+// activity is retried, the placement not released.
+var errStoreRead = errors.New("read the placed job")
+
+// startUnsignalled sends placement p's `placed` signal sig by
+// signal-with-start (JobStarter), after the plain signal found no workflow
+// (NotFound), when the store still has the job placed and no cancel
+// requested: a workflow never started is started with it, with the
+// attributes of every start of the job's workflow (store.Job.WorkflowAttributes).
+// It reports whether the signal was delivered so. false with a nil error
+// means the job is not to be started (no JobStarter, the job is no longer
+// placed — a cancel, a release — or its cancel was requested, which a
+// workflow started now would not see): the caller releases the placement. A
+// closed workflow is an error matching temporalx.ErrJobWorkflowClosed; a
+// failed read of the job one matching errStoreRead; the rest are the
+// starter's.
+func (a *Scheduler) startUnsignalled(ctx context.Context, p PlacedJob, sig temporalx.PlacedSignal) (bool, error) {
+	if a.JobStarter == nil {
+		return false, nil
+	}
+	job, err := a.Store.GetJob(ctx, p.JobID)
+	if err != nil {
+		return false, fmt.Errorf("%w %s: %w", errStoreRead, p.JobID, err)
+	}
+	if job.State != vocab.JobPlaced || job.CancelRequested {
+		return false, nil
+	}
+	if err := a.JobStarter.SignalWithStartJob(ctx, p.JobID, job.WorkflowAttributes(), temporalx.SignalPlaced, sig); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // releaseUnsignalled releases placement p, whose signal failed for good with

@@ -83,12 +83,12 @@ func (s *Server) submitJob(c *gin.Context) {
 // the job's workflow and returns the status and body to answer with.
 func (s *Server) startJobWorkflow(c *gin.Context, job *store.Job, created bool) (int, Job) {
 	out := jobFromStore(job, nil)
-	if created && s.startQueue != nil && s.startQueue.Offer(job.ID, jobAttributes(job)) {
+	if created && s.startQueue != nil && s.startQueue.Offer(job.ID, job.WorkflowAttributes()) {
 		return http.StatusCreated, out
 	}
 	wctx, cancel := s.workflowCtx(c)
 	defer cancel()
-	attrs := jobAttributes(job)
+	attrs := job.WorkflowAttributes()
 	if err := s.workflows.StartJob(wctx, job.ID, attrs); err != nil {
 		s.log.Warn("api: job stored, workflow start deferred to the reconciler", "job", job.ID, "err", err)
 		out.Note = noteStartDeferred

@@ -30,7 +30,7 @@ func (p PendingJobs) EachPendingJob(ctx context.Context, fn func(jobID string, a
 				return err
 			}
 			for i := range jobs {
-				fn(jobs[i].ID, jobAttributes(&jobs[i]))
+				fn(jobs[i].ID, jobs[i].WorkflowAttributes())
 			}
 			if next == "" {
 				break

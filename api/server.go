@@ -76,12 +76,6 @@ func (s pgStore) Ping(ctx context.Context) error { return s.Pool().Ping(ctx) }
 // StoreFrom returns s as the API's Store.
 func StoreFrom(s *store.Store) Store { return pgStore{s} }
 
-// jobAttributes returns what StartJob needs to know of a stored job.
-func jobAttributes(j *store.Job) temporalx.JobAttributes {
-	return temporalx.JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State),
-		Process: len(j.Command) > 0}
-}
-
 // Workflows is what the API asks of Temporal. The serve command passes
 // workflows.Client; the interface keeps the Temporal client out of handlers.
 type Workflows interface {

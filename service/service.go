@@ -269,7 +269,7 @@ func (s *Service) StartWorkers() error {
 	}
 	worker.SetStickyWorkflowCacheSize(s.cfg.WorkflowCacheSize) // before any worker of the process starts
 	deps := activities.Deps{
-		Store: s.instr, Temporal: s.temporal, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
+		Store: s.instr, Temporal: s.temporal, JobStarter: s.workflows, Policy: s.schedulingPolicy, Governance: s.currentPolicy,
 		Progress: activities.TemporalRunProgress{Client: s.temporal}, Metrics: s.govMetrics,
 		CycleIntervalSeconds: s.schedulerInput().CycleIntervalSeconds, ShardOf: s.shardOf,
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpugov/gpugov/internal/scheduling"
+	"github.com/gpugov/gpugov/internal/temporalx"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -74,6 +75,17 @@ type Job struct {
 	StartedAt *time.Time
 	// EndedAt is when the job reached a final state; nil until then.
 	EndedAt *time.Time
+}
+
+// WorkflowAttributes returns what the job's JobWorkflow is started with
+// besides its ID (workflows.Client.StartJob and SignalWithStartJob): its
+// queue, tier, pool and state as the search attributes' values, and whether
+// it has a command (a node agent runs it). Every start of a job's workflow —
+// a submission's, the reconciler's, a placement's signal-with-start
+// (docs/design.md §3 step 2 "Wait") — takes them from here.
+func (j *Job) WorkflowAttributes() temporalx.JobAttributes {
+	return temporalx.JobAttributes{Queue: j.Queue, Tier: j.Tier.String(), Pool: j.Request.Pool, State: string(j.State),
+		Process: len(j.Command) > 0}
 }
 
 // Explanation is what the last scheduling cycle said about a job: its rank,

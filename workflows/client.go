@@ -89,13 +89,55 @@ func NewClient(c client.Client, o ClientOptions) *Client {
 }
 
 // StartJob starts JobWorkflow with JobStartOptions (ID "job/<id>") and the
-// JobInput template, on the node agent's executor when attrs.Process. It is
-// idempotent: a running workflow with that ID is reused and a closed one is
-// never started again (its "already started" answer counts as success), so a
-// retried submit, or the reconciler, may call it any number of times. It
+// JobInput template, on the node agent's executor when attrs.Process
+// (jobStart). It is idempotent: a running workflow with that ID is reused
+// and a closed one is never started again (its "already started" answer
+// counts as success), so a retried submit, the reconciler, or a start racing
+// with a placement's SignalWithStartJob may call it any number of times. It
 // returns the client's error when the server refuses otherwise. A start
 // Temporal accepted is recorded in t's Ledger.
 func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes) error {
+	opts, in := t.jobStart(jobID, attrs)
+	_, err := t.client.ExecuteWorkflow(ctx, opts, JobWorkflowName, in)
+	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		return fmt.Errorf("start %s: %w", opts.ID, err)
+	}
+	t.ledger.Confirm(jobID)
+	return nil
+}
+
+// SignalWithStartJob sends signal with arg to the job's JobWorkflow,
+// starting the workflow first, with the options and input StartJob uses
+// (jobStart), when it was never started: SignalPlacements so hands a
+// placement to a job whose workflow the background starter or reconciler has
+// not started yet, instead of releasing it (docs/design.md §3 step 2
+// "Wait"). A running workflow is only signalled (conflict policy
+// use-existing), so a StartJob racing with it starts no second one. A
+// workflow that has closed is not started again (reuse policy reject
+// duplicate): that is an error matching temporalx.ErrJobWorkflowClosed. Other
+// refusals are the client's error. A workflow started or found running is
+// recorded in t's Ledger, as by StartJob.
+func (t *Client) SignalWithStartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes, signal string, arg any) error {
+	opts, in := t.jobStart(jobID, attrs)
+	_, err := t.client.SignalWithStartWorkflow(ctx, opts.ID, signal, arg, opts, JobWorkflowName, in)
+	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		t.ledger.Confirm(jobID) // it exists, closed: no start needed
+		return fmt.Errorf("signal-with-start %s to %s: %w (%w)", signal, opts.ID, temporalx.ErrJobWorkflowClosed, err)
+	}
+	if err != nil {
+		return fmt.Errorf("signal-with-start %s to %s: %w", signal, opts.ID, err)
+	}
+	t.ledger.Confirm(jobID)
+	return nil
+}
+
+// jobStart returns the options and input of every start of job jobID's
+// JobWorkflow: JobStartOptions, with the GpugovQueue, GpugovTier, GpugovPool
+// and GpugovJobState search attributes of attrs when
+// ClientOptions.SearchAttributes, and the JobInput template with the job's
+// ID, its pool's scheduler (ClientOptions.ShardOf) and the node executor
+// when attrs.Process.
+func (t *Client) jobStart(jobID string, attrs temporalx.JobAttributes) (client.StartWorkflowOptions, *JobInput) {
 	opts := JobStartOptions(jobID)
 	if t.opts.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
@@ -117,12 +159,7 @@ func (t *Client) StartJob(ctx context.Context, jobID string, attrs temporalx.Job
 	if attrs.Process {
 		in.Executor = ExecutorNode
 	}
-	_, err := t.client.ExecuteWorkflow(ctx, opts, JobWorkflowName, &in)
-	if err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		return fmt.Errorf("start %s: %w", opts.ID, err)
-	}
-	t.ledger.Confirm(jobID)
-	return nil
+	return opts, &in
 }
 
 // Ledger is the StartLedger of the jobs whose StartJob Temporal accepted

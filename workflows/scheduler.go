@@ -87,9 +87,9 @@ type SchedulerStatus struct {
 // cycle interval; woken by a signal, it waits CoalesceMillis for the rest of a
 // burst; it then takes every signal queued (one cycle serves them all), runs
 // the RunCycle activity, and signals `placed` to each placed job's workflow
-// (the SignalPlacements activity); a placement whose workflow cannot be
-// signalled (not started yet,
-// or closed) is released back to waiting; it starts a PreemptionWorkflow
+// (the SignalPlacements activity, which starts the workflow of a job that has
+// none yet with its signal); a placement whose workflow cannot be signalled
+// (closed) is released back to waiting; it starts a PreemptionWorkflow
 // for each preemption the cycle opened. After IterationsPerRun cycles, or
 // when the history grows long, it continues as new, carrying a pending wake-up
 // and the cycle to retry. It returns only on cancellation or a non-retryable

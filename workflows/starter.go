@@ -15,8 +15,9 @@ const (
 	// Temporal RPC, of a few milliseconds on an idle server but of 100 ms and
 	// more on a busy one: with four, 50 submissions/s under the sustained-load
 	// test left hundreds of committed jobs without a workflow when a cycle
-	// placed them (their placement is then released, docs/design.md §8
-	// "Sustained load"); sixteen keep up at 160/s with 100 ms starts.
+	// placed them (their placement was then released; now SignalPlacements
+	// starts such a workflow with its placement, docs/design.md §3 step 2
+	// "Wait"); sixteen keep up at 160/s with 100 ms starts.
 	DefaultStartWorkers = 16
 	// DefaultStartQueue is how many committed submissions may wait for their
 	// workflow start before a submission starts its own in the request.

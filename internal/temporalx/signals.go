@@ -1,6 +1,8 @@
 package temporalx
 
 import (
+	"errors"
+
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -14,6 +16,12 @@ func SchedulerWorkflowID(shard string) string { return "scheduler/" + shard }
 
 // JobWorkflowID returns the workflow ID of a job: "job/<id>".
 func JobWorkflowID(jobID string) string { return "job/" + jobID }
+
+// ErrJobWorkflowClosed is the error of a signal-with-start of a job's
+// workflow (workflows.Client.SignalWithStartJob) whose workflow has already
+// closed: its ID-reuse policy (reject duplicate) never starts it again, so
+// the signal reached no one.
+var ErrJobWorkflowClosed = errors.New("the job workflow has closed and is not started again")
 
 // Signal names. The scheduler's wake-up signals may arrive in bursts; it
 // coalesces them into one scheduling cycle.
