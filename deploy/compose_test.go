@@ -155,6 +155,50 @@ func TestComposeAddressesPointAtServices(t *testing.T) {
 	}
 }
 
+// TestComposeRunsTwoReplicas: the stack has the production topology of
+// several gpugov replicas (docs/design.md §8 "Several replicas"): gpugov-2
+// runs the same serve command, image and environment as gpugov against the
+// same PostgreSQL and Temporal, publishes its API on a host port of its
+// own, and Prometheus scrapes both.
+func TestComposeRunsTwoReplicas(t *testing.T) {
+	f := loadCompose(t)
+	one, two := f.Services["gpugov"], f.Services["gpugov-2"]
+	if two.Build == nil || one.Build == nil || *two.Build != *one.Build {
+		t.Errorf("gpugov-2 build %+v, want gpugov's %+v", two.Build, one.Build)
+	}
+	if !slices.Equal(one.Command, two.Command) || len(two.Command) == 0 || two.Command[0] != "serve" {
+		t.Errorf("gpugov-2 command %q, want gpugov's %q (serve)", two.Command, one.Command)
+	}
+	if len(one.Environment) == 0 || len(one.Environment) != len(two.Environment) {
+		t.Errorf("gpugov-2 environment %v, want gpugov's %v", two.Environment, one.Environment)
+	}
+	for k, v := range one.Environment {
+		if two.Environment[k] != v {
+			t.Errorf("gpugov-2 %s = %q, want gpugov's %q", k, two.Environment[k], v)
+		}
+	}
+	if !slices.Equal(one.Volumes, two.Volumes) {
+		t.Errorf("gpugov-2 volumes %q, want gpugov's %q", two.Volumes, one.Volumes)
+	}
+	hostPort := func(s composeService) string {
+		if len(s.Ports) != 1 {
+			return ""
+		}
+		return strings.SplitN(s.Ports[0], ":", 2)[0]
+	}
+	if h1, h2 := hostPort(one), hostPort(two); h1 == "" || h2 == "" || h1 == h2 {
+		t.Errorf("gpugov publishes %q and gpugov-2 %q: want one host port each, different", one.Ports, two.Ports)
+	}
+	prom, err := os.ReadFile("prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiPort := one.Environment["GPUGOV_API_ADDR"][strings.LastIndex(one.Environment["GPUGOV_API_ADDR"], ":")+1:]
+	if !strings.Contains(string(prom), "gpugov-2:"+apiPort) {
+		t.Errorf("prometheus does not scrape gpugov-2:%s", apiPort)
+	}
+}
+
 // publishes reports whether s publishes containerPort on the host.
 func publishes(s composeService, containerPort string) bool {
 	for _, p := range s.Ports {
