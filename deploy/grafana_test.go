@@ -159,7 +159,7 @@ func TestDashboardHasQueuePanels(t *testing.T) {
 		"histogram_quantile(0.95, sum by (le, queue, tier) (rate(gpugov_job_wait_seconds_bucket",
 		"histogram_quantile(0.99, sum by (le, queue, tier) (rate(gpugov_job_wait_seconds_bucket",
 		"gpugov_queue_longest_wait_seconds", "gpugov_queue_starving_jobs",
-		"sum by (reason) (gpugov_waiting_jobs", "rate(gpugov_wait_reason_transitions_total",
+		"sum by (reason) (max by (queue, reason) (gpugov_waiting_jobs", "rate(gpugov_wait_reason_transitions_total",
 		"gpugov_scheduling_cycle_duration_seconds_bucket", "rate(gpugov_placements_total",
 	} {
 		if !strings.Contains(joined, want) {

@@ -49,6 +49,11 @@ const (
 	// DefaultReportInterval is how often the queue gauges (longest wait,
 	// starving jobs) are recomputed from the queue service report.
 	DefaultReportInterval = 5 * time.Minute
+	// DefaultWaitingGaugeInterval is how often every replica reads the
+	// gpugov_waiting_jobs gauge from the database besides after each cycle it
+	// applies: 15 s, Prometheus' usual scrape interval (deploy/prometheus),
+	// so that a replica that ran no recent cycle is at most one scrape behind.
+	DefaultWaitingGaugeInterval = 15 * time.Second
 	// DefaultDrillInterval is how often the governance loop's drill pass
 	// runs (automatic drills of trial pools, drill workflows started again).
 	DefaultDrillInterval = 30 * time.Second
@@ -151,6 +156,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReportInterval is the queue gauges' period; 0 means DefaultReportInterval.
 	ReportInterval time.Duration
+	// WaitingGaugeInterval is the waiting-jobs gauge's period besides the
+	// cycles; 0 means DefaultWaitingGaugeInterval.
+	WaitingGaugeInterval time.Duration
 	// DrillInterval is the period of the governance loop's drill pass
 	// (docs/design.md §5 "Resume drills"); 0 means DefaultDrillInterval.
 	DrillInterval time.Duration
@@ -215,6 +223,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = DefaultReportInterval
+	}
+	if c.WaitingGaugeInterval <= 0 {
+		c.WaitingGaugeInterval = DefaultWaitingGaugeInterval
 	}
 	if c.DrillInterval <= 0 {
 		c.DrillInterval = DefaultDrillInterval

@@ -46,6 +46,27 @@ func (s *Service) startNotificationDispatch(ctx context.Context) error {
 	return nil
 }
 
+// waitingLoop sets the gpugov_waiting_jobs gauge from the database at once,
+// after every cycle this process applies, and every WaitingGaugeInterval
+// (the cycles other replicas ran) until ctx ends; a failure is logged and
+// retried at the next pass.
+func (s *Service) waitingLoop(ctx context.Context) {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.WaitingGaugeInterval)
+	defer t.Stop()
+	for {
+		if err := s.instr.refreshWaiting(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("waiting jobs gauge not updated", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.instr.waitingStale:
+		}
+	}
+}
+
 // reportLoop updates the queue gauges and the pool readiness gauges at
 // once and then every ReportInterval until ctx ends; failures are logged
 // and retried at the next pass.

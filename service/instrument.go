@@ -38,6 +38,10 @@ type instrumentedStore struct {
 	afterCommit func(context.Context, *store.CycleOutcome) error
 	log         *slog.Logger
 
+	// waitingStale has a value when a cycle this process applied may have
+	// changed the waiting counts (waitingLoop then refreshes them at once).
+	waitingStale chan struct{}
+
 	mu       sync.Mutex
 	cycles   map[string]cycleMark // by shard
 	recorded map[string]bool      // run IDs whose wait was recorded
@@ -61,7 +65,25 @@ type jobLabels struct {
 
 func newInstrumentedStore(st *store.Store, m *telemetry.Metrics, afterCommit func(context.Context, *store.CycleOutcome) error,
 	log *slog.Logger) *instrumentedStore {
-	return &instrumentedStore{Store: st, metrics: m, afterCommit: afterCommit, log: log, recorded: map[string]bool{}}
+	return &instrumentedStore{Store: st, metrics: m, afterCommit: afterCommit, log: log, recorded: map[string]bool{},
+		waitingStale: make(chan struct{}, 1)}
+}
+
+// refreshWaiting sets the gpugov_waiting_jobs gauge from the database
+// (store.WaitingCounts: every shard's pending jobs by queue and stored
+// reason), so that every replica reports the same counts. It returns the
+// store's error.
+func (s *instrumentedStore) refreshWaiting(ctx context.Context) error {
+	counts, err := s.Store.WaitingCounts(ctx)
+	if err != nil {
+		return err
+	}
+	waiting := make(map[telemetry.WaitingKey]int64, len(counts))
+	for _, c := range counts {
+		waiting[telemetry.WaitingKey{Queue: c.Queue, Reason: string(c.Reason)}] = c.Jobs
+	}
+	s.metrics.SetWaiting(waiting)
+	return nil
 }
 
 // LoadSnapshot is LoadShardSnapshot of every pool (shard ""), instrumented
@@ -116,8 +138,10 @@ func (s *instrumentedStore) ApplyShardCycle(ctx context.Context, shard, cycleID 
 	return out, nil
 }
 
-// recordCycle records a freshly applied cycle's duration, placements and
-// waiting counts.
+// recordCycle records a freshly applied cycle's duration and placements,
+// and marks the waiting counts stale for waitingLoop to read them again
+// from the database (a count of this cycle's plan alone would hold one
+// shard's jobs, and only on the replica that ran it).
 func (s *instrumentedStore) recordCycle(ctx context.Context, shard string, out *store.CycleOutcome, res *scheduling.Result) {
 	s.mu.Lock()
 	start, labels := s.cycles[shard].start, s.cycles[shard].labels
@@ -128,11 +152,10 @@ func (s *instrumentedStore) recordCycle(ctx context.Context, shard string, out *
 	for _, p := range out.Placed {
 		s.metrics.RecordPlacement(ctx, p.Pool, labels[p.JobID].tier)
 	}
-	waiting := make(map[telemetry.WaitingKey]int64)
-	for _, w := range res.Waiting {
-		waiting[telemetry.WaitingKey{Queue: labels[w.JobID].queue, Reason: string(w.Reason)}]++
+	select {
+	case s.waitingStale <- struct{}{}:
+	default: // a refresh is already due
 	}
-	s.metrics.SetWaiting(waiting)
 	s.metrics.AddWaitTransitions(ctx, waitTransitions(out))
 }
 

@@ -92,8 +92,30 @@ func TestInstrumentedStore(t *testing.T) {
 	if v := metricValue(t, tel, placements); v != 2 {
 		t.Errorf("placements = %v, want 2", v)
 	}
+	select {
+	case <-is.waitingStale:
+	default:
+		t.Error("the applied cycle did not mark the waiting gauge stale")
+	}
+	if err := is.refreshWaiting(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if v := metricValue(t, tel, `gpugov_waiting_jobs\{.*queue="standard",reason="no_matching_capacity"\}`); v != 1 {
 		t.Errorf("waiting gauge = %v, want the 4-GPU job waiting for no_matching_capacity", v)
+	}
+	// Another replica, which ran no cycle, reports the same counts: they
+	// come from the database, not from the cycles a process ran.
+	otherTel, err := telemetry.Setup(ctx, "test-replica-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherTel.Shutdown(ctx)
+	other := newInstrumentedStore(st, otherTel.Metrics, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := other.refreshWaiting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, otherTel, `gpugov_waiting_jobs\{.*queue="standard",reason="no_matching_capacity"\}`); v != 1 {
+		t.Errorf("the other replica's waiting gauge = %v, want 1 like the replica that ran the cycle", v)
 	}
 	if v := metricValue(t, tel, `gpugov_scheduling_cycle_duration_seconds_count\{.*\}`); v != 1 {
 		t.Errorf("cycles recorded = %v, want 1", v)

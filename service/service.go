@@ -169,14 +169,15 @@ func (s *Service) start(ctx context.Context) error {
 }
 
 // startLoops starts the background loops on a context that Close cancels:
-// the reconciler, the queue gauges, the gpu_samples retention, the drill
+// the reconciler, the queue gauges, the waiting-jobs gauge, the gpu_samples retention, the drill
 // pass and, with a policy file, its watcher.
 func (s *Service) startLoops(ctx context.Context) {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopLoops = cancel
-	s.loops.Add(4)
+	s.loops.Add(5)
 	go s.reconcileLoop(loopCtx)
 	go s.reportLoop(loopCtx)
+	go s.waitingLoop(loopCtx)
 	go s.retentionLoop(loopCtx)
 	go s.drillLoop(loopCtx)
 	if w := s.policy; w != nil {

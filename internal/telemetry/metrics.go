@@ -62,7 +62,7 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		return nil, fmt.Errorf("telemetry: placements counter: %w", err)
 	}
 	m.waitingG, err = meter.Int64ObservableGauge("gpugov_waiting_jobs",
-		metric.WithDescription("Jobs waiting at the end of the last scheduling cycle, by queue and wait reason"))
+		metric.WithDescription("Pending jobs of every shard by queue and stored wait reason (not_yet_evaluated before their first cycle), read from the database"))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: waiting gauge: %w", err)
 	}
@@ -75,7 +75,7 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	return m, nil
 }
 
-// observeWaiting reports the counts of the last cycle, in a stable order.
+// observeWaiting reports the counts SetWaiting set last, in a stable order.
 func (m *Metrics) observeWaiting(_ context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -96,8 +96,9 @@ func (m *Metrics) observeWaiting(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
-// SetWaiting replaces the waiting-jobs counts with those of the latest cycle;
-// series absent from counts drop to zero by disappearing.
+// SetWaiting replaces the waiting-jobs counts (serve: store.WaitingCounts,
+// after each cycle and on a period); series absent from counts drop to zero
+// by disappearing.
 func (m *Metrics) SetWaiting(counts map[WaitingKey]int64) {
 	if m == nil {
 		return
