@@ -1139,6 +1139,18 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 			return nil, 0, fmt.Errorf("read pools: %w", err)
 		}
 	}
+	out := *res
+	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
+	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
+	dropped := len(res.Placements) + len(res.Preemptions) - len(out.Placements) - len(out.Preemptions)
+	// The default shard holding every known pool (the one scheduler, no
+	// `shards:`) keeps every wait status: a job's pool is either one of its
+	// pools or has no pools row. Then the waiting jobs' pools are not read,
+	// a read of every waiting job per cycle (docs/design.md §8, "The whole
+	// cycle at scale").
+	if shard == DefaultShard && allKnownIn(known, pools) {
+		return &out, dropped, nil
+	}
 	ids := make([]string, len(res.Waiting))
 	for i, w := range res.Waiting {
 		ids[i] = w.JobID
@@ -1156,13 +1168,19 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 			return nil, 0, fmt.Errorf("pools of waiting jobs: %w", err)
 		}
 	}
-	out := *res
-	n := len(res.Placements) + len(res.Preemptions) + len(res.Waiting)
-	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
-	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
 	out.Waiting = slices.DeleteFunc(slices.Clone(res.Waiting), func(w scheduling.WaitStatus) bool {
 		pool := poolOf[w.JobID]
 		return !pools[pool] && !(shard == DefaultShard && !known[pool])
 	})
-	return &out, n - len(out.Placements) - len(out.Preemptions) - len(out.Waiting), nil
+	return &out, dropped + len(res.Waiting) - len(out.Waiting), nil
+}
+
+// allKnownIn reports whether every pool in known is in pools.
+func allKnownIn(known, pools map[string]bool) bool {
+	for name := range known {
+		if !pools[name] {
+			return false
+		}
+	}
+	return true
 }
