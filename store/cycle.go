@@ -60,7 +60,7 @@ type CycleOutcome struct {
 	StaleWaits int `json:"stale_waits"`
 	// ExplanationsKept counts waiting jobs whose stored explanation the
 	// cycle left as it was: same reason, same stable part and younger than
-	// ExplanationRefresh (their rows are not written).
+	// ExplanationRefreshInterval (their rows are not written).
 	ExplanationsKept int `json:"explanations_kept"`
 }
 
@@ -100,8 +100,9 @@ type StartedPreemption struct {
 //     stretch (aging_since to now) is added to AccruedAgingS;
 //   - each wait status updates the job's reason and explanation (which names
 //     the cycle, its instant, the next re-evaluation and the aging overtake)
-//     when what it says changed or the stored one is ExplanationRefresh old
-//     (otherwise the row is not written: CycleOutcome.ExplanationsKept),
+//     when what it says changed or the stored one is
+//     ExplanationRefreshInterval old (longer the deeper the job's rank;
+//     otherwise the row is not written: CycleOutcome.ExplanationsKept),
 //     and writes a wait-event transition only when the reason changed
 //     (accounting.WaitChanged); with the same reason the open event takes the
 //     new detail, re-evaluation condition and blocking job in place, keeping
@@ -582,7 +583,8 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 // The jobs update locks the rows it changes, and the events are written only
 // for rows it changed, so a job cancelled or placed concurrently gets no new
 // wait event. A job's row is rewritten only when what its explanation says
-// changed or the stored one is ExplanationRefreshFor old; with memo (the
+// changed or the stored one is ExplanationRefreshInterval old (by the
+// job's rank: deep jobs wait longer); with memo (the
 // stored wait state the cycle's snapshot read, pendingWaits) the jobs whose
 // explanation is current are not read either, so the cycle's cost follows
 // what changed, not the number of waiting jobs.
@@ -642,7 +644,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 			decide[w.JobID] = c.blocking != w.BlockingJobID // held back by another job now
 		}
 		digest := digests[w.JobID]
-		if !transition[w.JobID] && !refresh[w.JobID] && explanationCurrent(w.JobID, c.digest, c.explainedAt, digest, at) {
+		if !transition[w.JobID] && !refresh[w.JobID] && explanationCurrent(w.JobID, w.Rank, c.digest, c.explainedAt, digest, at) {
 			out.ExplanationsKept++
 			continue
 		}
@@ -756,19 +758,21 @@ func waitExplanation(cycleID string, at time.Time, w *scheduling.WaitStatus) Exp
 	return e
 }
 
-// ExplanationRefresh bounds how old a waiting job's stored explanation may
-// grow while what it says stays the same: a cycle rewrites it only when its
-// stable part (explanationDigest) changed or it is ExplanationRefreshFor
-// old (between half of this and this), so a
-// cycle's write cost follows what changed, not the number of waiting jobs
-// (issue "Beyond one machine", item 5; docs/design.md §1 "The why
-// record"). Its cycle_id, evaluated_at, rank and priority parts are then up
-// to this old; every cycle still evaluates every pending job, and a change
-// of reason, detail, re-evaluation condition or blocking job is written by
-// the cycle that sees it. 60 s: a `gpugov why` reader sees a rank and score
-// at most a minute old (Kueue refreshes its pending-workload positions on an
-// interval too), while with 10,000 waiting jobs and a cycle every 5 s a
-// cycle rewrites about a ninth of them (the intervals average 45 s)
+// ExplanationRefresh bounds how old the stored explanation of a waiting
+// job among the first ExplanationRefreshDepth of its pool may grow while
+// what it says stays the same: a cycle rewrites it only when its stable
+// part (explanationDigest) changed or it is ExplanationRefreshFor old
+// (between half of this and this; deeper jobs wait longer,
+// ExplanationRefreshInterval), so a cycle's write cost follows what
+// changed, not the number of waiting jobs (issue "Beyond one machine",
+// item 5; docs/design.md §1 "The why record"). Its cycle_id, evaluated_at,
+// rank and priority parts are then up to this old; every cycle still
+// evaluates every pending job, and a change of reason, detail,
+// re-evaluation condition or blocking job is written by the cycle that
+// sees it. 60 s: a `gpugov why` reader sees a rank and score at most a
+// minute old near the head (Kueue refreshes its pending-workload positions
+// on an interval too), while with 10,000 waiting jobs and a cycle every 5 s
+// a cycle rewrites about a ninth of the head's (the intervals average 45 s)
 // instead of all.
 const ExplanationRefresh = 60 * time.Second
 
@@ -858,18 +862,64 @@ func ExplanationRefreshFor(jobID string) time.Duration {
 	return half + time.Duration(uint64(h.Sum32())*uint64(half/time.Microsecond)>>32)*time.Microsecond
 }
 
+// ExplanationRefreshDepth is how many jobs at the head of each pool's
+// serving order (WaitStatus.Rank 1 to this) keep the full refresh,
+// ExplanationRefreshFor; a deeper job's unchanged explanation is rewritten
+// ExplanationRefreshInterval apart, less often the deeper it sits. The
+// head of the queue is where a rank, score and overtake instant matter to
+// a reader (the next jobs to run, and the ones to ask about), and a deep
+// job's moves little between cycles; Slurm likewise stops its main
+// scheduler at default_queue_depth and its backfill at bf_max_job_test, so
+// that deep jobs are not re-examined every pass (docs/design.md §1 "The why
+// record"). Unlike Slurm, every cycle still evaluates every pending job,
+// and a change of what the explanation says (its digest) is written by the
+// cycle that sees it at any depth: only the rewrite of an unchanged one
+// waits. 1,000: ten times Slurm's default_queue_depth default (100) and
+// twice its bf_max_job_test one (500), so every job those passes would look
+// at keeps the full refresh; beyond it the rewrites of unchanged rows no
+// longer grow with the queue's length (at 100,000 waiting and a cycle every
+// 5 s, about 1,300 a cycle instead of 11,000: docs/design.md §8, "The whole
+// cycle at scale").
+const ExplanationRefreshDepth = 1000
+
+// ExplanationRefreshMax bounds ExplanationRefreshInterval: the oldest an
+// unchanged explanation grows at any depth (the rank and score a `gpugov
+// why` shows of a job deep in a long queue). 10 minutes: the deepest jobs
+// are rewritten every 5–10 minutes (ExplanationRefreshFor × 10), a
+// fifteenth of the rate at the head.
+const ExplanationRefreshMax = 10 * time.Minute
+
+// ExplanationRefreshInterval is the age at which the unchanged explanation
+// of job jobID, at rank in its pool's serving order (WaitStatus.Rank;
+// below 1: unknown, taken as the head), is rewritten: ExplanationRefreshFor
+// (30–60 s, spread by a hash of the ID) within the first
+// ExplanationRefreshDepth ranks, and beyond them that times the rank's tier,
+// ⌈rank / ExplanationRefreshDepth⌉, at most ExplanationRefreshMax /
+// ExplanationRefresh (10) times: rank 1,500 waits 60–120 s, rank 10,000
+// and beyond 5–10 minutes, each still spread by its hash. The rank is the
+// current cycle's, so a job that moved up (the jobs ahead were placed)
+// comes due at its new depth's interval at once.
+func ExplanationRefreshInterval(jobID string, rank int) time.Duration {
+	d := ExplanationRefreshFor(jobID)
+	if rank <= ExplanationRefreshDepth {
+		return d
+	}
+	tier := (rank + ExplanationRefreshDepth - 1) / ExplanationRefreshDepth
+	return d * time.Duration(min(tier, int(ExplanationRefreshMax/ExplanationRefresh)))
+}
+
 // explanationCurrent reports whether job jobID's stored explanation with
 // digest stored, written at explainedAt, still says what digest says and is
-// younger than ExplanationRefreshFor(jobID) at at.
-func explanationCurrent(jobID string, stored []byte, explainedAt *time.Time, digest []byte, at time.Time) bool {
-	return explainedAt != nil && bytes.Equal(stored, digest) && at.Sub(*explainedAt) < ExplanationRefreshFor(jobID)
+// younger than ExplanationRefreshInterval(jobID, rank) at at.
+func explanationCurrent(jobID string, rank int, stored []byte, explainedAt *time.Time, digest []byte, at time.Time) bool {
+	return explainedAt != nil && bytes.Equal(stored, digest) && at.Sub(*explainedAt) < ExplanationRefreshInterval(jobID, rank)
 }
 
 // pendingWaits sorts out a cycle's wait statuses by what memo (the stored
 // wait state LoadSnapshot read; nil: none) shows of their jobs:
 //
 //   - a status whose job the snapshot saw with its digest, explained less
-//     than ExplanationRefreshFor ago, changes nothing: it is counted in
+//     than ExplanationRefreshInterval (by its rank) ago, changes nothing: it is counted in
 //     out.ExplanationsKept and dropped;
 //   - one whose job had its digest but an older explanation only needs its
 //     explanation rewritten: it is returned in due;
@@ -898,7 +948,7 @@ func pendingWaits(all []scheduling.WaitStatus, placed map[string]bool, memo map[
 		d, buf = explanationDigest(buf, w)
 		m, inMemo := memo[w.JobID]
 		sameDigest := inMemo && m.hasDigest && m.digest == [32]byte(d)
-		if sameDigest && m.current(w.JobID, d, at) {
+		if sameDigest && m.current(w.JobID, w.Rank, d, at) {
 			out.ExplanationsKept++
 			continue
 		}
@@ -1089,6 +1139,18 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 			return nil, 0, fmt.Errorf("read pools: %w", err)
 		}
 	}
+	out := *res
+	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
+	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
+	dropped := len(res.Placements) + len(res.Preemptions) - len(out.Placements) - len(out.Preemptions)
+	// The default shard holding every known pool (the one scheduler, no
+	// `shards:`) keeps every wait status: a job's pool is either one of its
+	// pools or has no pools row. Then the waiting jobs' pools are not read,
+	// a read of every waiting job per cycle (docs/design.md §8, "The whole
+	// cycle at scale").
+	if shard == DefaultShard && allKnownIn(known, pools) {
+		return &out, dropped, nil
+	}
 	ids := make([]string, len(res.Waiting))
 	for i, w := range res.Waiting {
 		ids[i] = w.JobID
@@ -1106,13 +1168,19 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 			return nil, 0, fmt.Errorf("pools of waiting jobs: %w", err)
 		}
 	}
-	out := *res
-	n := len(res.Placements) + len(res.Preemptions) + len(res.Waiting)
-	out.Placements = slices.DeleteFunc(slices.Clone(res.Placements), func(p scheduling.Placement) bool { return !pools[p.Pool] })
-	out.Preemptions = slices.DeleteFunc(slices.Clone(res.Preemptions), func(p scheduling.PreemptionProposal) bool { return !pools[p.Pool] })
 	out.Waiting = slices.DeleteFunc(slices.Clone(res.Waiting), func(w scheduling.WaitStatus) bool {
 		pool := poolOf[w.JobID]
 		return !pools[pool] && !(shard == DefaultShard && !known[pool])
 	})
-	return &out, n - len(out.Placements) - len(out.Preemptions) - len(out.Waiting), nil
+	return &out, dropped + len(res.Waiting) - len(out.Waiting), nil
+}
+
+// allKnownIn reports whether every pool in known is in pools.
+func allKnownIn(known, pools map[string]bool) bool {
+	for name := range known {
+		if !pools[name] {
+			return false
+		}
+	}
+	return true
 }

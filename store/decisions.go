@@ -60,7 +60,7 @@ var decisionRank = map[string]int{"preempt": 5, "would_preempt": 4, "conflict": 
 // LastDecision returns the last scheduling action for job (as GetJob
 // returned it), or nil when no cycle has decided about it. A cycle
 // rewrites a pending job's explanation with the cycle's ID and instant when
-// it changed or is ExplanationRefresh old, but records a wait decision only
+// it changed or is ExplanationRefreshInterval old, but records a wait decision only
 // when the reason or the blocking job changes;
 // so a job whose latest evaluation is newer than its latest decision was
 // left as it was, and its action comes from the explanation, since the

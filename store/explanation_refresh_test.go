@@ -191,3 +191,118 @@ func TestApplyCycleAfterSnapshot(t *testing.T) {
 		t.Fatalf("%d wait events, want 2 (one reason each throughout)", n)
 	}
 }
+
+// TestExplanationRefreshInterval checks the depth tiers of
+// store.ExplanationRefreshInterval: the first ExplanationRefreshDepth ranks
+// (and an unknown rank, 0) keep ExplanationRefreshFor; beyond them the
+// interval is that times ⌈rank / depth⌉, at most ExplanationRefreshMax,
+// and the deepest jobs' intervals still spread over most of
+// [ExplanationRefreshMax/2, ExplanationRefreshMax).
+func TestExplanationRefreshInterval(t *testing.T) {
+	t.Parallel()
+	depth := store.ExplanationRefreshDepth
+	for i := range 200 {
+		id := fmt.Sprintf("j-%d", i)
+		base := store.ExplanationRefreshFor(id)
+		for _, c := range []struct {
+			rank, times int
+		}{{0, 1}, {1, 1}, {depth, 1}, {depth + 1, 2}, {2 * depth, 2}, {2*depth + 1, 3}, {5 * depth, 5},
+			{9*depth + 1, 10}, {10 * depth, 10}, {10*depth + 1, 10}, {100 * depth, 10}} {
+			got := store.ExplanationRefreshInterval(id, c.rank)
+			if want := base * time.Duration(c.times); got != want {
+				t.Fatalf("%s at rank %d: %s, want %s (%d × %s)", id, c.rank, got, want, c.times, base)
+			}
+			if got > store.ExplanationRefreshMax {
+				t.Fatalf("%s at rank %d: %s, above ExplanationRefreshMax", id, c.rank, got)
+			}
+		}
+	}
+	lo, hi := store.ExplanationRefreshMax, time.Duration(0)
+	for i := range 1000 {
+		d := store.ExplanationRefreshInterval(fmt.Sprintf("j-%d", i), 100*depth)
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	half := store.ExplanationRefreshMax / 2
+	if lo < half || hi >= store.ExplanationRefreshMax || hi-lo < half*9/10 {
+		t.Fatalf("1,000 deep IDs spread over [%s, %s], want most of [%s, %s)", lo, hi, half, store.ExplanationRefreshMax)
+	}
+}
+
+// TestDeepWaitRefreshedLess checks the depth tiers in ApplyCycle, with and
+// without the snapshot's memo: once the head interval has passed, a job at
+// the head (rank 1) is rewritten while an unchanged job deep in the queue
+// (rank 5,001: six times the interval) is kept, and a deep job whose
+// detail changed is written at once; the deep unchanged job is rewritten
+// when its own interval has passed.
+func TestDeepWaitRefreshedLess(t *testing.T) {
+	t.Parallel()
+	for _, withSnapshot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("snapshot=%t", withSnapshot), func(t *testing.T) {
+			t.Parallel()
+			s, _ := newStore(t)
+			ctx := context.Background()
+			if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 4)}); err != nil {
+				t.Fatal(err)
+			}
+			head, deep, deepChanged := submit(t, s, "vision", "p", 8, 0), submit(t, s, "vision", "p", 8, 0),
+				submit(t, s, "vision", "p", 8, 0)
+			const deepRank = 5*store.ExplanationRefreshDepth + 1
+			at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+			apply := func(sec int, changedDetail string) *store.CycleOutcome {
+				t.Helper()
+				if withSnapshot {
+					if _, err := s.LoadSnapshot(ctx, at(sec)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w := func(id string, rank int, detail string) scheduling.WaitStatus {
+					return scheduling.WaitStatus{JobID: id, Reason: vocab.ReasonCapacityBusy, Detail: detail, Rank: rank,
+						Priority: scheduling.Priority{Score: float64(1000 + sec)}}
+				}
+				res := &scheduling.Result{Waiting: []scheduling.WaitStatus{w(head.ID, 1, "0 of 4 free"),
+					w(deep.ID, deepRank, "0 of 4 free"), w(deepChanged.ID, deepRank+1, changedDetail)}}
+				out, err := s.ApplyCycle(ctx, fmt.Sprintf("deep-%d", sec), res, at(sec))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			explainedAt := func(id string) time.Time {
+				t.Helper()
+				var ts time.Time
+				if err := s.Pool().QueryRow(ctx, `SELECT explained_at FROM jobs WHERE id = $1`, id).Scan(&ts); err != nil {
+					t.Fatal(err)
+				}
+				return ts.UTC()
+			}
+			if out := apply(0, "0 of 4 free"); out.WaitTransitions != 3 {
+				t.Fatalf("first cycle: %+v", out)
+			}
+			// The first cycle past the head's interval and every deep one's
+			// head interval, before the deep job's own.
+			sec := int(max(store.ExplanationRefreshFor(head.ID), store.ExplanationRefreshFor(deep.ID),
+				store.ExplanationRefreshFor(deepChanged.ID))/time.Second) + 1
+			if d := store.ExplanationRefreshInterval(deep.ID, deepRank); time.Duration(sec)*time.Second >= d {
+				t.Fatalf("deep interval %s, want above %d s", d, sec)
+			}
+			out := apply(sec, "0 of 4 free, 1 draining")
+			if out.ExplanationsKept != 1 || out.WaitRefreshes != 1 {
+				t.Fatalf("cycle at %d s: %+v, want the deep unchanged job kept and the deep changed one refreshed", sec, out)
+			}
+			if got := explainedAt(head.ID); !got.Equal(at(sec)) {
+				t.Fatalf("head job explained at %s, want rewritten at %s", got, at(sec))
+			}
+			if got := explainedAt(deep.ID); !got.Equal(at(0)) {
+				t.Fatalf("deep unchanged job explained at %s, want kept from %s", got, at(0))
+			}
+			if got := explainedAt(deepChanged.ID); !got.Equal(at(sec)) {
+				t.Fatalf("deep changed job explained at %s, want written at %s", got, at(sec))
+			}
+			due := int(store.ExplanationRefreshInterval(deep.ID, deepRank)/time.Second) + 1
+			apply(due, "0 of 4 free, 1 draining")
+			if got := explainedAt(deep.ID); !got.Equal(at(due)) {
+				t.Fatalf("deep unchanged job explained at %s, want rewritten at %s (its interval passed)", got, at(due))
+			}
+		})
+	}
+}

@@ -234,10 +234,11 @@ type storedWait struct {
 }
 
 // current reports whether the stored explanation says what digest says and
-// is younger than ExplanationRefreshFor(jobID) at at (explanationCurrent).
-func (m *storedWait) current(jobID string, digest []byte, at time.Time) bool {
+// is younger than ExplanationRefreshInterval(jobID, rank) at at
+// (explanationCurrent).
+func (m *storedWait) current(jobID string, rank int, digest []byte, at time.Time) bool {
 	return m.hasDigest && !m.explainedAt.IsZero() &&
-		explanationCurrent(jobID, m.digest[:], &m.explainedAt, digest, at)
+		explanationCurrent(jobID, rank, m.digest[:], &m.explainedAt, digest, at)
 }
 
 // waitMemo hands the stored wait state a shard's LoadShardSnapshot read to
