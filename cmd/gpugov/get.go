@@ -213,7 +213,7 @@ func describeRecovery(r api.Recovery) string {
 	if c := r.LastCheckpoint; c != nil {
 		s += fmt.Sprintf(", last checkpoint step %d at %s", c.Step, formatTime(c.At))
 	}
-	return s + fmt.Sprintf(", %d verified resume(s)", r.VerifiedResumes)
+	return s + ", " + plural(r.VerifiedResumes, "verified resume", "verified resumes")
 }
 
 // describePriority renders the score by parts, e.g. "20,450 = tier
