@@ -344,7 +344,12 @@ func (s *Server) holdJob(c *gin.Context) { s.setHold(c, true) }
 func (s *Server) releaseJob(c *gin.Context) { s.setHold(c, false) }
 
 // setHold holds or releases the :id job; the store audits it. The scheduler is
-// asked for a cycle so that the reason changes promptly.
+// asked for a cycle so that the reason changes promptly. A hold of a job
+// already held (or a release of one not held) is idempotent, as Slurm's
+// scontrol hold: 200 with the job and noteHoldUnchanged or
+// noteReleaseUnchanged, audited with changed=false, and no cycle asked. A
+// hold or release without a reason is allowed; its audit reason says none
+// was given (docs/design.md §1 "Hold and release").
 func (s *Server) setHold(c *gin.Context, held bool) {
 	req, ok := decodeAction(c)
 	if !ok {
@@ -356,12 +361,21 @@ func (s *Server) setHold(c *gin.Context, held bool) {
 	if !ok {
 		return
 	}
-	verb := "released"
+	verb, same := "released", noteReleaseUnchanged
 	if held {
-		verb = "held"
+		verb, same = "held", noteHoldUnchanged
 	}
-	if err := s.store.SetHold(ctx, job.ID, held, principal(c).Name, actionReason(req, verb)); err != nil {
+	reason := strings.TrimSpace(req.Reason)
+	if reason == "" {
+		reason = verb + " through the API, no reason given"
+	}
+	changed, err := s.store.SetHold(ctx, job.ID, held, principal(c).Name, reason)
+	if err != nil {
 		writeError(c, err)
+		return
+	}
+	if !changed {
+		s.answerJob(c, job.ID, http.StatusOK, same)
 		return
 	}
 	wctx, wcancel := s.workflowCtx(c)
@@ -369,6 +383,12 @@ func (s *Server) setHold(c *gin.Context, held bool) {
 	s.notifyScheduler(wctx, job.ID)
 	s.answerJob(c, job.ID, http.StatusOK, "")
 }
+
+// The notes of a hold or release that changed nothing (Job.Note).
+const (
+	noteHoldUnchanged    = "already held: nothing changed (the request is audited)"
+	noteReleaseUnchanged = "not held: nothing changed (the request is audited)"
+)
 
 // actionReason is the audit reason: the caller's, or a default naming the API.
 func actionReason(req ActionRequest, verb string) string {

@@ -245,8 +245,16 @@ func TestHoldReleaseCancelAreAudited(t *testing.T) {
 		t.Fatalf("hold: %d %s", r.status, r.body)
 	}
 	r.decode(t, &got)
-	if !got.Held {
+	if !got.Held || got.Note != "" {
 		t.Fatalf("not held: %+v", got)
+	}
+	// Holding it again is idempotent (Slurm's scontrol hold): 200 with a
+	// note that nothing changed, and audited as such.
+	r = env.do(http.MethodPost, "/v1/jobs/"+j.ID+"/hold", tokOps, nil)
+	got = Job{}
+	r.decode(t, &got)
+	if r.status != http.StatusOK || !got.Held || got.Note != noteHoldUnchanged {
+		t.Fatalf("repeated hold: %d %+v", r.status, got)
 	}
 	// An operator releases it without a body.
 	r = env.do(http.MethodPost, "/v1/jobs/"+j.ID+"/release", tokOps, nil)
@@ -255,8 +263,14 @@ func TestHoldReleaseCancelAreAudited(t *testing.T) {
 	}
 	got = Job{}
 	r.decode(t, &got)
-	if got.Held {
-		t.Fatal("still held")
+	if got.Held || got.Note != "" {
+		t.Fatalf("still held: %+v", got)
+	}
+	r = env.do(http.MethodPost, "/v1/jobs/"+j.ID+"/release", tokAlice, map[string]string{"reason": "again"})
+	got = Job{}
+	r.decode(t, &got)
+	if r.status != http.StatusOK || got.Held || got.Note != noteReleaseUnchanged {
+		t.Fatalf("release of a job not held: %d %+v", r.status, got)
 	}
 	if r := env.do(http.MethodPost, "/v1/jobs/"+j.ID+"/hold", tokAlice, `{"why": "x"}`); r.status != http.StatusBadRequest || r.apiError(t).Field != "why" {
 		t.Fatalf("unknown action field: %d %s", r.status, r.body)
@@ -282,12 +296,18 @@ func TestHoldReleaseCancelAreAudited(t *testing.T) {
 	}
 	var trail []string
 	for _, a := range audit {
-		trail = append(trail, a.Actor+":"+a.Action+":"+a.Reason)
+		entry := a.Actor + ":" + a.Action + ":" + a.Reason
+		if c, ok := a.Evidence["changed"]; ok {
+			entry += fmt.Sprintf(":changed=%v", c)
+		}
+		trail = append(trail, entry)
 	}
 	want := []string{
 		"alice:submit:submitted to queue train", // the token's name, as for every later action
-		"alice:hold:dataset refresh",
-		"olga:release_hold:released through the API",
+		"alice:hold:dataset refresh:changed=true",
+		"olga:hold:held through the API, no reason given:changed=false",
+		"olga:release_hold:released through the API, no reason given:changed=true",
+		"alice:release_hold:again:changed=false",
 		"alice:cancel:wrong data",
 	}
 	if strings.Join(trail, "|") != strings.Join(want, "|") {

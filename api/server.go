@@ -57,7 +57,7 @@ type Store interface {
 	JobWaitEvents(ctx context.Context, jobID string) ([]store.WaitEvent, error)
 	LastDecision(ctx context.Context, job *store.Job) (*store.LastDecision, error)
 	LastRun(ctx context.Context, jobID string) (*store.RunSummary, error)
-	SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error
+	SetHold(ctx context.Context, jobID string, held bool, actor, reason string) (changed bool, err error)
 	CancelJob(ctx context.Context, jobID, actor, reason string) error
 	SetPrerequisite(ctx context.Context, jobID, name string, ready bool, message, actor string) (bool, error)
 	AmendJob(ctx context.Context, jobID string, req scheduling.ResourceRequest, actor, reason string) (bool, error)

@@ -30,10 +30,10 @@ func TestGovernanceActionsAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := submit(t, s, "vision", "p", 1, 1000)
-	if err := s.SetHold(ctx, held.ID, true, "vision", "waiting for data"); err != nil {
+	if _, err := s.SetHold(ctx, held.ID, true, "vision", "waiting for data"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetHold(ctx, held.ID, false, "vision", "data staged"); err != nil {
+	if _, err := s.SetHold(ctx, held.ID, false, "vision", "data staged"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.AmendJob(ctx, held.ID, scheduling.ResourceRequest{Pool: "p", GPUs: 2}, "vision", "two GPUs fit"); err != nil {

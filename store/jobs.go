@@ -529,13 +529,16 @@ func finishedConflict(state vocab.JobState, verb string) error {
 }
 
 // SetHold holds (held=true) or releases a job's hold, auditing who and why
-// (actions "hold" and "release_hold"). Holding a job that is already held (or
-// releasing one that is not) changes and audits nothing, so retries are safe.
+// (actions "hold" and "release_hold", evidence state and changed). As Slurm's
+// `scontrol hold`/`release` it is idempotent: holding a job that is already
+// held (or releasing one that is not) changes nothing and answers changed
+// false, but is still audited, with changed false, so the trail shows who
+// asked and that nothing changed (docs/design.md §1 "Hold and release").
 // The next scheduling cycle gives a held pending job the reason held. Errors
 // wrap ErrNotFound, ErrConflict for a finished job or for holding a placed or
 // running one, or database errors.
-func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, reason string) error {
-	return s.inTx(ctx, "set hold on "+jobID, func(tx pgx.Tx) error {
+func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, reason string) (changed bool, err error) {
+	err = s.inTx(ctx, "set hold on "+jobID, func(tx pgx.Tx) error {
 		state, cur, _, err := lockJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -553,19 +556,20 @@ func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, rea
 		if held && !state.Pending() {
 			return fmt.Errorf("job is %s; only a submitted or waiting job can be held: %w", state, ErrConflict)
 		}
-		if cur == held {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET held = $2, updated_at = now() WHERE id = $1`, jobID, held); err != nil {
-			return err
+		changed = cur != held
+		if changed {
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET held = $2, updated_at = now() WHERE id = $1`, jobID, held); err != nil {
+				return err
+			}
 		}
 		action := "hold"
 		if !held {
 			action = "release_hold"
 		}
 		return appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: action, Subject: jobID,
-			Reason: reason, Evidence: map[string]any{"state": string(state)}})
+			Reason: reason, Evidence: map[string]any{"state": string(state), "changed": changed}})
 	})
+	return changed && err == nil, err
 }
 
 // CancelJob cancels a job. A pending job becomes cancelled at once and its

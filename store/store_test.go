@@ -354,7 +354,7 @@ func TestPlacementConflictsAreReportedNotGranted(t *testing.T) {
 	n := pool.Nodes[0]
 	a, b, c := submit(t, s, "x", "p", 1, 600), submit(t, s, "x", "p", 1, 500), submit(t, s, "x", "p", 1, 400)
 	held := submit(t, s, "x", "p", 1, 100)
-	if err := s.SetHold(ctx, held.ID, true, "alice", "data not ready"); err != nil {
+	if _, err := s.SetHold(ctx, held.ID, true, "alice", "data not ready"); err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.ApplyCycle(ctx, "c1", &scheduling.Result{Placements: []scheduling.Placement{
@@ -565,12 +565,15 @@ func TestCancelAndHold(t *testing.T) {
 	out, _ := s.ApplyCycle(ctx, "c1", &scheduling.Result{
 		Placements: []scheduling.Placement{place(running.ID, "p", pool.Nodes[0].Name, 1000, pool.Nodes[0].GPUs[0].UUID)},
 		Waiting:    []scheduling.WaitStatus{{JobID: waiting.ID, Reason: vocab.ReasonCapacityBusy}}}, t0)
-	for range 2 {
-		if err := s.SetHold(ctx, waiting.ID, true, "alice", "dataset broken"); err != nil {
-			t.Fatal(err)
+	// A repeated hold is idempotent (as Slurm's scontrol hold): it changes
+	// nothing and says so, and its audit entry records changed=false.
+	for i, want := range []bool{true, false} {
+		changed, err := s.SetHold(ctx, waiting.ID, true, "alice", "dataset broken")
+		if err != nil || changed != want {
+			t.Fatalf("hold #%d: changed %v %v, want changed %v", i+1, changed, err, want)
 		}
 	}
-	if err := s.SetHold(ctx, running.ID, true, "alice", "too late"); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.SetHold(ctx, running.ID, true, "alice", "too late"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("hold on a placed job: %v, want ErrConflict", err)
 	}
 	if r, _ := s.GetJob(ctx, running.ID); r.Held {
@@ -593,16 +596,23 @@ func TestCancelAndHold(t *testing.T) {
 		t.Fatal("cancelled job kept an open wait event")
 	}
 	actions := map[string]int{}
+	var holds []any
 	for _, id := range []string{waiting.ID, running.ID} {
 		entries, _ := s.AuditFor(ctx, id, 0)
 		for _, e := range entries {
 			actions[e.Action]++
+			if e.Action == "hold" {
+				holds = append(holds, e.Evidence["changed"])
+			}
 		}
 	}
-	if actions["hold"] != 1 || actions["cancel"] != 1 || actions["cancel_requested"] != 1 {
-		t.Fatalf("audit actions %v, want one hold, cancel and cancel_requested", actions)
+	if actions["hold"] != 2 || actions["cancel"] != 1 || actions["cancel_requested"] != 1 {
+		t.Fatalf("audit actions %v, want two holds (one a no-op), one cancel and cancel_requested", actions)
 	}
-	if err := s.SetHold(ctx, waiting.ID, false, "alice", ""); !errors.Is(err, store.ErrConflict) {
+	if fmt.Sprint(holds) != "[true false]" {
+		t.Fatalf("hold audit evidence changed = %v, want [true false] (the repeat changed nothing)", holds)
+	}
+	if _, err := s.SetHold(ctx, waiting.ID, false, "alice", ""); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("hold on a cancelled job: %v, want ErrConflict", err)
 	}
 	if err := s.ReleasePlacement(ctx, running.ID, out.Placed[0].AllocationID, vocab.RunCancelled, "cancelled", t0); err != nil {

@@ -119,7 +119,7 @@ func printAudit(w io.Writer, l *api.AuditList) error {
 		return err
 	}
 	if l.NextCursor != "" {
-		_, err := fmt.Fprintf(w, "\n%d entries; older ones: --cursor %s\n", len(l.Entries), l.NextCursor)
+		_, err := fmt.Fprintf(w, "\n%s; older ones: --cursor %s\n", plural(len(l.Entries), "entry", "entries"), l.NextCursor)
 		return err
 	}
 	return nil

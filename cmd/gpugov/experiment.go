@@ -57,7 +57,7 @@ func experimentFailure(err error) error {
 	for i, d := range e.Body.Details {
 		lines[i] = d.Field + ": " + d.Message
 	}
-	return newUsageError("the API refused the experiment (%d problems):\n%s", len(lines), strings.Join(lines, "\n"))
+	return newUsageError("the API refused the experiment (%s):\n%s", plural(len(lines), "problem", "problems"), strings.Join(lines, "\n"))
 }
 
 // readExperimentFile parses an experiment file (experiment.ParseSpecFile:

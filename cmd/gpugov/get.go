@@ -87,7 +87,7 @@ func printJob(w io.Writer, j *api.Job) error {
 	if len(j.Command) > 0 {
 		row("COMMAND", strings.Join(j.Command, " "))
 	} else {
-		row("RUN", fmt.Sprintf("simulated, %s", formatDuration(time.Duration(j.RunSeconds*float64(time.Second)))))
+		row("RUN", fmt.Sprintf("simulated, %s", formatLength(time.Duration(j.RunSeconds*float64(time.Second)))))
 	}
 	row("RECOVERY", describeRecovery(j.Recovery))
 	row("SUBMITTED", formatTime(j.SubmittedAt))
@@ -108,7 +108,9 @@ func printJob(w io.Writer, j *api.Job) error {
 		row("BLOCKED BY", w.BlockingJobID)
 	}
 	if e := j.Explanation; e != nil {
-		row("RANK", fmt.Sprintf("%d in pool %s", e.Rank, e.Pool))
+		if j.State.Pending() { // a rank orders waiting jobs only; running and final jobs have none
+			row("RANK", fmt.Sprintf("%d in pool %s", e.Rank, e.Pool))
+		}
 		row("PRIORITY", describePriority(j.Tier, e.Priority))
 		if p := e.Placed; p != nil {
 			row("PLACED ON", describePlacement(p))
@@ -206,12 +208,12 @@ func describeRecovery(r api.Recovery) string {
 	}
 	s := "checkpointable"
 	if r.CheckpointIntervalSeconds > 0 {
-		s += fmt.Sprintf(" every %s", formatDuration(time.Duration(r.CheckpointIntervalSeconds)*time.Second))
+		s += fmt.Sprintf(" every %s", formatLength(time.Duration(r.CheckpointIntervalSeconds)*time.Second))
 	}
 	if c := r.LastCheckpoint; c != nil {
 		s += fmt.Sprintf(", last checkpoint step %d at %s", c.Step, formatTime(c.At))
 	}
-	return s + fmt.Sprintf(", %d verified resume(s)", r.VerifiedResumes)
+	return s + ", " + plural(r.VerifiedResumes, "verified resume", "verified resumes")
 }
 
 // describePriority renders the score by parts, e.g. "20,450 = tier
@@ -267,7 +269,19 @@ func formatPoints(f float64) string {
 	return b.String()
 }
 
-// formatDuration renders a duration coarsely: 45s, 14m, 2h05m, 3d04h.
+// formatLength renders a declared length (a run's, a checkpoint interval)
+// in formatDuration's units but keeps the seconds under an hour: 1m40s for
+// 100 s, where formatDuration's 1m would drop 40 % of it; 14m when whole.
+func formatLength(d time.Duration) string {
+	if d >= time.Minute && d < time.Hour {
+		if s := int(d.Seconds()) % 60; s != 0 {
+			return fmt.Sprintf("%dm%02ds", int(d.Minutes()), s)
+		}
+	}
+	return formatDuration(d)
+}
+
+// formatDuration renders an elapsed time coarsely: 45s, 14m, 2h05m, 3d04h.
 func formatDuration(d time.Duration) string {
 	if d < 0 {
 		d = 0

@@ -53,7 +53,7 @@ PostgreSQL advisory lock; running migrate again applies nothing.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s) %v; schema is up to date\n", len(applied), applied)
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %s %v; schema is up to date\n", plural(len(applied), "migration", "migrations"), applied)
 			return nil
 		},
 	}

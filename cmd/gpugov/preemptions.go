@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -132,7 +133,7 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	} else {
 		row("For", p.ForJobID+" in queue "+p.ForQueue+": "+p.Reason)
 	}
-	row("Victim", fmt.Sprintf("%s in queue %s, run %s, %g GPU(s)", p.VictimJobID, p.VictimQueue, dash(p.RunID), p.GPUs))
+	row("Victim", fmt.Sprintf("%s in queue %s, run %s, %s", p.VictimJobID, p.VictimQueue, dash(p.RunID), victimGPUs(p)))
 	if cp := p.CheckpointAtNotice; cp != nil {
 		row("Checkpoint at notice", fmt.Sprintf("step %d at %s", cp.Step, cp.At.Format(timeLayout)))
 	}
@@ -142,13 +143,13 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 	row("Rescheduled", timeOrDash(p.RescheduledAt))
 	row("Resumed", timeOrDash(p.ResumedAt)+stepText(p.ResumedFromStep)+" correct: "+boolOrDash(p.ResumedCorrectly))
 	row("Resume verified", boolOrDash(p.ResumeVerified)+" (started at the saved step and progressed past it)")
-	row("Back at notice step", timeOrDash(p.PassedAt)+stepText(p.StepAtNotice))
+	row("Back at step reached", reachedText(p))
 	row("Victim outcome", victimOutcome(p))
 	if why := p.NoLossReason(); why != "" {
 		row("Loss", fmt.Sprintf("none: %s; estimated %.0f GPU-s before", why, p.EstimatedLossGPUSeconds))
 	} else {
-		row("Loss", fmt.Sprintf("%s GPU-s = %g GPU(s) × (lost %s + save/restore %s + recompute %s) s; estimated %.0f",
-			floatOrDash(p.EffectiveLossGPUSeconds), p.GPUs, floatOrDash(p.LostSeconds), floatOrDash(p.SaveRestoreSeconds),
+		row("Loss", fmt.Sprintf("%s GPU-s = %s × (lost %s + save/restore %s + recompute %s) s; estimated %.0f",
+			floatOrDash(p.EffectiveLossGPUSeconds), gpuEquivalents(p.GPUs), floatOrDash(p.LostSeconds), floatOrDash(p.SaveRestoreSeconds),
 			floatOrDash(p.RecomputeSeconds), p.EstimatedLossGPUSeconds))
 	}
 	for _, f := range p.Failures {
@@ -161,6 +162,46 @@ func printPreemption(w io.Writer, p *api.Preemption) error {
 		return err
 	}
 	return printCandidates(w, p.Candidates)
+}
+
+// victimGPUs says what the victim's allocation held: "2 GPU(s)" for whole
+// GPUs, or "810 milli-GPU (0.81 GPU) of 1 GPU" for a share. p.GPUs is the
+// allocation's milli-GPUs summed over its GPUs / 1000 (GPU equivalents, the
+// factor of the loss in GPU-seconds), not a count of GPUs; the count of GPUs
+// it sat on comes from the victim's candidate entry when the plan kept one.
+func victimGPUs(p *api.Preemption) string {
+	if p.GPUs == math.Trunc(p.GPUs) {
+		return gpuEquivalents(p.GPUs)
+	}
+	s := gpuEquivalents(p.GPUs)
+	for _, c := range p.Candidates {
+		if c.JobID == p.VictimJobID && c.GPUs > 0 {
+			s += fmt.Sprintf(" of %d GPU", c.GPUs)
+			break
+		}
+	}
+	return s
+}
+
+// gpuEquivalents renders an allocation's size in GPU equivalents with its
+// unit: "2 GPU(s)" when whole, "810 milli-GPU (0.81 GPU)" for a share.
+func gpuEquivalents(g float64) string {
+	if g == math.Trunc(g) {
+		return fmt.Sprintf("%g GPU(s)", g)
+	}
+	return fmt.Sprintf("%d milli-GPU (%g GPU)", int64(math.Round(g*1000)), g)
+}
+
+// reachedText is when the victim's next run got back to the step its run
+// had reached when it stopped on the notice (store step_at_notice, reported
+// by the run itself; the recompute target), and that step. It is not the
+// checkpoint at the notice (an older step), printed on its own row.
+func reachedText(p *api.Preemption) string {
+	s := timeOrDash(p.PassedAt)
+	if p.StepAtNotice != nil {
+		s += fmt.Sprintf(" (step %d, reached by the run when it stopped)", *p.StepAtNotice)
+	}
+	return s
 }
 
 // victimOutcome says how the victim's job ended after the resume and

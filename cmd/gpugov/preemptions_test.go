@@ -203,7 +203,7 @@ func TestPreemptionsCommand(t *testing.T) {
 		"step 400 at", // the checkpoint at the notice
 		"no new checkpoint; resumes from checkpoint step 400 (s3://ckpt/step-400)",
 		"at step 400 correct: yes",
-		"at step 520",
+		"(step 520, reached by the run when it stopped)",
 		"4560.0 GPU-s = 2 GPU(s) × (lost 1200.0 + save/restore 0.0 + recompute 1080.0) s; estimated 7320",
 		"Failure", "released anyway, lost work counted",
 		"Resume verified       yes",
@@ -239,6 +239,40 @@ func TestPreemptionsCommand(t *testing.T) {
 		if !errors.As(err, &ue) {
 			t.Errorf("preemptions %v: %T %v, want a usage error (exit 2)", args, err, err)
 		}
+	}
+}
+
+// The record prints each figure with its unit: the step the run had
+// reached when it stopped (step_at_notice, 2102) on its own row, apart from
+// the checkpoint at the notice (1800); and a victim holding a share of one
+// GPU (810 milli-GPU) as milli-GPU of 1 GPU, not as "0.81 GPU(s)", in the
+// victim row and the loss formula.
+func TestPrintPreemptionStepsAndShare(t *testing.T) {
+	notified := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	passed := notified.Add(20 * time.Minute)
+	reached, loss, lost, zero := int64(2102), 810.0, 600.0, 0.0
+	p := api.Preemption{ID: "p-1", Kind: "preemption", State: "released", Outcome: "completed", ForJobID: "j-1",
+		VictimJobID: "j-2", VictimQueue: "train", RunID: "r-1", GPUs: 0.81, NotifiedAt: &notified, PassedAt: &passed,
+		CheckpointAtNotice: &api.Checkpoint{Step: 1800, At: notified.Add(-10 * time.Minute)}, StepAtNotice: &reached,
+		EffectiveLossGPUSeconds: &loss, LostSeconds: &lost, SaveRestoreSeconds: &zero, RecomputeSeconds: &lost,
+		Candidates: []api.PreemptionCandidate{{JobID: "j-2", Queue: "train", GPUs: 1, Chosen: true}}}
+	var b strings.Builder
+	if err := printPreemption(&b, &p); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Checkpoint at notice  step 1800 at 2026-12-03 09:50:00Z",
+		"Back at step reached  2026-12-03 10:20:00Z (step 2102, reached by the run when it stopped)",
+		"j-2 in queue train, run r-1, 810 milli-GPU (0.81 GPU) of 1 GPU",
+		"810.0 GPU-s = 810 milli-GPU (0.81 GPU) × (lost 600.0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("record lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "0.81 GPU(s)") || strings.Contains(out, "notice step") {
+		t.Errorf("record still prints a share as GPUs or the reached step as the notice's:\n%s", out)
 	}
 }
 

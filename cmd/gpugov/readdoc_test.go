@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,6 +35,27 @@ func TestReadDocumentTakesExactlyOneDocument(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%s: err %q, want it to say %q", name, err, tc.wantErr)
+		}
+	}
+}
+
+// A bad field of a YAML job spec is reported with the file and the line of
+// its key, besides the field path the API's decoder names: an unknown
+// nested field, a mistyped value, a list holding a non-string (named by its key: the decoder gives no index).
+func TestReadJobSpecNamesTheYAMLLine(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"project: vision\nqueue: train\nresources:\n  pool: a100-east\n  gpu_mili: 500\n", "job.yaml:5: resources.gpu_mili: unknown field"},
+		{"project: vision\nresources:\n  pool: a100-east\n  gpus: two\n", "job.yaml:4: resources.gpus: expected"},
+		{"project: vision\ncommand:\n  - python\n  - [x]\n", "job.yaml:2: command: expected"},
+	} {
+		path := filepath.Join(t.TempDir(), "job.yaml")
+		if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := readJobSpec(nil, path)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want a usage error with %q", tc.doc, err, tc.want)
 		}
 	}
 }

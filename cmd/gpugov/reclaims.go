@@ -83,8 +83,9 @@ func printReclaims(w io.Writer, rep *api.ReclaimReport) error {
 		return err
 	}
 	s := rep.Summary
-	_, err := fmt.Fprintf(w, "\n%d reclaim(s): by class %s; by mode %s; %g GPU(s) released; %d disputed, %d false reclaim(s) (disputes not rejected)\n",
-		len(rep.Reclaims), counts(s.ByClass), counts(s.ByMode), s.GPUsReleased, s.Disputed, s.FalseReclaims)
+	_, err := fmt.Fprintf(w, "\n%s: by class %s; by mode %s; %s released; %d disputed, %s (disputes not rejected)\n",
+		plural(len(rep.Reclaims), "reclaim", "reclaims"), counts(s.ByClass), counts(s.ByMode), gpusText(s.GPUsReleased), s.Disputed,
+		plural(s.FalseReclaims, "false reclaim", "false reclaims"))
 	return err
 }
 

@@ -100,7 +100,7 @@ func TestReclaimsCommand(t *testing.T) {
 	}
 	for _, s := range []string{"BASIS", failed.ID, "failed", "notify", "notified", done.ID, "completed", "auto", "released",
 		"run " + failed.Evidence["run_id"].(string) + " ended failed",
-		"2 reclaim(s): by class completed 1, failed 1; by mode auto 1, notify 1; 1 GPU(s) released; 0 disputed, 0 false reclaim(s) (disputes not rejected)"} {
+		"2 reclaims: by class completed 1, failed 1; by mode auto 1, notify 1; 1 GPU released; 0 disputed, 0 false reclaims (disputes not rejected)"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("report lacks %q:\n%s", s, out)
 		}

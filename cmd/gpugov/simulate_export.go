@@ -102,11 +102,12 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 	for _, n := range nodes {
 		gpus += n.GPUs
 	}
-	fmt.Fprintf(progress, "simulate: exported %d nodes (%d GPUs) of %s and %d jobs submitted in [%s, %s) to %s and %s\n",
-		len(nodes), gpus, cmp.Or(f.pool, "every pool"), len(pods), since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339),
+	fmt.Fprintf(progress, "simulate: exported %s (%s) of %s and %s submitted in [%s, %s) to %s and %s\n",
+		plural(len(nodes), "node", "nodes"), plural(gpus, "GPU", "GPUs"), cmp.Or(f.pool, "every pool"), plural(len(pods), "job", "jobs"), since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339),
 		src.nodes, src.pods)
 	if mixed > 0 {
-		fmt.Fprintf(progress, "simulate: %d nodes hold GPUs of more than one model; each is exported with its most common model\n", mixed)
+		fmt.Fprintf(progress, "simulate: %s GPUs of more than one model; each is exported with its most common model\n",
+			plural(mixed, "node holds", "nodes hold"))
 	}
 	if f.out != "" {
 		reuse := fmt.Sprintf("gpugov simulate --nodes %s --pods %s", src.nodes, src.pods)

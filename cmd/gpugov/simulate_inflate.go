@@ -138,7 +138,7 @@ func runInflate(cmd *cobra.Command, f simulateFlags) error {
 	if err != nil {
 		return newUsageError("simulate: %w", err)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "simulate: inflation study of %d rules took %.1fs\n", len(cfg.Rules), time.Since(start).Seconds())
+	fmt.Fprintf(cmd.ErrOrStderr(), "simulate: inflation study of %s took %.1fs\n", plural(len(cfg.Rules), "rule", "rules"), time.Since(start).Seconds())
 	if f.format == "json" {
 		return rep.WriteJSON(cmd.OutOrStdout())
 	}

@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
@@ -60,11 +62,18 @@ network failure.`,
 		if err != nil {
 			return err
 		}
-		spec, err := readJobSpec(cmd.InOrStdin(), file)
+		spec, root, err := readJobSpecNode(cmd.InOrStdin(), file)
 		if err != nil {
 			return err
 		}
 		job, status, err := client.Submit(cmd.Context(), spec, key)
+		if e, ok := apiclient.AsError(err); ok && e.ClientError() && e.Body.Field != "" {
+			// The API's own check (a value out of range, ...) names a JSON
+			// path; the file's line is the user's (file:line: field: message).
+			if line := fieldLine(root, e.Body.Field); line > 0 {
+				return newUsageError("submit: %s:%d: %w", file, line, e)
+			}
+		}
 		if err != nil {
 			return apiFailure(err)
 		}
@@ -87,15 +96,67 @@ network failure.`,
 // JSON decoder, so an unknown field or a wrong type is a usage error naming the
 // field path (e.g. "resources.gpu_mili"), exactly as the API would answer.
 func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
-	body, err := readDocument(stdin, path, "submit", func(doc any) any { return doc })
+	spec, _, err := readJobSpecNode(stdin, path)
+	return spec, err
+}
+
+// readJobSpecNode is readJobSpec that also returns the document's YAML
+// node, for fieldLine to place a field the API names in its answer.
+func readJobSpecNode(stdin io.Reader, path string) (*api.JobSpec, *yaml.Node, error) {
+	body, root, err := readDocumentNode(stdin, path, "submit", func(doc any) any { return doc })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	spec, apiErr := api.DecodeJobSpec(bytes.NewReader(body))
 	if apiErr != nil {
-		return nil, newUsageError("submit: %s: %w", path, apiErr)
+		if line := fieldLine(root, apiErr.Body.Field); line > 0 {
+			return nil, nil, newUsageError("submit: %s:%d: %w", path, line, apiErr)
+		}
+		return nil, nil, newUsageError("submit: %s: %w", path, apiErr)
 	}
-	return spec, nil
+	return spec, root, nil
+}
+
+// fieldLine is the YAML line of the field the API's decoder named, a JSON
+// path such as "resources.gpu_mili" or "command[1]": the line of the key
+// (an unknown or mistyped field), or of the deepest part of the path the
+// document holds (a missing field's parent); 0 when the path is empty or
+// the document is not a mapping (JSON input carries lines as well: YAML
+// parses it, so the same walk serves both).
+func fieldLine(root *yaml.Node, field string) int {
+	n := yamlnode.Deref(root)
+	if field == "" || n == nil || n.Kind != yaml.MappingNode {
+		return 0
+	}
+	line := 0
+	for _, part := range strings.Split(strings.ReplaceAll(field, "[", ".["), ".") {
+		if part == "" {
+			continue
+		}
+		var next *yaml.Node
+		if idx, ok := strings.CutPrefix(part, "["); ok {
+			i, err := strconv.Atoi(strings.TrimSuffix(idx, "]"))
+			if n.Kind == yaml.SequenceNode && err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		} else if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == part {
+					next, line = n.Content[i+1], n.Content[i].Line
+					break
+				}
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = yamlnode.Deref(next)
+	}
+	if line == 0 {
+		line = n.Line
+	}
+	return line
 }
 
 // readDocument reads a YAML or JSON document from path ("-" is stdin) and
@@ -105,6 +166,14 @@ func readJobSpec(stdin io.Reader, path string) (*api.JobSpec, error) {
 // that JSON cannot carry: a key that is not a string, a repeated key, NaN
 // or infinity, aliases nested too deep).
 func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]byte, error) {
+	body, _, err := readDocumentNode(stdin, path, command, wrap)
+	return body, err
+}
+
+// readDocumentNode is readDocument that also returns the document's YAML
+// node, so that a field the API's decoder names can be given its line
+// (fieldLine).
+func readDocumentNode(stdin io.Reader, path, command string, wrap func(any) any) ([]byte, *yaml.Node, error) {
 	var data []byte
 	var err error
 	if path == "-" {
@@ -113,34 +182,34 @@ func readDocument(stdin io.Reader, path, command string, wrap func(any) any) ([]
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, newUsageError("%s: %w", command, err)
+		return nil, nil, newUsageError("%s: %w", command, err)
 	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		se := yamlnode.Syntax(err)
 		if yamlLineRef.MatchString(se.Msg) { // yaml.v3's "yaml: line 3: …"
-			return nil, newUsageError("%s: %s: %w", command, path, se)
+			return nil, nil, newUsageError("%s: %s: %w", command, path, se)
 		}
-		return nil, newUsageError("%s: %s:%d: %w", command, path, se.Line, se)
+		return nil, nil, newUsageError("%s: %s:%d: %w", command, path, se.Line, se)
 	}
 	if len(root.Content) == 0 || root.Content[0].Tag == "!!null" {
-		return nil, newUsageError("%s: %s is empty", command, path)
+		return nil, nil, newUsageError("%s: %s is empty", command, path)
 	}
 	// One document per file: a second one would be dropped unseen.
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		return nil, newUsageError("%s: %s holds more than one YAML document; submit one job per file", command, path)
+		return nil, nil, newUsageError("%s: %s holds more than one YAML document; submit one job per file", command, path)
 	}
 	doc, bad := (&yamlToJSON{}).value(root.Content[0], "", 0)
 	if bad != nil {
-		return nil, newUsageError("%s: %s:%d: %s", command, path, bad.line, bad.text())
+		return nil, nil, newUsageError("%s: %s:%d: %s", command, path, bad.line, bad.text())
 	}
 	body, err := json.Marshal(wrap(doc))
 	if err != nil {
-		return nil, newUsageError("%s: %s: %w", command, path, err)
+		return nil, nil, newUsageError("%s: %s: %w", command, path, err)
 	}
-	return body, nil
+	return body, root.Content[0], nil
 }
 
 // yamlLineRef finds the line yaml.v3 names in a syntax error ("line 3";

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -300,10 +301,13 @@ func TestSubmitGetWhy(t *testing.T) {
 func TestClientExitCodes(t *testing.T) {
 	env := newCLIEnv(t)
 	bad := strings.Replace(jobYAML, "gpus: 2", "gpus: 2\n  gpu_milli: 1500", 1)
-	_, _, err := env.run(t, "submit", "-f", writeFile(t, bad))
+	badFile := writeFile(t, bad)
+	_, _, err := env.run(t, "submit", "-f", badFile)
 	var ue usageError
-	if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "resources.gpu_milli: ") {
-		t.Fatalf("4xx: %T %v", err, err)
+	// The API's 422 names the JSON path; the CLI adds the YAML file:line.
+	line := strings.Count(bad[:strings.Index(bad, "gpu_milli")], "\n") + 1
+	if want := fmt.Sprintf("submit: %s:%d: resources.gpu_milli: ", badFile, line); !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("4xx: %T %v, want prefix %q", err, err, want)
 	}
 	_, _, err = env.run(t, "submit", "-f", writeFile(t, jobYAML+"colour: blue\n"))
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "colour") {

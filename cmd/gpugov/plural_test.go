@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/gpugov/gpugov/api"
+	"testing"
+)
+
+// plural picks the noun by the count: 1 takes the singular, 0 and 2 the
+// plural; gpusText does the same for a GPU figure, whole or not.
+func TestPlural(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{plural(1, "entry", "entries"), "1 entry"},
+		{plural(0, "entry", "entries"), "0 entries"},
+		{plural(2, "drill", "drills"), "2 drills"},
+		{gpusText(1), "1 GPU"},
+		{gpusText(0.5), "0.5 GPU"},
+		{gpusText(2), "2 GPUs"},
+		{gpusText(0), "0 GPUs"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// The audit list's footer counts its page in English: one entry is "1
+// entry", not "1 entries".
+func TestAuditFooterSingular(t *testing.T) {
+	var b strings.Builder
+	l := &api.AuditList{Entries: []api.AuditEntry{{Actor: "alice", Action: "hold", Subject: "j-1"}}, NextCursor: "c-1"}
+	if err := printAudit(&b, l); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "1 entry; older ones") {
+		t.Errorf("footer: %q", b.String())
+	}
+}
