@@ -62,7 +62,7 @@ func (w *recordingWorkflows) StartJob(_ context.Context, jobID string, attrs tem
 	return nil
 }
 
-func (w *recordingWorkflows) CancelJob(_ context.Context, jobID, _, _ string) error {
+func (w *recordingWorkflows) CancelJob(_ context.Context, jobID string, _ temporalx.JobAttributes, _, _ string) error {
 	w.mu.Lock()
 	hook := w.cancelHook
 	w.mu.Unlock()

@@ -330,7 +330,7 @@ func (s *Server) cancelJob(c *gin.Context) {
 	status, note := http.StatusOK, ""
 	wctx, wcancel := s.workflowCtx(c)
 	defer wcancel()
-	if err := s.workflows.CancelJob(wctx, job.ID, actor, reason); err != nil {
+	if err := s.workflows.CancelJob(wctx, job.ID, job.WorkflowAttributes(), actor, reason); err != nil {
 		s.log.Warn("api: cancel stored, workflow not signalled", "job", job.ID, "err", err)
 		status, note = http.StatusAccepted, noteCancelDeferred
 	}

@@ -82,9 +82,10 @@ type Workflows interface {
 	// StartJob starts the job's JobWorkflow; calling it again for the same job
 	// must succeed without starting a second one.
 	StartJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes) error
-	// CancelJob tells the job's workflow to stop the job; actor and reason are
+	// CancelJob tells the job's workflow to stop the job, starting the
+	// workflow (with attrs) when it was never started; actor and reason are
 	// who cancelled and why.
-	CancelJob(ctx context.Context, jobID, actor, reason string) error
+	CancelJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes, actor, reason string) error
 	// NotifySubmitted asks the scheduler for a scheduling cycle now because
 	// the job was submitted, or its hold, a prerequisite or its request changed.
 	NotifySubmitted(ctx context.Context, jobID string) error

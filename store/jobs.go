@@ -398,8 +398,12 @@ type JobFilter struct {
 	Queue   string
 	State   vocab.JobState
 	Reason  vocab.WaitReason
-	Limit   int
-	AfterID string
+	// UpdatedSince, when not zero, keeps the jobs last changed (updated_at)
+	// at or after it; with State cancelled the jobs_cancelled_updated_idx
+	// index serves it (the reconciler's recently cancelled jobs).
+	UpdatedSince time.Time
+	Limit        int
+	AfterID      string
 }
 
 // Page sizes of every list (vocab's: docs/design.md "Bounds of outside
@@ -459,6 +463,9 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Job, string, error
 	}
 	if f.Reason != "" {
 		q.add("reason = $%d", string(f.Reason))
+	}
+	if !f.UpdatedSince.IsZero() {
+		q.add("updated_at >= $%d", f.UpdatedSince)
 	}
 	if f.AfterID != "" {
 		q.add("id > $%d", f.AfterID)

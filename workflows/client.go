@@ -166,15 +166,19 @@ func (t *Client) jobStart(jobID string, attrs temporalx.JobAttributes) (client.S
 // through t, for ReconcileJobWorkflows.
 func (t *Client) Ledger() *StartLedger { return &t.ledger }
 
-// CancelJob sends the "cancel" signal, with who and why, to the job's
-// workflow. A workflow that has already closed is not an error: there is
-// nothing left to stop.
-func (t *Client) CancelJob(ctx context.Context, jobID, actor, reason string) error {
-	id := temporalx.JobWorkflowID(jobID)
-	err := t.client.SignalWorkflow(ctx, id, "", temporalx.SignalCancel, temporalx.CancelSignal{Actor: actor, Reason: reason})
-	var notFound *serviceerror.NotFound
-	if err != nil && !errors.As(err, &notFound) {
-		return fmt.Errorf("signal %s to %s: %w", temporalx.SignalCancel, id, err)
+// CancelJob sends the "cancel" signal, with who and why, to job jobID's
+// workflow by signal-with-start (SignalWithStartJob, with attrs as a start
+// would give them): a job cancelled before the background starter or the
+// reconciler started its workflow — a submission answered 202 — gets the
+// workflow that records its end, which reads the job cancelled and ends at
+// once (docs/design.md §3 step 1 "Submit"). A workflow that has already
+// closed is not an error: there is nothing left to stop. Other failures are
+// the client's error; the reconciler then starts the workflow of a job
+// cancelled without one (ReconcileCancelledWithin).
+func (t *Client) CancelJob(ctx context.Context, jobID string, attrs temporalx.JobAttributes, actor, reason string) error {
+	err := t.SignalWithStartJob(ctx, jobID, attrs, temporalx.SignalCancel, temporalx.CancelSignal{Actor: actor, Reason: reason})
+	if err != nil && !errors.Is(err, temporalx.ErrJobWorkflowClosed) {
+		return err
 	}
 	return nil
 }

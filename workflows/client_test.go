@@ -86,7 +86,7 @@ func TestClientAgainstDevServer(t *testing.T) {
 		t.Fatalf("GpugovQueue = %q", first.queue)
 	}
 
-	if err := tw.CancelJob(ctx, "j-1", "alice", "wrong data"); err != nil {
+	if err := tw.CancelJob(ctx, "j-1", attrs, "alice", "wrong data"); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -104,8 +104,28 @@ func TestClientAgainstDevServer(t *testing.T) {
 	if after := describe(ctx, t, srv.Client, "job/j-1"); after.runID != first.runID {
 		t.Fatalf("closed workflow restarted: run %s", after.runID)
 	}
-	if err := tw.CancelJob(ctx, "j-1", "alice", "again"); err != nil {
+	if err := tw.CancelJob(ctx, "j-1", attrs, "alice", "again"); err != nil {
 		t.Fatalf("cancel of a closed workflow: %v", err)
+	}
+
+	// A job cancelled before its workflow was started (its submission
+	// answered 202): the cancel starts the workflow with the job's
+	// attributes, which receives the cancel, and the ledger holds it.
+	if err := tw.CancelJob(ctx, "j-unstarted", attrs, "bob", "not needed"); err != nil {
+		t.Fatalf("cancel of a job whose workflow was never started: %v", err)
+	}
+	if !tw.Ledger().Confirmed("j-unstarted") {
+		t.Fatal("ledger does not hold the workflow the cancel started")
+	}
+	if err := srv.Client.GetWorkflow(ctx, "job/j-unstarted", "").Get(ctx, &got); err != nil {
+		t.Fatalf("no workflow for the job cancelled before its start: %v", err)
+	}
+	if want := []string{"j-unstarted", "simulated", "bob", "not needed"}; len(got) != 4 || got[0] != want[0] ||
+		got[2] != want[2] || got[3] != want[3] {
+		t.Fatalf("workflow started by the cancel saw %v, want %v", got, want)
+	}
+	if d := describe(ctx, t, srv.Client, "job/j-unstarted"); d.queue != "train" {
+		t.Fatalf("workflow started by the cancel has GpugovQueue %q, want train", d.queue)
 	}
 
 	// A job with a command runs on the placed node's agent, not the simulator.
@@ -113,7 +133,7 @@ func TestClientAgainstDevServer(t *testing.T) {
 		State: "submitted", Process: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tw.CancelJob(ctx, "j-proc", "alice", "done"); err != nil {
+	if err := tw.CancelJob(ctx, "j-proc", temporalx.JobAttributes{}, "alice", "done"); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Client.GetWorkflow(ctx, "job/j-proc", "").Get(ctx, &got); err != nil {

@@ -207,7 +207,7 @@ func TestPlacementStartsAbsentJobWorkflowOnDevServer(t *testing.T) {
 	if err := st.CancelJob(context.Background(), long.ID, "carol", "test over"); err != nil {
 		t.Fatal(err)
 	}
-	if err := wf.CancelJob(context.Background(), long.ID, "carol", "test over"); err != nil {
+	if err := wf.CancelJob(context.Background(), long.ID, long.WorkflowAttributes(), "carol", "test over"); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitJob(t, c.GetWorkflow(context.Background(), temporalx.JobWorkflowID(long.ID), ""), 30*time.Second); res.State != vocab.JobCancelled {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gpugov/gpugov/internal/temporalx"
 )
@@ -15,9 +16,18 @@ type ReconcileResult struct {
 	Known   int // pending jobs skipped: the StartLedger holds their start
 }
 
+// ReconcileCancelledWithin is how far back the reconciler looks for jobs
+// cancelled before their JobWorkflow was started (Client.CancelJob's
+// signal-with-start failed, and the submission had been answered 202): one
+// hour, far inside the shortest retention Temporal allows a namespace (one
+// day), so a job listed again finds its closed workflow (reuse policy reject
+// duplicate) and never gets a second one (docs/design.md §3 step 1
+// "Submit").
+const ReconcileCancelledWithin = time.Hour
+
 // PendingJobs lists the jobs whose JobWorkflow may not have been started; the
 // API implements it on its store (api.PendingJobs: the jobs in state
-// submitted or waiting).
+// submitted or waiting, and those cancelled within ReconcileCancelledWithin).
 type PendingJobs interface {
 	// EachPendingJob calls fn with every pending job's ID and attributes, and
 	// returns the store's error, if any.

@@ -64,7 +64,7 @@ func TestTwoReplicasStartAndReconcileAtOnce(t *testing.T) {
 		// Half the jobs end (cancelled) while the starts and passes go on.
 		wg.Go(func() {
 			for _, id := range ids[:n/2] {
-				if err := wf.CancelJob(ctx, id, "alice", "done"); err != nil {
+				if err := wf.CancelJob(ctx, id, temporalx.JobAttributes{}, "alice", "done"); err != nil {
 					t.Error(err)
 				}
 			}
@@ -75,7 +75,7 @@ func TestTwoReplicasStartAndReconcileAtOnce(t *testing.T) {
 	// then reconcile once more, as the next pass would.
 	wf := workflows.NewClient(second, workflows.ClientOptions{JobInput: workflows.JobInput{Executor: workflows.ExecutorSimulated}})
 	for _, id := range ids[:n/2] {
-		if err := wf.CancelJob(ctx, id, "alice", "done"); err != nil {
+		if err := wf.CancelJob(ctx, id, temporalx.JobAttributes{}, "alice", "done"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -45,8 +45,10 @@ type workflows struct {
 	decisions []string
 }
 
-func (*workflows) StartJob(context.Context, string, temporalx.JobAttributes) error        { return nil }
-func (*workflows) CancelJob(context.Context, string, string, string) error                { return nil }
+func (*workflows) StartJob(context.Context, string, temporalx.JobAttributes) error { return nil }
+func (*workflows) CancelJob(context.Context, string, temporalx.JobAttributes, string, string) error {
+	return nil
+}
 func (*workflows) NotifySubmitted(context.Context, string) error                          { return nil }
 func (*workflows) StartExperiment(context.Context, string) error                          { return nil }
 func (*workflows) SignalExperiment(context.Context, string, string, string, string) error { return nil }

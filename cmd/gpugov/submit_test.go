@@ -31,8 +31,10 @@ import (
 type startedWorkflows struct{}
 
 func (startedWorkflows) StartJob(context.Context, string, temporalx.JobAttributes) error { return nil }
-func (startedWorkflows) CancelJob(context.Context, string, string, string) error         { return nil }
-func (startedWorkflows) NotifySubmitted(context.Context, string) error                   { return nil }
+func (startedWorkflows) CancelJob(context.Context, string, temporalx.JobAttributes, string, string) error {
+	return nil
+}
+func (startedWorkflows) NotifySubmitted(context.Context, string) error { return nil }
 
 // cliEnv is the real API on a real, fresh PostgreSQL database, served over HTTP.
 type cliEnv struct {
