@@ -45,17 +45,9 @@ func TestTemporalCancelDuringMarkRunningOnDevServer(t *testing.T) {
 	c := dev.Client
 	st := newStore(t, 1)
 	late := &lateMarkRunning{jobs: &activities.Jobs{Store: st}, entered: make(chan struct{}), release: make(chan struct{})}
-	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c})
-	svc.RegisterActivityWithOptions(late.MarkRunning, activity.RegisterOptions{Name: "MarkRunning", DisableAlreadyRegisteredCheck: true})
-	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	workflows.RegisterSimExecutorWorker(sim, fastExecutor(st))
-	for _, w := range []worker.Worker{svc, sim} {
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-	}
+	startWorkersWith(t, c, activities.Deps{Store: st, Temporal: c}, fastExecutor(st), func(svc worker.Worker) {
+		svc.RegisterActivityWithOptions(late.MarkRunning, activity.RegisterOptions{Name: "MarkRunning", DisableAlreadyRegisteredCheck: true})
+	})
 	t.Cleanup(func() {
 		select {
 		case <-late.release:

@@ -34,12 +34,25 @@ import (
 const recordEnv = "GPUGOV_RECORD_HISTORIES"
 
 // startWorkers runs, on the dev server, the service worker (workflows and
-// activities on st) and a simulated-executor worker using rec for checkpoints;
-// both stop when the test ends.
+// activities on st) and a simulated-executor worker running exec; both stop
+// when the test ends.
 func startWorkers(t *testing.T, c client.Client, st *store.Store, exec *executor.SimulatedExecutor) {
 	t.Helper()
+	startWorkersWith(t, c, activities.Deps{Store: st, Temporal: c}, exec, nil)
+}
+
+// startWorkersWith is startWorkers with the service worker's activities
+// given deps (as serve would give them), and extra, when not nil, called on
+// the service worker before it starts (to register a test's own version of
+// an activity). Every dev-server test that runs the job workflows starts its
+// workers here.
+func startWorkersWith(t *testing.T, c client.Client, deps activities.Deps, exec *executor.SimulatedExecutor, extra func(worker.Worker)) {
+	t.Helper()
 	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c})
+	workflows.RegisterServiceWorker(svc, deps)
+	if extra != nil {
+		extra(svc)
+	}
 	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
 	workflows.RegisterSimExecutorWorker(sim, exec)
 	for _, w := range []worker.Worker{svc, sim} {

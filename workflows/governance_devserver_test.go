@@ -11,7 +11,6 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/accounting"
@@ -75,18 +74,9 @@ func submitGovJob(t *testing.T, st *store.Store, j govJob) *store.Job {
 func startGovWorkers(t *testing.T, c client.Client, st *store.Store, pol scheduling.Policy, cfg *policy.Policy, exec *executor.SimulatedExecutor) {
 	t.Helper()
 	source := func(context.Context) (*scheduling.Policy, error) { return &pol, nil }
-	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, Policy: source,
+	startWorkersWith(t, c, activities.Deps{Store: st, Temporal: c, Policy: source,
 		Governance: func() *policy.Policy { return cfg }, Progress: activities.TemporalRunProgress{Client: c},
-		PollInterval: 100 * time.Millisecond})
-	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	workflows.RegisterSimExecutorWorker(sim, exec)
-	for _, w := range []worker.Worker{svc, sim} {
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-	}
+		PollInterval: 100 * time.Millisecond}, exec, nil)
 }
 
 // activityNames lists the activities a workflow run scheduled, in order.

@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/gpugov/gpugov/activities"
 	"github.com/gpugov/gpugov/internal/executor"
@@ -38,16 +37,7 @@ func jobsClient(c client.Client) *workflows.Client {
 // workflows.Client.
 func startWorkersStarting(t *testing.T, c client.Client, st *store.Store, wf *workflows.Client, exec *executor.SimulatedExecutor) {
 	t.Helper()
-	svc := worker.New(c, temporalx.ServiceTaskQueue, worker.Options{})
-	workflows.RegisterServiceWorker(svc, activities.Deps{Store: st, Temporal: c, JobStarter: wf})
-	sim := worker.New(c, temporalx.SimExecutorTaskQueue, worker.Options{})
-	workflows.RegisterSimExecutorWorker(sim, exec)
-	for _, w := range []worker.Worker{svc, sim} {
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-	}
+	startWorkersWith(t, c, activities.Deps{Store: st, Temporal: c, JobStarter: wf}, exec, nil)
 }
 
 // executions counts the executions of workflow ID id in the namespace's
