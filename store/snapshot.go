@@ -31,9 +31,11 @@ import (
 // project then pool, usage by project.
 //
 // Speed (BenchmarkLoadSnapshot): the queries are pipelined in one round trip
-// and read narrow, typed rows — live jobs from job_queue (kept by a trigger on
-// jobs), allocations with their GPU shares inline — so no JSON is decoded but
-// checkpoints. What cannot change is read once: the inventory is reused until
+// and read narrow, typed rows — live jobs from job_queue (kept by triggers on
+// jobs), pending ones with their stored wait state (reason, explanation digest
+// and explained_at, mirrored there by migration 00340), allocations with their
+// GPU shares inline — so no JSON is decoded but checkpoints; with JIT
+// compilation off (noJIT), which cost more than it saved on these statements. What cannot change is read once: the inventory is reused until
 // inventory_version moves, and each live job's ID, project, queue, tier,
 // request and submit time are cached, keyed by job_queue.seq, from the load
 // that first sees the job until it finishes (they are immutable after
