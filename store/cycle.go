@@ -159,6 +159,9 @@ func (s *Store) ApplyShardCycle(ctx context.Context, shard, cycleID string, res 
 	var out *CycleOutcome
 	memo := s.takeWaitMemo(shard, now)
 	err := s.inTx(ctx, "apply cycle "+cycleID, func(tx pgx.Tx) error {
+		if err := noJIT(ctx, tx); err != nil {
+			return err
+		}
 		r, dropped := res, 0
 		if shard != "" {
 			var err error
@@ -540,11 +543,16 @@ func recordNotYetEvaluated(ctx context.Context, tx pgx.Tx, jobIDs []string, now 
 	}
 	var ids []string
 	var starts []time.Time
+	// The lateral aggregate reads each job's events through
+	// wait_events_job_idx; as EXISTS and scalar subqueries the planner
+	// hashed every open event instead (100,000 rows, 20-45 ms a call at
+	// 100,000 waiting jobs: docs/design.md §8, "The whole cycle at scale").
 	err := forEachRow(ctx, tx, `
-		SELECT j.id, j.waiting_since,
-			EXISTS (SELECT 1 FROM wait_events w WHERE w.job_id = j.id AND w.ended_at IS NULL),
-			(SELECT max(w.ended_at) FROM wait_events w WHERE w.job_id = j.id)
-		FROM jobs j WHERE j.id = ANY($1) ORDER BY j.id`, []any{jobIDs}, func(rows pgx.Rows) error {
+		SELECT j.id, j.waiting_since, coalesce(w.open, false), w.last
+		FROM jobs j LEFT JOIN LATERAL (
+			SELECT bool_or(w.ended_at IS NULL) AS open, max(w.ended_at) AS last FROM wait_events w WHERE w.job_id = j.id
+		) w ON true
+		WHERE j.id = ANY($1) ORDER BY j.id`, []any{jobIDs}, func(rows pgx.Rows) error {
 		var id string
 		var st accounting.WaitState
 		var last *time.Time
@@ -607,11 +615,14 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		explainedAt                      *time.Time
 	}
 	cur := make(map[string]current, len(ws))
+	// w.job_id = ANY($1) lets the open events be read by their job IDs;
+	// without it the planner merged the jobs with every open event (a scan
+	// of 100,000 at 100,000 waiting jobs); the refresh below likewise.
 	err := forEachRow(ctx, tx, `
 		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''),
 			coalesce(w.detail, ''), coalesce(w.reevaluate, ''), coalesce(w.blocking_job_id, ''),
 			j.explanation_digest, j.explained_at
-		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL
+		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL AND w.job_id = ANY($1)
 		WHERE j.id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
 		var id string
 		var c current
@@ -730,7 +741,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		if _, err := tx.Exec(ctx, `
 			UPDATE wait_events w SET detail = u.d, reevaluate = u.e, blocking_job_id = nullif(u.b, '')
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(j, d, e, b)
-			WHERE w.job_id = u.j AND w.ended_at IS NULL`,
+			WHERE w.job_id = u.j AND w.job_id = ANY($1) AND w.ended_at IS NULL`,
 			rf.jobIDs, rf.details, rf.reeval, rf.blocking); err != nil {
 			return fmt.Errorf("refresh wait events: %w", err)
 		}
@@ -1173,6 +1184,18 @@ func shardResultTx(ctx context.Context, tx pgx.Tx, shard string, res *scheduling
 		return !pools[pool] && !(shard == DefaultShard && !known[pool])
 	})
 	return &out, dropped + len(res.Waiting) - len(out.Waiting), nil
+}
+
+// noJIT turns PostgreSQL's JIT compilation off for the rest of tx. The
+// cycle's statements over every pending job cross jit_above_cost, and
+// compiling them cost more than it saved: up to 220 ms of a 100,000-job
+// snapshot's server time went to inlining and optimising its expressions
+// (docs/design.md §8, "The whole cycle at scale").
+func noJIT(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+		return fmt.Errorf("turn JIT off: %w", err)
+	}
+	return nil
 }
 
 // allKnownIn reports whether every pool in known is in pools.

@@ -31,9 +31,11 @@ import (
 // project then pool, usage by project.
 //
 // Speed (BenchmarkLoadSnapshot): the queries are pipelined in one round trip
-// and read narrow, typed rows — live jobs from job_queue (kept by a trigger on
-// jobs), allocations with their GPU shares inline — so no JSON is decoded but
-// checkpoints. What cannot change is read once: the inventory is reused until
+// and read narrow, typed rows — live jobs from job_queue (kept by triggers on
+// jobs), pending ones with their stored wait state (reason, explanation digest
+// and explained_at, mirrored there by migration 00340), allocations with their
+// GPU shares inline — so no JSON is decoded but checkpoints; with JIT
+// compilation off (noJIT), which cost more than it saved on these statements. What cannot change is read once: the inventory is reused until
 // inventory_version moves, and each live job's ID, project, queue, tier,
 // request and submit time are cached, keyed by job_queue.seq, from the load
 // that first sees the job until it finishes (they are immutable after
@@ -77,6 +79,9 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 			l.shard = shard
 			l.simSpeed = s.simulatedRunSpeed()
 			l.now, l.evidenceFrom = now, now.Add(-s.evidenceWindow())
+			if err := noJIT(ctx, tx); err != nil {
+				return err
+			}
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
 				return err
 			}
@@ -90,10 +95,13 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 		return nil, fmt.Errorf("store: load snapshot: %w", err)
 	}
 	snap.Usage = s.usageAt(l.usage, snap.Running, now)
+	waits := make(map[string]storedWait, len(snap.Pending))
 	for i := range snap.Pending {
-		snap.Pending[i].StoredReason = l.waits[snap.Pending[i].ID].reason
+		pj := &snap.Pending[i]
+		pj.StoredReason = l.pendingWait[i].reason
+		waits[pj.ID] = l.pendingWait[i]
 	}
-	s.setWaitMemo(shard, now, l.waits)
+	s.setWaitMemo(shard, now, waits)
 	return snap, nil
 }
 
@@ -211,6 +219,7 @@ type snapshotLoader struct {
 	pendingSeq        []int64
 	pendingStatic     []*jobStatic
 	pendingCheckpoint [][]byte
+	pendingWait       []storedWait         // each pending job's stored wait state (job_queue's mirror of jobs')
 	inProgress        map[string][]string  // pending job → victims being preempted for it
 	noticeAt          map[string]time.Time // pending job → earliest notice (or start) of those preemptions
 	released          map[string]time.Time // pending job → latest release of a victim for it in its current wait
@@ -219,13 +228,12 @@ type snapshotLoader struct {
 	queues  []scheduling.Queue
 	usage   []scheduling.ProjectUsage
 	missing []int64 // job_queue.seq of live jobs not in the cache
-	// waits is every pending job's stored wait state, by job ID.
-	waits map[string]storedWait
 }
 
 // storedWait is a pending job's stored wait state as a snapshot read it:
 // its reason (jobs.reason), and the digest (jobs.explanation_digest) and
-// instant (jobs.explained_at) of its stored explanation.
+// instant (jobs.explained_at) of its stored explanation, read from their
+// mirror in job_queue with the job's other columns (migration 00340).
 type storedWait struct {
 	reason      vocab.WaitReason
 	hasDigest   bool
@@ -299,7 +307,7 @@ func (l *snapshotLoader) reset() {
 		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
 		runningSeq: make([]int64, 0, n.running), pendingSeq: make([]int64, 0, n.pending),
 		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: make([]*jobStatic, 0, n.pending),
-		pendingCheckpoint: make([][]byte, 0, n.pending), waits: make(map[string]storedWait, n.pending)}
+		pendingCheckpoint: make([][]byte, 0, n.pending), pendingWait: make([]storedWait, 0, n.pending)}
 	c.generation++
 	if c.jobs == nil {
 		c.jobs = map[int64]*jobStatic{}
@@ -409,15 +417,10 @@ func (l *snapshotLoader) queries() []rowQuery {
 		}},
 		rowQuery{sql: `
 			SELECT seq, protected, held, waiting_since, accrued_aging_s, aging_since, prereq_triples,
-				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint
+				rec_checkpointable, rec_interval_s, rec_verified_resumes, rec_resume_downgraded, last_checkpoint,
+				coalesce(reason, ''), explanation_digest, coalesce(explained_at, '-infinity')
 			FROM job_queue WHERE state IN ('submitted', 'waiting')` + shardPred("req_pool", 1) + ` ORDER BY submit_time, job_id`,
 			args: shardArgs(), fn: l.scanPending},
-		// The pending jobs' stored wait state: their reasons for the
-		// scheduler's signals (PendingJob.StoredReason) and the digests of
-		// their explanations for the next ApplyCycle (takeWaitMemo).
-		rowQuery{sql: `
-			SELECT id, coalesce(reason, ''), explanation_digest, coalesce(explained_at, '-infinity')
-			FROM jobs WHERE state IN ('submitted', 'waiting')` + shardPred("request->>'pool'", 1), args: shardArgs(), fn: l.scanWait},
 		// Drills (for_job_id NULL) serve no pending job.
 		rowQuery{sql: `SELECT for_job_id, victim_job_id, coalesce(notified_at, started_at) FROM preemptions
 			WHERE ended_at IS NULL AND for_job_id IS NOT NULL ORDER BY victim_job_id`,
@@ -470,22 +473,17 @@ func (l *snapshotLoader) queries() []rowQuery {
 	)
 }
 
-func (l *snapshotLoader) scanWait(rows pgx.Rows) error {
-	var id string
-	var w storedWait
-	var digest []byte
-	var at pgtype.Timestamptz
-	if err := rows.Scan(&id, &w.reason, &digest, &at); err != nil {
-		return err
+// digestTarget scans a bytea explanation digest straight into a
+// storedWait, without the copy a []byte target allocates per row; NULL or
+// a value of another length leaves hasDigest false.
+type digestTarget struct{ w *storedWait }
+
+// ScanBytes implements pgtype.BytesScanner; v is only valid during the call.
+func (t digestTarget) ScanBytes(v []byte) error {
+	if v != nil && len(v) == len(t.w.digest) {
+		t.w.hasDigest = true
+		copy(t.w.digest[:], v)
 	}
-	if len(digest) == len(w.digest) {
-		w.hasDigest = true
-		copy(w.digest[:], digest)
-	}
-	if at.InfinityModifier == pgtype.Finite {
-		w.explainedAt = at.Time
-	}
-	l.waits[id] = w
 	return nil
 }
 
@@ -536,9 +534,16 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 	var c recoveryCols
 	var seq int64
 	var agingSince *time.Time
+	l.pendingWait = append(l.pendingWait, storedWait{})
+	w := &l.pendingWait[len(l.pendingWait)-1]
+	var explainedAt pgtype.Timestamptz
 	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &agingSince, &triples,
-		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint); err != nil {
+		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint,
+		&w.reason, digestTarget{w}, &explainedAt); err != nil {
 		return err
+	}
+	if explainedAt.InfinityModifier == pgtype.Finite {
+		w.explainedAt = explainedAt.Time
 	}
 	pj.Recovery, pj.WaitingSince, pj.RequestVersion = c.recovery(), pj.WaitingSince.UTC(), seq
 	// A NULL aging_since is a paused clock (accounting.AgingClock): the job's
