@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpugov/gpugov/internal/dupkey"
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -150,8 +151,11 @@ func DecodeJobSpec(r io.Reader) (*JobSpec, *Error) {
 }
 
 // decodeStrict decodes one JSON object of at most MaxSpecBytes from r into v,
-// rejecting unknown fields and trailing data. An empty body is an error
-// unless allowEmpty, when v is left as it is.
+// rejecting unknown fields, a key repeated within one object at any depth
+// (a 400 naming it: "queue: repeated key"; encoding/json would keep the
+// last) and trailing data. An empty body is an error unless allowEmpty,
+// when v is left as it is. On any refusal v may be partly filled: the
+// caller stores nothing.
 func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	data, err := io.ReadAll(io.LimitReader(r, MaxSpecBytes+1))
 	if tooLarge := maxBytesError(err); tooLarge != nil {
@@ -176,6 +180,9 @@ func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return newError(http.StatusBadRequest, CodeMalformed, "", "unexpected data after the JSON object")
+	}
+	if f, ok := dupkey.InJSON(data); ok {
+		return newError(http.StatusBadRequest, CodeMalformed, f, "%s", dupkey.Message)
 	}
 	if f := nulField(data); f != "" {
 		return newError(http.StatusUnprocessableEntity, CodeInvalid, f, "contains a NUL character, which cannot be stored")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/dupkey"
 	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
@@ -281,7 +282,7 @@ func (c *yamlToJSON) value(n *yaml.Node, path string, aliases int) (any, *yamlPr
 			}
 			maps.Copy(out, merged)
 		}
-		own := map[string]bool{}
+		own := dupkey.Keys{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := yamlnode.Deref(n.Content[i]), n.Content[i+1]
 			if n.Content[i].Tag == "!!merge" {
@@ -291,10 +292,9 @@ func (c *yamlToJSON) value(n *yaml.Node, path string, aliases int) (any, *yamlPr
 				return nil, &yamlProblem{k.Line, path, fmt.Sprintf("key %s is not a string (quote it)", yamlnode.Describe(k))}
 			}
 			at := yamlnode.Join(path, k.Value)
-			if own[k.Value] {
-				return nil, &yamlProblem{k.Line, at, "repeated key"}
+			if own.Repeats(k.Value) { // the rule the API's decoder holds JSON to
+				return nil, &yamlProblem{k.Line, at, dupkey.Message}
 			}
-			own[k.Value] = true
 			val, bad := c.value(v, at, aliases)
 			if bad != nil {
 				return nil, bad
