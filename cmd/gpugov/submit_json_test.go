@@ -1,0 +1,45 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A job spec meant as JSON (first byte '{', or a .json file) that is not
+// valid JSON is reported in JSON's words with file:line, not as the YAML
+// error yaml.v3 made of it (a truncated file was "did not find expected
+// node content").
+func TestReadJobSpecJSONSyntaxProblems(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ name, doc, want string }{
+		{"-", "{\"queue\": \"standard\",\n \"resources\": {\"gpus\": 1,\n", "submit: -:2: truncated JSON: the document ends inside a value"},
+		{"-", "  \n{\"queue\": \"standard\",\n \"resources\": {\"gpus\": 1,}\n}\n", "submit: -:3: invalid JSON: invalid character '}' looking for beginning of object key string"},
+		{"-", "{\"queue\": \"standard\"}\n\n{\"queue\": \"batch\"}\n", "submit: -:3: unexpected data after the JSON value"},
+		{"job.json", "\n[\"queue\",\n 'standard']\n", "job.json:3: invalid JSON: invalid character '\\'' looking for beginning of value"},
+		{"job.json", "queue: standard\n", "job.json:1: invalid JSON: invalid character 'q' looking for beginning of value"},
+		// Valid JSON keeps the YAML reader's checks, lines included.
+		{"-", "{\"queue\": \"standard\",\n \"queue\": \"batch\"}\n", "submit: -:2: queue: repeated key"},
+		{"job.json", "", "job.json is empty"},
+	} {
+		path := c.name
+		if path != "-" {
+			path = filepath.Join(dir, c.name)
+			if err := os.WriteFile(path, []byte(c.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := strings.ReplaceAll(c.want, "job.json", path)
+		_, err := readJobSpec(strings.NewReader(c.doc), path)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.HasSuffix(err.Error(), want) || !strings.HasPrefix(err.Error(), "submit: ") {
+			t.Errorf("%q: err = %v, want a usage error ending %q", c.doc, err, want)
+		}
+	}
+	// YAML stays YAML.
+	if _, err := readJobSpec(strings.NewReader("queue: [standard\n"), "-"); err == nil || strings.Contains(err.Error(), "JSON") {
+		t.Errorf("YAML syntax error: %v", err)
+	}
+}
