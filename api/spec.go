@@ -200,7 +200,7 @@ func jsonError(err error, data []byte, v any) *Error {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		return newError(http.StatusBadRequest, CodeMalformed, "", "the body must be a JSON object, got JSON %s", typeErr.Value)
 	case errors.As(err, &typeErr):
-		return newError(http.StatusBadRequest, CodeMalformed, typeErr.Field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+		return typeError(typeErr, data)
 	case errors.As(err, &syntaxErr):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -216,6 +216,16 @@ func jsonError(err error, data []byte, v any) *Error {
 			field = badTimePath(doc, reflect.TypeOf(v), "")
 		}
 		return newError(http.StatusBadRequest, CodeMalformed, field, "not an RFC 3339 time (e.g. 2026-01-05T00:00:00Z): %q", timeErr.Value)
+	}
+	// A time.Time given another JSON type than a string says so without
+	// the field, only as text.
+	if strings.Contains(err.Error(), "Time.UnmarshalJSON: input is not a JSON string") {
+		var doc any
+		field := ""
+		if json.Unmarshal(data, &doc) == nil {
+			field = badTimePath(doc, reflect.TypeOf(v), "")
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, field, "must be %s", kindWords(timeType))
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

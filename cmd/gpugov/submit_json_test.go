@@ -43,3 +43,24 @@ func TestReadJobSpecJSONSyntaxProblems(t *testing.T) {
 		t.Errorf("YAML syntax error: %v", err)
 	}
 }
+
+// A value of the wrong type in a job file is reported at its line in the
+// user's words, in YAML and JSON alike: it was "run_seconds: expected
+// float64, got JSON string", and a list item's line was its list's.
+func TestReadJobSpecTypeErrorsInUserWords(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: \"60\"\n", "submit: -:3: run_seconds: must be a number, got a string"},
+		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: 1m\n", "submit: -:3: run_seconds: must be a number, got a string"},
+		{"queue: standard\nresources:\n  gpus: 1.5\n  pool: p\n", "submit: -:3: resources.gpus: must be a whole number, got 1.5"},
+		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: 5\nprerequisites:\n  - {name: a, ready: true}\n  - name: b\n    ready: \"no\"\n",
+			"submit: -:7: prerequisites[1].ready: must be true or false, got a string"},
+		{"{\"queue\": \"standard\",\n \"resources\": {\"gpus\": 1, \"pool\": \"p\"},\n \"run_seconds\": \"60\"}\n", "submit: -:3: run_seconds: must be a number, got a string"},
+		{"{\"queue\": [\"standard\"]}\n", "submit: -:1: queue: must be a string, got a list"},
+	} {
+		_, err := readJobSpec(strings.NewReader(c.doc), "-")
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || err.Error() != c.want {
+			t.Errorf("%q:\n got %v\nwant %s", c.doc, err, c.want)
+		}
+	}
+}
