@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpugov/gpugov/internal/dupkey"
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -150,8 +151,11 @@ func DecodeJobSpec(r io.Reader) (*JobSpec, *Error) {
 }
 
 // decodeStrict decodes one JSON object of at most MaxSpecBytes from r into v,
-// rejecting unknown fields and trailing data. An empty body is an error
-// unless allowEmpty, when v is left as it is.
+// rejecting unknown fields, a key repeated within one object at any depth
+// (a 400 naming it: "queue: repeated key"; encoding/json would keep the
+// last) and trailing data. An empty body is an error unless allowEmpty,
+// when v is left as it is. On any refusal v may be partly filled: the
+// caller stores nothing.
 func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	data, err := io.ReadAll(io.LimitReader(r, MaxSpecBytes+1))
 	if tooLarge := maxBytesError(err); tooLarge != nil {
@@ -177,6 +181,9 @@ func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return newError(http.StatusBadRequest, CodeMalformed, "", "unexpected data after the JSON object")
 	}
+	if f, ok := dupkey.InJSON(data); ok {
+		return newError(http.StatusBadRequest, CodeMalformed, f, "%s", dupkey.Message)
+	}
 	if f := nulField(data); f != "" {
 		return newError(http.StatusUnprocessableEntity, CodeInvalid, f, "contains a NUL character, which cannot be stored")
 	}
@@ -193,7 +200,7 @@ func jsonError(err error, data []byte, v any) *Error {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		return newError(http.StatusBadRequest, CodeMalformed, "", "the body must be a JSON object, got JSON %s", typeErr.Value)
 	case errors.As(err, &typeErr):
-		return newError(http.StatusBadRequest, CodeMalformed, typeErr.Field, "expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+		return typeError(typeErr, data)
 	case errors.As(err, &syntaxErr):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -209,6 +216,16 @@ func jsonError(err error, data []byte, v any) *Error {
 			field = badTimePath(doc, reflect.TypeOf(v), "")
 		}
 		return newError(http.StatusBadRequest, CodeMalformed, field, "not an RFC 3339 time (e.g. 2026-01-05T00:00:00Z): %q", timeErr.Value)
+	}
+	// A time.Time given another JSON type than a string says so without
+	// the field, only as text.
+	if strings.Contains(err.Error(), "Time.UnmarshalJSON: input is not a JSON string") {
+		var doc any
+		field := ""
+		if json.Unmarshal(data, &doc) == nil {
+			field = badTimePath(doc, reflect.TypeOf(v), "")
+		}
+		return newError(http.StatusBadRequest, CodeMalformed, field, "must be %s", kindWords(timeType))
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

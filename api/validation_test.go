@@ -75,7 +75,7 @@ func TestSubmitRejectsInvalidSpecNamingTheField(t *testing.T) {
 			}
 			res(s)["node_selector"] = sel
 		}), "", 422, CodeInvalid, "resources.node_selector"},
-		{"node_selector value not a string", tokAlice, with(func(s map[string]any) { res(s)["node_selector"] = map[string]any{"network": 1} }), "", 400, CodeMalformed, "resources.node_selector"},
+		{"node_selector value not a string", tokAlice, with(func(s map[string]any) { res(s)["node_selector"] = map[string]any{"network": 1} }), "", 400, CodeMalformed, "resources.node_selector.network"},
 		{"simulated without run_seconds", tokAlice, with(func(s map[string]any) { delete(s, "run_seconds") }), "", 422, CodeInvalid, "run_seconds"},
 		{"run_seconds negative with command", tokAlice, with(func(s map[string]any) { s["command"] = []string{"python"}; s["run_seconds"] = -1 }), "", 422, CodeInvalid, "run_seconds"},
 		{"run_seconds 1e300", tokAlice, with(func(s map[string]any) { s["run_seconds"] = 1e300 }), "", 422, CodeInvalid, "run_seconds"},

@@ -340,10 +340,21 @@ func TestCrashAtEveryPreemptionStep(t *testing.T) {
 		{what: "victim's checkpoint kept", sql: `SELECT count(*) FROM job_queue WHERE job_id = $1 AND last_checkpoint IS NOT NULL`, args: []any{v}, want: 1},
 	}, gpuChecks()...))
 
-	took = r.crashAt("Reschedule", crashpoint.AfterEffect, "", crashTimeout, nil, nil)
+	triggerAllocs := `SELECT count(*) FROM allocations WHERE job_id = $1`
+	took = r.crashAt("Reschedule", crashpoint.AfterEffect, "", crashTimeout, nil, func() {
+		// The trigger is placed by a scheduling cycle of this process, not
+		// by Reschedule: under load the cycle may come after the point.
+		// Held at the point (the process lives), wait for the placement
+		// rather than read once after the kill (read once, it was 0 in a
+		// loaded full run while the final row found it placed).
+		waitFor(t, 2*time.Minute, "the trigger job's allocation", func() (bool, string) {
+			n := r.queryInt(triggerAllocs, p)
+			return n >= 1, fmt.Sprintf("%d allocations", n)
+		})
+	})
 	add("Reschedule", took, append([]check{
 		{what: "victim requeued with its submit time", sql: `SELECT count(*) FROM jobs WHERE id = $1 AND state IN ('waiting','placed','running') AND submit_time = $2`, args: []any{v, victim.SubmittedAt}, want: 1},
-		{what: "trigger job holds one allocation", sql: `SELECT count(*) FROM allocations WHERE job_id = $1`, args: []any{p}, want: 1},
+		{what: "trigger job holds one allocation", sql: triggerAllocs, args: []any{p}, want: 1},
 	}, gpuChecks()...))
 
 	took = r.crashAt("VerifyResume", crashpoint.AfterEffect, "", crashTimeout, nil, nil)

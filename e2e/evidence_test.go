@@ -122,7 +122,7 @@ func TestPreemptionNeedsProfileEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(full.Candidates, func(c api.PreemptionCandidate) bool { return c.JobID == untried.ID })
-	if i < 0 || full.Candidates[i].Chosen || !strings.Contains(full.Candidates[i].Gate, "recovery profile vision/untried has 0 verified resume(s)") {
+	if i < 0 || full.Candidates[i].Chosen || !strings.Contains(full.Candidates[i].Gate, "recovery profile vision/untried has 0 verified resumes") {
 		t.Errorf("candidates %+v, want %s listed with the evidence gate", full.Candidates, untried.ID)
 	}
 	t.Logf("preemption %s: victim %s (profile vision/trained); candidates %+v", rec.ID, rec.VictimJobID, full.Candidates)

@@ -608,7 +608,7 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 		ids[i] = w.JobID
 	}
 	type current struct {
-		pending                          bool
+		pending, held                    bool
 		open                             bool
 		reason, detail, reeval, blocking string
 		digest                           []byte
@@ -619,14 +619,14 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	// without it the planner merged the jobs with every open event (a scan
 	// of 100,000 at 100,000 waiting jobs); the refresh below likewise.
 	err := forEachRow(ctx, tx, `
-		SELECT j.id, j.state IN ('submitted', 'waiting'), w.reason IS NOT NULL, coalesce(w.reason, ''),
+		SELECT j.id, j.state IN ('submitted', 'waiting'), j.held, w.reason IS NOT NULL, coalesce(w.reason, ''),
 			coalesce(w.detail, ''), coalesce(w.reevaluate, ''), coalesce(w.blocking_job_id, ''),
 			j.explanation_digest, j.explained_at
 		FROM jobs j LEFT JOIN wait_events w ON w.job_id = j.id AND w.ended_at IS NULL AND w.job_id = ANY($1)
 		WHERE j.id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
 		var id string
 		var c current
-		if err := rows.Scan(&id, &c.pending, &c.open, &c.reason, &c.detail, &c.reeval, &c.blocking,
+		if err := rows.Scan(&id, &c.pending, &c.held, &c.open, &c.reason, &c.detail, &c.reeval, &c.blocking,
 			&c.digest, &c.explainedAt); err != nil {
 			return err
 		}
@@ -643,13 +643,19 @@ func applyWaits(ctx context.Context, tx pgx.Tx, cycleID string, ws []scheduling.
 	transition, refresh, decide := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i, w := range ws {
 		c := cur[w.JobID]
-		if !c.pending {
+		// A held job given another reason was read before its hold
+		// (SetHold): left to the next cycle, so that the hold's wait event
+		// is not ended by a reason the hold overrides.
+		if !c.pending || (c.held && w.Reason != vocab.ReasonHeld) {
 			out.StaleWaits++
 			continue
 		}
 		switch {
 		case accounting.WaitChanged(c.open, vocab.WaitReason(c.reason), w.Reason):
 			transition[w.JobID], decide[w.JobID] = true, true
+		case w.Reason == vocab.ReasonHeld:
+			// The held event's text is the hold's (who held it and why,
+			// SetHold): the cycle, which knows neither, extends it as it is.
 		case accounting.WaitRefreshed(c.detail, w.Detail) || c.reeval != w.ReEvaluate || c.blocking != w.BlockingJobID:
 			refresh[w.JobID] = true
 			decide[w.JobID] = c.blocking != w.BlockingJobID // held back by another job now

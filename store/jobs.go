@@ -541,7 +541,9 @@ func finishedConflict(state vocab.JobState, verb string) error {
 // held (or releasing one that is not) changes nothing and answers changed
 // false, but is still audited, with changed false, so the trail shows who
 // asked and that nothing changed (docs/design.md §1 "Hold and release").
-// The next scheduling cycle gives a held pending job the reason held. Errors
+// A hold that changes a pending job opens its held wait event at once,
+// naming who held it (openHeldWait); the next scheduling cycle gives it the
+// reason held. Errors
 // wrap ErrNotFound, ErrConflict for a finished job or for holding a placed or
 // running one, or database errors.
 func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, reason string) (changed bool, err error) {
@@ -564,8 +566,14 @@ func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, rea
 			return fmt.Errorf("job is %s; only a submitted or waiting job can be held: %w", state, ErrConflict)
 		}
 		changed = cur != held
+		now := time.Now()
 		if changed {
 			if _, err := tx.Exec(ctx, `UPDATE jobs SET held = $2, updated_at = now() WHERE id = $1`, jobID, held); err != nil {
+				return err
+			}
+		}
+		if changed && held {
+			if err := openHeldWait(ctx, tx, jobID, actor, reason, now); err != nil {
 				return err
 			}
 		}
@@ -573,10 +581,45 @@ func (s *Store) SetHold(ctx context.Context, jobID string, held bool, actor, rea
 		if !held {
 			action = "release_hold"
 		}
-		return appendAuditTx(ctx, tx, AuditEntry{At: time.Now(), Actor: actor, Action: action, Subject: jobID,
+		return appendAuditTx(ctx, tx, AuditEntry{At: now, Actor: actor, Action: action, Subject: jobID,
 			Reason: reason, Evidence: map[string]any{"state": string(state), "changed": changed}})
 	})
 	return changed && err == nil, err
+}
+
+// openHeldWait starts the held wait event of a pending job at at, when it is
+// held (SetHold), instead of when a cycle next sees it held: a hold released
+// within one cycle would otherwise leave no trace in the job's wait
+// history, as Slurm's job record and Kueue's conditions show a hold when it
+// is made. The event's detail names who held it and why ("held by alice:
+// dataset broken"), and the cycle that then sees the reason held extends it
+// without rewriting that detail (ApplyCycle). The open event of another
+// reason ends at at (a job never evaluated gets its not_yet_evaluated event
+// first, as a cycle would give it); an open held event (held, released
+// and held again before a cycle) keeps its start and takes the new detail.
+// The released job's held event ends when a cycle gives it another reason
+// or places it, as any wait event.
+func openHeldWait(ctx context.Context, tx pgx.Tx, jobID, actor, reason string, at time.Time) error {
+	detail := "held by " + actor
+	if reason != "" {
+		detail += ": " + reason
+	}
+	tag, err := tx.Exec(ctx, `UPDATE wait_events SET detail = $2 WHERE job_id = $1 AND ended_at IS NULL AND reason = $3`,
+		jobID, detail, string(vocab.ReasonHeld))
+	if err != nil || tag.RowsAffected() > 0 {
+		return err
+	}
+	if err := recordNotYetEvaluated(ctx, tx, []string{jobID}, at); err != nil {
+		return err
+	}
+	if err := closeWaitEvents(ctx, tx, []string{jobID}, at); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO wait_events (job_id, reason, detail, next_action, reevaluate, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`,
+		jobID, string(vocab.ReasonHeld), detail, vocab.ReasonHeld.NextAction(), scheduling.HeldReEvaluate, at)
+	return err
 }
 
 // CancelJob cancels a job. A pending job becomes cancelled at once and its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -119,7 +120,7 @@ func printAudit(w io.Writer, l *api.AuditList) error {
 		return err
 	}
 	if l.NextCursor != "" {
-		_, err := fmt.Fprintf(w, "\n%s; older ones: --cursor %s\n", plural(len(l.Entries), "entry", "entries"), l.NextCursor)
+		_, err := fmt.Fprintf(w, "\n%s; older ones: --cursor %s\n", plural.Count(len(l.Entries), "entry", "entries"), l.NextCursor)
 		return err
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
 	"github.com/gpugov/gpugov/internal/experiment"
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -57,7 +58,7 @@ func experimentFailure(err error) error {
 	for i, d := range e.Body.Details {
 		lines[i] = d.Field + ": " + d.Message
 	}
-	return newUsageError("the API refused the experiment (%s):\n%s", plural(len(lines), "problem", "problems"), strings.Join(lines, "\n"))
+	return newUsageError("the API refused the experiment (%s):\n%s", plural.Count(len(lines), "problem", "problems"), strings.Join(lines, "\n"))
 }
 
 // readExperimentFile parses an experiment file (experiment.ParseSpecFile:

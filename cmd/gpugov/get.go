@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/plural"
 )
 
 // displayLocation is the zone times are shown in; tests pin it.
@@ -213,7 +214,7 @@ func describeRecovery(r api.Recovery) string {
 	if c := r.LastCheckpoint; c != nil {
 		s += fmt.Sprintf(", last checkpoint step %d at %s", c.Step, formatTime(c.At))
 	}
-	return s + ", " + plural(r.VerifiedResumes, "verified resume", "verified resumes")
+	return s + ", " + plural.Count(r.VerifiedResumes, "verified resume", "verified resumes")
 }
 
 // describePriority renders the score by parts, e.g. "20,450 = tier

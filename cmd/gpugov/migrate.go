@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -53,7 +54,7 @@ PostgreSQL advisory lock; running migrate again applies nothing.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %s %v; schema is up to date\n", plural(len(applied), "migration", "migrations"), applied)
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %s %v; schema is up to date\n", plural.Count(len(applied), "migration", "migrations"), applied)
 			return nil
 		},
 	}

@@ -7,13 +7,10 @@ import (
 	"testing"
 )
 
-// plural picks the noun by the count: 1 takes the singular, 0 and 2 the
-// plural; gpusText does the same for a GPU figure, whole or not.
+// gpusText picks the noun by the GPU figure, whole or not, as plural.Count
+// (internal/plural) does by a count.
 func TestPlural(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{plural(1, "entry", "entries"), "1 entry"},
-		{plural(0, "entry", "entries"), "0 entries"},
-		{plural(2, "drill", "drills"), "2 drills"},
 		{gpusText(1), "1 GPU"},
 		{gpusText(0.5), "0.5 GPU"},
 		{gpusText(2), "2 GPUs"},

@@ -41,12 +41,13 @@ func TestReadDocumentTakesExactlyOneDocument(t *testing.T) {
 
 // A bad field of a YAML job spec is reported with the file and the line of
 // its key, besides the field path the API's decoder names: an unknown
-// nested field, a mistyped value, a list holding a non-string (named by its key: the decoder gives no index).
+// nested field, a mistyped value, a list holding a non-string (named by
+// its index and line: api.typeError finds the value the decoder stopped at).
 func TestReadJobSpecNamesTheYAMLLine(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{
 		{"project: vision\nqueue: train\nresources:\n  pool: a100-east\n  gpu_mili: 500\n", "job.yaml:5: resources.gpu_mili: unknown field"},
-		{"project: vision\nresources:\n  pool: a100-east\n  gpus: two\n", "job.yaml:4: resources.gpus: expected"},
-		{"project: vision\ncommand:\n  - python\n  - [x]\n", "job.yaml:2: command: expected"},
+		{"project: vision\nresources:\n  pool: a100-east\n  gpus: two\n", "job.yaml:4: resources.gpus: must be a whole number, got a string"},
+		{"project: vision\ncommand:\n  - python\n  - [x]\n", "job.yaml:4: command[1]: must be a string, got a list"},
 	} {
 		path := filepath.Join(t.TempDir(), "job.yaml")
 		if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/plural"
 )
 
 func init() {
@@ -84,8 +85,8 @@ func printReclaims(w io.Writer, rep *api.ReclaimReport) error {
 	}
 	s := rep.Summary
 	_, err := fmt.Fprintf(w, "\n%s: by class %s; by mode %s; %s released; %d disputed, %s (disputes not rejected)\n",
-		plural(len(rep.Reclaims), "reclaim", "reclaims"), counts(s.ByClass), counts(s.ByMode), gpusText(s.GPUsReleased), s.Disputed,
-		plural(s.FalseReclaims, "false reclaim", "false reclaims"))
+		plural.Count(len(rep.Reclaims), "reclaim", "reclaims"), counts(s.ByClass), counts(s.ByMode), gpusText(s.GPUsReleased), s.Disputed,
+		plural.Count(s.FalseReclaims, "false reclaim", "false reclaims"))
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
@@ -103,11 +104,11 @@ func exportFromStore(cmd *cobra.Command, f simulateFlags) (src traceSource, clea
 		gpus += n.GPUs
 	}
 	fmt.Fprintf(progress, "simulate: exported %s (%s) of %s and %s submitted in [%s, %s) to %s and %s\n",
-		plural(len(nodes), "node", "nodes"), plural(gpus, "GPU", "GPUs"), cmp.Or(f.pool, "every pool"), plural(len(pods), "job", "jobs"), since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339),
+		plural.Count(len(nodes), "node", "nodes"), plural.Count(gpus, "GPU", "GPUs"), cmp.Or(f.pool, "every pool"), plural.Count(len(pods), "job", "jobs"), since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339),
 		src.nodes, src.pods)
 	if mixed > 0 {
 		fmt.Fprintf(progress, "simulate: %s GPUs of more than one model; each is exported with its most common model\n",
-			plural(mixed, "node holds", "nodes hold"))
+			plural.Count(mixed, "node holds", "nodes hold"))
 	}
 	if f.out != "" {
 		reuse := fmt.Sprintf("gpugov simulate --nodes %s --pods %s", src.nodes, src.pods)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/simulation"
@@ -138,7 +139,7 @@ func runInflate(cmd *cobra.Command, f simulateFlags) error {
 	if err != nil {
 		return newUsageError("simulate: %w", err)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "simulate: inflation study of %s took %.1fs\n", plural(len(cfg.Rules), "rule", "rules"), time.Since(start).Seconds())
+	fmt.Fprintf(cmd.ErrOrStderr(), "simulate: inflation study of %s took %.1fs\n", plural.Count(len(cfg.Rules), "rule", "rules"), time.Since(start).Seconds())
 	if f.format == "json" {
 		return rep.WriteJSON(cmd.OutOrStdout())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/dupkey"
 	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
@@ -184,6 +185,13 @@ func readDocumentNode(stdin io.Reader, path, command string, wrap func(any) any)
 	if err != nil {
 		return nil, nil, newUsageError("%s: %w", command, err)
 	}
+	if looksLikeJSON(path, data) {
+		// YAML would parse JSON too, but report its syntax in YAML's words
+		// ("did not find expected node content" for a truncated file).
+		if line, msg := jsonSyntaxProblem(data); msg != "" {
+			return nil, nil, newUsageError("%s: %s:%d: %s", command, path, line, msg)
+		}
+	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -210,6 +218,53 @@ func readDocumentNode(stdin io.Reader, path, command string, wrap func(any) any)
 		return nil, nil, newUsageError("%s: %s: %w", command, path, err)
 	}
 	return body, root.Content[0], nil
+}
+
+// looksLikeJSON reports whether a document is meant as JSON: its first
+// byte other than white space (and a UTF-8 byte-order mark) is '{', or
+// path ends in ".json".
+func looksLikeJSON(path string, data []byte) bool {
+	if strings.HasSuffix(strings.ToLower(path), ".json") {
+		return true
+	}
+	rest := bytes.TrimLeft(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), " \t\r\n")
+	return len(rest) > 0 && rest[0] == '{'
+}
+
+// jsonSyntaxProblem checks that data is one JSON value and nothing after
+// it. It returns "" when it is, else the 1-based line of the problem and a
+// message in JSON's words: "invalid JSON: invalid character '}' looking
+// for beginning of value", "truncated JSON: the document ends inside a
+// value" (at the last line), "unexpected data after the JSON value". An
+// empty document is left to the YAML reader ("… is empty").
+func jsonSyntaxProblem(data []byte) (int, string) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	lineAt := func(off int64) int {
+		off = max(0, min(off, int64(len(data))))
+		return bytes.Count(data[:off], []byte("\n")) + 1
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var v any
+	err := dec.Decode(&v)
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		// Offset counts the bytes read, the bad one included.
+		return lineAt(se.Offset - 1), "invalid JSON: " + se.Error()
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return lineAt(int64(len(bytes.TrimRight(data, " \t\r\n")))), "truncated JSON: the document ends inside a value"
+	case errors.Is(err, io.EOF):
+		return 0, "" // empty: the YAML reader's "is empty"
+	case err != nil:
+		return lineAt(dec.InputOffset()), "invalid JSON: " + err.Error()
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		rest := data[end:]
+		skipped := len(rest) - len(bytes.TrimLeft(rest, " \t\r\n"))
+		return lineAt(end + int64(skipped)), "unexpected data after the JSON value"
+	}
+	return 0, ""
 }
 
 // yamlLineRef finds the line yaml.v3 names in a syntax error ("line 3";
@@ -281,7 +336,7 @@ func (c *yamlToJSON) value(n *yaml.Node, path string, aliases int) (any, *yamlPr
 			}
 			maps.Copy(out, merged)
 		}
-		own := map[string]bool{}
+		own := dupkey.Keys{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := yamlnode.Deref(n.Content[i]), n.Content[i+1]
 			if n.Content[i].Tag == "!!merge" {
@@ -291,10 +346,9 @@ func (c *yamlToJSON) value(n *yaml.Node, path string, aliases int) (any, *yamlPr
 				return nil, &yamlProblem{k.Line, path, fmt.Sprintf("key %s is not a string (quote it)", yamlnode.Describe(k))}
 			}
 			at := yamlnode.Join(path, k.Value)
-			if own[k.Value] {
-				return nil, &yamlProblem{k.Line, at, "repeated key"}
+			if own.Repeats(k.Value) { // the rule the API's decoder holds JSON to
+				return nil, &yamlProblem{k.Line, at, dupkey.Message}
 			}
-			own[k.Value] = true
 			val, bad := c.value(v, at, aliases)
 			if bad != nil {
 				return nil, bad

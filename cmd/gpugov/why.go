@@ -162,18 +162,31 @@ func actionCommand(j *api.Job, reason vocab.WaitReason) string {
 
 // describeNextEvaluation renders the explanation's next re-evaluation,
 // e.g. "12:05 (in 5s), the next timer cycle", or "" when none is known.
+// An instant already past is never printed as the next one: it is "at the
+// next cycle", which is then due.
 func describeNextEvaluation(e *api.Explanation) string {
 	n := e.NextEvaluation
 	if n == nil {
 		return ""
 	}
-	left := n.At.Sub(clientNow())
-	if left < -time.Second {
-		// A waiting job's explanation is rewritten only when it changes or
-		// is 30–60 s old (docs/design.md §1 "The why record"), so its next
-		// timer cycle can lie in the past while cycles go on.
-		return fmt.Sprintf("%s (%s ago; the job is re-evaluated at every cycle, and an unchanged explanation is rewritten within a minute)",
-			formatClock(n.At), formatDuration(-left))
+	now := clientNow()
+	left := n.At.Sub(now)
+	if left < time.Second {
+		// The instant lies in the past because the explanation is older
+		// than it: a waiting job's explanation is rewritten only when it
+		// changes or is 30–60 s old (deeper in its pool, up to 10 min;
+		// docs/design.md §1 "The why record"), while every cycle in
+		// between evaluates the job. Its timer instant was its writing
+		// cycle's plus the timer's period, which the later cycles have
+		// passed; the next cycle is due.
+		due := "at the next cycle"
+		if vocab.NextEvalKind(n.Kind) == vocab.NextEvalTimer && e.EvaluatedAt != nil && n.At.After(*e.EvaluatedAt) {
+			due += fmt.Sprintf(", within %s (the timer runs one at least that often)", formatDuration(n.At.Sub(*e.EvaluatedAt)))
+		}
+		if e.EvaluatedAt != nil && now.Sub(*e.EvaluatedAt) >= time.Second {
+			due += fmt.Sprintf("; this explanation is %s old, and an unchanged one is rewritten only every 30–60 s", formatDuration(now.Sub(*e.EvaluatedAt)))
+		}
+		return due
 	}
 	when := fmt.Sprintf("%s (in %s)", formatClock(n.At), formatDuration(left))
 	switch vocab.NextEvalKind(n.Kind) {

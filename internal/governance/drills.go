@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -42,7 +43,7 @@ func (p ProfileStanding) FailureRate() (rate float64, ok bool) {
 // sentence with the numbers).
 func (r EvidenceRule) Proven(p ProfileStanding) (bool, string) {
 	if p.Verified < r.MinVerified {
-		return false, fmt.Sprintf("profile %s has %d verified resumes, needs %d", p.Profile, p.Verified, r.MinVerified)
+		return false, fmt.Sprintf("profile %s has %s, needs %d", p.Profile, plural.Count(p.Verified, "verified resume", "verified resumes"), r.MinVerified)
 	}
 	if rate, ok := p.FailureRate(); ok && rate > r.MaxFailureRate {
 		return false, fmt.Sprintf("profile %s fails %.0f%% of its resumes (%d of %d), at most %.0f%% allowed",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpugov/gpugov/internal/experiment"
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/policy"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
@@ -529,7 +530,8 @@ func checkLossBudget(in *ReadinessInput, rule policy.Automation) CheckResult {
 			Limit: f64(budget), Bound: "max", Source: "automation.recovery_loss_budget_gpu_s_per_day"},
 	}}
 	c.Passed = last <= budget
-	c.Detail = fmt.Sprintf("%d preemptions and drills (%d drills) cost %.0f GPU-s (recompute %.0f), %.0f GPU-s a day against a budget of %.0f (window before: %.0f a day)",
-		in.LossLast.Records, in.LossLast.Drills, in.LossLast.GPUSeconds, in.LossLast.RecomputeGPUSeconds, last, budget, before)
+	c.Detail = fmt.Sprintf("%s (%s) cost %.0f GPU-s (recompute %.0f), %.0f GPU-s a day against a budget of %.0f (window before: %.0f a day)",
+		plural.Count(in.LossLast.Records, "preemption or drill", "preemptions and drills"), plural.Count(in.LossLast.Drills, "drill", "drills"),
+		in.LossLast.GPUSeconds, in.LossLast.RecomputeGPUSeconds, last, budget, before)
 	return c
 }

@@ -167,7 +167,7 @@ func TestReadinessFailsEachCheck(t *testing.T) {
 		{vocab.ReadinessKeyJobs, func(in *ReadinessInput) { in.Last.ByTier[0].JobsOverObjective = 1 },
 			"1 production and key-project jobs waited past their queue's objective (max 0; window before: 0); 3 of them started in the window"},
 		{vocab.ReadinessLossBudget, func(in *ReadinessInput) { in.LossLast.GPUSeconds = 40000 },
-			"2 preemptions and drills (1 drills) cost 40000 GPU-s (recompute 4000), 40000 GPU-s a day against a budget of 28800 (window before: 0 a day)"},
+			"2 preemptions and drills (1 drill) cost 40000 GPU-s (recompute 4000), 40000 GPU-s a day against a budget of 28800 (window before: 0 a day)"},
 	} {
 		t.Run(string(tc.check), func(t *testing.T) {
 			in := readyInput()
@@ -244,5 +244,20 @@ func TestReadinessOnMeasuredWindows(t *testing.T) {
 	}
 	if w := PoolUnevaluatedSeconds(records, "a100", in.Last.Window, in.Now); w != 0 {
 		t.Errorf("unevaluated waiting of the last window %v, want 0", w)
+	}
+}
+
+// The loss budget's detail counts in English: one record that is a drill
+// read "1 preemptions and drills (1 drills)".
+func TestLossBudgetDetailPlural(t *testing.T) {
+	in := readyInput()
+	in.LossLast = Loss{Records: 1, Drills: 1, GPUSeconds: 100, RecomputeGPUSeconds: 40}
+	c := check(t, EvaluateReadiness(in), vocab.ReadinessLossBudget)
+	if !strings.HasPrefix(c.Detail, "1 preemption or drill (1 drill) cost 100 GPU-s (recompute 40)") {
+		t.Errorf("one drill: %q", c.Detail)
+	}
+	in.LossLast = Loss{Records: 2, Drills: 0}
+	if c := check(t, EvaluateReadiness(in), vocab.ReadinessLossBudget); !strings.HasPrefix(c.Detail, "2 preemptions and drills (0 drills) cost") {
+		t.Errorf("two preemptions: %q", c.Detail)
 	}
 }

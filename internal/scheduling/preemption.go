@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
 
@@ -258,7 +259,7 @@ func evidenceRule(pp *PreemptionPolicy, rec *RecoveryEvidence) string {
 	}
 	window := windowText(pp.EvidenceWindowSeconds)
 	if rec.ProfileVerifiedResumes < need {
-		return "recovery profile " + profile + " has " + strconv.Itoa(rec.ProfileVerifiedResumes) + " verified resume(s)" +
+		return "recovery profile " + profile + " has " + plural.Count(rec.ProfileVerifiedResumes, "verified resume", "verified resumes") +
 			window + ", " + strconv.Itoa(need) + " required"
 	}
 	if rate, ok := rec.ProfileFailureRate(); ok && rate > pp.MaxResumeFailureRate {

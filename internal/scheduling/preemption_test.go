@@ -319,9 +319,16 @@ func TestEvidenceGateNamesTheProfile(t *testing.T) {
 	r := &s.Running[0]
 	r.Recovery.Profile, r.Recovery.VerifiedResumes, r.Recovery.ProfileVerifiedResumes = "vision/train", 5, 0
 	c := newCycle(s, p, t0, false, nil)
-	if gate, want := c.victimGate(r), "recovery profile vision/train has 0 verified resume(s) in the last 30 days, 1 required"; gate != want {
+	if gate, want := c.victimGate(r), "recovery profile vision/train has 0 verified resumes in the last 30 days, 1 required"; gate != want {
 		t.Fatalf("gate %q, want %q", gate, want)
 	}
+	// One verified resume below a rule of two reads in the singular.
+	p.Preemption.MinVerifiedResumes, r.Recovery.ProfileVerifiedResumes = 2, 1
+	c = newCycle(s, p, t0, false, nil)
+	if gate, want := c.victimGate(r), "recovery profile vision/train has 1 verified resume in the last 30 days, 2 required"; gate != want {
+		t.Fatalf("gate %q, want %q", gate, want)
+	}
+	p.Preemption.MinVerifiedResumes, r.Recovery.ProfileVerifiedResumes = 1, 0
 	r.Recovery.ProfileVerifiedResumes, r.Recovery.ProfileFailedResumes = 2, 2
 	c = newCycle(s, p, t0, false, nil)
 	if gate, want := c.victimGate(r), "recovery profile vision/train failed 2 of 4 resumes in the last 30 days (50%, more than the 20% allowed)"; gate != want {

@@ -88,8 +88,12 @@ func appendQty(b []byte, n int, what string) []byte {
 
 // heldStatus is the wait of a held job.
 func heldStatus() (string, string) {
-	return "held by its owner or an operator", "when the hold is released"
+	return "held by its owner or an operator", HeldReEvaluate
 }
+
+// HeldReEvaluate is the re-evaluation condition of the reason held, for the
+// cycle's status and for the wait event a hold opens (store.SetHold).
+const HeldReEvaluate = "when the hold is released"
 
 // poolUnavailableStatus explains an unknown, drained or fully cordoned pool.
 func poolUnavailableStatus(name string, ps *poolState) (string, string) {

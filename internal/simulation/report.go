@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/trace/alibaba"
@@ -518,8 +519,9 @@ func (e *engine) assumptions(r *Report) []string {
 			c.BackgroundStepS, len(b.steps), b.heldS/3600, b.wantS/3600, 100*b.heldS/max(b.wantS, 1), backgroundPlacementText(c)))
 	}
 	return append(out,
-		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %d verified resume(s); all other jobs are not checkpointable.",
-			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds, c.Recovery.VerifiedResumes),
+		fmt.Sprintf("Recovery evidence is not in the trace: jobs of tiers [%s] are checkpointable with probability %g (seed %d, one PCG draw per job seeded by its name), checkpoint every %d s of run time and have %s; all other jobs are not checkpointable.",
+			strings.Join(tiers, " "), c.Recovery.Probability, c.Seed, c.Recovery.CheckpointIntervalSeconds,
+			plural.Count(c.Recovery.VerifiedResumes, "verified resume", "verified resumes")),
 		fmt.Sprintf("Preemptions Plan may act on (pool stage %s) are carried out at once: the victim saves no checkpoint on the way out and is requeued keeping its submit time and aging; its effective run loss is the service's formula (lost since the last periodic checkpoint + save/restore, 0 without a save after the notice, + recompute), per GPU held. Recompute is the time its next run takes to be back at the step of the notice: %g s restore plus the lost seconds, counted when that run gets there (preemptions whose next run does not are counted in recompute_unmeasured); its remaining run time grows by the restore and lost seconds.", c.Stage, c.Policy.Preemption.SaveRestoreSeconds),
 		fmt.Sprintf("A scheduling cycle runs at every second with an arrival, at every release or deletion while jobs wait, again at once after a preemption, and every %d s while a job waits for a reason time can change (capacity_busy, fragmented, reserved_for_higher_priority, quota_exhausted); a wait reason holds from the cycle that gave it to the next cycle.", c.CycleIntervalSeconds),
 		"The simulation's waits, objectives, wait reasons and starvation signals are computed by the queuereport package from the simulated jobs, runs and wait events, with the definitions `gpugov report` applies to the service's records; the wait events are segmented by the store's rule (accounting.WaitChanged, WaitRefreshed and NotYetEvaluatedSince, combined in WaitTransition: a new event when a cycle's reason changes, the open event's detail refreshed in place when only its quantities change, and a not_yet_evaluated event from submit or requeue to the first cycle that evaluates the job).",
