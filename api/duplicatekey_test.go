@@ -54,6 +54,31 @@ func TestRepeatedJSONKeyIsRefusedNamingTheField(t *testing.T) {
 		t.Errorf("refused amend changed the job's GPUs to %d", got.Request.GPUs)
 	}
 
+	// A key differing from a field's name only in case (which encoding/json
+	// matches ignoring case, keeping the last) is refused naming it; a map's
+	// keys are the caller's, so labels "x" and "X" are two labels.
+	before = env.counts()
+	for _, c := range []struct{ body, field string }{
+		{`{"queue":"train",` + rest + `,"QUEUE":"inference"}`, "QUEUE"},
+		{`{"Queue":"inference",` + rest + `}`, "Queue"},
+		{`{"queue":"train","resources":{"GPUs":2,"pool":"a100-east"},"run_seconds":60}`, "resources.GPUs"},
+	} {
+		r := env.submit(tokOps, c.body, "")
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400: %s", c.body, r.status, r.body)
+		}
+		if e := r.apiError(t); e.Field != c.field || e.Code != CodeMalformed {
+			t.Errorf("%s: error %+v, want field %s", c.body, e, c.field)
+		}
+	}
+	if after := env.counts(); !maps.Equal(before, after) {
+		t.Fatalf("refused case-variant keys changed the store: %v -> %v", before, after)
+	}
+	labels := `{"queue":"train","resources":{"gpus":1,"pool":"a100-east","labels":{"x":"1","X":"2"}},"run_seconds":60}`
+	if r := env.submit(tokAlice, labels, ""); r.status != http.StatusCreated {
+		t.Fatalf("labels differing in case: status %d: %s", r.status, r.body)
+	}
+
 	// Equal keys in different objects are no repeat.
 	ok := `{"queue":"train","resources":{"gpus":1,"pool":"a100-east","labels":{"queue":"x"}},"run_seconds":60,"prerequisites":[{"name":"a","ready":true},{"name":"b","ready":true}]}`
 	if r := env.submit(tokAlice, ok, ""); r.status != http.StatusCreated {

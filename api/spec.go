@@ -184,6 +184,16 @@ func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	if f, ok := dupkey.InJSON(data); ok {
 		return newError(http.StatusBadRequest, CodeMalformed, f, "%s", dupkey.Message)
 	}
+	// encoding/json matches a key to a field ignoring case, so
+	// {"queue":"train","QUEUE":"inference"} was read as the second queue:
+	// the same ambiguity as a repeated key. A field's key must be its exact
+	// name; a map's keys (labels) are the caller's and stay as given.
+	var doc any
+	if json.Unmarshal(data, &doc) == nil {
+		if path := unknownFieldPath(doc, reflect.TypeOf(v), ""); path != "" {
+			return newError(http.StatusBadRequest, CodeMalformed, path, "unknown field %q (field names are case-sensitive)", path)
+		}
+	}
 	if f := nulField(data); f != "" {
 		return newError(http.StatusUnprocessableEntity, CodeInvalid, f, "contains a NUL character, which cannot be stored")
 	}
