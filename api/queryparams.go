@@ -81,7 +81,7 @@ func checkQuery(c *gin.Context) {
 		writeError(c, perr)
 		return
 	}
-	if err := CheckQueryParams(q, c.Request.Method+" "+c.FullPath(), routeQueryParams[routeKey(c)]); err != nil {
+	if err := CheckQueryParams(q, c.Request.Method+" "+clip(c.Request.URL.Path, maxEchoedMessage), routeQueryParams[routeKey(c)]); err != nil {
 		writeError(c, err)
 		return
 	}
