@@ -62,3 +62,15 @@ func TestMalformedQueryStringIsRefused(t *testing.T) {
 		t.Errorf("a good escape: %d %s", r.status, r.body)
 	}
 }
+
+// An enumerated query value not accepted lists the values in words: it was
+// `"bogus" is not one of [pending delivered dead unrouted]`.
+func TestEnumQueryValueListsValuesInWords(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	r := e.do(http.MethodGet, "/v1/notifications?state=bogus", tokOps, nil)
+	if want := `"bogus" is not one of: pending, delivered, dead, unrouted`; r.status != http.StatusUnprocessableEntity ||
+		r.apiError(t).Message != want {
+		t.Fatalf("%d %s, want 422 with %q", r.status, r.body, want)
+	}
+}

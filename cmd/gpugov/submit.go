@@ -401,7 +401,7 @@ func checkFormat(format string, allowed ...string) error {
 			return nil
 		}
 	}
-	return newUsageError("--format %q: want one of %v", format, allowed)
+	return newUsageError("--format %q: want one of: %s", format, strings.Join(allowed, ", "))
 }
 
 // connect checks --format against allowed (no check when allowed is empty)
