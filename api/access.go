@@ -108,8 +108,10 @@ func (s *Server) authorize(c *gin.Context) {
 		return
 	}
 	if !slices.Contains(a.roles, p.Role) {
+		// The request's own path, not the route's pattern
+		// ("PUT /v1/quotas/:pool/:project" spoke gin).
 		writeError(c, newError(http.StatusForbidden, CodeForbidden, "", "only %s may call %s %s (this token is %s)",
-			rolesText(a.roles), c.Request.Method, c.FullPath(), aRole(p.Role)))
+			rolesText(a.roles), c.Request.Method, clip(c.Request.URL.Path, maxEchoedMessage), aRole(p.Role)))
 		return
 	}
 	if node := c.Param("name"); p.Role == vocab.RoleAgent && strings.HasPrefix(c.FullPath(), "/v1/nodes/") && node != p.Node {

@@ -152,7 +152,7 @@ func (s *Server) loadActionJob(ctx context.Context, c *gin.Context) (*store.Job,
 	}
 	job, err := s.store.GetJob(ctx, c.Param("id"))
 	if err != nil {
-		writeError(c, err)
+		writeError(c, jobLookupError(c.Param("id"), err))
 		return nil, false
 	}
 	// An agent reports the environment of its own pool's jobs only: a job

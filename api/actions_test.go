@@ -165,7 +165,7 @@ func TestSetPrerequisiteRejects(t *testing.T) {
 		put("empty body", tokAlice, path, "", 400, ""),
 		put("message too long", tokAlice, path, map[string]any{"ready": true, "message": strings.Repeat("x", MaxPrerequisiteMessage+1)}, 422, "message"),
 		put("unknown prerequisite", tokAlice, "/v1/jobs/"+j.ID+"/prerequisites/weights", map[string]any{"ready": true}, 404, "name"),
-		put("unknown job", tokAlice, "/v1/jobs/j-missing/prerequisites/data", map[string]any{"ready": true}, 404, ""),
+		put("unknown job", tokAlice, "/v1/jobs/j-missing/prerequisites/data", map[string]any{"ready": true}, 404, "id"), // the path's job ID
 		put("another project", tokBob, path, map[string]any{"ready": true}, 403, ""),
 		put("no token", "", path, map[string]any{"ready": true}, 401, ""),
 	})
@@ -250,7 +250,7 @@ func TestAmendJobRejects(t *testing.T) {
 		patch("another pool", tokAlice, res("pool", "h100-west"), 422, "resources.pool"),
 		patch("another project", tokBob, res(), 403, ""),
 		{name: "agent", token: tokAgent, method: http.MethodPatch, path: path, body: res(), status: 403},
-		{name: "unknown job", token: tokAlice, method: http.MethodPatch, path: "/v1/jobs/j-missing", body: res(), status: 404},
+		{name: "unknown job", token: tokAlice, method: http.MethodPatch, path: "/v1/jobs/j-missing", body: res(), status: 404, field: "id"},
 	})
 	// Placed: 409, nothing changes.
 	if _, err := env.store.Pool().Exec(context.Background(), `UPDATE jobs SET state = 'placed' WHERE id = $1`, j.ID); err != nil {

@@ -139,9 +139,10 @@ func (s *Server) listAudit(c *gin.Context) {
 
 // auditFilter reads and checks GET /v1/audit's query parameters: 422
 // naming the field for a filter too long, an action not in
-// vocab.AuditActions, a time not in RFC 3339 or an
-// until not after since, or a limit outside 1..store.MaxListLimit; 400
-// naming cursor for a cursor that no next_cursor gave.
+// vocab.AuditActions, an until not after since, or a limit outside
+// 1..store.MaxListLimit; 400 (code malformed, as on every route: timeParam)
+// naming since or until for a time not in RFC 3339, and naming cursor for a
+// cursor that no next_cursor gave.
 func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
 	f := store.AuditFilter{Subject: c.Query("subject"), Action: c.Query("action"), Actor: c.Query("actor")}
 	for _, q := range []struct{ field, v string }{{"subject", f.Subject}, {"action", f.Action}, {"actor", f.Actor}} {
@@ -157,9 +158,9 @@ func auditFilter(c *gin.Context) (store.AuditFilter, *Error) {
 		if v == "" {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return f, newError(http.StatusUnprocessableEntity, CodeInvalid, t.field, "%q is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)", v)
+		at, apiErr := timeParam(t.field, v)
+		if apiErr != nil {
+			return f, apiErr
 		}
 		*t.dst = at
 	}

@@ -292,8 +292,8 @@ func TestAuditRoute(t *testing.T) {
 	} {
 		_, res := list(q, tokOps)
 		want := http.StatusUnprocessableEntity
-		if field == "cursor" {
-			want = http.StatusBadRequest
+		if field == "cursor" || strings.Contains(q, "yesterday") || strings.Contains(q, "2026-13") {
+			want = http.StatusBadRequest // a time that does not parse is malformed, as on /v1/reports/queues
 		}
 		if res.status != want || res.apiError(t).Field != field {
 			t.Errorf("%s: %d %s, want %d naming %s", q, res.status, res.body, want, field)

@@ -116,7 +116,7 @@ func storeError(err error) *Error {
 	case errors.Is(err, store.ErrNotFound):
 		// The store's message names what was looked for ("get job j-1:
 		// not found", "reclaim r-2: not found"), without its package prefix.
-		return newError(http.StatusNotFound, CodeNotFound, "", "%s", strings.TrimPrefix(err.Error(), "store: "))
+		return newError(http.StatusNotFound, CodeNotFound, "", "%s", clip(strings.TrimPrefix(err.Error(), "store: "), maxEchoedMessage))
 	case errors.Is(err, store.ErrConflict):
 		return newError(http.StatusConflict, CodeConflict, "", "%s", conflictMessage(err))
 	case errors.As(err, &invalidInput):
@@ -130,18 +130,44 @@ func storeError(err error) *Error {
 	return newError(http.StatusInternalServerError, CodeInternal, "", "internal error")
 }
 
+// maxEchoedID is how many bytes of a path's ID an error message quotes: a
+// 5,000-character ID was echoed in full.
+const maxEchoedID = 64
+
+// maxEchoedMessage bounds a store message passed on in a 404 or 409, which
+// may quote an ID from the path.
+const maxEchoedMessage = 300
+
+// jobLookupError is the answer to a failed GetJob of the path's job id: a
+// 404 `job "ID" not found` naming id, the ID clipped to maxEchoedID bytes
+// (the store's "get job ID: not found" spoke of its operation), else err.
+func jobLookupError(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return newError(http.StatusNotFound, CodeNotFound, "id", "job %q not found", clip(id, maxEchoedID))
+	}
+	return err
+}
+
 // conflictMessage is what a conflict tells the caller: the store's reason
 // ("job is running; only a submitted or waiting job can be held") without
 // the store's operation prefix ("store: set hold on j-…: ", added by its
 // transaction wrapper) or the sentinel's own text at the end.
 func conflictMessage(err error) string {
 	msg := strings.TrimSuffix(err.Error(), ": "+store.ErrConflict.Error())
-	if rest, ok := strings.CutPrefix(msg, "store: "); ok {
-		if _, reason, found := strings.Cut(rest, ": "); found && reason != "" {
-			msg = reason
+	// Every "store: op: " prefix goes, the nested ones too ("store: open
+	// drill: store: open drill of j-…: job is submitted…" kept the second).
+	for {
+		rest, ok := strings.CutPrefix(msg, "store: ")
+		if !ok {
+			break
 		}
+		_, reason, found := strings.Cut(rest, ": ")
+		if !found || reason == "" {
+			break
+		}
+		msg = reason
 	}
-	return msg
+	return clip(msg, maxEchoedMessage)
 }
 
 // unreachable reports whether err means PostgreSQL could not be reached or

@@ -205,7 +205,7 @@ func normTopology(t scheduling.Topology) scheduling.Topology {
 func (s *Server) loadOwnedJob(ctx context.Context, c *gin.Context) (*store.Job, bool) {
 	job, err := s.store.GetJob(ctx, c.Param("id"))
 	if err != nil {
-		writeError(c, err)
+		writeError(c, jobLookupError(c.Param("id"), err))
 		return nil, false
 	}
 	if p := principal(c); !p.owns(job.Project) {
@@ -408,7 +408,7 @@ func (s *Server) answerJob(c *gin.Context, id string, status int, note string) {
 	defer cancel()
 	job, err := s.store.GetJob(ctx, id)
 	if err != nil {
-		writeError(c, err)
+		writeError(c, jobLookupError(id, err))
 		return
 	}
 	wait, err := s.currentWait(ctx, job)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -181,7 +182,7 @@ func oneOf(c *gin.Context, field string, accepted ...string) (string, bool) {
 			return v, true
 		}
 	}
-	writeError(c, invalid([]FieldError{{Field: field, Message: fmt.Sprintf("%q is not one of %v", v, accepted)}}))
+	writeError(c, invalid([]FieldError{{Field: field, Message: fmt.Sprintf("%q is not one of: %s", clip(v, maxEchoedID), strings.Join(accepted, ", "))}}))
 	return "", false
 }
 

@@ -76,11 +76,51 @@ func mustRouteQueryParams(doc []byte) map[string][]string {
 // any: either would otherwise be ignored silently (a repeated `limit` used
 // its first value). CheckQueryParams is the check.
 func checkQuery(c *gin.Context) {
-	if err := CheckQueryParams(c.Request.URL.Query(), c.Request.Method+" "+c.FullPath(), routeQueryParams[routeKey(c)]); err != nil {
+	q, perr := ParseQueryParams(c.Request.URL.RawQuery)
+	if perr != nil {
+		writeError(c, perr)
+		return
+	}
+	if err := CheckQueryParams(q, c.Request.Method+" "+clip(c.Request.URL.Path, maxEchoedMessage), routeQueryParams[routeKey(c)]); err != nil {
 		writeError(c, err)
 		return
 	}
 	c.Next()
+}
+
+// ParseQueryParams parses a raw query string (URL.RawQuery) as
+// url.ParseQuery does, but refuses one that does not parse with the 400
+// (code malformed) naming the parameter, instead of dropping the pair as
+// URL.Query and gin's c.Query do (`?project=%zz` listed every project's
+// jobs): a malformed percent escape in a name or value, or a ';' separator.
+func ParseQueryParams(raw string) (url.Values, *Error) {
+	for _, pair := range strings.Split(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		key, value, _ := strings.Cut(pair, "=")
+		name, kerr := url.QueryUnescape(key)
+		if kerr != nil {
+			name = clip(key, 64)
+		}
+		if strings.Contains(pair, ";") {
+			return nil, newError(http.StatusBadRequest, CodeMalformed, name,
+				"query parameter %q: ';' does not separate query parameters; use '&' (or %%3B for a ';' in a value)", name)
+		}
+		if kerr != nil {
+			return nil, newError(http.StatusBadRequest, CodeMalformed, name,
+				"query parameter name %q holds a malformed percent escape (%%XX with two hex digits; %%25 for a '%%')", name)
+		}
+		if _, err := url.QueryUnescape(value); err != nil {
+			return nil, newError(http.StatusBadRequest, CodeMalformed, name,
+				"query parameter %q holds a malformed percent escape (%%XX with two hex digits; %%25 for a '%%')", name)
+		}
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil { // ruled out above; kept so no parse error is dropped
+		return nil, newError(http.StatusBadRequest, CodeMalformed, "", "query string: %v", err)
+	}
+	return q, nil
 }
 
 // CheckQueryParams returns the 400 (code malformed) naming the first query

@@ -37,3 +37,40 @@ func TestUnknownAndRepeatedQueryParameters(t *testing.T) {
 		t.Fatalf("routeQueryParams has %d routes of %d: the OpenAPI document was not read", len(routeQueryParams), len(routeAccess))
 	}
 }
+
+// A query string that does not parse is a 400 naming the parameter: it was
+// dropped (`?project=%zz` answered 200 with every project's jobs).
+func TestMalformedQueryStringIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, c := range []struct{ path, field, says string }{
+		{"/v1/jobs?project=%zz", "project", "malformed percent escape"},
+		{"/v1/jobs?state=waiting&project=a%2", "project", "malformed percent escape"},
+		{"/v1/jobs?pro%zzject=a", "pro%zzject", "name"},
+		{"/v1/jobs?project=a;state=waiting", "project", "';'"},
+	} {
+		r := e.do(http.MethodGet, c.path, tokOps, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400: %s", c.path, r.status, r.body)
+			continue
+		}
+		if b := r.apiError(t); b.Field != c.field || !strings.Contains(b.Message, c.says) {
+			t.Errorf("%s: field %q message %q, want field %q saying %q", c.path, b.Field, b.Message, c.field, c.says)
+		}
+	}
+	if r := e.do(http.MethodGet, "/v1/jobs?project=a%20b", tokOps, nil); r.status != http.StatusOK {
+		t.Errorf("a good escape: %d %s", r.status, r.body)
+	}
+}
+
+// An enumerated query value not accepted lists the values in words: it was
+// `"bogus" is not one of [pending delivered dead unrouted]`.
+func TestEnumQueryValueListsValuesInWords(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	r := e.do(http.MethodGet, "/v1/notifications?state=bogus", tokOps, nil)
+	if want := `"bogus" is not one of: pending, delivered, dead, unrouted`; r.status != http.StatusUnprocessableEntity ||
+		r.apiError(t).Message != want {
+		t.Fatalf("%d %s, want 422 with %q", r.status, r.body, want)
+	}
+}

@@ -148,7 +148,7 @@ func (s *Server) drillJob(c *gin.Context) {
 	defer cancel()
 	job, err := s.store.GetJob(ctx, c.Param("id"))
 	if err != nil {
-		writeError(c, err)
+		writeError(c, jobLookupError(c.Param("id"), err))
 		return
 	}
 	p, _, err := activePolicy(ctx, rs)

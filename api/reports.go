@@ -333,7 +333,9 @@ func windowPairParam(c *gin.Context, name string, now time.Time) (queuereport.Wi
 	return w, checkWindow(name, name, w, now)
 }
 
-// timeParam parses an RFC 3339 time of parameter name.
+// timeParam parses an RFC 3339 time of parameter name: the one parse of a
+// query parameter's time, whose failure is a 400 (code malformed) naming
+// it on every route (reports' from/to, the audit's since/until).
 func timeParam(name, v string) (time.Time, *Error) {
 	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
 	if err != nil {
@@ -354,9 +356,12 @@ func checkWindow(fromName, toName string, w queuereport.Window, now time.Time) *
 	case !w.To.After(w.From):
 		return newError(http.StatusBadRequest, CodeMalformed, toName, "the window ends (%s) at or before it starts (%s)",
 			w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
-	case w.To.Sub(w.From) > MaxReportWindow:
-		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window is %s long; at most %s (%d days) may be read at once",
-			w.To.Sub(w.From).Round(time.Second), MaxReportWindow, int(MaxReportWindow.Hours()/24))
+	case w.To.After(w.From.Add(MaxReportWindow)):
+		// Compared by adding, not by w.To.Sub(w.From), which saturates at
+		// 292 years and read "2562047h47m16.854775807s" for a year-1 from.
+		days := int(MaxReportWindow.Hours() / 24)
+		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window from %s to %s is longer than %d days (at most %d days may be read at once)",
+			w.From.Format(time.RFC3339), w.To.Format(time.RFC3339), days, days)
 	case w.From.Before(minReportTime):
 		return newError(http.StatusBadRequest, CodeMalformed, fromName, "the window starts at %s, before %s: the report counts in Unix nanoseconds and nothing is recorded before",
 			w.From.Format(time.RFC3339), minReportTime.Format(time.RFC3339))

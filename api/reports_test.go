@@ -320,6 +320,35 @@ func TestReportBadParameters(t *testing.T) {
 			t.Errorf("%s: error %+v, want malformed on %s", c.path, e, c.field)
 		}
 	}
+	// A window too long for time.Duration is named by its ends, not by a
+	// saturated duration ("the window is 2562047h47m16.854775807s long").
+	r := env.do(http.MethodGet, "/v1/reports/queues?from=0001-01-01T00:00:00Z&to=2026-01-05T00:00:00Z", tokOps, nil)
+	if want := "the window from 0001-01-01T00:00:00Z to 2026-01-05T00:00:00Z is longer than 90 days (at most 90 days may be read at once)"; r.status != http.StatusBadRequest ||
+		r.apiError(t).Message != want {
+		t.Errorf("year-1 window: %d %s, want 400 %q", r.status, r.body, want)
+	}
+}
+
+// A bad RFC 3339 time in a query parameter is the same 400 malformed on
+// every route: it was 400 on /v1/reports/queues?from= and 422 on
+// /v1/audit?since=.
+func TestQueryTimeErrorsAreOneCode(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, c := range []struct{ path, field string }{
+		{"/v1/reports/queues?from=yesterday", "from"},
+		{"/v1/audit?since=yesterday", "since"},
+		{"/v1/audit?until=2026-13-01T00:00:00Z", "until"},
+	} {
+		r := e.do(http.MethodGet, c.path, tokOps, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", c.path, r.status, r.body)
+			continue
+		}
+		if b := r.apiError(t); b.Code != CodeMalformed || b.Field != c.field || !strings.Contains(b.Message, "not an RFC 3339 time") {
+			t.Errorf("%s: %+v, want malformed on %s", c.path, b, c.field)
+		}
+	}
 }
 
 // filterReportInput returns the records of project's jobs: its jobs, their

@@ -208,7 +208,7 @@ func (s *Server) routes() *gin.Engine {
 	}
 	e.GET("/v1/openapi.json", serveOpenAPI)
 
-	v1 := e.Group("/v1", s.auditDenials, s.authenticate, s.authorize, checkQuery)
+	v1 := e.Group("/v1", s.auditDenials, s.authenticate, s.authorize, checkQuery, checkBody)
 	v1.POST("/jobs", s.submitJob)
 	v1.GET("/jobs", s.listJobs)
 	v1.GET("/jobs/:id", s.getJob)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,38 @@ func TestConflictMessageIsTheStoresReason(t *testing.T) {
 	got := storeError(err)
 	if want := "job is running; only a submitted or waiting job can be held"; got.Status != http.StatusConflict || got.Body.Message != want {
 		t.Fatalf("%d %q, want 409 %q", got.Status, got.Body.Message, want)
+	}
+}
+
+// A conflict wrapped twice by the store ("store: open drill: store: open
+// drill of j-1: …", as OpenDrill's refusal of a job not running is) loses
+// both prefixes.
+func TestConflictMessageLosesNestedStorePrefixes(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("store: open drill: %w", fmt.Errorf("store: open drill of j-1: %w",
+		fmt.Errorf("job is submitted; only a running job can be drilled: %w", store.ErrConflict)))
+	if got, want := storeError(err).Body.Message, "job is submitted; only a running job can be drilled"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}
+
+// An unknown job is `job "ID" not found` naming id, the ID clipped: it was
+// "get job ID: not found" with a 5,000-character ID echoed in full.
+func TestUnknownJobIsNamedAndClipped(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	long := strings.Repeat("x", 5000)
+	for id, want := range map[string]string{
+		"j-missing": `job "j-missing" not found`,
+		long:        `job "` + long[:maxEchoedID] + `…" not found`,
+	} {
+		r := e.do(http.MethodGet, "/v1/jobs/"+id, tokOps, nil)
+		if r.status != http.StatusNotFound {
+			t.Errorf("%.20s: %d %.200s, want 404", id, r.status, r.body)
+			continue
+		}
+		if b := r.apiError(t); b.Message != want || b.Field != "id" {
+			t.Errorf("%.20s: %+v, want %q naming id", id, b, want)
+		}
 	}
 }

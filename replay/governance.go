@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpugov/gpugov/api"
 	apiclient "github.com/gpugov/gpugov/api/client"
+	"github.com/gpugov/gpugov/internal/plural"
 	"github.com/gpugov/gpugov/internal/queuereport"
 	"github.com/gpugov/gpugov/internal/vocab"
 )
@@ -198,14 +199,15 @@ func (res *Result) renderGovernance(ew *errWriter, temporalUI string) {
 	if g.ReservedJobs == 0 {
 		ew.printf("no replayed job waited with reserved_for_higher_priority (GPUs free but held for a higher-ranked blocked job)\n")
 	} else {
-		ew.printf("%d jobs waited %s in all with reserved_for_higher_priority; GPUs were held for:\n",
-			g.ReservedJobs, formatSeconds(g.ReservedSeconds))
+		ew.printf("%s waited %s in all with reserved_for_higher_priority; GPUs were held for:\n",
+			plural.Count(g.ReservedJobs, "job", "jobs"), formatSeconds(g.ReservedSeconds))
 		for i, h := range g.ReservationHolds {
 			if i == 5 {
-				ew.printf("    … and %d more holders\n", len(g.ReservationHolds)-5)
+				ew.printf("    … and %s more\n", plural.Count(len(g.ReservationHolds)-5, "holder", "holders"))
 				break
 			}
-			ew.printf("    %s (%s, %d GPUs, job %s): %d jobs waited %s behind it\n", h.Pod, h.Tier, h.GPUs, h.JobID, h.Waiters, formatSeconds(h.Seconds))
+			ew.printf("    %s (%s, %s, job %s): %s waited %s behind it\n", h.Pod, h.Tier, plural.Count(h.GPUs, "GPU", "GPUs"), h.JobID,
+				plural.Count(h.Waiters, "job", "jobs"), formatSeconds(h.Seconds))
 		}
 	}
 
@@ -225,7 +227,7 @@ func (res *Result) renderPreemptions(ew *errWriter, temporalUI string) {
 			lossGPUs += *p.EffectiveLossGPUSeconds
 		}
 	}
-	ew.printf("\n  Preemptions: %d of replayed jobs", len(g.Preemptions))
+	ew.printf("\n  Preemptions: %s of replayed jobs", plural.Count(len(g.Preemptions), "preemption", "preemptions"))
 	if len(g.Preemptions) == 0 {
 		switch g.Stage {
 		case string(vocab.StageObserve):
@@ -246,8 +248,8 @@ func (res *Result) renderPreemptions(ew *errWriter, temporalUI string) {
 			ew.printf("    … and %d more (gpugov preemptions)\n", len(g.Preemptions)-8)
 			break
 		}
-		ew.printf("    %s  %s (%s) for %s (%s), %g GPUs: %s\n", p.ID, res.podOf(p.VictimJobID), p.VictimQueue,
-			res.podOf(p.ForJobID), p.ForQueue, p.GPUs, cmp.Or(p.Outcome, p.State))
+		ew.printf("    %s  %s (%s) for %s (%s), %s: %s\n", p.ID, res.podOf(p.VictimJobID), p.VictimQueue,
+			res.podOf(p.ForJobID), p.ForQueue, gpuWords(p.GPUs), cmp.Or(p.Outcome, p.State))
 		loss := "effective loss not measured yet"
 		if why := p.NoLossReason(); why != "" {
 			loss = "no loss: " + why
@@ -282,9 +284,9 @@ func (res *Result) renderStarvation(ew *errWriter) {
 	t, o := res.Report.Total, res.Report.Options
 	ew.printf("\n  Starvation (internal/queuereport over the replayed jobs; a wait counts once it lasts max(its queue's max_wait_s, %s)):\n",
 		formatSeconds(o.StarvationMinWaitS))
-	ew.printf("    %d jobs waited past their queue's objective; %d starving: %d overtaken (≥ %d later jobs that fit the same GPUs started), "+
+	ew.printf("    %s waited past their queue's objective; %d starving: %d overtaken (≥ %d later jobs that fit the same GPUs started), "+
 		"%d release-starved (≥ %d releases of matching GPUs), %d tier-starved (≥ %d higher-tier arrivals); %d stuck needing action\n",
-		t.JobsOverObjective, t.StarvingJobs, t.OvertakenJobs, o.OvertakenThreshold, t.ReleaseStarvedJobs, o.StarvationReleases,
+		plural.Count(t.JobsOverObjective, "job", "jobs"), t.StarvingJobs, t.OvertakenJobs, o.OvertakenThreshold, t.ReleaseStarvedJobs, o.StarvationReleases,
 		t.TierStarvedJobs, o.TierArrivalThreshold, t.StuckJobs)
 	if t.StarvingJobs == 0 {
 		longest := "no job waited"
@@ -321,4 +323,13 @@ func optSecs(v *float64) string {
 func starvingOptions(o queuereport.Options, speed float64) queuereport.Options {
 	o.StarvationMinWaitS = queuereport.DefaultStarvationMinWait.Seconds() / speed
 	return o
+}
+
+// gpuWords is a number of GPUs, whole or not, with its noun: "1 GPU",
+// "0.5 GPU", "2 GPUs".
+func gpuWords(g float64) string {
+	if g == 1 || (g > 0 && g < 1) {
+		return fmt.Sprintf("%g GPU", g)
+	}
+	return fmt.Sprintf("%g GPUs", g)
 }

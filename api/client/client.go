@@ -271,7 +271,14 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 		return resp.StatusCode, decodeError(resp.StatusCode, data)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return resp.StatusCode, fmt.Errorf("%s %s: decoding answer: %w", method, u.Redacted(), err)
+		// Most often another server on that address (a wrong port): say
+		// so, not encoding/json's "invalid character '‹' …".
+		ct := resp.Header.Get("Content-Type")
+		if ct == "" {
+			ct = "none"
+		}
+		return resp.StatusCode, fmt.Errorf("%s %s: the server at %s did not answer with gpugov's JSON (HTTP %d, Content-Type %s); is --api the gpugov API's address?",
+			method, u.Redacted(), c.base.Redacted(), resp.StatusCode, ct)
 	}
 	return resp.StatusCode, nil
 }

@@ -88,3 +88,23 @@ func TestWithHTTPClientKeepsAddressAndToken(t *testing.T) {
 		t.Fatalf("Queues through the new client: %v, Authorization %q", err, got)
 	}
 }
+
+// A 200 that is not gpugov's JSON (another server on that port) says so,
+// with the status and Content-Type: it was "decoding answer: invalid
+// character '‹' looking for beginning of value".
+func TestAnswerNotGpugovJSON(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write([]byte("\x1f\x8b\x08binary"))
+	}))
+	defer hs.Close()
+	c, err := New(hs.URL, "t0k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Queues(context.Background())
+	want := "the server at " + hs.URL + " did not answer with gpugov's JSON (HTTP 200, Content-Type application/octet-stream)"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "invalid character") {
+		t.Fatalf("%v, want it to say %q", err, want)
+	}
+}

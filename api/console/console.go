@@ -171,7 +171,10 @@ func (c *Console) withQuery(h func(http.ResponseWriter, *http.Request, *session)
 // queryRefused renders the 400 page of api.CheckQueryParams and reports
 // true when r's query parameters are not among allowed or one is repeated.
 func (c *Console) queryRefused(w http.ResponseWriter, r *http.Request, s *session, allowed ...string) bool {
-	err := api.CheckQueryParams(r.URL.Query(), r.Method+" "+r.URL.Path, allowed)
+	q, err := api.ParseQueryParams(r.URL.RawQuery)
+	if err == nil {
+		err = api.CheckQueryParams(q, r.Method+" "+r.URL.Path, allowed)
+	}
 	if err == nil {
 		return false
 	}

@@ -209,3 +209,29 @@ func TestEventsCommand(t *testing.T) {
 		t.Errorf("unknown job: %v", err)
 	}
 }
+
+// TestFlowStyleYAMLFiles runs README's two flow-style examples end to end:
+// a job file and an amend file that open '{' with an unquoted key are YAML
+// in flow style, not JSON (they were "invalid JSON: invalid character 'g'
+// looking for beginning of object key string", exit 2).
+func TestFlowStyleYAMLFiles(t *testing.T) {
+	env := newCLIEnv(t)
+	id := env.submitCLI(t, "{queue: train, resources: {gpus: 2, pool: a100-east, topology: any}, run_seconds: 600,\n"+
+		" recovery: {checkpointable: true, checkpoint_interval_s: 120}}\n")
+	out, stderr, err := env.run(t, "amend", id, "-f", writeFile(t, "{gpus: 1, pool: a100-east, gpu_models: [A100, H100]}\n"))
+	if err != nil {
+		t.Fatalf("amend: %v (%s)", err, stderr)
+	}
+	if !strings.HasPrefix(out, id+": resources now ") {
+		t.Fatalf("amend: %q", out)
+	}
+	job, _ := env.snapshot(t, id)
+	if job.Request.GPUs != 1 || !reflect.DeepEqual(job.Request.GPUModels, []string{"A100", "H100"}) {
+		t.Fatalf("stored request %+v", job.Request)
+	}
+	// Real JSON, even cut short, is still reported in JSON's words.
+	_, _, err = env.run(t, "amend", id, "-f", writeFile(t, "{ \"gpus\": 1,\n \"pool\": \"a100-east\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "truncated JSON") {
+		t.Fatalf("truncated JSON amend: %v", err)
+	}
+}

@@ -177,14 +177,14 @@ func gpuCount(r api.ResourceSpec) string {
 	return fmt.Sprint(r.GPUs)
 }
 
-// describeResources renders a request as "4 × ≥81920 MiB GPU (A100|H100), pool x, same-node".
+// describeResources renders a request as "4 GPUs × ≥81920 MiB (A100|H100), pool x, same-node".
 func describeResources(r api.ResourceSpec) string {
 	var b strings.Builder
 	switch {
 	case r.GPUs == 1 && r.GPUMilli > 0 && r.GPUMilli < 1000:
 		fmt.Fprintf(&b, "%d milli-GPU of 1 GPU", r.GPUMilli)
 	default:
-		fmt.Fprintf(&b, "%d GPU", r.GPUs)
+		b.WriteString(plural.Count(r.GPUs, "GPU", "GPUs")) // "16 GPUs", not "16 GPU"
 	}
 	if r.GPUMemoryMiB > 0 {
 		fmt.Fprintf(&b, " × ≥%d MiB", r.GPUMemoryMiB)

@@ -58,14 +58,59 @@ func wrapArgs(cmd *cobra.Command) {
 	}
 }
 
-// usageArgs makes a wrong number of arguments a usage error (exit code 2).
+// usageArgs makes a wrong number of arguments a usage error (exit code 2)
+// in the command's words (argsProblem), not cobra's ("accepts 1 arg(s),
+// received 0").
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return usageError{err}
+			return usageError{errors.New(argsProblem(cmd, len(args)))}
 		}
 		return nil
 	}
+}
+
+// argsProblem says what cmd takes, from the positional arguments its Use
+// line names ("why JOB-ID": "why: needs one JOB-ID (got none)"; "get
+// [JOB-ID]": "get: takes at most one JOB-ID (got 2 arguments)"; "queues":
+// "queues: takes no arguments (got 1)"), and how many it was given.
+func argsProblem(cmd *cobra.Command, got int) string {
+	name := strings.TrimPrefix(cmd.CommandPath(), rootCmd.Name()+" ")
+	var required, optional []string
+	for _, tok := range strings.Fields(cmd.Use)[1:] {
+		if strings.HasPrefix(tok, "-") || strings.HasPrefix(tok, "(") || strings.HasPrefix(tok, "[-") {
+			break // flags follow; the positional arguments come first
+		}
+		if inner, ok := strings.CutPrefix(tok, "["); ok {
+			optional = append(optional, strings.TrimSuffix(inner, "]"))
+		} else {
+			required = append(required, tok)
+		}
+	}
+	gave := "none"
+	switch {
+	case got == 1:
+		gave = "1 argument"
+	case got > 1:
+		gave = fmt.Sprintf("%d arguments", got)
+	}
+	switch {
+	case len(required) == 0 && len(optional) == 0:
+		return fmt.Sprintf("%s: takes no arguments (got %s)", name, gave)
+	case len(required) == 0:
+		return fmt.Sprintf("%s: takes at most %s (got %s)", name, argList(optional), gave)
+	case len(optional) == 0:
+		return fmt.Sprintf("%s: needs %s (got %s)", name, argList(required), gave)
+	}
+	return fmt.Sprintf("%s: needs %s and at most %s more (got %s)", name, argList(required), argList(optional), gave)
+}
+
+// argList names arguments in words: "one JOB-ID", "POOL and PROJECT".
+func argList(names []string) string {
+	if len(names) == 1 {
+		return "one " + names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // isUsage reports whether err is a usage error: a usageError, a database URL

@@ -34,3 +34,12 @@ func TestAuditFooterSingular(t *testing.T) {
 		t.Errorf("footer: %q", b.String())
 	}
 }
+
+// A request's GPUs are counted in English: it printed "16 GPU".
+func TestDescribeResourcesCountsGPUs(t *testing.T) {
+	for gpus, want := range map[int]string{1: "1 GPU, pool p", 16: "16 GPUs, pool p"} {
+		if got := describeResources(api.ResourceSpec{GPUs: gpus, Pool: "p"}); got != want {
+			t.Errorf("%d GPUs: %q, want %q", gpus, got, want)
+		}
+	}
+}

@@ -176,7 +176,7 @@ func victimGPUs(p *api.Preemption) string {
 	s := gpuEquivalents(p.GPUs)
 	for _, c := range p.Candidates {
 		if c.JobID == p.VictimJobID && c.GPUs > 0 {
-			s += fmt.Sprintf(" of %d GPU", c.GPUs)
+			s += " of " + gpusText(float64(c.GPUs))
 			break
 		}
 	}

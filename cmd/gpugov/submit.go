@@ -220,15 +220,22 @@ func readDocumentNode(stdin io.Reader, path, command string, wrap func(any) any)
 	return body, root.Content[0], nil
 }
 
-// looksLikeJSON reports whether a document is meant as JSON: its first
-// byte other than white space (and a UTF-8 byte-order mark) is '{', or
-// path ends in ".json".
+// looksLikeJSON reports whether a document is meant as JSON: path ends in
+// ".json", or its first byte other than white space (and a UTF-8
+// byte-order mark) is '{' followed, after optional white space, by '"' or
+// '}' (a quoted first key, or an empty object). A document that opens
+// '{gpus: 1, …}' is YAML in flow style, as README's amend example is, and
+// goes to the YAML reader.
 func looksLikeJSON(path string, data []byte) bool {
 	if strings.HasSuffix(strings.ToLower(path), ".json") {
 		return true
 	}
 	rest := bytes.TrimLeft(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), " \t\r\n")
-	return len(rest) > 0 && rest[0] == '{'
+	if len(rest) == 0 || rest[0] != '{' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	return len(rest) == 0 || rest[0] == '"' || rest[0] == '}'
 }
 
 // jsonSyntaxProblem checks that data is one JSON value and nothing after
@@ -394,7 +401,7 @@ func checkFormat(format string, allowed ...string) error {
 			return nil
 		}
 	}
-	return newUsageError("--format %q: want one of %v", format, allowed)
+	return newUsageError("--format %q: want one of: %s", format, strings.Join(allowed, ", "))
 }
 
 // connect checks --format against allowed (no check when allowed is empty)

@@ -64,3 +64,12 @@ func TestReadJobSpecTypeErrorsInUserWords(t *testing.T) {
 		}
 	}
 }
+
+// A --format not accepted lists the formats in words: it was
+// `want one of [text json]`.
+func TestFormatErrorInWords(t *testing.T) {
+	err := checkFormat("yaml", "text", "json")
+	if want := `--format "yaml": want one of: text, json`; err == nil || err.Error() != want {
+		t.Fatalf("%v, want %q", err, want)
+	}
+}

@@ -248,7 +248,7 @@ func TestSubmitGetWhy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get: %v", err)
 	}
-	for _, s := range []string{"STATE        waiting", "train (tier standard)", "2 GPU × ≥40960 MiB, pool a100-east, same-node",
+	for _, s := range []string{"STATE        waiting", "train (tier standard)", "2 GPUs × ≥40960 MiB, pool a100-east, same-node",
 		"capacity_busy for 14m", "RANK         3 in pool a100-east", "checkpointable every 10m"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("get output lacks %q:\n%s", s, out)
