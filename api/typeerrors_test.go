@@ -66,4 +66,11 @@ func TestTypeErrorsInTheCallersWords(t *testing.T) {
 		e.Error() != "step: must be a whole number, got a string" {
 		t.Errorf("step as a string: %v", e)
 	}
+	// A node report's bounded fields are told their range too, a list's
+	// index read as "[]" against the bounds table's "samples[].gpu_percent".
+	var rep SamplesReport
+	if e := decodeStrict(strings.NewReader(`{"samples":[{"gpu_uuid":"G","at":"2026-01-05T00:00:00Z","gpu_percent":50.5}]}`), &rep, false); e == nil ||
+		e.Error() != "samples[0].gpu_percent: must be a whole number from 0 to 100, got 50.5" {
+		t.Errorf("gpu_percent 50.5: %v", e)
+	}
 }
