@@ -27,8 +27,9 @@ import (
 // agent token may call it too (agentRoutes).
 const routePrerequisite = "/v1/jobs/:id/prerequisites/:name"
 
-// MaxPrerequisiteMessage bounds a prerequisite's message, in bytes.
-const MaxPrerequisiteMessage = 1024
+// MaxPrerequisiteMessage bounds a prerequisite's message, in bytes, here and
+// at submit (vocab.MaxPrerequisiteMessageLength).
+const MaxPrerequisiteMessage = vocab.MaxPrerequisiteMessageLength
 
 // PrerequisiteUpdate is the body of PUT /v1/jobs/{id}/prerequisites/{name}.
 // Ready is required.
@@ -42,7 +43,8 @@ type PrerequisiteUpdate struct {
 // defaults, exactly as in POST /v1/jobs). Resources is required.
 type AmendRequest struct {
 	Resources *ResourceSpec `json:"resources"`
-	// Reason is why, for the audit log; optional.
+	// Reason is why, for the audit log; optional, at most
+	// vocab.MaxReasonLength bytes.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -59,7 +61,20 @@ func DecodeAmendRequest(r io.Reader) (*AmendRequest, *Error) {
 	if body.Resources == nil {
 		return nil, newError(http.StatusBadRequest, CodeMalformed, "resources", "required: the new resource request")
 	}
+	if err := checkReason(body.Reason); err != nil {
+		return nil, err
+	}
 	return &body, nil
+}
+
+// checkReason refuses a caller's free-text reason longer than
+// vocab.MaxReasonLength bytes: a 422 naming `reason`. A 100 KB reason was
+// copied into the audit log and a held job's wait detail.
+func checkReason(reason string) *Error {
+	if len(reason) > vocab.MaxReasonLength {
+		return newError(http.StatusUnprocessableEntity, CodeInvalid, "reason", "at most %d bytes, got %d", vocab.MaxReasonLength, len(reason))
+	}
+	return nil
 }
 
 // setPrerequisite handles PUT /v1/jobs/:id/prerequisites/:name (the job's

@@ -298,10 +298,15 @@ func (s *Server) jobEvents(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-// decodeAction reads the optional {"reason"} body of cancel, hold and release.
+// decodeAction reads the optional {"reason"} body of cancel, hold and
+// release; a reason longer than vocab.MaxReasonLength bytes is a 422.
 func decodeAction(c *gin.Context) (ActionRequest, bool) {
 	var req ActionRequest
 	if err := decodeStrict(c.Request.Body, &req, true); err != nil {
+		writeError(c, err)
+		return req, false
+	}
+	if err := checkReason(req.Reason); err != nil {
 		writeError(c, err)
 		return req, false
 	}

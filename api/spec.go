@@ -70,7 +70,7 @@ type ResourceSpec struct {
 
 // MaxNodeSelectorPairs bounds resources.node_selector; each key and value is
 // 1..inventory.MaxLabelLength bytes, like a node label.
-const MaxNodeSelectorPairs = 16
+const MaxNodeSelectorPairs = vocab.MaxNodeSelectorPairs
 
 // Upper bounds of a job's resource request, vocab's (docs/design.md "Bounds
 // of outside input"): generous beyond any real job, and small enough that
@@ -197,7 +197,30 @@ func decodeStrict(r io.Reader, v any, allowEmpty bool) *Error {
 	if f := nulField(data); f != "" {
 		return newError(http.StatusUnprocessableEntity, CodeInvalid, f, "contains a NUL character, which cannot be stored")
 	}
+	// encoding/json replaces each invalid UTF-8 byte of a string with
+	// U+FFFD: {"gpu_models":["A100\xff"]} was stored as "A100\uFFFD", a
+	// model no node has, the caller never told. The raw body is checked
+	// (a U+FFFD the caller wrote stays theirs).
+	if off := invalidUTF8At(data); off >= 0 {
+		return newError(http.StatusUnprocessableEntity, CodeInvalid, valuePathAt(data, int64(off)+1), "not valid UTF-8 (byte %d of the body)", off)
+	}
 	return nil
+}
+
+// invalidUTF8At is the byte offset of the first byte of data that is not
+// part of valid UTF-8, or -1 when data is valid.
+func invalidUTF8At(data []byte) int {
+	if utf8.Valid(data) {
+		return -1
+	}
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
 }
 
 // jsonError turns an encoding/json error into a 400 naming the field when the
@@ -210,7 +233,7 @@ func jsonError(err error, data []byte, v any) *Error {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		return newError(http.StatusBadRequest, CodeMalformed, "", "the body must be a JSON object, got JSON %s", typeErr.Value)
 	case errors.As(err, &typeErr):
-		return typeError(typeErr, data)
+		return typeError(typeErr, data, boundsInput(v))
 	case errors.As(err, &syntaxErr):
 		return newError(http.StatusBadRequest, CodeMalformed, "", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -276,6 +299,13 @@ func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
 	if spec.Recovery.CheckpointIntervalSeconds > 0 && !spec.Recovery.Checkpointable {
 		add("recovery.checkpoint_interval_s", "only meaningful with recovery.checkpointable: true")
 	}
+	// The project joins the recovery profile ("<project>/<profile>") and
+	// the reports; it follows the profile name's rule (store.ValidProfileName,
+	// one home for it), so "a b/c" cannot make the profile "a b/c/simulated".
+	if p := spec.Project; p != "" && !store.ValidProfileName(p) {
+		add("project", "%q is not a project name: 1..%d letters, digits, '.', '_' or '-', starting with a letter or digit",
+			clip(p, 64), store.MaxProfileNameLength)
+	}
 	if p := spec.Recovery.Profile; p != "" && !store.ValidProfileName(p) {
 		add("recovery.profile", "%q is not a profile name: 1..%d letters, digits, '.', '_' or '-', starting with a letter or digit (the project is added: \"<project>/<profile>\")",
 			clip(p, 64), store.MaxProfileNameLength)
@@ -286,16 +316,27 @@ func ValidateJobSpec(spec *JobSpec, knownQueue QueueLookup) []FieldError {
 	case ts > 0 && spec.Simulated():
 		add("recovery.total_steps", "a job without a command declares its work with run_seconds (one step per second)")
 	}
+	if n := len(spec.Prerequisites); n > vocab.MaxPrerequisites {
+		// One error, not one per item: 50,000 prerequisites were a 201
+		// whose `gpugov why` printed 5.5 MB.
+		add("prerequisites", "at most %d items, got %d", vocab.MaxPrerequisites, n)
+		return errs
+	}
 	seen := map[string]bool{}
 	for i, pr := range spec.Prerequisites {
 		field := fmt.Sprintf("prerequisites[%d].name", i)
 		switch {
 		case strings.TrimSpace(pr.Name) == "":
 			add(field, "required")
+		case len(pr.Name) > vocab.MaxPrerequisiteNameLength:
+			add(field, "at most %d bytes, got %d", vocab.MaxPrerequisiteNameLength, len(pr.Name))
 		case seen[pr.Name]:
 			add(field, "duplicate prerequisite %q", pr.Name)
 		}
 		seen[pr.Name] = true
+		if len(pr.Message) > vocab.MaxPrerequisiteMessageLength {
+			add(fmt.Sprintf("prerequisites[%d].message", i), "at most %d bytes, got %d", vocab.MaxPrerequisiteMessageLength, len(pr.Message))
+		}
 	}
 	return errs
 }
@@ -326,6 +367,8 @@ func validateResources(r ResourceSpec) []FieldError {
 	// (CPU-only work belongs to the cluster's own scheduler), so it is refused
 	// here rather than left waiting forever.
 	switch {
+	case r.GPUs == 0: // absent and 0 decode alike
+		add("gpus", "required: a whole number from 1 to %d (gpugov schedules GPU jobs only)", MaxGPUs)
 	case r.GPUs < 1:
 		add("gpus", "must be ≥ 1 (gpugov schedules GPU jobs only), got %d", r.GPUs)
 	case r.GPUs > MaxGPUs:
@@ -339,6 +382,10 @@ func validateResources(r ResourceSpec) []FieldError {
 	}
 	if r.GPUMemoryMiB < 0 || r.GPUMemoryMiB > MaxGPUMemoryMiB {
 		add("gpu_memory_mib", "must be 0..%d MiB, got %d", MaxGPUMemoryMiB, r.GPUMemoryMiB)
+	}
+	if n := len(r.GPUModels); n > vocab.MaxGPUModels {
+		add("gpu_models", "at most %d items, got %d", vocab.MaxGPUModels, n)
+		r.GPUModels = nil // one error, not one per item
 	}
 	for i, m := range r.GPUModels {
 		switch {
@@ -364,6 +411,18 @@ func validateResources(r ResourceSpec) []FieldError {
 	}
 	if r.MemoryMiB < 0 || r.MemoryMiB > MaxMemoryMiB {
 		add("memory_mib", "must be 0..%d MiB, got %d", MaxMemoryMiB, r.MemoryMiB)
+	}
+	if n := len(r.Labels); n > vocab.MaxJobLabels {
+		add("labels", "%d pairs, at most %d allowed", n, vocab.MaxJobLabels)
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			switch v := r.Labels[k]; {
+			case strings.TrimSpace(k) == "" || len(k) > vocab.MaxLabelKeyLength:
+				add("labels", "key %q must be a non-blank string of at most %d bytes", clip(k, 64), vocab.MaxLabelKeyLength)
+			case len(v) > vocab.MaxLabelValueLength:
+				add("labels."+k, "value of %d bytes, at most %d allowed", len(v), vocab.MaxLabelValueLength)
+			}
+		}
 	}
 	if len(r.NodeSelector) > MaxNodeSelectorPairs {
 		add("node_selector", "%d pairs, at most %d allowed", len(r.NodeSelector), MaxNodeSelectorPairs)
@@ -393,15 +452,46 @@ func validateRun(spec *JobSpec) []FieldError {
 	case !(spec.RunSeconds <= store.MaxRunSeconds):
 		add("run_seconds", "must be at most %d seconds (10 years), got %s", store.MaxRunSeconds, plainNumber(spec.RunSeconds))
 	}
-	for i, arg := range spec.Command {
-		if i == 0 && strings.TrimSpace(arg) == "" {
-			add("command[0]", "the program name is empty")
+	if spec.RunSeconds > 0 && spec.RunSeconds < vocab.MinPositiveRunSeconds {
+		add("run_seconds", "must be 0 or %d..%d seconds, got %s (a run time is declared in seconds)",
+			vocab.MinPositiveRunSeconds, store.MaxRunSeconds, strconv.FormatFloat(spec.RunSeconds, 'g', -1, 64))
+	}
+	if n := len(spec.Command); n > vocab.MaxCommandArgs {
+		add("command", "at most %d items, got %d", vocab.MaxCommandArgs, n)
+	} else {
+		total := 0
+		for i, arg := range spec.Command {
+			total += len(arg)
+			switch {
+			case i == 0 && strings.TrimSpace(arg) == "":
+				add("command[0]", "the program name is empty")
+			case len(arg) > vocab.MaxCommandArgLength:
+				add(fmt.Sprintf("command[%d]", i), "at most %d bytes, got %d", vocab.MaxCommandArgLength, len(arg))
+			}
+		}
+		if total > vocab.MaxCommandBytes {
+			add("command", "at most %d bytes in all, got %d", vocab.MaxCommandBytes, total)
 		}
 	}
+	if n := len(spec.Env); n > vocab.MaxEnvVars {
+		add("env", "%d variables, at most %d allowed", n, vocab.MaxEnvVars)
+		return errs
+	}
+	total := 0
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			add("env", "invalid variable name %q", k)
+		v := spec.Env[k]
+		total += len(k) + len(v)
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			add("env", "invalid variable name %q", clip(k, 64))
+		case len(k) > vocab.MaxCommandArgLength:
+			add("env", "variable name of %d bytes, at most %d allowed", len(k), vocab.MaxCommandArgLength)
+		case len(v) > vocab.MaxCommandArgLength:
+			add("env."+k, "at most %d bytes, got %d", vocab.MaxCommandArgLength, len(v))
 		}
+	}
+	if total > vocab.MaxCommandBytes {
+		add("env", "at most %d bytes of names and values in all, got %d", vocab.MaxCommandBytes, total)
 	}
 	return errs
 }

@@ -8,7 +8,11 @@ import (
 	"math/big"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
+
+	"github.com/gpugov/gpugov/internal/inventory"
+	"github.com/gpugov/gpugov/internal/vocab"
 )
 
 // This file words encoding/json's type errors for the caller: the field
@@ -21,12 +25,52 @@ import (
 // offset in data when it agrees with the field encoding/json names (a
 // custom UnmarshalJSON reports offsets into its own bytes), else that
 // field.
-func typeError(e *json.UnmarshalTypeError, data []byte) *Error {
+//
+// input is the bounds table's name of the body (vocab.Bound.Input, e.g.
+// "job spec"; "" for a body without bounded fields): a number that does
+// not fit a bounded field is told that field's range from vocab.Bounds
+// ("resources.gpus: must be a whole number from 1 to 4096, got 1.0"),
+// not its Go type's.
+func typeError(e *json.UnmarshalTypeError, data []byte, input string) *Error {
 	field := e.Field
 	if p := valuePathAt(data, e.Offset); p != "" && withinField(p, field) {
 		field = p
 	}
-	return &Error{Status: 400, Body: ErrorBody{Code: CodeMalformed, Field: field, Message: typeMessage(e.Type, e.Value)}}
+	return &Error{Status: 400, Body: ErrorBody{Code: CodeMalformed, Field: field, Message: typeMessage(e.Type, e.Value, fieldBound(input, field))}}
+}
+
+// boundsInputs names, for each body type decodeStrict reads whose numeric
+// fields vocab.Bounds bounds, its Input in that table.
+var boundsInputs = map[reflect.Type]string{
+	reflect.TypeFor[JobSpec]():                 "job spec",
+	reflect.TypeFor[AmendRequest]():            "job spec",
+	reflect.TypeFor[inventory.NodeInventory](): "node report",
+	reflect.TypeFor[SamplesReport]():           "node report",
+}
+
+// boundsInput is boundsInputs' name for the type v points to, or "".
+func boundsInput(v any) string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return boundsInputs[t]
+}
+
+// fieldBound returns the vocab.Bounds row of field (a path such as
+// "resources.gpus" or "samples[3].gpu_percent", its indexes read as "[]")
+// in input, or nil when the field has none.
+func fieldBound(input, field string) *vocab.Bound {
+	if input == "" {
+		return nil
+	}
+	bare := listIndex.ReplaceAllString(field, "[]")
+	for i := range vocab.Bounds {
+		if b := &vocab.Bounds[i]; b.Input == input && b.Field == bare {
+			return b
+		}
+	}
+	return nil
 }
 
 // listIndex matches the list indexes of a field path.
@@ -91,13 +135,24 @@ func pathWalk(dec *json.Decoder, path string, offset int64) (string, bool) {
 // typeMessage says what a field of Go type want must be, and what the JSON
 // value (encoding/json's UnmarshalTypeError.Value: "string", "number",
 // "number 1.5", "bool", "array", "object") was.
-func typeMessage(want reflect.Type, value string) string {
+// With a bound b (nil: none), a number is told b's range instead of the
+// Go type's.
+func typeMessage(want reflect.Type, value string, b *vocab.Bound) string {
 	for want != nil && want.Kind() == reflect.Pointer {
 		want = want.Elem()
 	}
 	words := kindWords(want)
 	num, isNum := strings.CutPrefix(value, "number ")
 	switch {
+	case isNum && b != nil && want != nil && (isIntKind(want.Kind()) || want.Kind() == reflect.Float32 || want.Kind() == reflect.Float64):
+		kind := "a number"
+		if isIntKind(want.Kind()) {
+			kind = "a whole number"
+		}
+		if b.MinExclusive {
+			return fmt.Sprintf("must be %s above %s and at most %s, got %s", kind, boundNumber(b.Min), boundNumber(b.Max), num)
+		}
+		return fmt.Sprintf("must be %s from %s to %s, got %s", kind, boundNumber(b.Min), boundNumber(b.Max), num)
 	case isNum && want != nil && isIntKind(want.Kind()):
 		if lo, hi, whole := intRange(want, num); whole {
 			return fmt.Sprintf("must be a whole number from %s to %s, got %s", lo, hi, num)
@@ -172,6 +227,14 @@ func intRange(t reflect.Type, num string) (lo, hi string, whole bool) {
 	}
 	max := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(bits-1)), big.NewInt(1))
 	return new(big.Int).Neg(new(big.Int).Add(max, big.NewInt(1))).String(), max.String(), true
+}
+
+// boundNumber writes a bound as the bounds table does: 4096, not 4.096e+03.
+func boundNumber(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1<<63 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 func maxFloat(k reflect.Kind) float64 {

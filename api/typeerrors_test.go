@@ -16,9 +16,21 @@ func TestTypeErrorsInTheCallersWords(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{`{"queue":"train","resources":{"gpus":1,"pool":"a100-east"},"run_seconds":"60"}`, "run_seconds: must be a number, got a string"},
 		{`{"queue":5}`, "queue: must be a string, got a number"},
-		{`{"queue":"train","resources":{"gpus":1.5,"pool":"a100-east"}}`, "resources.gpus: must be a whole number, got 1.5"},
+		// A bounded field is told its own range (vocab.Bounds), not its Go
+		// type's: 1.0 (Python's json.dumps of a float) and 1e0 were "from
+		// -9223372036854775808 to 9223372036854775807", and so was
+		// 99999999999999999999, whose real bound is 1..4096.
+		{`{"queue":"train","resources":{"gpus":1.5,"pool":"a100-east"}}`, "resources.gpus: must be a whole number from 1 to 4096, got 1.5"},
+		{`{"queue":"train","resources":{"gpus":1.0,"pool":"a100-east"}}`, "resources.gpus: must be a whole number from 1 to 4096, got 1.0"},
+		{`{"queue":"train","resources":{"gpus":1e0,"pool":"a100-east"}}`, "resources.gpus: must be a whole number from 1 to 4096, got 1e0"},
 		{`{"queue":"train","resources":{"gpus":9223372036854775808,"pool":"a100-east"}}`,
-			"resources.gpus: must be a whole number from -9223372036854775808 to 9223372036854775807, got 9223372036854775808"},
+			"resources.gpus: must be a whole number from 1 to 4096, got 9223372036854775808"},
+		{`{"queue":"train","resources":{"gpus":99999999999999999999,"pool":"a100-east"}}`,
+			"resources.gpus: must be a whole number from 1 to 4096, got 99999999999999999999"},
+		{`{"queue":"train","resources":{"gpus":1,"pool":"a100-east","cpu_milli":0.5}}`,
+			"resources.cpu_milli: must be a whole number from 0 to 1073741824, got 0.5"},
+		{`{"queue":"train","resources":{"gpus":1,"pool":"a100-east"},"run_seconds":1e400}`,
+			"run_seconds: must be a number from 0 to 315360000, got 1e400"},
 		{`{"queue":"train","resources":{"gpus":"2","pool":"a100-east"}}`, "resources.gpus: must be a whole number, got a string"},
 		{`{` + base + `,"command":"python train.py"}`, "command: must be a list, got a string"},
 		{`{` + base + `,"command":["python",1]}`, "command[1]: must be a string, got a number"},
@@ -53,5 +65,12 @@ func TestTypeErrorsInTheCallersWords(t *testing.T) {
 	if e := decodeStrict(strings.NewReader(`{"at":"2026-01-05T00:00:00Z","step":"1","location":"x"}`), &cp, false); e == nil ||
 		e.Error() != "step: must be a whole number, got a string" {
 		t.Errorf("step as a string: %v", e)
+	}
+	// A node report's bounded fields are told their range too, a list's
+	// index read as "[]" against the bounds table's "samples[].gpu_percent".
+	var rep SamplesReport
+	if e := decodeStrict(strings.NewReader(`{"samples":[{"gpu_uuid":"G","at":"2026-01-05T00:00:00Z","gpu_percent":50.5}]}`), &rep, false); e == nil ||
+		e.Error() != "samples[0].gpu_percent: must be a whole number from 0 to 100, got 50.5" {
+		t.Errorf("gpu_percent 50.5: %v", e)
 	}
 }

@@ -329,7 +329,8 @@ type GPU struct {
 }
 
 // ActionRequest is the optional body of cancel, hold and release: why, for
-// the audit log.
+// the audit log (and a hold's wait detail), at most vocab.MaxReasonLength
+// bytes.
 type ActionRequest struct {
 	Reason string `json:"reason,omitempty"`
 }

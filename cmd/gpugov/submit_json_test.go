@@ -51,7 +51,7 @@ func TestReadJobSpecTypeErrorsInUserWords(t *testing.T) {
 	for _, c := range []struct{ doc, want string }{
 		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: \"60\"\n", "submit: -:3: run_seconds: must be a number, got a string"},
 		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: 1m\n", "submit: -:3: run_seconds: must be a number, got a string"},
-		{"queue: standard\nresources:\n  gpus: 1.5\n  pool: p\n", "submit: -:3: resources.gpus: must be a whole number, got 1.5"},
+		{"queue: standard\nresources:\n  gpus: 1.5\n  pool: p\n", "submit: -:3: resources.gpus: must be a whole number from 1 to 4096, got 1.5"},
 		{"queue: standard\nresources: {gpus: 1, pool: p}\nrun_seconds: 5\nprerequisites:\n  - {name: a, ready: true}\n  - name: b\n    ready: \"no\"\n",
 			"submit: -:7: prerequisites[1].ready: must be true or false, got a string"},
 		{"{\"queue\": \"standard\",\n \"resources\": {\"gpus\": 1, \"pool\": \"p\"},\n \"run_seconds\": \"60\"}\n", "submit: -:3: run_seconds: must be a number, got a string"},

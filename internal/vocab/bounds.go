@@ -115,6 +115,57 @@ const (
 	MaxSamplesPerReport = 4096
 )
 
+// Size bounds of a job spec's lists and free text, in items and bytes
+// (docs/design.md "Job spec bounds"). Like the numeric bounds they are far
+// beyond what a real cluster's jobs carry (a handful of prerequisites,
+// models and labels, a command line of a few hundred bytes, a reason of a
+// sentence) and small enough that one job's row, its wait detail and
+// `gpugov why` stay a few hundred KiB at most.
+const (
+	// MaxPrerequisites bounds a spec's prerequisites list: real jobs
+	// declare a few (image, dataset, credentials).
+	MaxPrerequisites = 64
+	// MaxPrerequisiteNameLength bounds a prerequisite's name, in bytes: it
+	// is a URL path segment of PUT /v1/jobs/{id}/prerequisites/{name}.
+	MaxPrerequisiteNameLength = 253
+	// MaxPrerequisiteMessageLength bounds a prerequisite's message, in
+	// bytes, at submit and in PUT …/prerequisites/{name}: a sentence.
+	MaxPrerequisiteMessageLength = 1024
+	// MaxGPUModels bounds resources.gpu_models: a cluster has a handful of
+	// GPU models; 32 lists every model NVIDIA has shipped in a decade.
+	MaxGPUModels = 32
+	// MaxNodeSelectorPairs bounds resources.node_selector: a job requires
+	// a few node labels (network, storage).
+	MaxNodeSelectorPairs = 16
+	// MaxJobLabels bounds resources.labels; MaxLabelKeyLength and
+	// MaxLabelValueLength bound each key (non-blank) and value, in bytes,
+	// as Kubernetes bounds a label's name (63) and gpugov more loosely
+	// its value (256, where Kubernetes allows 63).
+	MaxJobLabels        = 64
+	MaxLabelKeyLength   = 63
+	MaxLabelValueLength = 256
+	// MaxCommandArgs bounds a command's words (the program and its
+	// arguments); MaxCommandArgLength bounds each, MaxCommandBytes their
+	// sum, in bytes: a real training command line is well under 4 KiB,
+	// and 64 KiB stays far below the kernel's ARG_MAX.
+	MaxCommandArgs      = 256
+	MaxCommandArgLength = 4096
+	MaxCommandBytes     = 64 << 10
+	// MaxEnvVars bounds a spec's env; each value is at most
+	// MaxCommandArgLength bytes and the names and values together at most
+	// MaxCommandBytes, as a command's words.
+	MaxEnvVars = 128
+	// MaxReasonLength bounds a caller's free-text reason, in bytes: of
+	// cancel, hold and release (copied into the audit log and the held
+	// wait's detail) and of an amend. A sentence or two.
+	MaxReasonLength = 1024
+	// MinPositiveRunSeconds is the shortest positive run_seconds: a run
+	// time is declared in seconds (fractions above it are kept and round
+	// up in estimates); a positive value below one second is a unit
+	// mistake (1e-300 would be a simulated job that never computes).
+	MinPositiveRunSeconds = 1
+)
+
 // Bound is the accepted range of one numeric field of outside input, as
 // docs/design.md's bounds table states it. Min and Max are inclusive unless
 // MinExclusive (then the value must be above Min).
@@ -135,9 +186,16 @@ var Bounds = []Bound{
 	{"job spec", "resources.gpu_memory_mib", 0, MaxGPUMemoryMiB, false, "MiB", "per GPU; 1 TiB is beyond any device"},
 	{"job spec", "resources.cpu_milli", 0, MaxCPUMilli, false, "milli-cores", "about a million cores; sums stay far from int64 overflow"},
 	{"job spec", "resources.memory_mib", 0, MaxMemoryMiB, false, "MiB", "1 PiB; sums stay far from int64 overflow"},
-	{"job spec", "run_seconds", 0, MaxRunSeconds, false, "s", "> 0 without a command; must fit a time.Duration added to a timestamp"},
-	{"job spec", "recovery.checkpoint_interval_s", 0, MaxRunSeconds, false, "s", "as run_seconds"},
+	{"job spec", "run_seconds", 0, MaxRunSeconds, false, "s", "> 0 without a command; a positive value is ≥ 1 (fractions kept); must fit a time.Duration added to a timestamp"},
+	{"job spec", "recovery.checkpoint_interval_s", 0, MaxRunSeconds, false, "s", "must fit a time.Duration, as run_seconds"},
 	{"job spec", "recovery.total_steps", 0, MaxTotalSteps, false, "steps", "2^53: exact in a JSON number"},
+	{"job spec", "prerequisites", 0, MaxPrerequisites, false, "items", "real jobs declare a few; name ≤ 253 bytes, message ≤ 1024"},
+	{"job spec", "resources.gpu_models", 0, MaxGPUModels, false, "items", "a cluster has a handful of models; each ≤ 128 bytes"},
+	{"job spec", "resources.labels", 0, MaxJobLabels, false, "pairs", "key 1..63 bytes, value ≤ 256, as Kubernetes labels"},
+	{"job spec", "resources.node_selector", 0, MaxNodeSelectorPairs, false, "pairs", "key and value 1..253 bytes, as node labels"},
+	{"job spec", "command", 0, MaxCommandArgs, false, "words", "each ≤ 4096 bytes, ≤ 65536 in all: far below ARG_MAX"},
+	{"job spec", "env", 0, MaxEnvVars, false, "variables", "each value ≤ 4096 bytes, names and values ≤ 65536 in all"},
+	{"job action", "reason", 0, MaxReasonLength, false, "bytes", "cancel, hold, release and amend: a sentence or two"},
 	{"node report", "cpu_milli", 0, MaxCPUMilli, false, "milli-cores", "as a job's request (0 = not tracked)"},
 	{"node report", "memory_mib", 0, MaxMemoryMiB, false, "MiB", "as a job's request (0 = not tracked)"},
 	{"node report", "gpus", 0, MaxGPUsPerNode, false, "GPUs", "per node; the densest carry 16"},
