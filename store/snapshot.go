@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -33,18 +34,23 @@ import (
 // Speed (BenchmarkLoadSnapshot): the queries are pipelined in one round trip
 // and read narrow, typed rows — live jobs from job_queue (kept by triggers on
 // jobs), pending ones with their stored wait state (reason, explanation digest
-// and explained_at, mirrored there by migration 00340), allocations with their
-// GPU shares inline — so no JSON is decoded but checkpoints; with JIT
+// and explained_at, mirrored there by migration 00340), allocations by ID
+// with their run — so no JSON is decoded but checkpoints; with JIT
 // compilation off (noJIT), which cost more than it saved on these statements. What cannot change is read once: the inventory is reused until
 // inventory_version moves, and each live job's ID, project, queue, tier,
 // request and submit time are cached, keyed by job_queue.seq, from the load
 // that first sees the job until it finishes (they are immutable after
 // submission, except the request, which AmendJob changes together with the
-// job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple, so a
+// job's seq, so the next load reads it again); and each active allocation's
+// grant (pool, node, CPU, host memory, borrowing, GPU shares) is cached by
+// allocation ID, read (with its GPU shares inline) only by the load that first
+// sees it active: migration 00350 refuses any update of those columns, so the
+// cache is right whoever writes, and which allocations are active is read
+// every load. Calls are serialised per Store, which keeps that cache simple, so a
 // call waits for any load in progress: only the scheduler (and tools and
 // tests) should call it; GET /v1/quotas reads LoadQuotaAccounting instead. The returned snapshot is the
-// caller's own, except that request GPU-model slices, request label maps and
-// node label maps are shared with the cache: treat them as read-only
+// caller's own, except that request GPU-model slices, request label maps,
+// allocation GPU-share slices and node label maps are shared with the cache: treat them as read-only
 // (scheduling.Plan does).
 //
 // Usage is each project's stored decayed GPU-seconds decayed to now, plus the
@@ -83,6 +89,9 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 				return err
 			}
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
+				return err
+			}
+			if err := l.loadMissingAllocs(ctx, tx); err != nil {
 				return err
 			}
 			return l.loadMissingStatic(ctx, tx)
@@ -136,7 +145,10 @@ type snapshotCache struct {
 	inventoryVersion int64
 	// jobs holds the immutable part of every job live at the last load;
 	// generation marks the entries seen by the current load.
-	jobs       map[int64]*jobStatic // by job_queue.seq
+	jobs map[int64]*jobStatic // by job_queue.seq
+	// allocs holds the grant of every allocation active at the last load
+	// (fixed once granted: migration 00350); seen as for jobs.
+	allocs     map[string]*allocStatic // by allocation ID
 	generation uint64
 	lastCounts rowCounts
 }
@@ -165,6 +177,16 @@ type jobStatic struct {
 	runSeconds  int64  // the spec's run_seconds, rounded up (0: none declared)
 	simulated   bool   // no command: the simulated executor runs it (at SetSimulatedRunSpeed's pace)
 	seen        uint64 // generation of the last load that saw the job live
+}
+
+// allocStatic is the part of an allocation fixed at its grant (every field
+// of scheduling.Allocation but JobID, which the load fills in); migration
+// 00350 refuses updates of its columns, so the cached copy stays right
+// whoever writes. GPUs is shared by every snapshot that holds the
+// allocation: read-only.
+type allocStatic struct {
+	grant scheduling.Allocation
+	seen  uint64 // generation of the last load that saw the allocation active
 }
 
 // realRunSeconds is the job's declared run time in real seconds: a
@@ -228,6 +250,9 @@ type snapshotLoader struct {
 	queues  []scheduling.Queue
 	usage   []scheduling.ProjectUsage
 	missing []int64 // job_queue.seq of live jobs not in the cache
+	// allocMissing is the index in allocs of each allocation not in the
+	// cache, whose grant loadMissingAllocs reads.
+	allocMissing []int
 }
 
 // storedWait is a pending job's stored wait state as a snapshot read it:
@@ -312,6 +337,9 @@ func (l *snapshotLoader) reset() {
 	if c.jobs == nil {
 		c.jobs = map[int64]*jobStatic{}
 	}
+	if c.allocs == nil {
+		c.allocs = map[string]*allocStatic{}
+	}
 }
 
 // rowCounts are a load's row counts, the capacity hints of the next one.
@@ -389,10 +417,11 @@ func (l *snapshotLoader) queries() []rowQuery {
 	return append(qs,
 		// One row per active allocation, with its job's queue row when the
 		// job is placed or running (the two always go together through this
-		// package's writes) and its current run.
+		// package's writes) and its current run. The grant's columns come
+		// from the cache, or from loadMissingAllocs for the allocations it
+		// lacks.
 		rowQuery{sql: `
-			SELECT CASE WHEN q.state IN ('placed', 'running') THEN '' ELSE a.job_id END, a.id, a.pool, a.node,
-				a.cpu_milli, a.memory_mib, a.borrowed, a.gpu_uuids, a.gpu_milli,
+			SELECT CASE WHEN q.state IN ('placed', 'running') THEN '' ELSE a.job_id END, a.id,
 				coalesce(r.started_at, a.granted_at), r.last_checkpoint,
 				coalesce(q.state IN ('placed', 'running'), false), coalesce(q.seq, 0), coalesce(q.protected, false),
 				coalesce(q.rec_checkpointable, false), coalesce(q.rec_interval_s, 0), coalesce(q.rec_verified_resumes, 0),
@@ -489,8 +518,7 @@ func (t digestTarget) ScanBytes(v []byte) error {
 
 func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
 	var a scheduling.Allocation
-	var uuids []string
-	var milli []int32
+	var cached *allocStatic
 	var startedAt time.Time
 	var checkpoint []byte
 	var running bool
@@ -499,16 +527,17 @@ func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
 	var c recoveryCols
 	// The job ID of a running job comes from the cache (assemble), so the
 	// query sends it only for the others.
-	if err := rows.Scan(&a.JobID, &a.ID, &a.Pool, &a.Node, &a.CPUMilli, &a.MemoryMiB, &a.Borrowed, &uuids, &milli,
+	if err := rows.Scan(&a.JobID, allocIDTarget{l.cache, &cached, &a.ID},
 		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes, &c.downgraded); err != nil {
 		return err
 	}
-	if len(uuids) != len(milli) {
-		return fmt.Errorf("allocation %s: %d GPUs but %d shares", a.ID, len(uuids), len(milli))
-	}
-	a.GPUs = make([]scheduling.GPUShare, len(uuids))
-	for i := range uuids {
-		a.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+	if cached != nil {
+		cached.seen = l.cache.generation
+		jobID := a.JobID
+		a = cached.grant
+		a.JobID = jobID
+	} else {
+		l.allocMissing = append(l.allocMissing, len(l.allocs))
 	}
 	l.allocs = append(l.allocs, a)
 	// A placed or running job always has an active allocation and the other
@@ -612,6 +641,73 @@ var tiers = func() map[string]vocab.Tier {
 	}
 	return m
 }()
+
+// allocIDTarget scans an allocation ID: the cached grant when the cache
+// has it (no string allocated for the ID), else the ID itself.
+type allocIDTarget struct {
+	cache  *snapshotCache
+	cached **allocStatic
+	id     *string
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is only valid during the call.
+func (t allocIDTarget) ScanBytes(v []byte) error {
+	if st := t.cache.allocs[string(v)]; st != nil {
+		*t.cached = st
+		return nil
+	}
+	*t.id = string(v)
+	return nil
+}
+
+// loadMissingAllocs reads, in the snapshot's transaction, the grant of the
+// active allocations the cache lacks (all of them on the first load, then
+// those granted since the previous load), adds it to the cache and fills
+// in their snapshot rows.
+func (l *snapshotLoader) loadMissingAllocs(ctx context.Context, tx pgx.Tx) error {
+	if len(l.allocMissing) == 0 {
+		return nil
+	}
+	ids := make([]string, len(l.allocMissing))
+	at := make(map[string]int, len(l.allocMissing))
+	for i, k := range l.allocMissing {
+		ids[i] = l.allocs[k].ID
+		at[ids[i]] = k
+	}
+	err := forEachRow(ctx, tx, `SELECT id, pool, node, cpu_milli, memory_mib, borrowed, gpu_uuids, gpu_milli
+		FROM allocations WHERE id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
+		var g scheduling.Allocation
+		var uuids []string
+		var milli []int32
+		if err := rows.Scan(&g.ID, &g.Pool, &g.Node, &g.CPUMilli, &g.MemoryMiB, &g.Borrowed, &uuids, &milli); err != nil {
+			return err
+		}
+		if len(uuids) != len(milli) {
+			return fmt.Errorf("allocation %s: %d GPUs but %d shares", g.ID, len(uuids), len(milli))
+		}
+		g.GPUs = make([]scheduling.GPUShare, len(uuids))
+		for i := range uuids {
+			g.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+		}
+		k, ok := at[g.ID]
+		if !ok {
+			return fmt.Errorf("allocation %s: not asked for", g.ID)
+		}
+		delete(at, g.ID)
+		l.cache.allocs[g.ID] = &allocStatic{grant: g, seen: l.cache.generation}
+		jobID := l.allocs[k].JobID
+		l.allocs[k] = g
+		l.allocs[k].JobID = jobID
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(at) > 0 {
+		return fmt.Errorf("allocations %v: grant not found", slices.Sorted(maps.Keys(at)))
+	}
+	return nil
+}
 
 // loadMissingStatic reads, in the snapshot's transaction, the static part of
 // the live jobs the cache lacks (all of them on the first load, then the jobs
@@ -734,6 +830,13 @@ func (l *snapshotLoader) staticOf(st *jobStatic, seq int64) *jobStatic {
 // pruneCache drops the jobs this load did not see live; it only walks the
 // cache when it holds more entries than there are live jobs.
 func (l *snapshotLoader) pruneCache() {
+	if len(l.cache.allocs) > len(l.allocs) {
+		for id, st := range l.cache.allocs {
+			if st.seen != l.cache.generation {
+				delete(l.cache.allocs, id)
+			}
+		}
+	}
 	if len(l.cache.jobs) <= len(l.running)+len(l.pending) {
 		return
 	}
