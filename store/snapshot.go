@@ -253,6 +253,8 @@ type snapshotLoader struct {
 	// allocMissing is the index in allocs of each allocation not in the
 	// cache, whose grant loadMissingAllocs reads.
 	allocMissing []int
+	allocRow     *allocRow
+	pendingRow   *pendingRow
 }
 
 // storedWait is a pending job's stored wait state as a snapshot read it:
@@ -516,26 +518,54 @@ func (t digestTarget) ScanBytes(v []byte) error {
 	return nil
 }
 
+// allocRow and pendingRow are the scan targets of one allocation or pending
+// row, kept by the loader and reused for every row (their targets lists
+// built once a load), so that a row's scan allocates nothing of its own but
+// what it keeps.
+type allocRow struct {
+	a          scheduling.Allocation
+	cached     *allocStatic
+	startedAt  time.Time
+	checkpoint []byte
+	running    bool
+	seq        int64
+	protected  bool
+	c          recoveryCols
+	targets    []any
+}
+
+type pendingRow struct {
+	pj          scheduling.PendingJob
+	w           storedWait
+	seq         int64
+	agingSince  pgtype.Timestamptz
+	triples     []string
+	checkpoint  []byte
+	c           recoveryCols
+	explainedAt pgtype.Timestamptz
+	targets     []any
+}
+
 func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
-	var a scheduling.Allocation
-	var cached *allocStatic
-	var startedAt time.Time
-	var checkpoint []byte
-	var running bool
-	var seq int64
-	var rj scheduling.RunningJob
-	var c recoveryCols
-	// The job ID of a running job comes from the cache (assemble), so the
-	// query sends it only for the others.
-	if err := rows.Scan(&a.JobID, allocIDTarget{l.cache, &cached, &a.ID},
-		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes, &c.downgraded); err != nil {
+	r := l.allocRow
+	if r == nil {
+		r = &allocRow{}
+		// The job ID of a running job comes from the cache (assemble), so
+		// the query sends it only for the others.
+		r.targets = []any{&r.a.JobID, allocIDTarget{l.cache, &r.cached, &r.a.ID},
+			&r.startedAt, &r.checkpoint, &r.running, &r.seq, &r.protected,
+			&r.c.checkpointable, &r.c.interval, &r.c.resumes, &r.c.downgraded}
+		l.allocRow = r
+	}
+	r.a, r.cached, r.checkpoint = scheduling.Allocation{}, nil, nil
+	if err := rows.Scan(r.targets...); err != nil {
 		return err
 	}
-	if cached != nil {
-		cached.seen = l.cache.generation
-		jobID := a.JobID
-		a = cached.grant
-		a.JobID = jobID
+	a := r.a
+	if r.cached != nil {
+		r.cached.seen = l.cache.generation
+		a = r.cached.grant
+		a.JobID = r.a.JobID
 	} else {
 		l.allocMissing = append(l.allocMissing, len(l.allocs))
 	}
@@ -543,55 +573,55 @@ func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
 	// A placed or running job always has an active allocation and the other
 	// way round; an allocation whose job is in another state is listed but
 	// gets no running job.
-	if !running {
+	if !r.running {
 		return nil
 	}
-	rj.StartedAt, rj.Recovery = startedAt.UTC(), c.recovery()
-	l.running = append(l.running, rj)
+	l.running = append(l.running, scheduling.RunningJob{StartedAt: r.startedAt.UTC(), Recovery: r.c.recovery(), Protected: r.protected})
 	l.runningAlloc = append(l.runningAlloc, len(l.allocs)-1)
-	l.runningSeq = append(l.runningSeq, seq)
-	l.runningStatic = append(l.runningStatic, l.lookup(seq))
-	l.runningCheckpoint = append(l.runningCheckpoint, checkpoint)
+	l.runningSeq = append(l.runningSeq, r.seq)
+	l.runningStatic = append(l.runningStatic, l.lookup(r.seq))
+	l.runningCheckpoint = append(l.runningCheckpoint, r.checkpoint)
 	return nil
 }
 
 func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
-	l.pending = append(l.pending, scheduling.PendingJob{})
-	pj := &l.pending[len(l.pending)-1]
-	var triples []string
-	var checkpoint []byte
-	var c recoveryCols
-	var seq int64
-	var agingSince *time.Time
-	l.pendingWait = append(l.pendingWait, storedWait{})
-	w := &l.pendingWait[len(l.pendingWait)-1]
-	var explainedAt pgtype.Timestamptz
-	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &agingSince, &triples,
-		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint,
-		&w.reason, digestTarget{w}, &explainedAt); err != nil {
+	r := l.pendingRow
+	if r == nil {
+		r = &pendingRow{}
+		pj := &r.pj
+		r.targets = []any{&r.seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &r.agingSince, &r.triples,
+			&r.c.checkpointable, &r.c.interval, &r.c.resumes, &r.c.downgraded, &r.checkpoint,
+			&r.w.reason, digestTarget{&r.w}, &r.explainedAt}
+		l.pendingRow = r
+	}
+	r.pj, r.w, r.triples, r.checkpoint = scheduling.PendingJob{}, storedWait{}, r.triples[:0], nil
+	if err := rows.Scan(r.targets...); err != nil {
 		return err
 	}
-	if explainedAt.InfinityModifier == pgtype.Finite {
-		w.explainedAt = explainedAt.Time
+	pj, w := r.pj, r.w
+	if r.explainedAt.Valid && r.explainedAt.InfinityModifier == pgtype.Finite {
+		w.explainedAt = r.explainedAt.Time
 	}
-	pj.Recovery, pj.WaitingSince, pj.RequestVersion = c.recovery(), pj.WaitingSince.UTC(), seq
+	pj.Recovery, pj.WaitingSince, pj.RequestVersion = r.c.recovery(), pj.WaitingSince.UTC(), r.seq
 	// A NULL aging_since is a paused clock (accounting.AgingClock): the job's
 	// current reason earns no aging.
-	if agingSince != nil {
-		pj.AgingSince = agingSince.UTC()
+	if r.agingSince.Valid {
+		pj.AgingSince = r.agingSince.Time.UTC()
 	} else {
 		pj.AgingPaused = true
 	}
-	if len(triples) >= 3 {
+	if triples := r.triples; len(triples) >= 3 {
 		pj.Prerequisites = make([]scheduling.Prerequisite, 0, len(triples)/3)
 		for i := 0; i+2 < len(triples); i += 3 {
 			pj.Prerequisites = append(pj.Prerequisites,
 				scheduling.Prerequisite{Name: triples[i], Ready: triples[i+1] == "true", Message: triples[i+2]})
 		}
 	}
-	l.pendingSeq = append(l.pendingSeq, seq)
-	l.pendingStatic = append(l.pendingStatic, l.lookup(seq))
-	l.pendingCheckpoint = append(l.pendingCheckpoint, checkpoint)
+	l.pending = append(l.pending, pj)
+	l.pendingWait = append(l.pendingWait, w)
+	l.pendingSeq = append(l.pendingSeq, r.seq)
+	l.pendingStatic = append(l.pendingStatic, l.lookup(r.seq))
+	l.pendingCheckpoint = append(l.pendingCheckpoint, r.checkpoint)
 	return nil
 }
 
@@ -827,22 +857,26 @@ func (l *snapshotLoader) staticOf(st *jobStatic, seq int64) *jobStatic {
 	return l.cache.jobs[seq]
 }
 
-// pruneCache drops the jobs this load did not see live; it only walks the
-// cache when it holds more entries than there are live jobs.
+// pruneCache drops the jobs and allocations this load did not see live; it
+// only walks a map when it holds an eighth (and 64) more entries than there
+// are live ones.
 func (l *snapshotLoader) pruneCache() {
-	if len(l.cache.allocs) > len(l.allocs) {
+	// Entries of finished jobs and released allocations are never read
+	// again (seqs and allocation IDs are not reused), so they may stay a
+	// while: a sweep of every entry each load, when a few runs ended, cost
+	// more than the memory they hold.
+	if n := len(l.allocs); len(l.cache.allocs) > n+n/8+64 {
 		for id, st := range l.cache.allocs {
 			if st.seen != l.cache.generation {
 				delete(l.cache.allocs, id)
 			}
 		}
 	}
-	if len(l.cache.jobs) <= len(l.running)+len(l.pending) {
-		return
-	}
-	for id, st := range l.cache.jobs {
-		if st.seen != l.cache.generation {
-			delete(l.cache.jobs, id)
+	if n := len(l.running) + len(l.pending); len(l.cache.jobs) > n+n/8+64 {
+		for id, st := range l.cache.jobs {
+			if st.seen != l.cache.generation {
+				delete(l.cache.jobs, id)
+			}
 		}
 	}
 }
