@@ -111,6 +111,7 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 		waits[pj.ID] = l.pendingWait[i]
 	}
 	s.setWaitMemo(shard, now, waits)
+	l.saveScratch()
 	return snap, nil
 }
 
@@ -151,6 +152,7 @@ type snapshotCache struct {
 	allocs     map[string]*allocStatic // by allocation ID
 	generation uint64
 	lastCounts rowCounts
+	scratch    loadScratch
 }
 
 // MaxRunSeconds bounds a job spec's run_seconds: ten years (10 × 31,536,000
@@ -329,12 +331,13 @@ func (l *snapshotLoader) reset() {
 	*l = snapshotLoader{cache: c, shard: l.shard, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
 		evidence: map[string][2]int{},
 		noticeAt: map[string]time.Time{}, released: map[string]time.Time{},
-		allocs:  make([]scheduling.Allocation, 0, n.allocs),
-		running: make([]scheduling.RunningJob, 0, n.running), runningStatic: make([]*jobStatic, 0, n.running),
-		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
-		runningSeq: make([]int64, 0, n.running), pendingSeq: make([]int64, 0, n.pending),
-		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: make([]*jobStatic, 0, n.pending),
-		pendingCheckpoint: make([][]byte, 0, n.pending), pendingWait: make([]storedWait, 0, n.pending)}
+		allocs:  reuse(c.scratch.allocs, n.allocs),
+		running: reuse(c.scratch.running, n.running), runningStatic: reuse(c.scratch.runningStatic, n.running),
+		runningCheckpoint: reuse(c.scratch.runningCheckpoint, n.running), runningAlloc: reuse(c.scratch.runningAlloc, n.running),
+		runningSeq: reuse(c.scratch.runningSeq, n.running), pendingSeq: reuse(c.scratch.pendingSeq, n.pending),
+		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: reuse(c.scratch.pendingStatic, n.pending),
+		pendingCheckpoint: reuse(c.scratch.pendingCheckpoint, n.pending), pendingWait: reuse(c.scratch.pendingWait, n.pending)}
+	c.scratch = loadScratch{}
 	c.generation++
 	if c.jobs == nil {
 		c.jobs = map[int64]*jobStatic{}
@@ -342,6 +345,41 @@ func (l *snapshotLoader) reset() {
 	if c.allocs == nil {
 		c.allocs = map[string]*allocStatic{}
 	}
+}
+
+// reuse returns buf emptied, or a new slice with capacity n when buf is nil.
+func reuse[T any](buf []T, n int) []T {
+	if buf == nil {
+		return make([]T, 0, n)
+	}
+	return buf[:0]
+}
+
+// loadScratch holds the loader's slices that no snapshot keeps (assemble
+// copies allocations and running jobs out sorted; the rest are read within
+// the load), kept by the cache so the next load reuses them rather than
+// allocating and clearing a few MB each cycle (docs/design.md §8, "The whole
+// cycle at scale"). A load takes them at reset and gives them back when it
+// has finished with them (saveScratch).
+type loadScratch struct {
+	allocs            []scheduling.Allocation
+	running           []scheduling.RunningJob
+	runningAlloc      []int
+	runningSeq        []int64
+	runningStatic     []*jobStatic
+	runningCheckpoint [][]byte
+	pendingSeq        []int64
+	pendingStatic     []*jobStatic
+	pendingCheckpoint [][]byte
+	pendingWait       []storedWait
+}
+
+// saveScratch gives the loader's scratch slices back to the cache.
+func (l *snapshotLoader) saveScratch() {
+	l.cache.scratch = loadScratch{allocs: l.allocs, running: l.running, runningAlloc: l.runningAlloc,
+		runningSeq: l.runningSeq, runningStatic: l.runningStatic, runningCheckpoint: l.runningCheckpoint,
+		pendingSeq: l.pendingSeq, pendingStatic: l.pendingStatic, pendingCheckpoint: l.pendingCheckpoint,
+		pendingWait: l.pendingWait}
 }
 
 // rowCounts are a load's row counts, the capacity hints of the next one.
