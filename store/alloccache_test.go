@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,19 @@ func TestAllocationCacheSeesOtherWriters(t *testing.T) {
 	}
 	if got := held(snap); len(got) != 2 || got[gpu0] != b.ID || got[gpu1] != a.ID {
 		t.Fatalf("last load: GPUs held %v", got)
+	}
+	// What the cached loads give is what a Store with no cache reads.
+	fresh, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	want, err := fresh.LoadSnapshot(ctx, at(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(snap.Allocations, want.Allocations) || !reflect.DeepEqual(snap.Running, want.Running) ||
+		!reflect.DeepEqual(snap.Pending, want.Pending) {
+		t.Fatalf("cached load differs from a fresh Store's:\n%+v\n%+v\nwant\n%+v\n%+v", snap.Allocations, snap.Running, want.Allocations, want.Running)
 	}
 }

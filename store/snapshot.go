@@ -633,6 +633,7 @@ func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
 		l.pendingRow = r
 	}
 	r.pj, r.w, r.triples, r.checkpoint = scheduling.PendingJob{}, storedWait{}, r.triples[:0], nil
+	r.agingSince, r.explainedAt = pgtype.Timestamptz{}, pgtype.Timestamptz{}
 	if err := rows.Scan(r.targets...); err != nil {
 		return err
 	}
