@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -33,18 +34,23 @@ import (
 // Speed (BenchmarkLoadSnapshot): the queries are pipelined in one round trip
 // and read narrow, typed rows — live jobs from job_queue (kept by triggers on
 // jobs), pending ones with their stored wait state (reason, explanation digest
-// and explained_at, mirrored there by migration 00340), allocations with their
-// GPU shares inline — so no JSON is decoded but checkpoints; with JIT
+// and explained_at, mirrored there by migration 00340), allocations by ID
+// with their run — so no JSON is decoded but checkpoints; with JIT
 // compilation off (noJIT), which cost more than it saved on these statements. What cannot change is read once: the inventory is reused until
 // inventory_version moves, and each live job's ID, project, queue, tier,
 // request and submit time are cached, keyed by job_queue.seq, from the load
 // that first sees the job until it finishes (they are immutable after
 // submission, except the request, which AmendJob changes together with the
-// job's seq, so the next load reads it again). Calls are serialised per Store, which keeps that cache simple, so a
+// job's seq, so the next load reads it again); and each active allocation's
+// grant (pool, node, CPU, host memory, borrowing, GPU shares) is cached by
+// allocation ID, read (with its GPU shares inline) only by the load that first
+// sees it active: migration 00350 refuses any update of those columns, so the
+// cache is right whoever writes, and which allocations are active is read
+// every load. Calls are serialised per Store, which keeps that cache simple, so a
 // call waits for any load in progress: only the scheduler (and tools and
 // tests) should call it; GET /v1/quotas reads LoadQuotaAccounting instead. The returned snapshot is the
-// caller's own, except that request GPU-model slices, request label maps and
-// node label maps are shared with the cache: treat them as read-only
+// caller's own, except that request GPU-model slices, request label maps,
+// allocation GPU-share slices and node label maps are shared with the cache: treat them as read-only
 // (scheduling.Plan does).
 //
 // Usage is each project's stored decayed GPU-seconds decayed to now, plus the
@@ -85,6 +91,9 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 			if err := runQueries(ctx, tx, l.queries()); err != nil {
 				return err
 			}
+			if err := l.loadMissingAllocs(ctx, tx); err != nil {
+				return err
+			}
 			return l.loadMissingStatic(ctx, tx)
 		})
 	if err != nil {
@@ -102,6 +111,7 @@ func (s *Store) LoadShardSnapshot(ctx context.Context, shard string, now time.Ti
 		waits[pj.ID] = l.pendingWait[i]
 	}
 	s.setWaitMemo(shard, now, waits)
+	l.saveScratch()
 	return snap, nil
 }
 
@@ -136,9 +146,13 @@ type snapshotCache struct {
 	inventoryVersion int64
 	// jobs holds the immutable part of every job live at the last load;
 	// generation marks the entries seen by the current load.
-	jobs       map[int64]*jobStatic // by job_queue.seq
+	jobs map[int64]*jobStatic // by job_queue.seq
+	// allocs holds the grant of every allocation active at the last load
+	// (fixed once granted: migration 00350); seen as for jobs.
+	allocs     map[string]*allocStatic // by allocation ID
 	generation uint64
 	lastCounts rowCounts
+	scratch    loadScratch
 }
 
 // MaxRunSeconds bounds a job spec's run_seconds: ten years (10 × 31,536,000
@@ -165,6 +179,16 @@ type jobStatic struct {
 	runSeconds  int64  // the spec's run_seconds, rounded up (0: none declared)
 	simulated   bool   // no command: the simulated executor runs it (at SetSimulatedRunSpeed's pace)
 	seen        uint64 // generation of the last load that saw the job live
+}
+
+// allocStatic is the part of an allocation fixed at its grant (every field
+// of scheduling.Allocation but JobID, which the load fills in); migration
+// 00350 refuses updates of its columns, so the cached copy stays right
+// whoever writes. GPUs is shared by every snapshot that holds the
+// allocation: read-only.
+type allocStatic struct {
+	grant scheduling.Allocation
+	seen  uint64 // generation of the last load that saw the allocation active
 }
 
 // realRunSeconds is the job's declared run time in real seconds: a
@@ -228,6 +252,11 @@ type snapshotLoader struct {
 	queues  []scheduling.Queue
 	usage   []scheduling.ProjectUsage
 	missing []int64 // job_queue.seq of live jobs not in the cache
+	// allocMissing is the index in allocs of each allocation not in the
+	// cache, whose grant loadMissingAllocs reads.
+	allocMissing []int
+	allocRow     *allocRow
+	pendingRow   *pendingRow
 }
 
 // storedWait is a pending job's stored wait state as a snapshot read it:
@@ -302,16 +331,55 @@ func (l *snapshotLoader) reset() {
 	*l = snapshotLoader{cache: c, shard: l.shard, preempted: map[string][]time.Time{}, inProgress: map[string][]string{},
 		evidence: map[string][2]int{},
 		noticeAt: map[string]time.Time{}, released: map[string]time.Time{},
-		allocs:  make([]scheduling.Allocation, 0, n.allocs),
-		running: make([]scheduling.RunningJob, 0, n.running), runningStatic: make([]*jobStatic, 0, n.running),
-		runningCheckpoint: make([][]byte, 0, n.running), runningAlloc: make([]int, 0, n.running),
-		runningSeq: make([]int64, 0, n.running), pendingSeq: make([]int64, 0, n.pending),
-		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: make([]*jobStatic, 0, n.pending),
-		pendingCheckpoint: make([][]byte, 0, n.pending), pendingWait: make([]storedWait, 0, n.pending)}
+		allocs:  reuse(c.scratch.allocs, n.allocs),
+		running: reuse(c.scratch.running, n.running), runningStatic: reuse(c.scratch.runningStatic, n.running),
+		runningCheckpoint: reuse(c.scratch.runningCheckpoint, n.running), runningAlloc: reuse(c.scratch.runningAlloc, n.running),
+		runningSeq: reuse(c.scratch.runningSeq, n.running), pendingSeq: reuse(c.scratch.pendingSeq, n.pending),
+		pending: make([]scheduling.PendingJob, 0, n.pending), pendingStatic: reuse(c.scratch.pendingStatic, n.pending),
+		pendingCheckpoint: reuse(c.scratch.pendingCheckpoint, n.pending), pendingWait: reuse(c.scratch.pendingWait, n.pending)}
+	c.scratch = loadScratch{}
 	c.generation++
 	if c.jobs == nil {
 		c.jobs = map[int64]*jobStatic{}
 	}
+	if c.allocs == nil {
+		c.allocs = map[string]*allocStatic{}
+	}
+}
+
+// reuse returns buf emptied, or a new slice with capacity n when buf is nil.
+func reuse[T any](buf []T, n int) []T {
+	if buf == nil {
+		return make([]T, 0, n)
+	}
+	return buf[:0]
+}
+
+// loadScratch holds the loader's slices that no snapshot keeps (assemble
+// copies allocations and running jobs out sorted; the rest are read within
+// the load), kept by the cache so the next load reuses them rather than
+// allocating and clearing a few MB each cycle (docs/design.md §8, "The whole
+// cycle at scale"). A load takes them at reset and gives them back when it
+// has finished with them (saveScratch).
+type loadScratch struct {
+	allocs            []scheduling.Allocation
+	running           []scheduling.RunningJob
+	runningAlloc      []int
+	runningSeq        []int64
+	runningStatic     []*jobStatic
+	runningCheckpoint [][]byte
+	pendingSeq        []int64
+	pendingStatic     []*jobStatic
+	pendingCheckpoint [][]byte
+	pendingWait       []storedWait
+}
+
+// saveScratch gives the loader's scratch slices back to the cache.
+func (l *snapshotLoader) saveScratch() {
+	l.cache.scratch = loadScratch{allocs: l.allocs, running: l.running, runningAlloc: l.runningAlloc,
+		runningSeq: l.runningSeq, runningStatic: l.runningStatic, runningCheckpoint: l.runningCheckpoint,
+		pendingSeq: l.pendingSeq, pendingStatic: l.pendingStatic, pendingCheckpoint: l.pendingCheckpoint,
+		pendingWait: l.pendingWait}
 }
 
 // rowCounts are a load's row counts, the capacity hints of the next one.
@@ -389,10 +457,11 @@ func (l *snapshotLoader) queries() []rowQuery {
 	return append(qs,
 		// One row per active allocation, with its job's queue row when the
 		// job is placed or running (the two always go together through this
-		// package's writes) and its current run.
+		// package's writes) and its current run. The grant's columns come
+		// from the cache, or from loadMissingAllocs for the allocations it
+		// lacks.
 		rowQuery{sql: `
-			SELECT CASE WHEN q.state IN ('placed', 'running') THEN '' ELSE a.job_id END, a.id, a.pool, a.node,
-				a.cpu_milli, a.memory_mib, a.borrowed, a.gpu_uuids, a.gpu_milli,
+			SELECT CASE WHEN q.state IN ('placed', 'running') THEN '' ELSE a.job_id END, a.id,
 				coalesce(r.started_at, a.granted_at), r.last_checkpoint,
 				coalesce(q.state IN ('placed', 'running'), false), coalesce(q.seq, 0), coalesce(q.protected, false),
 				coalesce(q.rec_checkpointable, false), coalesce(q.rec_interval_s, 0), coalesce(q.rec_verified_resumes, 0),
@@ -487,82 +556,111 @@ func (t digestTarget) ScanBytes(v []byte) error {
 	return nil
 }
 
+// allocRow and pendingRow are the scan targets of one allocation or pending
+// row, kept by the loader and reused for every row (their targets lists
+// built once a load), so that a row's scan allocates nothing of its own but
+// what it keeps.
+type allocRow struct {
+	a          scheduling.Allocation
+	cached     *allocStatic
+	startedAt  time.Time
+	checkpoint []byte
+	running    bool
+	seq        int64
+	protected  bool
+	c          recoveryCols
+	targets    []any
+}
+
+type pendingRow struct {
+	pj          scheduling.PendingJob
+	w           storedWait
+	seq         int64
+	agingSince  pgtype.Timestamptz
+	triples     []string
+	checkpoint  []byte
+	c           recoveryCols
+	explainedAt pgtype.Timestamptz
+	targets     []any
+}
+
 func (l *snapshotLoader) scanAllocation(rows pgx.Rows) error {
-	var a scheduling.Allocation
-	var uuids []string
-	var milli []int32
-	var startedAt time.Time
-	var checkpoint []byte
-	var running bool
-	var seq int64
-	var rj scheduling.RunningJob
-	var c recoveryCols
-	// The job ID of a running job comes from the cache (assemble), so the
-	// query sends it only for the others.
-	if err := rows.Scan(&a.JobID, &a.ID, &a.Pool, &a.Node, &a.CPUMilli, &a.MemoryMiB, &a.Borrowed, &uuids, &milli,
-		&startedAt, &checkpoint, &running, &seq, &rj.Protected, &c.checkpointable, &c.interval, &c.resumes, &c.downgraded); err != nil {
+	r := l.allocRow
+	if r == nil {
+		r = &allocRow{}
+		// The job ID of a running job comes from the cache (assemble), so
+		// the query sends it only for the others.
+		r.targets = []any{&r.a.JobID, allocIDTarget{l.cache, &r.cached, &r.a.ID},
+			&r.startedAt, &r.checkpoint, &r.running, &r.seq, &r.protected,
+			&r.c.checkpointable, &r.c.interval, &r.c.resumes, &r.c.downgraded}
+		l.allocRow = r
+	}
+	r.a, r.cached, r.checkpoint = scheduling.Allocation{}, nil, nil
+	if err := rows.Scan(r.targets...); err != nil {
 		return err
 	}
-	if len(uuids) != len(milli) {
-		return fmt.Errorf("allocation %s: %d GPUs but %d shares", a.ID, len(uuids), len(milli))
-	}
-	a.GPUs = make([]scheduling.GPUShare, len(uuids))
-	for i := range uuids {
-		a.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+	a := r.a
+	if r.cached != nil {
+		r.cached.seen = l.cache.generation
+		a = r.cached.grant
+		a.JobID = r.a.JobID
+	} else {
+		l.allocMissing = append(l.allocMissing, len(l.allocs))
 	}
 	l.allocs = append(l.allocs, a)
 	// A placed or running job always has an active allocation and the other
 	// way round; an allocation whose job is in another state is listed but
 	// gets no running job.
-	if !running {
+	if !r.running {
 		return nil
 	}
-	rj.StartedAt, rj.Recovery = startedAt.UTC(), c.recovery()
-	l.running = append(l.running, rj)
+	l.running = append(l.running, scheduling.RunningJob{StartedAt: r.startedAt.UTC(), Recovery: r.c.recovery(), Protected: r.protected})
 	l.runningAlloc = append(l.runningAlloc, len(l.allocs)-1)
-	l.runningSeq = append(l.runningSeq, seq)
-	l.runningStatic = append(l.runningStatic, l.lookup(seq))
-	l.runningCheckpoint = append(l.runningCheckpoint, checkpoint)
+	l.runningSeq = append(l.runningSeq, r.seq)
+	l.runningStatic = append(l.runningStatic, l.lookup(r.seq))
+	l.runningCheckpoint = append(l.runningCheckpoint, r.checkpoint)
 	return nil
 }
 
 func (l *snapshotLoader) scanPending(rows pgx.Rows) error {
-	l.pending = append(l.pending, scheduling.PendingJob{})
-	pj := &l.pending[len(l.pending)-1]
-	var triples []string
-	var checkpoint []byte
-	var c recoveryCols
-	var seq int64
-	var agingSince *time.Time
-	l.pendingWait = append(l.pendingWait, storedWait{})
-	w := &l.pendingWait[len(l.pendingWait)-1]
-	var explainedAt pgtype.Timestamptz
-	if err := rows.Scan(&seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &agingSince, &triples,
-		&c.checkpointable, &c.interval, &c.resumes, &c.downgraded, &checkpoint,
-		&w.reason, digestTarget{w}, &explainedAt); err != nil {
+	r := l.pendingRow
+	if r == nil {
+		r = &pendingRow{}
+		pj := &r.pj
+		r.targets = []any{&r.seq, &pj.Protected, &pj.Held, &pj.WaitingSince, &pj.AccruedAgingS, &r.agingSince, &r.triples,
+			&r.c.checkpointable, &r.c.interval, &r.c.resumes, &r.c.downgraded, &r.checkpoint,
+			&r.w.reason, digestTarget{&r.w}, &r.explainedAt}
+		l.pendingRow = r
+	}
+	r.pj, r.w, r.triples, r.checkpoint = scheduling.PendingJob{}, storedWait{}, r.triples[:0], nil
+	r.agingSince, r.explainedAt = pgtype.Timestamptz{}, pgtype.Timestamptz{}
+	if err := rows.Scan(r.targets...); err != nil {
 		return err
 	}
-	if explainedAt.InfinityModifier == pgtype.Finite {
-		w.explainedAt = explainedAt.Time
+	pj, w := r.pj, r.w
+	if r.explainedAt.Valid && r.explainedAt.InfinityModifier == pgtype.Finite {
+		w.explainedAt = r.explainedAt.Time
 	}
-	pj.Recovery, pj.WaitingSince, pj.RequestVersion = c.recovery(), pj.WaitingSince.UTC(), seq
+	pj.Recovery, pj.WaitingSince, pj.RequestVersion = r.c.recovery(), pj.WaitingSince.UTC(), r.seq
 	// A NULL aging_since is a paused clock (accounting.AgingClock): the job's
 	// current reason earns no aging.
-	if agingSince != nil {
-		pj.AgingSince = agingSince.UTC()
+	if r.agingSince.Valid {
+		pj.AgingSince = r.agingSince.Time.UTC()
 	} else {
 		pj.AgingPaused = true
 	}
-	if len(triples) >= 3 {
+	if triples := r.triples; len(triples) >= 3 {
 		pj.Prerequisites = make([]scheduling.Prerequisite, 0, len(triples)/3)
 		for i := 0; i+2 < len(triples); i += 3 {
 			pj.Prerequisites = append(pj.Prerequisites,
 				scheduling.Prerequisite{Name: triples[i], Ready: triples[i+1] == "true", Message: triples[i+2]})
 		}
 	}
-	l.pendingSeq = append(l.pendingSeq, seq)
-	l.pendingStatic = append(l.pendingStatic, l.lookup(seq))
-	l.pendingCheckpoint = append(l.pendingCheckpoint, checkpoint)
+	l.pending = append(l.pending, pj)
+	l.pendingWait = append(l.pendingWait, w)
+	l.pendingSeq = append(l.pendingSeq, r.seq)
+	l.pendingStatic = append(l.pendingStatic, l.lookup(r.seq))
+	l.pendingCheckpoint = append(l.pendingCheckpoint, r.checkpoint)
 	return nil
 }
 
@@ -612,6 +710,73 @@ var tiers = func() map[string]vocab.Tier {
 	}
 	return m
 }()
+
+// allocIDTarget scans an allocation ID: the cached grant when the cache
+// has it (no string allocated for the ID), else the ID itself.
+type allocIDTarget struct {
+	cache  *snapshotCache
+	cached **allocStatic
+	id     *string
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is only valid during the call.
+func (t allocIDTarget) ScanBytes(v []byte) error {
+	if st := t.cache.allocs[string(v)]; st != nil {
+		*t.cached = st
+		return nil
+	}
+	*t.id = string(v)
+	return nil
+}
+
+// loadMissingAllocs reads, in the snapshot's transaction, the grant of the
+// active allocations the cache lacks (all of them on the first load, then
+// those granted since the previous load), adds it to the cache and fills
+// in their snapshot rows.
+func (l *snapshotLoader) loadMissingAllocs(ctx context.Context, tx pgx.Tx) error {
+	if len(l.allocMissing) == 0 {
+		return nil
+	}
+	ids := make([]string, len(l.allocMissing))
+	at := make(map[string]int, len(l.allocMissing))
+	for i, k := range l.allocMissing {
+		ids[i] = l.allocs[k].ID
+		at[ids[i]] = k
+	}
+	err := forEachRow(ctx, tx, `SELECT id, pool, node, cpu_milli, memory_mib, borrowed, gpu_uuids, gpu_milli
+		FROM allocations WHERE id = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
+		var g scheduling.Allocation
+		var uuids []string
+		var milli []int32
+		if err := rows.Scan(&g.ID, &g.Pool, &g.Node, &g.CPUMilli, &g.MemoryMiB, &g.Borrowed, &uuids, &milli); err != nil {
+			return err
+		}
+		if len(uuids) != len(milli) {
+			return fmt.Errorf("allocation %s: %d GPUs but %d shares", g.ID, len(uuids), len(milli))
+		}
+		g.GPUs = make([]scheduling.GPUShare, len(uuids))
+		for i := range uuids {
+			g.GPUs[i] = scheduling.GPUShare{UUID: uuids[i], Milli: int(milli[i])}
+		}
+		k, ok := at[g.ID]
+		if !ok {
+			return fmt.Errorf("allocation %s: not asked for", g.ID)
+		}
+		delete(at, g.ID)
+		l.cache.allocs[g.ID] = &allocStatic{grant: g, seen: l.cache.generation}
+		jobID := l.allocs[k].JobID
+		l.allocs[k] = g
+		l.allocs[k].JobID = jobID
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(at) > 0 {
+		return fmt.Errorf("allocations %v: grant not found", slices.Sorted(maps.Keys(at)))
+	}
+	return nil
+}
 
 // loadMissingStatic reads, in the snapshot's transaction, the static part of
 // the live jobs the cache lacks (all of them on the first load, then the jobs
@@ -731,15 +896,26 @@ func (l *snapshotLoader) staticOf(st *jobStatic, seq int64) *jobStatic {
 	return l.cache.jobs[seq]
 }
 
-// pruneCache drops the jobs this load did not see live; it only walks the
-// cache when it holds more entries than there are live jobs.
+// pruneCache drops the jobs and allocations this load did not see live; it
+// only walks a map when it holds an eighth (and 64) more entries than there
+// are live ones.
 func (l *snapshotLoader) pruneCache() {
-	if len(l.cache.jobs) <= len(l.running)+len(l.pending) {
-		return
+	// Entries of finished jobs and released allocations are never read
+	// again (seqs and allocation IDs are not reused), so they may stay a
+	// while: a sweep of every entry each load, when a few runs ended, cost
+	// more than the memory they hold.
+	if n := len(l.allocs); len(l.cache.allocs) > n+n/8+64 {
+		for id, st := range l.cache.allocs {
+			if st.seen != l.cache.generation {
+				delete(l.cache.allocs, id)
+			}
+		}
 	}
-	for id, st := range l.cache.jobs {
-		if st.seen != l.cache.generation {
-			delete(l.cache.jobs, id)
+	if n := len(l.running) + len(l.pending); len(l.cache.jobs) > n+n/8+64 {
+		for id, st := range l.cache.jobs {
+			if st.seen != l.cache.generation {
+				delete(l.cache.jobs, id)
+			}
 		}
 	}
 }
