@@ -6,13 +6,15 @@
 // queue while a reader of the document sees the first: the API's strict
 // decoder (api.decodeStrict, JSON) and the CLI's document reader
 // (cmd/gpugov readDocument, YAML and JSON) both refuse it, with Message and
-// a path built by Join. See docs/design.md §1, "Bounds of outside input".
+// a path built by yamlnode.Join, the one field-path rule of the document readers. See docs/design.md §1, "Bounds of outside input".
 package dupkey
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
 // Message is what a repeated key is reported as, after its field path:
@@ -32,20 +34,8 @@ func (k Keys) Repeats(key string) bool {
 	return false
 }
 
-// Join is the field path of key inside the object at path, dotted as the
-// API names fields ("resources.gpus"); an empty key is written `""`.
-func Join(path, key string) string {
-	if key == "" {
-		key = `""`
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// Index is the field path of element i of the list at path ("command[1]").
-func Index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+// index is the field path of element i of the list at path ("command[1]").
+func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 
 // InJSON returns the field path of the first key repeated within one
 // object of the JSON value data, at any depth of objects and lists, and
@@ -76,7 +66,7 @@ func walk(dec *json.Decoder, path string) (string, bool, error) {
 				return "", false, err
 			}
 			key, _ := kt.(string)
-			at := Join(path, key)
+			at := yamlnode.Join(path, key)
 			if keys.Repeats(key) {
 				return at, true, nil
 			}
@@ -86,7 +76,7 @@ func walk(dec *json.Decoder, path string) (string, bool, error) {
 		}
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if p, found, err := walk(dec, Index(path, i)); found || err != nil {
+			if p, found, err := walk(dec, index(path, i)); found || err != nil {
 				return p, found, err
 			}
 		}

@@ -1,6 +1,10 @@
 package dupkey
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpugov/gpugov/internal/yamlnode"
+)
 
 func TestInJSON(t *testing.T) {
 	for _, c := range []struct {
@@ -31,7 +35,7 @@ func TestKeysAndPaths(t *testing.T) {
 	if k.Repeats("a") || k.Repeats("b") || !k.Repeats("a") {
 		t.Fatal("Repeats: want false, false, true")
 	}
-	if got := Join(Index(Join("", "cmd"), 2), ""); got != `cmd[2].""` {
+	if got := yamlnode.Join(index(yamlnode.Join("", "cmd"), 2), ""); got != `cmd[2].""` {
 		t.Fatalf("path %q", got)
 	}
 }
