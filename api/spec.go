@@ -19,6 +19,7 @@ import (
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/scheduling"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/yamlnode"
 	"github.com/gpugov/gpugov/store"
 )
 
@@ -262,7 +263,7 @@ func jsonError(err error, data []byte, v any) *Error {
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = fieldKey(strings.Trim(name, `"`))
+		name = yamlnode.Join("", strings.Trim(name, `"`))
 		var doc any
 		if json.Unmarshal(data, &doc) == nil {
 			if path := unknownFieldPath(doc, reflect.TypeOf(v), ""); path != "" {
@@ -512,7 +513,7 @@ func unknownFieldPath(doc any, t reflect.Type, prefix string) string {
 		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[key]
-			path := joinPath(prefix, fieldKey(key))
+			path := yamlnode.Join(prefix, key)
 			if !known {
 				return path
 			}
@@ -562,7 +563,7 @@ func badTimePath(doc any, t reflect.Type, prefix string) string {
 		jsonFields(t, fields)
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			if ft, known := fields[key]; known {
-				if p := badTimePath(obj[key], ft, joinPath(prefix, key)); p != "" {
+				if p := badTimePath(obj[key], ft, yamlnode.Join(prefix, key)); p != "" {
 					return p
 				}
 			}
@@ -595,23 +596,6 @@ func jsonFields(t reflect.Type, fields map[string]reflect.Type) {
 		}
 		fields[name] = f.Type
 	}
-}
-
-// fieldKey is an object key as a field path names it: the empty key,
-// which names nothing, as `""` (found by FuzzJobSpecJSON: {"": 0} was
-// refused naming no field).
-func fieldKey(key string) string {
-	if key == "" {
-		return `""`
-	}
-	return key
-}
-
-func joinPath(prefix, key string) string {
-	if prefix == "" {
-		return key
-	}
-	return prefix + "." + key
 }
 
 // clip returns s cut to at most n bytes (at a rune boundary) with "…" when

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpugov/gpugov/internal/inventory"
 	"github.com/gpugov/gpugov/internal/vocab"
+	"github.com/gpugov/gpugov/internal/yamlnode"
 )
 
 // This file words encoding/json's type errors for the caller: the field
@@ -113,7 +114,7 @@ func pathWalk(dec *json.Decoder, path string, offset int64) (string, bool) {
 				return "", false
 			}
 			key, _ := kt.(string)
-			if p, found := pathWalk(dec, joinPath(path, fieldKey(key)), offset); found {
+			if p, found := pathWalk(dec, yamlnode.Join(path, key), offset); found {
 				return p, found
 			}
 		}
