@@ -44,6 +44,16 @@ func TestHoldOpensItsWaitEvent(t *testing.T) {
 	if _, err := s.SetHold(ctx, short.ID, false, "alice", "fixed"); err != nil {
 		t.Fatal(err)
 	}
+	// The hold cleared the stored explanation's digest: a cycle that finds
+	// the released job's explanation unchanged would otherwise skip it and
+	// leave the held event open for good (found by a newcomer: hold, then
+	// release within a second, and `get` said "held" a minute later).
+	if got := queryInt(t, s, `SELECT count(*) FROM jobs WHERE id = $1 AND explanation_digest IS NOT NULL`, short.ID); got != 0 {
+		t.Fatalf("the hold kept the stored explanation's digest")
+	}
+	if got := queryInt(t, s, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND explanation_digest IS NOT NULL`, short.ID); got != 0 {
+		t.Fatalf("job_queue's mirror kept the stored explanation's digest after the hold")
+	}
 	wait("c2", short.ID, vocab.ReasonCapacityBusy, cycleAt(time.Second))
 	events, err := s.JobWaitEvents(ctx, short.ID)
 	if err != nil {

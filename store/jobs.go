@@ -609,6 +609,15 @@ func openHeldWait(ctx context.Context, tx pgx.Tx, jobID, actor, reason string, a
 	if err != nil || tag.RowsAffected() > 0 {
 		return err
 	}
+	// The stored explanation no longer describes the job's wait: clear its
+	// digest, as every writer that changes a pending job's wait outside a
+	// cycle does, so that the next cycle writes the job's explanation and
+	// wait event even when it finds the job released and its reason back to
+	// the one stored before the hold (its digest unchanged, the cycle would
+	// skip the job and leave this held event open for good).
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET explanation_digest = NULL WHERE id = $1`, jobID); err != nil {
+		return err
+	}
 	if err := recordNotYetEvaluated(ctx, tx, []string{jobID}, at); err != nil {
 		return err
 	}
