@@ -798,7 +798,13 @@ const ExplanationRefresh = 60 * time.Second
 // re-evaluation condition, blocking job, suggestions, releases, the kind of
 // the next evaluation, the overtake target). Rank, priority, the next
 // evaluation's instant and the overtake's points move with every cycle and
-// are left out.
+// are left out. Beyond rank ExplanationRefreshDepth the expected releases
+// are left out too: they are other jobs' ends (the project's or the
+// shape's earliest-ending runs), so each run that ends changed the digest
+// of every deep job of its project, hundreds of rewrites a cycle at 10,000
+// waiting for a list that concerns the head first; a deep job's releases
+// are refreshed with its rank and score, at its depth's
+// ExplanationRefreshInterval (docs/design.md §1 "The why record").
 //
 // Every cycle computes it for every waiting job, so it hashes a compact
 // binary form (appendStable: each string length-prefixed, each number in
@@ -815,7 +821,7 @@ func explanationDigest(buf []byte, w *scheduling.WaitStatus) (digest, next []byt
 // encoding does, so that no two encodings can give one digest (a stored
 // digest of another encoding only makes the next cycle rewrite the
 // explanation).
-const digestVersion = 2
+const digestVersion = 3
 
 // appendStable appends the binary form of w's stable part that
 // explanationDigest hashes.
@@ -844,11 +850,15 @@ func appendStable(b []byte, w *scheduling.WaitStatus) []byte {
 		num(int64(g.Nodes))
 		str(g.Text)
 	}
-	num(int64(len(w.Releases)))
-	for _, r := range w.Releases {
-		str(r.JobID)
-		num(r.Milli)
-		num(r.ExpectedEnd.UnixNano())
+	if w.Rank <= ExplanationRefreshDepth { // beyond it releases move at the depth interval
+		num(int64(len(w.Releases)))
+		for _, r := range w.Releases {
+			str(r.JobID)
+			num(r.Milli)
+			num(r.ExpectedEnd.UnixNano())
+		}
+	} else {
+		num(-1)
 	}
 	str(string(w.Next.Kind))
 	switch o := w.Overtake; {

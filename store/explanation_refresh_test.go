@@ -306,3 +306,70 @@ func TestDeepWaitRefreshedLess(t *testing.T) {
 		})
 	}
 }
+
+// TestDeepReleasesRefreshedAtDepthInterval checks that the expected
+// releases are in the digest only within ExplanationRefreshDepth ranks: a
+// new release list rewrites the head job's explanation at once and leaves
+// the deep job's stored one (and its old list) until its depth's interval,
+// when the new list is written; with and without the snapshot's memo.
+func TestDeepReleasesRefreshedAtDepthInterval(t *testing.T) {
+	t.Parallel()
+	for _, withSnapshot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("snapshot=%t", withSnapshot), func(t *testing.T) {
+			t.Parallel()
+			s, _ := newStore(t)
+			ctx := context.Background()
+			if err := s.UpsertInventory(ctx, []scheduling.Pool{testPool("p", 1, 4)}); err != nil {
+				t.Fatal(err)
+			}
+			head, deep := submit(t, s, "vision", "p", 8, 0), submit(t, s, "vision", "p", 8, 0)
+			const deepRank = 5*store.ExplanationRefreshDepth + 1
+			at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+			apply := func(sec int, releaser string) *store.CycleOutcome {
+				t.Helper()
+				if withSnapshot {
+					if _, err := s.LoadSnapshot(ctx, at(sec)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rel := []scheduling.ExpectedRelease{{JobID: releaser, Milli: 1000, ExpectedEnd: t0.Add(time.Hour)}}
+				w := func(id string, rank int) scheduling.WaitStatus {
+					return scheduling.WaitStatus{JobID: id, Reason: vocab.ReasonQuotaExhausted, Detail: "quota used", Rank: rank,
+						Releases: rel, Priority: scheduling.Priority{Score: float64(1000 + sec)}}
+				}
+				res := &scheduling.Result{Waiting: []scheduling.WaitStatus{w(head.ID, 1), w(deep.ID, deepRank)}}
+				out, err := s.ApplyCycle(ctx, fmt.Sprintf("rel-%d", sec), res, at(sec))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			releaseOf := func(id string) (string, time.Time) {
+				t.Helper()
+				var job string
+				var ts time.Time
+				if err := s.Pool().QueryRow(ctx, `SELECT explanation->'releases'->0->>'job_id', explained_at FROM jobs WHERE id = $1`,
+					id).Scan(&job, &ts); err != nil {
+					t.Fatal(err)
+				}
+				return job, ts.UTC()
+			}
+			apply(0, "run-a")
+			out := apply(5, "run-b") // run-a ended: the next release is run-b's
+			if out.ExplanationsKept != 1 {
+				t.Fatalf("cycle at 5 s: %+v, want the deep job kept", out)
+			}
+			if job, ts := releaseOf(head.ID); job != "run-b" || !ts.Equal(at(5)) {
+				t.Fatalf("head job: release %q explained at %s, want run-b at %s", job, ts, at(5))
+			}
+			if job, ts := releaseOf(deep.ID); job != "run-a" || !ts.Equal(at(0)) {
+				t.Fatalf("deep job: release %q explained at %s, want run-a kept from %s", job, ts, at(0))
+			}
+			due := int(store.ExplanationRefreshInterval(deep.ID, deepRank)/time.Second) + 1
+			apply(due, "run-b")
+			if job, ts := releaseOf(deep.ID); job != "run-b" || !ts.Equal(at(due)) {
+				t.Fatalf("deep job: release %q explained at %s, want run-b at %s (its interval passed)", job, ts, at(due))
+			}
+		})
+	}
+}
